@@ -1,0 +1,92 @@
+//! A global allocator that survives hostile length prefixes.
+//!
+//! `kafka-protocol` pre-sizes every decoded array with the element count read
+//! off the wire (`Vec::with_capacity(n)`), before it knows whether the frame
+//! holds `n` elements (upstream: kafka-protocol-rs PRs #152, #161, #200, open).
+//! A 10-byte request claiming 2^31 topics asks for hundreds of GiB; the system
+//! allocator refuses and Rust aborts the process, a panic that cannot even be
+//! caught. A broker must survive any bytes a client sends.
+//!
+//! [`ReservingAllocator`] serves allocations of 1 GiB and more by reserving
+//! address space with `mmap(MAP_NORESERVE)` instead: the kernel commits pages
+//! only when they are touched, and the decoder fails on the missing bytes
+//! long before touching more than the frame could fill (frames are capped by
+//! `socket.request.max.bytes`). Smaller allocations go to the system allocator
+//! unchanged. Binaries that run the broker (`rill`, the test and bench
+//! harnesses, the fuzz target) install it with
+//! `#[global_allocator] static A: ReservingAllocator = ReservingAllocator;`.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+
+/// Allocations at or above this size are reserved with `mmap(MAP_NORESERVE)`.
+pub const RESERVE_THRESHOLD: usize = 1 << 30;
+
+/// See the module documentation.
+pub struct ReservingAllocator;
+
+fn is_huge(layout: &Layout) -> bool {
+    layout.size() >= RESERVE_THRESHOLD && layout.align() <= 4096
+}
+
+unsafe fn map(size: usize) -> *mut u8 {
+    // SAFETY: anonymous private mapping; no file descriptor or address hint.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        std::ptr::null_mut()
+    } else {
+        p as *mut u8
+    }
+}
+
+unsafe impl GlobalAlloc for ReservingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if is_huge(&layout) {
+            unsafe { map(layout.size()) }
+        } else {
+            unsafe { System.alloc(layout) }
+        }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if is_huge(&layout) {
+            // Fresh anonymous mappings are zero-filled.
+            unsafe { map(layout.size()) }
+        } else {
+            unsafe { System.alloc_zeroed(layout) }
+        }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if is_huge(&layout) {
+            unsafe {
+                libc::munmap(ptr as *mut libc::c_void, layout.size());
+            }
+        } else {
+            unsafe { System.dealloc(ptr, layout) }
+        }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+        if !is_huge(&layout) && !is_huge(&new_layout) {
+            return unsafe { System.realloc(ptr, layout, new_size) };
+        }
+        let new = unsafe { self.alloc(new_layout) };
+        if !new.is_null() {
+            unsafe {
+                std::ptr::copy_nonoverlapping(ptr, new, layout.size().min(new_size));
+                self.dealloc(ptr, layout);
+            }
+        }
+        new
+    }
+}

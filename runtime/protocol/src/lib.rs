@@ -1,0 +1,35 @@
+//! Rill's Kafka wire layer, with no I/O: it turns bytes into typed requests and
+//! responses and back, and nothing else.
+//!
+//! Shared by the embedded broker (`rill-broker`) and the client (`rill-client`),
+//! so both sides frame, version and validate messages the same way. Message
+//! bodies come from the `kafka-protocol` crate (generated from Kafka's JSON
+//! schemas); this crate adds what a connection needs around them:
+//!
+//! - [`frame`]: the 4-byte size prefix, with a maximum size so a hostile length
+//!   never allocates (Kafka's `socket.request.max.bytes`).
+//! - [`message`]: request and response headers by API version (flexible headers
+//!   from the version each API became flexible; ApiVersions responses always use
+//!   header v0, KIP-511), decoding that reports *which* request was bad.
+//! - [`records`]: record batch v2 (magic 2) header parsing, CRC-32C validation,
+//!   offset/epoch stamping, and encode/decode with every compression codec
+//!   `kafka-protocol` offers (gzip, snappy, lz4, zstd).
+//! - [`error`]: Kafka's error-code enum.
+//! - [`alloc`]: a global allocator that turns hostile array lengths into decode
+//!   errors instead of process aborts.
+//!
+//! Invariant: nothing in this crate panics on input bytes; every malformed input
+//! becomes an error value naming what was wrong.
+
+pub mod alloc;
+pub mod error;
+pub mod frame;
+pub mod message;
+pub mod records;
+
+pub use error::{ErrorCode, ErrorCodeExt};
+pub use kafka_protocol;
+pub use kafka_protocol::messages::{
+    ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind,
+};
+pub use kafka_protocol::protocol::StrBytes;

@@ -1,0 +1,371 @@
+//! Requests and responses as whole frames: header + body, by API version.
+//!
+//! Invariants:
+//! - The request header version follows the API and version (`ApiKey::request_header_version`),
+//!   so flexible versions get tagged fields and old ones do not.
+//! - ApiVersions responses always use response header v0, whatever the request
+//!   version (KIP-511: a client that does not yet know the broker's versions must
+//!   be able to read the answer).
+//! - A request that cannot be decoded is reported with as much of its identity as
+//!   could be read (API key, version, correlation id), so the broker can answer
+//!   with Kafka's error response where Kafka sends one and log what was wrong.
+
+use bytes::{Buf, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
+use kafka_protocol::protocol::{Decodable, Encodable};
+
+use crate::frame;
+
+/// Why a request frame could not be decoded.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestDecodeError {
+    #[error("request frame of {0} bytes is too short for a request header")]
+    TooShort(usize),
+    #[error("unknown API key {api_key} (correlation id {correlation_id})")]
+    UnknownApiKey { api_key: i16, correlation_id: i32 },
+    #[error("{api_key:?} v{version} is not supported (supported: v{min}-v{max}; correlation id {correlation_id})")]
+    UnsupportedVersion {
+        api_key: ApiKey,
+        version: i16,
+        min: i16,
+        max: i16,
+        correlation_id: i32,
+    },
+    #[error("malformed {api_key:?} v{version} request header: {reason}")]
+    MalformedHeader {
+        api_key: ApiKey,
+        version: i16,
+        reason: String,
+    },
+    #[error("malformed {:?} v{} request body (correlation id {}): {reason}", header.request_api_key, header.request_api_version, header.correlation_id)]
+    MalformedBody {
+        header: Box<RequestHeader>,
+        api_key: ApiKey,
+        reason: String,
+    },
+}
+
+impl RequestDecodeError {
+    /// The API key and version the request claimed, when they could be read.
+    pub fn api(&self) -> Option<(ApiKey, i16)> {
+        match self {
+            Self::UnsupportedVersion {
+                api_key, version, ..
+            } => Some((*api_key, *version)),
+            Self::MalformedHeader {
+                api_key, version, ..
+            } => Some((*api_key, *version)),
+            Self::MalformedBody {
+                api_key, header, ..
+            } => Some((*api_key, header.request_api_version)),
+            _ => None,
+        }
+    }
+}
+
+/// A decoded request.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub api_key: ApiKey,
+    pub header: RequestHeader,
+    pub body: RequestKind,
+}
+
+impl Request {
+    pub fn version(&self) -> i16 {
+        self.header.request_api_version
+    }
+}
+
+/// Reads API key, version and correlation id from the first 8 bytes of a request
+/// frame, which are laid out the same in every header version.
+pub fn peek_request_identity(frame: &[u8]) -> Option<(i16, i16, i32)> {
+    if frame.len() < 8 {
+        return None;
+    }
+    let key = i16::from_be_bytes([frame[0], frame[1]]);
+    let version = i16::from_be_bytes([frame[2], frame[3]]);
+    let correlation = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+    Some((key, version, correlation))
+}
+
+/// Decodes one request frame (without its size prefix). `supported` gives the
+/// version range accepted for an API key (the broker's advertised range); a
+/// version outside it is reported as [`RequestDecodeError::UnsupportedVersion`]
+/// without decoding the body.
+pub fn decode_request(
+    frame: Bytes,
+    supported: impl Fn(ApiKey) -> Option<(i16, i16)>,
+) -> Result<Request, RequestDecodeError> {
+    let Some((key, version, correlation_id)) = peek_request_identity(&frame) else {
+        return Err(RequestDecodeError::TooShort(frame.len()));
+    };
+    let api_key = ApiKey::try_from(key).map_err(|_| RequestDecodeError::UnknownApiKey {
+        api_key: key,
+        correlation_id,
+    })?;
+    let Some((min, max)) = supported(api_key) else {
+        return Err(RequestDecodeError::UnknownApiKey {
+            api_key: key,
+            correlation_id,
+        });
+    };
+    // The crate can only decode what its generated code knows.
+    let crate_range = api_key.valid_versions();
+    if version < min || version > max || version < crate_range.min || version > crate_range.max {
+        return Err(RequestDecodeError::UnsupportedVersion {
+            api_key,
+            version,
+            min,
+            max,
+            correlation_id,
+        });
+    }
+    let mut buf = frame;
+    let header_version = api_key.request_header_version(version);
+    let header = RequestHeader::decode(&mut buf, header_version).map_err(|e| {
+        RequestDecodeError::MalformedHeader {
+            api_key,
+            version,
+            reason: e.to_string(),
+        }
+    })?;
+    let body = RequestKind::decode(api_key, &mut buf, version).map_err(|e| {
+        RequestDecodeError::MalformedBody {
+            header: Box::new(header.clone()),
+            api_key,
+            reason: e.to_string(),
+        }
+    })?;
+    if buf.has_remaining() {
+        return Err(RequestDecodeError::MalformedBody {
+            header: Box::new(header),
+            api_key,
+            reason: format!("{} trailing bytes after the body", buf.remaining()),
+        });
+    }
+    Ok(Request {
+        api_key,
+        header,
+        body,
+    })
+}
+
+/// Why a message could not be encoded (a field set that the version cannot carry).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot encode {api_key:?} v{version} {what}: {reason}")]
+pub struct EncodeError {
+    pub api_key: ApiKey,
+    pub version: i16,
+    pub what: &'static str,
+    pub reason: String,
+}
+
+/// The response header version for an API: ApiVersions always uses v0 (KIP-511).
+pub fn response_header_version(api_key: ApiKey, version: i16) -> i16 {
+    if api_key == ApiKey::ApiVersions {
+        0
+    } else {
+        api_key.response_header_version(version)
+    }
+}
+
+/// Appends a whole response frame (size prefix, header, body) to `out`.
+/// On error `out` is left as it was.
+pub fn encode_response_frame(
+    out: &mut BytesMut,
+    api_key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    body: &ResponseKind,
+) -> Result<(), EncodeError> {
+    let start = out.len();
+    let at = frame::begin_frame(out);
+    let header = ResponseHeader::default().with_correlation_id(correlation_id);
+    let result = header
+        .encode(out, response_header_version(api_key, version))
+        .map_err(|e| ("header", e))
+        .and_then(|_| body.encode(out, version).map_err(|e| ("body", e)));
+    match result {
+        Ok(()) => {
+            frame::finish_frame(out, at);
+            Ok(())
+        }
+        Err((what, e)) => {
+            out.truncate(start);
+            Err(EncodeError {
+                api_key,
+                version,
+                what,
+                reason: e.to_string(),
+            })
+        }
+    }
+}
+
+/// Appends a whole request frame (size prefix, header, body) to `out`.
+pub fn encode_request_frame(
+    out: &mut BytesMut,
+    header: &RequestHeader,
+    body: &RequestKind,
+) -> Result<(), EncodeError> {
+    let api_key = ApiKey::try_from(header.request_api_key).map_err(|_| EncodeError {
+        api_key: ApiKey::ApiVersions,
+        version: header.request_api_version,
+        what: "header",
+        reason: format!("unknown API key {}", header.request_api_key),
+    })?;
+    let version = header.request_api_version;
+    let start = out.len();
+    let at = frame::begin_frame(out);
+    let result = header
+        .encode(out, api_key.request_header_version(version))
+        .map_err(|e| ("header", e))
+        .and_then(|_| body.encode(out, version).map_err(|e| ("body", e)));
+    match result {
+        Ok(()) => {
+            frame::finish_frame(out, at);
+            Ok(())
+        }
+        Err((what, e)) => {
+            out.truncate(start);
+            Err(EncodeError {
+                api_key,
+                version,
+                what,
+                reason: e.to_string(),
+            })
+        }
+    }
+}
+
+/// Why a response frame could not be decoded.
+#[derive(Debug, thiserror::Error)]
+#[error("malformed {api_key:?} v{version} response: {reason}")]
+pub struct ResponseDecodeError {
+    pub api_key: ApiKey,
+    pub version: i16,
+    pub reason: String,
+}
+
+/// Reads the correlation id at the front of a response frame.
+pub fn peek_correlation_id(frame: &[u8]) -> Option<i32> {
+    (frame.len() >= 4).then(|| i32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]))
+}
+
+/// Decodes a response frame (without its size prefix) to the request it answers.
+pub fn decode_response(
+    frame: Bytes,
+    api_key: ApiKey,
+    version: i16,
+) -> Result<(ResponseHeader, ResponseKind), ResponseDecodeError> {
+    let err = |reason: String| ResponseDecodeError {
+        api_key,
+        version,
+        reason,
+    };
+    let mut buf = frame;
+    let header = ResponseHeader::decode(&mut buf, response_header_version(api_key, version))
+        .map_err(|e| err(format!("header: {e}")))?;
+    let body = ResponseKind::decode(api_key, &mut buf, version).map_err(|e| err(e.to_string()))?;
+    Ok((header, body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::{ApiVersionsRequest, MetadataRequest, MetadataResponse};
+    use kafka_protocol::protocol::StrBytes;
+
+    fn all_supported(k: ApiKey) -> Option<(i16, i16)> {
+        let r = k.valid_versions();
+        Some((r.min, r.max))
+    }
+
+    fn request_frame(key: ApiKey, version: i16, body: RequestKind) -> Bytes {
+        let header = RequestHeader::default()
+            .with_request_api_key(key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(42)
+            .with_client_id(Some(StrBytes::from_static_str("t")));
+        let mut out = BytesMut::new();
+        encode_request_frame(&mut out, &header, &body).unwrap();
+        out.freeze().slice(4..)
+    }
+
+    #[test]
+    fn round_trips_flexible_and_legacy_requests() {
+        for version in [0, 4, 9, 12, 13] {
+            let frame = request_frame(
+                ApiKey::Metadata,
+                version,
+                RequestKind::Metadata(MetadataRequest::default()),
+            );
+            let req = decode_request(frame, all_supported).unwrap();
+            assert_eq!(req.api_key, ApiKey::Metadata);
+            assert_eq!(req.header.correlation_id, 42);
+            assert_eq!(req.version(), version);
+        }
+    }
+
+    #[test]
+    fn reports_unsupported_versions_with_identity() {
+        let frame = request_frame(
+            ApiKey::ApiVersions,
+            3,
+            RequestKind::ApiVersions(ApiVersionsRequest::default()),
+        );
+        let err = decode_request(frame, |_| Some((0, 2))).unwrap_err();
+        match err {
+            RequestDecodeError::UnsupportedVersion {
+                api_key,
+                version,
+                correlation_id,
+                ..
+            } => {
+                assert_eq!(api_key, ApiKey::ApiVersions);
+                assert_eq!(version, 3);
+                assert_eq!(correlation_id, 42);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn rejects_unknown_keys_short_and_truncated_frames() {
+        assert!(matches!(
+            decode_request(Bytes::from_static(&[0, 1]), all_supported),
+            Err(RequestDecodeError::TooShort(2))
+        ));
+        assert!(matches!(
+            decode_request(
+                Bytes::from_static(&[0x7f, 0, 0, 0, 0, 0, 0, 1]),
+                all_supported
+            ),
+            Err(RequestDecodeError::UnknownApiKey {
+                api_key: 0x7f00,
+                ..
+            })
+        ));
+        let full = request_frame(
+            ApiKey::Metadata,
+            12,
+            RequestKind::Metadata(MetadataRequest::default()),
+        );
+        for cut in 8..full.len() {
+            assert!(decode_request(full.slice(..cut), all_supported).is_err());
+        }
+    }
+
+    #[test]
+    fn api_versions_response_uses_header_v0() {
+        let mut out = BytesMut::new();
+        let body = ResponseKind::Metadata(MetadataResponse::default());
+        encode_response_frame(&mut out, ApiKey::Metadata, 12, 7, &body).unwrap();
+        let frame = out.freeze().slice(4..);
+        assert_eq!(peek_correlation_id(&frame), Some(7));
+        let (h, _) = decode_response(frame, ApiKey::Metadata, 12).unwrap();
+        assert_eq!(h.correlation_id, 7);
+        assert_eq!(response_header_version(ApiKey::ApiVersions, 3), 0);
+    }
+}

@@ -1,0 +1,504 @@
+//! Record batches, format v2 (magic 2), the only format Kafka 4.x accepts.
+//!
+//! Layout of the 61-byte batch header (big-endian):
+//!
+//! ```text
+//! 0  baseOffset i64 | 8  batchLength i32 | 12 partitionLeaderEpoch i32 | 16 magic i8
+//! 17 crc u32        | 21 attributes i16  | 23 lastOffsetDelta i32      | 27 baseTimestamp i64
+//! 35 maxTimestamp i64 | 43 producerId i64 | 51 producerEpoch i16 | 53 baseSequence i32
+//! 57 recordCount i32 | 61 records...
+//! ```
+//!
+//! Invariants kept here:
+//! - The CRC-32C covers bytes 21..end (attributes onwards), so the broker can
+//!   stamp `baseOffset` and `partitionLeaderEpoch` without recomputing it, which
+//!   is what Kafka's log does on append.
+//! - [`validate_batch`] never trusts a length or count field: every size is
+//!   checked against the bytes actually present before it is used.
+//! - Record-level encode/decode goes through `kafka-protocol`'s codec, which
+//!   implements gzip, snappy (both Xerial-framed and raw), lz4 and zstd; a batch
+//!   header is validated here first so a hostile count never reaches it.
+
+use bytes::{Bytes, BytesMut};
+pub use kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
+    TimestampType, NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE,
+};
+
+/// Size of the v2 batch header, up to and including `recordCount`.
+pub const BATCH_HEADER_LEN: usize = 61;
+/// Bytes before the `batchLength` field's counted region (baseOffset + batchLength).
+pub const LOG_OVERHEAD: usize = 12;
+/// Smallest possible encoded record: length, attributes, and five one-byte varints.
+const MIN_RECORD_LEN: usize = 7;
+
+const ATTR_COMPRESSION_MASK: i16 = 0x07;
+const ATTR_TIMESTAMP_TYPE: i16 = 0x08;
+const ATTR_TRANSACTIONAL: i16 = 0x10;
+const ATTR_CONTROL: i16 = 0x20;
+
+/// What is wrong with a record batch.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BatchError {
+    #[error("record batch truncated: needs {needed} bytes, {available} present")]
+    Truncated { needed: usize, available: usize },
+    #[error("record batch length field {0} is invalid")]
+    BadLength(i32),
+    #[error("record batch magic {0} is not supported (only v2)")]
+    UnsupportedMagic(i8),
+    #[error("record batch CRC mismatch: stored {stored:#010x}, computed {computed:#010x}")]
+    CrcMismatch { stored: u32, computed: u32 },
+    #[error("record batch compression codec {0} is unknown")]
+    UnknownCompression(i16),
+    #[error("record batch record count {count} is invalid for {bytes} bytes of records")]
+    BadRecordCount { count: i32, bytes: usize },
+    #[error(
+        "record batch lastOffsetDelta {last_offset_delta} does not match record count {count}"
+    )]
+    OffsetDeltaMismatch { last_offset_delta: i32, count: i32 },
+    #[error("record batch could not be decoded: {0}")]
+    Decode(String),
+}
+
+/// The fixed header of a v2 record batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchHeader {
+    pub base_offset: i64,
+    pub batch_length: i32,
+    pub partition_leader_epoch: i32,
+    pub magic: i8,
+    pub crc: u32,
+    pub attributes: i16,
+    pub last_offset_delta: i32,
+    pub base_timestamp: i64,
+    pub max_timestamp: i64,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub base_sequence: i32,
+    pub record_count: i32,
+}
+
+fn be_i16(b: &[u8], at: usize) -> i16 {
+    i16::from_be_bytes([b[at], b[at + 1]])
+}
+fn be_i32(b: &[u8], at: usize) -> i32 {
+    i32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+fn be_i64(b: &[u8], at: usize) -> i64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    i64::from_be_bytes(a)
+}
+
+impl BatchHeader {
+    /// Parses the header fields; checks only that 61 bytes are present.
+    pub fn parse(b: &[u8]) -> Result<Self, BatchError> {
+        if b.len() < BATCH_HEADER_LEN {
+            return Err(BatchError::Truncated {
+                needed: BATCH_HEADER_LEN,
+                available: b.len(),
+            });
+        }
+        Ok(Self {
+            base_offset: be_i64(b, 0),
+            batch_length: be_i32(b, 8),
+            partition_leader_epoch: be_i32(b, 12),
+            magic: b[16] as i8,
+            crc: be_i32(b, 17) as u32,
+            attributes: be_i16(b, 21),
+            last_offset_delta: be_i32(b, 23),
+            base_timestamp: be_i64(b, 27),
+            max_timestamp: be_i64(b, 35),
+            producer_id: be_i64(b, 43),
+            producer_epoch: be_i16(b, 51),
+            base_sequence: be_i32(b, 53),
+            record_count: be_i32(b, 57),
+        })
+    }
+
+    /// Whole size of the batch on the wire, including baseOffset and batchLength.
+    pub fn total_size(&self) -> usize {
+        LOG_OVERHEAD + self.batch_length.max(0) as usize
+    }
+
+    pub fn last_offset(&self) -> i64 {
+        self.base_offset + self.last_offset_delta as i64
+    }
+
+    /// Offset following this batch.
+    pub fn next_offset(&self) -> i64 {
+        self.last_offset() + 1
+    }
+
+    pub fn compression_code(&self) -> i16 {
+        self.attributes & ATTR_COMPRESSION_MASK
+    }
+
+    pub fn compression(&self) -> Option<Compression> {
+        match self.compression_code() {
+            0 => Some(Compression::None),
+            1 => Some(Compression::Gzip),
+            2 => Some(Compression::Snappy),
+            3 => Some(Compression::Lz4),
+            4 => Some(Compression::Zstd),
+            _ => None,
+        }
+    }
+
+    pub fn timestamp_type(&self) -> TimestampType {
+        if self.attributes & ATTR_TIMESTAMP_TYPE != 0 {
+            TimestampType::LogAppend
+        } else {
+            TimestampType::Creation
+        }
+    }
+
+    pub fn is_transactional(&self) -> bool {
+        self.attributes & ATTR_TRANSACTIONAL != 0
+    }
+
+    pub fn is_control(&self) -> bool {
+        self.attributes & ATTR_CONTROL != 0
+    }
+
+    pub fn has_producer_id(&self) -> bool {
+        self.producer_id >= 0
+    }
+
+    /// The sequence number of the batch's last record (sequences wrap at i32::MAX).
+    pub fn last_sequence(&self) -> i32 {
+        if self.base_sequence < 0 {
+            return NO_SEQUENCE;
+        }
+        let last = self.base_sequence as i64 + self.last_offset_delta as i64;
+        if last > i32::MAX as i64 {
+            (last - i32::MAX as i64 - 1) as i32
+        } else {
+            last as i32
+        }
+    }
+}
+
+/// CRC-32C of a batch's checksummed region (attributes to end).
+pub fn compute_crc(batch: &[u8]) -> u32 {
+    crc32c::crc32c(&batch[21..])
+}
+
+/// Validates one complete batch occupying exactly `batch` (as a producer sends
+/// it, or as it sits in a log): length, magic, CRC, compression codec, and a
+/// record count that the bytes could hold. `strict_offsets` additionally
+/// requires `lastOffsetDelta == recordCount - 1`, which holds for every batch a
+/// producer writes (compaction may later leave gaps, so logs are checked without it).
+pub fn validate_batch(batch: &[u8], strict_offsets: bool) -> Result<BatchHeader, BatchError> {
+    let h = BatchHeader::parse(batch)?;
+    if h.batch_length < (BATCH_HEADER_LEN - LOG_OVERHEAD) as i32 {
+        return Err(BatchError::BadLength(h.batch_length));
+    }
+    if h.total_size() != batch.len() {
+        return Err(BatchError::Truncated {
+            needed: h.total_size(),
+            available: batch.len(),
+        });
+    }
+    if h.magic != 2 {
+        return Err(BatchError::UnsupportedMagic(h.magic));
+    }
+    let computed = compute_crc(batch);
+    if computed != h.crc {
+        return Err(BatchError::CrcMismatch {
+            stored: h.crc,
+            computed,
+        });
+    }
+    if h.compression().is_none() {
+        return Err(BatchError::UnknownCompression(h.compression_code()));
+    }
+    let record_bytes = batch.len() - BATCH_HEADER_LEN;
+    let uncompressed = h.compression_code() == 0;
+    if h.record_count < 0
+        || (uncompressed && h.record_count as usize * MIN_RECORD_LEN > record_bytes)
+        || (h.record_count == 0 && !h.is_control() && strict_offsets)
+    {
+        return Err(BatchError::BadRecordCount {
+            count: h.record_count,
+            bytes: record_bytes,
+        });
+    }
+    if h.last_offset_delta < 0
+        || (strict_offsets && h.record_count > 0 && h.last_offset_delta != h.record_count - 1)
+    {
+        return Err(BatchError::OffsetDeltaMismatch {
+            last_offset_delta: h.last_offset_delta,
+            count: h.record_count,
+        });
+    }
+    Ok(h)
+}
+
+/// Walks the batches laid end to end in `bytes`, yielding `(position, header)`
+/// for each whole batch. It stops at the first incomplete or malformed header
+/// and records where in [`BatchIter::stopped_at`]; CRCs are not checked here
+/// (use [`validate_batch`] on the slice when that is wanted).
+pub struct BatchIter<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+    stopped: Option<(usize, BatchError)>,
+}
+
+impl<'a> BatchIter<'a> {
+    pub fn new(bytes: &'a [u8]) -> Self {
+        Self {
+            bytes,
+            pos: 0,
+            stopped: None,
+        }
+    }
+
+    /// Position and reason the iteration stopped early, if it did.
+    pub fn stopped_at(&self) -> Option<&(usize, BatchError)> {
+        self.stopped.as_ref()
+    }
+
+    /// Bytes consumed by the whole batches yielded so far.
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+}
+
+impl Iterator for BatchIter<'_> {
+    type Item = (usize, BatchHeader);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.stopped.is_some() || self.pos >= self.bytes.len() {
+            return None;
+        }
+        let rest = &self.bytes[self.pos..];
+        let h = match BatchHeader::parse(rest) {
+            Ok(h) => h,
+            Err(e) => {
+                self.stopped = Some((self.pos, e));
+                return None;
+            }
+        };
+        if h.batch_length < (BATCH_HEADER_LEN - LOG_OVERHEAD) as i32 {
+            self.stopped = Some((self.pos, BatchError::BadLength(h.batch_length)));
+            return None;
+        }
+        if h.total_size() > rest.len() {
+            self.stopped = Some((
+                self.pos,
+                BatchError::Truncated {
+                    needed: h.total_size(),
+                    available: rest.len(),
+                },
+            ));
+            return None;
+        }
+        let at = self.pos;
+        self.pos += h.total_size();
+        Some((at, h))
+    }
+}
+
+/// Overwrites a batch's base offset (not covered by the CRC).
+pub fn set_base_offset(batch: &mut [u8], base_offset: i64) {
+    batch[0..8].copy_from_slice(&base_offset.to_be_bytes());
+}
+
+/// Overwrites a batch's partition leader epoch (not covered by the CRC).
+pub fn set_partition_leader_epoch(batch: &mut [u8], epoch: i32) {
+    batch[12..16].copy_from_slice(&epoch.to_be_bytes());
+}
+
+/// Switches a batch to LogAppendTime with the given broker timestamp and
+/// recomputes its CRC (`message.timestamp.type=LogAppendTime`).
+pub fn set_log_append_time(batch: &mut [u8], timestamp: i64) {
+    let attrs = be_i16(batch, 21) | ATTR_TIMESTAMP_TYPE;
+    batch[21..23].copy_from_slice(&attrs.to_be_bytes());
+    batch[35..43].copy_from_slice(&timestamp.to_be_bytes());
+    let crc = compute_crc(batch);
+    batch[17..21].copy_from_slice(&crc.to_be_bytes());
+}
+
+/// Encodes records into one or more v2 batches with the given codec. Offsets
+/// in the records are relative to each other; the broker assigns real ones.
+pub fn encode_records(records: &[Record], compression: Compression) -> Result<Bytes, BatchError> {
+    let mut out = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut out,
+        records.iter(),
+        &RecordEncodeOptions {
+            version: 2,
+            compression,
+        },
+    )
+    .map_err(|e| BatchError::Decode(e.to_string()))?;
+    Ok(out.freeze())
+}
+
+/// Decodes every record in a sequence of batches, validating each batch's
+/// header and CRC before its records are decompressed and read.
+pub fn decode_records(bytes: &Bytes) -> Result<Vec<Record>, BatchError> {
+    let mut out = Vec::new();
+    let mut iter = BatchIter::new(bytes);
+    for (at, h) in iter.by_ref() {
+        let slice = bytes.slice(at..at + h.total_size());
+        validate_batch(&slice, false)?;
+        let mut buf = slice;
+        let set =
+            RecordBatchDecoder::decode(&mut buf).map_err(|e| BatchError::Decode(e.to_string()))?;
+        out.extend(set.records);
+    }
+    if let Some((_, e)) = iter.stopped_at() {
+        return Err(e.clone());
+    }
+    Ok(out)
+}
+
+/// A record with the fields a producer sets; batch-level fields take the
+/// values of a non-idempotent, non-transactional producer.
+///
+/// `kafka-protocol`'s encoder keeps records in one batch while
+/// `offset - sequence` stays constant and derives the batch's base sequence
+/// from the first record, so a non-idempotent record carries
+/// `sequence = NO_SEQUENCE + offset_delta` (base sequence -1 on the wire).
+pub fn simple_record(
+    offset_delta: i64,
+    timestamp: i64,
+    key: Option<Bytes>,
+    value: Option<Bytes>,
+) -> Record {
+    Record {
+        transactional: false,
+        control: false,
+        delete_horizon: false,
+        partition_leader_epoch: NO_PARTITION_LEADER_EPOCH,
+        producer_id: NO_PRODUCER_ID,
+        producer_epoch: NO_PRODUCER_EPOCH,
+        timestamp_type: TimestampType::Creation,
+        offset: offset_delta,
+        sequence: NO_SEQUENCE.wrapping_add(offset_delta as i32),
+        timestamp,
+        key,
+        value,
+        headers: Default::default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(n: usize) -> Vec<Record> {
+        (0..n)
+            .map(|i| {
+                simple_record(
+                    i as i64,
+                    1_700_000_000_000 + i as i64,
+                    Some(Bytes::from(format!("key-{i}"))),
+                    Some(Bytes::from(format!("value-{i}-{}", "x".repeat(i % 50)))),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_codec_round_trips_and_validates() {
+        let records = sample(100);
+        for codec in [
+            Compression::None,
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ] {
+            let bytes = encode_records(&records, codec).unwrap();
+            let h = validate_batch(&bytes, true).unwrap();
+            assert_eq!(h.compression(), Some(codec));
+            assert_eq!(h.record_count, 100);
+            assert_eq!(h.last_offset_delta, 99);
+            let back = decode_records(&bytes).unwrap();
+            assert_eq!(back.len(), 100);
+            assert_eq!(back[7].key.as_deref(), Some(&b"key-7"[..]));
+            assert_eq!(back[99].value, records[99].value);
+        }
+    }
+
+    #[test]
+    fn stamping_offset_and_epoch_keeps_crc_valid() {
+        let mut bytes = encode_records(&sample(3), Compression::None)
+            .unwrap()
+            .to_vec();
+        set_base_offset(&mut bytes, 1234);
+        set_partition_leader_epoch(&mut bytes, 7);
+        let h = validate_batch(&bytes, true).unwrap();
+        assert_eq!(h.base_offset, 1234);
+        assert_eq!(h.partition_leader_epoch, 7);
+        assert_eq!(h.next_offset(), 1237);
+        set_log_append_time(&mut bytes, 42);
+        let h = validate_batch(&bytes, true).unwrap();
+        assert_eq!(h.max_timestamp, 42);
+        assert_eq!(h.timestamp_type(), TimestampType::LogAppend);
+    }
+
+    #[test]
+    fn detects_corruption_and_lies() {
+        let good = encode_records(&sample(5), Compression::None)
+            .unwrap()
+            .to_vec();
+        let mut flipped = good.clone();
+        let last = flipped.len() - 1;
+        flipped[last] ^= 0xff;
+        assert!(matches!(
+            validate_batch(&flipped, true),
+            Err(BatchError::CrcMismatch { .. })
+        ));
+        let mut magic = good.clone();
+        magic[16] = 1;
+        assert_eq!(
+            validate_batch(&magic, true),
+            Err(BatchError::UnsupportedMagic(1))
+        );
+        assert!(matches!(
+            validate_batch(&good[..good.len() - 3], true),
+            Err(BatchError::Truncated { .. })
+        ));
+        let mut count = good.clone();
+        count[57..61].copy_from_slice(&i32::MAX.to_be_bytes());
+        let crc = compute_crc(&count);
+        count[17..21].copy_from_slice(&crc.to_be_bytes());
+        assert!(matches!(
+            validate_batch(&count, true),
+            Err(BatchError::BadRecordCount { .. })
+        ));
+        let mut len = good.clone();
+        len[8..12].copy_from_slice(&(-1i32).to_be_bytes());
+        assert_eq!(validate_batch(&len, true), Err(BatchError::BadLength(-1)));
+    }
+
+    #[test]
+    fn iterates_batches_and_stops_at_a_torn_tail() {
+        let a = encode_records(&sample(2), Compression::None).unwrap();
+        let b = encode_records(&sample(4), Compression::Lz4).unwrap();
+        let mut log = a.to_vec();
+        log.extend_from_slice(&b);
+        log.extend_from_slice(&a[..30]);
+        let mut it = BatchIter::new(&log);
+        let seen: Vec<_> = it.by_ref().map(|(at, h)| (at, h.record_count)).collect();
+        assert_eq!(seen, vec![(0, 2), (a.len(), 4)]);
+        assert_eq!(it.position(), a.len() + b.len());
+        assert!(matches!(
+            it.stopped_at(),
+            Some((_, BatchError::Truncated { .. }))
+        ));
+    }
+
+    #[test]
+    fn sequences_wrap() {
+        let mut h =
+            BatchHeader::parse(&encode_records(&sample(3), Compression::None).unwrap()).unwrap();
+        h.base_sequence = i32::MAX - 1;
+        h.last_offset_delta = 2;
+        assert_eq!(h.last_sequence(), 0);
+    }
+}
