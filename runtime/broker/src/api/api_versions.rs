@@ -1,0 +1,79 @@
+//! ApiVersions (key 18): the versions of every API this broker serves.
+//!
+//! KIP-511: a request of a version newer than the broker knows is answered
+//! with a v0 response carrying UNSUPPORTED_VERSION and ApiVersions' own range,
+//! so the client can retry with a version both sides speak; v3+ requests must name
+//! the client software with Kafka's pattern, else INVALID_REQUEST.
+
+use rill_protocol::kafka_protocol::messages::api_versions_response::ApiVersion;
+use rill_protocol::kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
+use rill_protocol::ErrorCode;
+
+use super::{Ctx, SUPPORTED};
+
+fn table() -> Vec<ApiVersion> {
+    SUPPORTED
+        .iter()
+        .map(|&(k, lo, hi)| {
+            ApiVersion::default()
+                .with_api_key(k as i16)
+                .with_min_version(lo)
+                .with_max_version(hi)
+        })
+        .collect()
+}
+
+/// Kafka's `[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?` for client software names and versions.
+fn valid_software_field(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || *c == b'-' || *c == b'.')
+}
+
+pub(super) fn handle(ctx: &Ctx<'_>, req: ApiVersionsRequest) -> ApiVersionsResponse {
+    let mut resp = ApiVersionsResponse::default().with_api_keys(table());
+    if ctx.version >= 3
+        && !(valid_software_field(&req.client_software_name)
+            && valid_software_field(&req.client_software_version))
+    {
+        tracing::debug!(
+            name = %req.client_software_name,
+            version = %req.client_software_version,
+            "ApiVersions with invalid client software name or version"
+        );
+        resp.error_code = ErrorCode::InvalidRequest.code();
+    }
+    resp
+}
+
+/// The v0 answer to an ApiVersions request of an unknown version: like
+/// Kafka, it lists only ApiVersions' own range, enough for the client to
+/// retry with a version both sides speak.
+pub(crate) fn unsupported_version_response() -> ApiVersionsResponse {
+    ApiVersionsResponse::default()
+        .with_error_code(ErrorCode::UnsupportedVersion.code())
+        .with_api_keys(
+            table()
+                .into_iter()
+                .filter(|k| k.api_key == rill_protocol::ApiKey::ApiVersions as i16)
+                .collect(),
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn software_names_follow_kafkas_pattern() {
+        assert!(valid_software_field("apache-kafka-java"));
+        assert!(valid_software_field("4.1.1"));
+        assert!(valid_software_field("librdkafka"));
+        assert!(!valid_software_field(""));
+        assert!(!valid_software_field("-x"));
+        assert!(!valid_software_field("a b"));
+    }
+}

@@ -1,0 +1,94 @@
+//! FindCoordinator (key 10): the node leading the offsets-topic partition a
+//! group hashes to; batched keys from v4. Only group keys (type 0) are served:
+//! transaction coordinators do not exist here (TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+//! non-retriable) and share-group keys (type 2) are INVALID_REQUEST.
+
+use rill_protocol::kafka_protocol::messages::find_coordinator_response::Coordinator;
+use rill_protocol::kafka_protocol::messages::{FindCoordinatorRequest, FindCoordinatorResponse};
+use rill_protocol::{ErrorCode, StrBytes};
+
+use super::{broker_id, sb, Ctx};
+
+fn lookup(
+    ctx: &Ctx<'_>,
+    key: &str,
+    key_type: i8,
+) -> Result<(i32, String, i32), (ErrorCode, String)> {
+    match key_type {
+        0 => {}
+        1 => {
+            return Err((
+                ErrorCode::TransactionalIdAuthorizationFailed,
+                "transactions are not supported by the embedded broker".into(),
+            ))
+        }
+        t => {
+            return Err((
+                ErrorCode::InvalidRequest,
+                format!("coordinator key type {t} is not supported"),
+            ))
+        }
+    }
+    if key.is_empty() {
+        return Err((
+            ErrorCode::InvalidRequest,
+            "group id must not be empty".into(),
+        ));
+    }
+    let node = ctx.broker.coordinator_node(key).ok_or((
+        ErrorCode::CoordinatorNotAvailable,
+        format!("no live coordinator for group '{key}'"),
+    ))?;
+    let meta = ctx.broker.metadata();
+    let n = meta.nodes.get(&node).filter(|n| n.alive).ok_or((
+        ErrorCode::CoordinatorNotAvailable,
+        format!("coordinator node {node} is down"),
+    ))?;
+    Ok((n.id, n.host.clone(), n.port as i32))
+}
+
+pub(super) fn handle(ctx: &Ctx<'_>, req: FindCoordinatorRequest) -> FindCoordinatorResponse {
+    let v = ctx.version;
+    let key_type = if v >= 1 { req.key_type } else { 0 };
+    let mut resp = FindCoordinatorResponse::default();
+    if v >= 4 {
+        resp.coordinators = req
+            .coordinator_keys
+            .iter()
+            .map(|k: &StrBytes| {
+                let mut c = Coordinator::default().with_key(k.clone());
+                match lookup(ctx, k, key_type) {
+                    Ok((id, host, port)) => {
+                        c.node_id = broker_id(id);
+                        c.host = sb(host);
+                        c.port = port;
+                    }
+                    Err((code, msg)) => {
+                        c.node_id = broker_id(-1);
+                        c.port = -1;
+                        c.error_code = code.code();
+                        c.error_message = Some(sb(msg));
+                    }
+                }
+                c
+            })
+            .collect();
+        return resp;
+    }
+    match lookup(ctx, &req.key, key_type) {
+        Ok((id, host, port)) => {
+            resp.node_id = broker_id(id);
+            resp.host = sb(host);
+            resp.port = port;
+        }
+        Err((code, msg)) => {
+            resp.error_code = code.code();
+            resp.node_id = broker_id(-1);
+            resp.port = -1;
+            if v >= 1 {
+                resp.error_message = Some(sb(msg));
+            }
+        }
+    }
+    resp
+}

@@ -1,0 +1,173 @@
+//! Kafka APIs, one module per API key (as in tansu): each turns a decoded
+//! request into its response using the shared [`Broker`] state.
+//!
+//! Invariants:
+//! - [`SUPPORTED`] is the single table of API versions this broker accepts and
+//!   advertises in ApiVersions; a version outside it never reaches a handler.
+//! - Handlers only set response fields that exist in the request's version
+//!   (`kafka-protocol` refuses to encode the rest), and report per-partition
+//!   problems in per-partition error codes, as Kafka does, rather than failing
+//!   the whole request.
+//! - A handler returns `Ok(None)` only for produce with `acks=0`, which Kafka
+//!   never answers.
+
+mod api_versions;
+mod create_partitions;
+mod create_topics;
+mod delete_records;
+mod delete_topics;
+mod describe_cluster;
+mod describe_configs;
+mod fetch;
+mod find_coordinator;
+mod init_producer_id;
+mod list_offsets;
+mod metadata;
+mod offset_commit;
+mod offset_fetch;
+mod offset_for_leader_epoch;
+mod produce;
+
+use std::sync::Arc;
+
+use rill_protocol::kafka_protocol::messages::{BrokerId, TopicName};
+use rill_protocol::{ApiKey, ErrorCode, RequestKind, ResponseKind, StrBytes};
+
+use crate::broker::Broker;
+use crate::metadata::{PartitionMeta, TopicMeta};
+
+pub(crate) use api_versions::unsupported_version_response;
+
+/// API keys and version ranges this broker serves: Kafka 4.1's ranges,
+/// capped by what `kafka-protocol` can encode.
+pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::Produce, 3, 13),
+    (ApiKey::Fetch, 4, 18),
+    (ApiKey::ListOffsets, 1, 10),
+    (ApiKey::Metadata, 0, 13),
+    (ApiKey::OffsetCommit, 2, 9),
+    (ApiKey::OffsetFetch, 1, 9),
+    (ApiKey::FindCoordinator, 0, 6),
+    (ApiKey::ApiVersions, 0, 4),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::DeleteRecords, 0, 2),
+    (ApiKey::InitProducerId, 0, 5),
+    (ApiKey::OffsetForLeaderEpoch, 2, 4),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::DescribeCluster, 0, 2),
+];
+
+/// The accepted version range of an API, `None` if the API is not served.
+pub fn supported(key: ApiKey) -> Option<(i16, i16)> {
+    SUPPORTED
+        .iter()
+        .find(|(k, _, _)| *k == key)
+        .map(|&(_, lo, hi)| (lo, hi))
+}
+
+/// What a handler knows about the request it serves.
+pub(crate) struct Ctx<'a> {
+    pub broker: &'a Arc<Broker>,
+    pub node_id: i32,
+    pub version: i16,
+    pub client_id: &'a str,
+    pub client_host: &'a str,
+}
+
+/// A request Kafka would not answer: the connection is closed.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct CloseConnection(pub String);
+
+pub(crate) type HandlerResult = Result<Option<ResponseKind>, CloseConnection>;
+
+pub(crate) async fn handle(ctx: &Ctx<'_>, body: RequestKind) -> HandlerResult {
+    let r = match body {
+        RequestKind::ApiVersions(r) => ResponseKind::ApiVersions(api_versions::handle(ctx, r)),
+        RequestKind::Metadata(r) => ResponseKind::Metadata(metadata::handle(ctx, r)),
+        RequestKind::Produce(r) => return Ok(produce::handle(ctx, r).map(ResponseKind::Produce)),
+        RequestKind::Fetch(r) => ResponseKind::Fetch(fetch::handle(ctx, r).await),
+        RequestKind::ListOffsets(r) => ResponseKind::ListOffsets(list_offsets::handle(ctx, r)),
+        RequestKind::CreateTopics(r) => ResponseKind::CreateTopics(create_topics::handle(ctx, r)),
+        RequestKind::DeleteTopics(r) => ResponseKind::DeleteTopics(delete_topics::handle(ctx, r)),
+        RequestKind::CreatePartitions(r) => {
+            ResponseKind::CreatePartitions(create_partitions::handle(ctx, r))
+        }
+        RequestKind::InitProducerId(r) => {
+            ResponseKind::InitProducerId(init_producer_id::handle(ctx, r))
+        }
+        RequestKind::FindCoordinator(r) => {
+            ResponseKind::FindCoordinator(find_coordinator::handle(ctx, r))
+        }
+        RequestKind::OffsetCommit(r) => ResponseKind::OffsetCommit(offset_commit::handle(ctx, r)),
+        RequestKind::OffsetFetch(r) => ResponseKind::OffsetFetch(offset_fetch::handle(ctx, r)),
+        RequestKind::DeleteRecords(r) => {
+            ResponseKind::DeleteRecords(delete_records::handle(ctx, r))
+        }
+        RequestKind::DescribeConfigs(r) => {
+            ResponseKind::DescribeConfigs(describe_configs::handle(ctx, r))
+        }
+        RequestKind::DescribeCluster(r) => {
+            ResponseKind::DescribeCluster(describe_cluster::handle(ctx, r))
+        }
+        RequestKind::OffsetForLeaderEpoch(r) => {
+            ResponseKind::OffsetForLeaderEpoch(offset_for_leader_epoch::handle(ctx, r))
+        }
+        other => {
+            // Unreachable: the server only decodes APIs listed in SUPPORTED.
+            return Err(CloseConnection(format!("API {other:?} is not served")));
+        }
+    };
+    Ok(Some(r))
+}
+
+pub(crate) fn sb(s: impl Into<String>) -> StrBytes {
+    StrBytes::from_string(s.into())
+}
+
+pub(crate) fn topic_name(s: &str) -> TopicName {
+    TopicName(sb(s))
+}
+
+pub(crate) fn broker_id(id: i32) -> BrokerId {
+    BrokerId(id)
+}
+
+/// Where a partition stands for a request that must reach its leader.
+pub(crate) enum PartitionCheck {
+    Ok(PartitionMeta),
+    Err(ErrorCode, Option<PartitionMeta>),
+}
+
+/// Resolves a partition of a known topic and checks that `node_id` leads it
+/// and that the client's leader epoch (when given, KIP-320) is current.
+pub(crate) fn check_leader(
+    topic: &TopicMeta,
+    partition: i32,
+    node_id: i32,
+    client_epoch: i32,
+) -> PartitionCheck {
+    let Some(p) = usize::try_from(partition)
+        .ok()
+        .and_then(|i| topic.partitions.get(i))
+    else {
+        return PartitionCheck::Err(ErrorCode::UnknownTopicOrPartition, None);
+    };
+    if p.leader == -1 {
+        return PartitionCheck::Err(ErrorCode::LeaderNotAvailable, Some(p.clone()));
+    }
+    if client_epoch >= 0 {
+        if client_epoch > p.leader_epoch {
+            return PartitionCheck::Err(ErrorCode::UnknownLeaderEpoch, Some(p.clone()));
+        }
+        if client_epoch < p.leader_epoch {
+            return PartitionCheck::Err(ErrorCode::FencedLeaderEpoch, Some(p.clone()));
+        }
+    }
+    if p.leader != node_id {
+        return PartitionCheck::Err(ErrorCode::NotLeaderOrFollower, Some(p.clone()));
+    }
+    PartitionCheck::Ok(p.clone())
+}

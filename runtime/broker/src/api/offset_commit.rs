@@ -1,0 +1,97 @@
+//! OffsetCommit (key 8): stores a group's consumed offsets durably.
+//!
+//! Checks, as Kafka: this node must coordinate the group (NOT_COORDINATOR),
+//! the group id must be non-empty (INVALID_GROUP_ID), each topic must exist
+//! (UNKNOWN_TOPIC_OR_PARTITION) and metadata must fit
+//! `offset.metadata.max.bytes` (OFFSET_METADATA_TOO_LARGE). A group with no
+//! live members accepts commits only from "simple" consumers (generation -1,
+//! no member id); a generation ≥ 0 names a group membership the coordinator
+//! does not have (ILLEGAL_GENERATION).
+
+use rill_protocol::kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use rill_protocol::kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse};
+use rill_protocol::ErrorCode;
+
+use super::Ctx;
+use crate::broker::now_ms;
+use crate::coordinator::{CommittedOffset, OFFSET_METADATA_MAX_BYTES};
+
+pub(super) fn handle(ctx: &Ctx<'_>, req: OffsetCommitRequest) -> OffsetCommitResponse {
+    let group = req.group_id.to_string();
+    let group_error = if group.is_empty() {
+        Some(ErrorCode::InvalidGroupId)
+    } else if ctx.broker.coordinator_node(&group) != Some(ctx.node_id) {
+        Some(ErrorCode::NotCoordinator)
+    } else if req.generation_id_or_member_epoch >= 0 || !req.member_id.is_empty() {
+        Some(ErrorCode::IllegalGeneration)
+    } else {
+        None
+    };
+    let now = now_ms();
+    let mut commits = Vec::new();
+    let mut resp = OffsetCommitResponse::default();
+    for t in &req.topics {
+        let exists = ctx
+            .broker
+            .metadata()
+            .topic(&t.name)
+            .map(|m| m.partitions.len());
+        let mut tr = OffsetCommitResponseTopic::default().with_name(t.name.clone());
+        for p in &t.partitions {
+            let code = if let Some(e) = group_error {
+                Some(e)
+            } else if exists
+                .is_none_or(|n| p.partition_index < 0 || p.partition_index as usize >= n)
+            {
+                Some(ErrorCode::UnknownTopicOrPartition)
+            } else if p
+                .committed_metadata
+                .as_ref()
+                .is_some_and(|m| m.len() > OFFSET_METADATA_MAX_BYTES)
+            {
+                Some(ErrorCode::OffsetMetadataTooLarge)
+            } else {
+                commits.push((
+                    t.name.to_string(),
+                    p.partition_index,
+                    CommittedOffset {
+                        offset: p.committed_offset,
+                        leader_epoch: if ctx.version >= 6 {
+                            p.committed_leader_epoch
+                        } else {
+                            -1
+                        },
+                        metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
+                        commit_timestamp: now,
+                    },
+                ));
+                None
+            };
+            tr.partitions.push(
+                OffsetCommitResponsePartition::default()
+                    .with_partition_index(p.partition_index)
+                    .with_error_code(code.map_or(0, |c| c.code())),
+            );
+        }
+        resp.topics.push(tr);
+    }
+    if !commits.is_empty() {
+        if let Err(e) = ctx
+            .broker
+            .coordinator
+            .commit_offsets(ctx.broker, &group, commits)
+        {
+            tracing::warn!(group, error = %e, "offset commit could not be persisted");
+            for tr in &mut resp.topics {
+                for pr in &mut tr.partitions {
+                    if pr.error_code == 0 {
+                        pr.error_code = ErrorCode::CoordinatorNotAvailable.code();
+                    }
+                }
+            }
+        }
+    }
+    resp
+}

@@ -1,0 +1,137 @@
+//! OffsetFetch (key 9): a group's committed offsets, for listed partitions or
+//! all (null topics); one group per request before v8, batched groups from v8.
+//! A partition without a commit reads offset -1 with empty metadata.
+
+use rill_protocol::kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+};
+use rill_protocol::kafka_protocol::messages::{GroupId, OffsetFetchRequest, OffsetFetchResponse};
+use rill_protocol::ErrorCode;
+
+use super::{sb, topic_name, Ctx};
+use crate::coordinator::CommittedOffset;
+
+type Fetched = Vec<(String, i32, Option<CommittedOffset>)>;
+
+fn fetch(
+    ctx: &Ctx<'_>,
+    group: &str,
+    wanted: Option<Vec<(String, Vec<i32>)>>,
+) -> Result<Fetched, ErrorCode> {
+    if group.is_empty() {
+        return Err(ErrorCode::InvalidGroupId);
+    }
+    if ctx.broker.coordinator_node(group) != Some(ctx.node_id) {
+        return Err(ErrorCode::NotCoordinator);
+    }
+    Ok(ctx
+        .broker
+        .coordinator
+        .fetch_offsets(group, wanted.as_deref()))
+}
+
+/// Groups fetched rows by topic, keeping first-seen order.
+fn by_topic(rows: Fetched) -> Vec<(String, Vec<(i32, Option<CommittedOffset>)>)> {
+    let mut out: Vec<(String, Vec<(i32, Option<CommittedOffset>)>)> = Vec::new();
+    for (t, p, c) in rows {
+        match out.iter_mut().find(|(n, _)| *n == t) {
+            Some((_, v)) => v.push((p, c)),
+            None => out.push((t, vec![(p, c)])),
+        }
+    }
+    out
+}
+
+pub(super) fn handle(ctx: &Ctx<'_>, req: OffsetFetchRequest) -> OffsetFetchResponse {
+    let v = ctx.version;
+    let mut resp = OffsetFetchResponse::default();
+    if v < 8 {
+        let wanted = req.topics.map(|ts| {
+            ts.into_iter()
+                .map(|t| (t.name.to_string(), t.partition_indexes))
+                .collect()
+        });
+        match fetch(ctx, &req.group_id, wanted) {
+            Ok(rows) => {
+                resp.topics = by_topic(rows)
+                    .into_iter()
+                    .map(|(t, ps)| {
+                        OffsetFetchResponseTopic::default()
+                            .with_name(topic_name(&t))
+                            .with_partitions(
+                                ps.into_iter()
+                                    .map(|(p, c)| {
+                                        let mut r = OffsetFetchResponsePartition::default()
+                                            .with_partition_index(p)
+                                            .with_committed_offset(
+                                                c.as_ref().map_or(-1, |c| c.offset),
+                                            )
+                                            .with_metadata(Some(sb(c
+                                                .as_ref()
+                                                .and_then(|c| c.metadata.clone())
+                                                .unwrap_or_default())));
+                                        if v >= 5 {
+                                            r.committed_leader_epoch =
+                                                c.as_ref().map_or(-1, |c| c.leader_epoch);
+                                        }
+                                        r
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect();
+            }
+            Err(code) => {
+                if v >= 2 {
+                    resp.error_code = code.code();
+                } else {
+                    // v1 has no top-level error: report it on every partition asked for.
+                    resp.topics = Vec::new();
+                }
+            }
+        }
+        return resp;
+    }
+    for g in req.groups {
+        let mut gr =
+            OffsetFetchResponseGroup::default().with_group_id(GroupId(g.group_id.0.clone()));
+        let wanted = g.topics.map(|ts| {
+            ts.into_iter()
+                .map(|t| (t.name.to_string(), t.partition_indexes))
+                .collect()
+        });
+        match fetch(ctx, &g.group_id, wanted) {
+            Ok(rows) => {
+                gr.topics = by_topic(rows)
+                    .into_iter()
+                    .map(|(t, ps)| {
+                        OffsetFetchResponseTopics::default()
+                            .with_name(topic_name(&t))
+                            .with_partitions(
+                                ps.into_iter()
+                                    .map(|(p, c)| {
+                                        OffsetFetchResponsePartitions::default()
+                                            .with_partition_index(p)
+                                            .with_committed_offset(
+                                                c.as_ref().map_or(-1, |c| c.offset),
+                                            )
+                                            .with_committed_leader_epoch(
+                                                c.as_ref().map_or(-1, |c| c.leader_epoch),
+                                            )
+                                            .with_metadata(Some(sb(c
+                                                .as_ref()
+                                                .and_then(|c| c.metadata.clone())
+                                                .unwrap_or_default())))
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect();
+            }
+            Err(code) => gr.error_code = code.code(),
+        }
+        resp.groups.push(gr);
+    }
+    resp
+}

@@ -1,0 +1,163 @@
+//! Produce (key 0): appends one record batch per partition.
+//!
+//! Per partition, in Kafka's order of checks: the topic must exist (by name,
+//! or by id from v13, UNKNOWN_TOPIC_ID), must not be internal, the partition
+//! must exist and be led by this node (NOT_LEADER_OR_FOLLOWER, with the
+//! current leader from v10, KIP-951), `acks=all` needs `min.insync.replicas`
+//! live replicas (NOT_ENOUGH_REPLICAS), then the log validates the batch (CRC,
+//! magic, size, timestamps, keys on compacted topics, producer sequence).
+//! `acks` other than -1, 0, 1 is INVALID_REQUIRED_ACKS; transactional
+//! produce is refused (transactions are not supported by the embedded broker).
+//! With `acks=0` nothing is sent back, as in Kafka.
+
+use rill_protocol::kafka_protocol::messages::produce_response::{
+    LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
+};
+use rill_protocol::kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+use rill_protocol::ErrorCode;
+use tracing::debug;
+
+use super::{broker_id, check_leader, sb, Ctx, PartitionCheck};
+use crate::broker::{now_ms, OFFSETS_TOPIC};
+
+fn failed(
+    v: i16,
+    index: i32,
+    code: ErrorCode,
+    message: Option<String>,
+) -> PartitionProduceResponse {
+    let mut r = PartitionProduceResponse::default()
+        .with_index(index)
+        .with_error_code(code.code())
+        .with_base_offset(-1);
+    if v >= 8 {
+        r.error_message = message.map(sb);
+    }
+    r
+}
+
+pub(super) fn handle(ctx: &Ctx<'_>, req: ProduceRequest) -> Option<ProduceResponse> {
+    let v = ctx.version;
+    let acks = req.acks;
+    let mut leader_hints = std::collections::BTreeSet::new();
+    let mut responses = Vec::with_capacity(req.topic_data.len());
+    for td in req.topic_data {
+        let topic = if v >= 13 {
+            ctx.broker.metadata().topic_by_id(&td.topic_id).cloned()
+        } else {
+            ctx.broker.metadata().topic(&td.name).cloned()
+        };
+        let mut tr = TopicProduceResponse::default();
+        if v >= 13 {
+            tr.topic_id = td.topic_id;
+        } else {
+            tr.name = td.name.clone();
+        }
+        for pd in td.partition_data {
+            let idx = pd.index;
+            let r = (|| {
+                if !matches!(acks, -1..=1) {
+                    return failed(
+                        v,
+                        idx,
+                        ErrorCode::InvalidRequiredAcks,
+                        Some(format!("acks={acks} is not -1, 0 or 1")),
+                    );
+                }
+                if req.transactional_id.is_some() {
+                    return failed(
+                        v,
+                        idx,
+                        ErrorCode::TransactionalIdAuthorizationFailed,
+                        Some("transactions are not supported by the embedded broker".into()),
+                    );
+                }
+                let Some(t) = &topic else {
+                    let code = if v >= 13 {
+                        ErrorCode::UnknownTopicId
+                    } else {
+                        ErrorCode::UnknownTopicOrPartition
+                    };
+                    return failed(v, idx, code, None);
+                };
+                if t.name == OFFSETS_TOPIC {
+                    return failed(
+                        v,
+                        idx,
+                        ErrorCode::InvalidTopicException,
+                        Some(format!("cannot append to internal topic {OFFSETS_TOPIC}")),
+                    );
+                }
+                let p = match check_leader(t, idx, ctx.node_id, -1) {
+                    PartitionCheck::Ok(p) => p,
+                    PartitionCheck::Err(code, p) => {
+                        let mut r = failed(v, idx, code, None);
+                        if let (true, Some(p)) =
+                            (v >= 10 && code == ErrorCode::NotLeaderOrFollower, p)
+                        {
+                            r.current_leader = LeaderIdAndEpoch::default()
+                                .with_leader_id(broker_id(p.leader))
+                                .with_leader_epoch(p.leader_epoch);
+                            leader_hints.insert(p.leader);
+                        }
+                        return r;
+                    }
+                };
+                let Some(log) = ctx.broker.log(&t.name, idx) else {
+                    return failed(v, idx, ErrorCode::UnknownTopicOrPartition, None);
+                };
+                if acks == -1 {
+                    let min_isr = log.settings().min_insync_replicas;
+                    if p.isr.len() < min_isr {
+                        return failed(
+                            v,
+                            idx,
+                            ErrorCode::NotEnoughReplicas,
+                            Some(format!("{}-{idx} has {} in-sync replicas, min.insync.replicas is {min_isr}", t.name, p.isr.len())),
+                        );
+                    }
+                }
+                let Some(records) = pd.records else {
+                    return failed(v, idx, ErrorCode::InvalidRecord, Some("no records".into()));
+                };
+                match log.append(records.to_vec(), p.leader_epoch, now_ms()) {
+                    Ok(info) => {
+                        let mut r = PartitionProduceResponse::default()
+                            .with_index(idx)
+                            .with_base_offset(info.base_offset)
+                            .with_log_append_time_ms(info.log_append_time);
+                        if v >= 5 {
+                            r.log_start_offset = info.log_start_offset;
+                        }
+                        r
+                    }
+                    Err(e) => {
+                        debug!(client = ctx.client_id, error = %e, "produce rejected");
+                        failed(v, idx, e.code, Some(e.message))
+                    }
+                }
+            })();
+            tr.partition_responses.push(r);
+        }
+        responses.push(tr);
+    }
+    if acks == 0 {
+        return None;
+    }
+    let mut resp = ProduceResponse::default().with_responses(responses);
+    if v >= 10 && !leader_hints.is_empty() {
+        let meta = ctx.broker.metadata();
+        resp.node_endpoints = leader_hints
+            .into_iter()
+            .filter_map(|id| meta.nodes.get(&id))
+            .map(|n| {
+                NodeEndpoint::default()
+                    .with_node_id(broker_id(n.id))
+                    .with_host(sb(n.host.clone()))
+                    .with_port(n.port as i32)
+                    .with_rack(n.rack.clone().map(sb))
+            })
+            .collect();
+    }
+    Some(resp)
+}

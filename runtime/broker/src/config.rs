@@ -1,0 +1,380 @@
+//! Broker and topic configuration, with Kafka's key names and defaults.
+//!
+//! Topic configs are stored as the overrides a user set (as Kafka stores them)
+//! and resolved against broker-level defaults into [`LogSettings`], the typed
+//! view the log uses. Every key is validated on CreateTopics and on the
+//! builder: an unknown key or a bad value is rejected with the key named
+//! (INVALID_CONFIG), never ignored.
+
+use std::collections::BTreeMap;
+
+/// How a topic config key is typed and bounded.
+#[derive(Debug, Clone, Copy)]
+pub enum ConfigKind {
+    Long {
+        min: i64,
+    },
+    Int {
+        min: i64,
+    },
+    Double,
+    Bool,
+    /// One of a fixed set of values.
+    Choice(&'static [&'static str]),
+    /// A comma-separated list drawn from a fixed set.
+    List(&'static [&'static str]),
+}
+
+/// One topic-level config key.
+#[derive(Debug, Clone, Copy)]
+pub struct ConfigDef {
+    pub name: &'static str,
+    pub default: &'static str,
+    pub kind: ConfigKind,
+    /// DescribeConfigs `config_type` (KIP-569): 1 BOOLEAN, 2 STRING, 3 INT, 4 SHORT, 5 LONG, 6 DOUBLE, 7 LIST.
+    pub wire_type: i8,
+    pub doc: &'static str,
+}
+
+const LONG_MAX: &str = "9223372036854775807";
+
+/// Topic-level keys the embedded broker honours, with Kafka 4.x defaults.
+pub const TOPIC_CONFIGS: &[ConfigDef] = &[
+    ConfigDef {
+        name: "cleanup.policy",
+        default: "delete",
+        kind: ConfigKind::List(&["delete", "compact"]),
+        wire_type: 7,
+        doc: "delete old segments, compact by key, or both",
+    },
+    ConfigDef {
+        name: "compression.type",
+        default: "producer",
+        kind: ConfigKind::Choice(&["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"]),
+        wire_type: 2,
+        doc: "codec the broker stores; 'producer' keeps the producer's",
+    },
+    ConfigDef {
+        name: "delete.retention.ms",
+        default: "86400000",
+        kind: ConfigKind::Long { min: 0 },
+        wire_type: 5,
+        doc: "how long tombstones survive compaction",
+    },
+    ConfigDef {
+        name: "file.delete.delay.ms",
+        default: "60000",
+        kind: ConfigKind::Long { min: 0 },
+        wire_type: 5,
+        doc: "delay before deleted segment files are removed",
+    },
+    ConfigDef {
+        name: "flush.messages",
+        default: LONG_MAX,
+        kind: ConfigKind::Long { min: 1 },
+        wire_type: 5,
+        doc: "fsync after this many messages",
+    },
+    ConfigDef {
+        name: "flush.ms",
+        default: LONG_MAX,
+        kind: ConfigKind::Long { min: 0 },
+        wire_type: 5,
+        doc: "fsync after this many milliseconds",
+    },
+    ConfigDef {
+        name: "index.interval.bytes",
+        default: "4096",
+        kind: ConfigKind::Int { min: 0 },
+        wire_type: 3,
+        doc: "bytes between offset index entries",
+    },
+    ConfigDef {
+        name: "max.compaction.lag.ms",
+        default: LONG_MAX,
+        kind: ConfigKind::Long { min: 1 },
+        wire_type: 5,
+        doc: "longest a record stays uncompacted",
+    },
+    ConfigDef {
+        name: "max.message.bytes",
+        default: "1048588",
+        kind: ConfigKind::Int { min: 0 },
+        wire_type: 3,
+        doc: "largest record batch accepted",
+    },
+    ConfigDef {
+        name: "message.timestamp.after.max.ms",
+        default: "3600000",
+        kind: ConfigKind::Long { min: 0 },
+        wire_type: 5,
+        doc: "how far in the future a record timestamp may be",
+    },
+    ConfigDef {
+        name: "message.timestamp.before.max.ms",
+        default: LONG_MAX,
+        kind: ConfigKind::Long { min: 0 },
+        wire_type: 5,
+        doc: "how far in the past a record timestamp may be",
+    },
+    ConfigDef {
+        name: "message.timestamp.type",
+        default: "CreateTime",
+        kind: ConfigKind::Choice(&["CreateTime", "LogAppendTime"]),
+        wire_type: 2,
+        doc: "record timestamps from the producer or the broker",
+    },
+    ConfigDef {
+        name: "min.cleanable.dirty.ratio",
+        default: "0.5",
+        kind: ConfigKind::Double,
+        wire_type: 6,
+        doc: "dirty share of the log that triggers compaction",
+    },
+    ConfigDef {
+        name: "min.compaction.lag.ms",
+        default: "0",
+        kind: ConfigKind::Long { min: 0 },
+        wire_type: 5,
+        doc: "shortest a record stays uncompacted",
+    },
+    ConfigDef {
+        name: "min.insync.replicas",
+        default: "1",
+        kind: ConfigKind::Int { min: 1 },
+        wire_type: 3,
+        doc: "replicas that must be in sync for acks=all",
+    },
+    ConfigDef {
+        name: "preallocate",
+        default: "false",
+        kind: ConfigKind::Bool,
+        wire_type: 1,
+        doc: "preallocate segment files (ignored)",
+    },
+    ConfigDef {
+        name: "retention.bytes",
+        default: "-1",
+        kind: ConfigKind::Long { min: -1 },
+        wire_type: 5,
+        doc: "largest the log may grow before old segments go",
+    },
+    ConfigDef {
+        name: "retention.ms",
+        default: "604800000",
+        kind: ConfigKind::Long { min: -1 },
+        wire_type: 5,
+        doc: "how long segments are kept",
+    },
+    ConfigDef {
+        name: "segment.bytes",
+        default: "1073741824",
+        kind: ConfigKind::Int { min: 1024 * 1024 },
+        wire_type: 3,
+        doc: "segment file size",
+    },
+    ConfigDef {
+        name: "segment.ms",
+        default: "604800000",
+        kind: ConfigKind::Long { min: 1 },
+        wire_type: 5,
+        doc: "segment age that forces a roll",
+    },
+    ConfigDef {
+        name: "unclean.leader.election.enable",
+        default: "false",
+        kind: ConfigKind::Bool,
+        wire_type: 1,
+        doc: "elect out-of-sync replicas (ignored: storage is shared)",
+    },
+];
+
+pub fn topic_config_def(name: &str) -> Option<&'static ConfigDef> {
+    TOPIC_CONFIGS.iter().find(|d| d.name == name)
+}
+
+/// Checks one key/value pair; the error names the key and what was wrong.
+pub fn validate_topic_config(name: &str, value: &str) -> Result<(), String> {
+    let Some(def) = topic_config_def(name) else {
+        return Err(format!("unknown topic config '{name}'"));
+    };
+    let bad = |why: String| {
+        Err(format!(
+            "invalid value '{value}' for topic config '{name}': {why}"
+        ))
+    };
+    match def.kind {
+        ConfigKind::Long { min } | ConfigKind::Int { min } => {
+            let max = if matches!(def.kind, ConfigKind::Int { .. }) {
+                i32::MAX as i64
+            } else {
+                i64::MAX
+            };
+            match value.trim().parse::<i64>() {
+                Ok(v) if v < min => bad(format!("must be at least {min}")),
+                Ok(v) if v > max => bad(format!("must be at most {max}")),
+                Ok(_) => Ok(()),
+                Err(_) => bad("not an integer".into()),
+            }
+        }
+        ConfigKind::Double => match value.trim().parse::<f64>() {
+            Ok(v) if (0.0..=1.0).contains(&v) => Ok(()),
+            _ => bad("must be a number between 0 and 1".into()),
+        },
+        ConfigKind::Bool => match value.trim() {
+            "true" | "false" => Ok(()),
+            _ => bad("must be true or false".into()),
+        },
+        ConfigKind::Choice(choices) => {
+            if choices.contains(&value.trim()) {
+                Ok(())
+            } else {
+                bad(format!("must be one of {}", choices.join(", ")))
+            }
+        }
+        ConfigKind::List(choices) => {
+            let items: Vec<&str> = value
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .collect();
+            if items.is_empty() {
+                return bad("must not be empty".into());
+            }
+            match items.iter().find(|i| !choices.contains(i)) {
+                Some(i) => bad(format!("'{i}' is not one of {}", choices.join(", "))),
+                None => Ok(()),
+            }
+        }
+    }
+}
+
+/// Resolves a topic's overrides over broker defaults over Kafka defaults.
+pub fn resolve(
+    overrides: &BTreeMap<String, String>,
+    broker_defaults: &BTreeMap<String, String>,
+    name: &str,
+) -> Option<(String, ConfigSource)> {
+    if let Some(v) = overrides.get(name) {
+        return Some((v.clone(), ConfigSource::Topic));
+    }
+    if let Some(v) = broker_defaults.get(name) {
+        return Some((v.clone(), ConfigSource::StaticBroker));
+    }
+    topic_config_def(name).map(|d| (d.default.to_string(), ConfigSource::Default))
+}
+
+/// Where a config value came from (DescribeConfigs `config_source`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigSource {
+    Topic = 1,
+    StaticBroker = 4,
+    Default = 5,
+}
+
+/// The typed settings a partition log runs with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogSettings {
+    pub cleanup_delete: bool,
+    pub cleanup_compact: bool,
+    pub delete_retention_ms: i64,
+    pub flush_messages: i64,
+    pub flush_ms: i64,
+    pub index_interval_bytes: u64,
+    pub max_message_bytes: usize,
+    pub timestamp_after_max_ms: i64,
+    pub timestamp_before_max_ms: i64,
+    pub log_append_time: bool,
+    pub min_cleanable_dirty_ratio: f64,
+    pub min_compaction_lag_ms: i64,
+    pub max_compaction_lag_ms: i64,
+    pub min_insync_replicas: usize,
+    pub retention_bytes: i64,
+    pub retention_ms: i64,
+    pub segment_bytes: u64,
+    pub segment_ms: i64,
+}
+
+impl Default for LogSettings {
+    fn default() -> Self {
+        Self::resolve(&BTreeMap::new(), &BTreeMap::new())
+    }
+}
+
+impl LogSettings {
+    /// Builds settings from validated overrides (invalid values fall back to
+    /// the default; callers validate before storing).
+    pub fn resolve(
+        overrides: &BTreeMap<String, String>,
+        broker_defaults: &BTreeMap<String, String>,
+    ) -> Self {
+        let get = |k: &str| {
+            resolve(overrides, broker_defaults, k)
+                .map(|(v, _)| v)
+                .unwrap_or_default()
+        };
+        let num = |k: &str| -> i64 {
+            get(k).trim().parse().unwrap_or_else(|_| {
+                topic_config_def(k)
+                    .and_then(|d| d.default.parse().ok())
+                    .unwrap_or(0)
+            })
+        };
+        let policy = get("cleanup.policy");
+        Self {
+            cleanup_delete: policy.split(',').any(|p| p.trim() == "delete"),
+            cleanup_compact: policy.split(',').any(|p| p.trim() == "compact"),
+            delete_retention_ms: num("delete.retention.ms"),
+            flush_messages: num("flush.messages"),
+            flush_ms: num("flush.ms"),
+            index_interval_bytes: num("index.interval.bytes").max(0) as u64,
+            max_message_bytes: num("max.message.bytes").max(0) as usize,
+            timestamp_after_max_ms: num("message.timestamp.after.max.ms"),
+            timestamp_before_max_ms: num("message.timestamp.before.max.ms"),
+            log_append_time: get("message.timestamp.type") == "LogAppendTime",
+            min_cleanable_dirty_ratio: get("min.cleanable.dirty.ratio").parse().unwrap_or(0.5),
+            min_compaction_lag_ms: num("min.compaction.lag.ms"),
+            max_compaction_lag_ms: num("max.compaction.lag.ms"),
+            min_insync_replicas: num("min.insync.replicas").max(1) as usize,
+            retention_bytes: num("retention.bytes"),
+            retention_ms: num("retention.ms"),
+            segment_bytes: num("segment.bytes").max(1) as u64,
+            segment_ms: num("segment.ms"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validation_names_the_key() {
+        assert!(validate_topic_config("cleanup.policy", "compact,delete").is_ok());
+        let e = validate_topic_config("cleanup.policy", "shred").unwrap_err();
+        assert!(e.contains("cleanup.policy") && e.contains("shred"), "{e}");
+        let e = validate_topic_config("retention.ms", "soon").unwrap_err();
+        assert!(e.contains("retention.ms"), "{e}");
+        let e = validate_topic_config("retention.msec", "1").unwrap_err();
+        assert!(e.contains("unknown topic config 'retention.msec'"), "{e}");
+        assert!(validate_topic_config("segment.bytes", "100").is_err());
+        assert!(validate_topic_config("max.message.bytes", "99999999999").is_err());
+    }
+
+    #[test]
+    fn overrides_beat_broker_defaults_beat_kafka_defaults() {
+        let mut broker = BTreeMap::new();
+        broker.insert("retention.ms".to_string(), "1000".to_string());
+        let mut topic = BTreeMap::new();
+        topic.insert("cleanup.policy".to_string(), "compact".to_string());
+        let s = LogSettings::resolve(&topic, &broker);
+        assert!(s.cleanup_compact && !s.cleanup_delete);
+        assert_eq!(s.retention_ms, 1000);
+        assert_eq!(s.segment_bytes, 1 << 30);
+        assert_eq!(s.max_message_bytes, 1_048_588);
+        assert_eq!(
+            resolve(&topic, &broker, "retention.ms").unwrap().1,
+            ConfigSource::StaticBroker
+        );
+    }
+}

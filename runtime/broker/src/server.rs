@@ -1,0 +1,238 @@
+//! Network front end of one broker node: a TCP accept loop and one task per
+//! connection.
+//!
+//! Invariants:
+//! - Requests on a connection are handled one at a time and answered in
+//!   order, as Kafka does (it mutes a channel while a request is in flight);
+//!   clients may still pipeline, the bytes wait in the socket buffer.
+//! - Bad input never takes the broker down: an oversized or negative frame, an
+//!   unknown API key, an unsupported version (except ApiVersions, answered per
+//!   KIP-511) or an undecodable body closes that connection only; a panic in a
+//!   handler is caught, logged and closes that connection only.
+//! - Stopping a node closes its listener and every connection it accepted,
+//!   including ones parked in a long-polling fetch.
+
+use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use futures::FutureExt;
+use rill_protocol::frame::FrameDecoder;
+use rill_protocol::message::{decode_request, encode_response_frame, RequestDecodeError};
+use rill_protocol::{ApiKey, ResponseKind};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::{debug, error, info, warn, Instrument};
+
+use crate::api::{self, Ctx};
+use crate::broker::Broker;
+
+/// Binds a listener with SO_REUSEADDR so a restarted node gets its port back.
+pub(crate) fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
+}
+
+/// A running node's accept loop.
+pub(crate) struct NodeServer {
+    shutdown: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl NodeServer {
+    pub fn spawn(
+        broker: Arc<Broker>,
+        node_id: i32,
+        listener: TcpListener,
+    ) -> std::io::Result<Self> {
+        let addr = listener.local_addr()?;
+        let (shutdown, rx) = watch::channel(false);
+        let span = tracing::info_span!("node", id = node_id);
+        let task = tokio::spawn(accept_loop(broker, node_id, listener, rx).instrument(span));
+        info!(node = node_id, %addr, "broker node listening");
+        Ok(Self { shutdown, task })
+    }
+
+    /// Closes the listener and every connection, and waits for the accept loop.
+    pub async fn stop(self) {
+        let _ = self.shutdown.send(true);
+        let _ = self.task.await;
+    }
+
+    /// Signals shutdown without waiting (for `Drop`).
+    pub fn signal_stop(&self) {
+        let _ = self.shutdown.send(true);
+    }
+}
+
+async fn accept_loop(
+    broker: Arc<Broker>,
+    node_id: i32,
+    listener: TcpListener,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = shutdown.changed() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let broker = broker.clone();
+                    let rx = shutdown.clone();
+                    connections.spawn(serve(broker, node_id, stream, peer, rx).instrument(tracing::debug_span!("conn", %peer)));
+                }
+                Err(e) => {
+                    warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+    drop(listener);
+    connections.abort_all();
+    while connections.join_next().await.is_some() {}
+}
+
+async fn serve(
+    broker: Arc<Broker>,
+    node_id: i32,
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let _ = stream.set_nodelay(true);
+    let decoder = FrameDecoder::new(broker.config.socket_request_max_bytes);
+    let mut inbuf = BytesMut::with_capacity(64 * 1024);
+    let mut outbuf = BytesMut::with_capacity(64 * 1024);
+    let client_host = peer.ip().to_string();
+    loop {
+        loop {
+            let frame = match decoder.decode(&mut inbuf) {
+                Ok(Some(f)) => f,
+                Ok(None) => break,
+                Err(e) => {
+                    warn!(%peer, error = %e, "closing connection: bad frame");
+                    return;
+                }
+            };
+            let request = match decode_request(frame.freeze(), api::supported) {
+                Ok(r) => r,
+                Err(RequestDecodeError::UnsupportedVersion {
+                    api_key: ApiKey::ApiVersions,
+                    correlation_id,
+                    version,
+                    ..
+                }) => {
+                    debug!(%peer, version, "ApiVersions version unsupported; answering with v0");
+                    let body = ResponseKind::ApiVersions(api::unsupported_version_response());
+                    if encode_response_frame(
+                        &mut outbuf,
+                        ApiKey::ApiVersions,
+                        0,
+                        correlation_id,
+                        &body,
+                    )
+                    .is_err()
+                        || write_out(&mut stream, &mut outbuf).await.is_err()
+                    {
+                        return;
+                    }
+                    continue;
+                }
+                Err(e) => {
+                    warn!(%peer, error = %e, "closing connection: undecodable request");
+                    return;
+                }
+            };
+            let client_id = request
+                .header
+                .client_id
+                .as_ref()
+                .map(|s| s.to_string())
+                .unwrap_or_default();
+            let ctx = Ctx {
+                broker: &broker,
+                node_id,
+                version: request.version(),
+                client_id: &client_id,
+                client_host: &client_host,
+            };
+            let correlation_id = request.header.correlation_id;
+            let (api_key, version) = (request.api_key, request.version());
+            // A fetch may park; answers to earlier pipelined requests go out first.
+            if api_key == ApiKey::Fetch
+                && !outbuf.is_empty()
+                && write_out(&mut stream, &mut outbuf).await.is_err()
+            {
+                return;
+            }
+            let handled = tokio::select! {
+                r = AssertUnwindSafe(api::handle(&ctx, request.body)).catch_unwind() => r,
+                _ = shutdown.changed() => return,
+            };
+            match handled {
+                Ok(Ok(Some(body))) => {
+                    if let Err(e) =
+                        encode_response_frame(&mut outbuf, api_key, version, correlation_id, &body)
+                    {
+                        error!(%peer, error = %e, "could not encode response; closing connection");
+                        return;
+                    }
+                }
+                Ok(Ok(None)) => {}
+                Ok(Err(e)) => {
+                    warn!(%peer, ?api_key, version, error = %e, "closing connection");
+                    return;
+                }
+                Err(panic) => {
+                    let msg = panic
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_default();
+                    error!(%peer, ?api_key, version, panic = %msg, "request handler panicked; closing connection");
+                    return;
+                }
+            }
+            // Batch writes only while further whole requests are already buffered.
+            let another_ready =
+                matches!(decoder.peek_size(&inbuf), Ok(Some(n)) if inbuf.len() >= 4 + n);
+            if !another_ready
+                && !outbuf.is_empty()
+                && write_out(&mut stream, &mut outbuf).await.is_err()
+            {
+                return;
+            }
+        }
+        if !outbuf.is_empty() && write_out(&mut stream, &mut outbuf).await.is_err() {
+            return;
+        }
+        tokio::select! {
+            _ = shutdown.changed() => return,
+            read = stream.read_buf(&mut inbuf) => match read {
+                Ok(0) => return,
+                Ok(_) => {}
+                Err(e) => {
+                    debug!(%peer, error = %e, "read failed");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+async fn write_out(stream: &mut TcpStream, out: &mut BytesMut) -> std::io::Result<()> {
+    stream.write_all(out).await?;
+    out.clear();
+    Ok(())
+}

@@ -1,0 +1,54 @@
+//! `rill`: the operator's command line.
+//!
+//! `rill broker` runs the embedded Kafka-compatible cluster as a process: it
+//! prints exactly one line to stdout, the bootstrap address, once every node
+//! accepts connections (logs go to stderr), and shuts down cleanly on SIGINT
+//! or SIGTERM, flushing logs and writing checkpoints so the next start skips
+//! recovery.
+
+mod broker_cmd;
+
+use clap::{Parser, Subcommand};
+use rill_protocol::alloc::ReservingAllocator;
+
+/// Survives request frames whose array lengths lie (see `rill_protocol::alloc`).
+#[global_allocator]
+static ALLOC: ReservingAllocator = ReservingAllocator;
+
+#[derive(Parser)]
+#[command(
+    name = "rill",
+    version,
+    about = "Rill: stream processing on Kafka, in Rust"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run an embedded Kafka-compatible broker cluster.
+    Broker(broker_cmd::BrokerArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("RILL_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Broker(args) => broker_cmd::run(args),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rill: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,409 @@
+//! The brokers scenarios run on: Rill's embedded cluster (in-process) and
+//! Apache Kafka 4.x (a real KRaft broker started from Maven Central jars).
+//!
+//! Apache Kafka is resolved with `mvn dependency:copy-dependencies` from
+//! `tests/java/pom.xml` into `~/.cache/rill/kafka-<version>/lib` the first
+//! time it is needed (Maven's own cache is `~/.m2`), then started with
+//! `kafka.tools.StorageTool format` and `kafka.Kafka` on free loopback ports.
+//! Readiness is checked over the wire (Metadata lists the broker); startup,
+//! shutdown and every wait are bounded in time.
+
+use std::fs;
+use std::io::{self, BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use rill_broker::{EmbeddedCluster, EmbeddedClusterBuilder};
+
+use crate::wire::Conn;
+
+/// Apache Kafka version the interop suite runs (must match tests/java/pom.xml).
+pub const KAFKA_VERSION: &str = "4.1.1";
+
+/// The repository root (this crate lives in `<root>/tests`).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn cache_dir() -> PathBuf {
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/tmp"));
+    home.join(".cache").join("rill")
+}
+
+/// A free loopback port: bound with port 0, then released for a child
+/// process that cannot be told to use port 0 (the KRaft controller quorum).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Runs a command to completion, failing with its output when it fails.
+pub fn run(cmd: &mut Command, what: &str) -> io::Result<String> {
+    let out = cmd
+        .output()
+        .map_err(|e| io::Error::other(format!("{what}: could not start: {e}")))?;
+    if !out.status.success() {
+        return Err(io::Error::other(format!(
+            "{what} failed ({}):\n{}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).to_string())
+}
+
+/// The directory of Kafka jars, resolving them with Maven on first use.
+pub fn kafka_lib_dir() -> io::Result<PathBuf> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    let _g = LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let lib = cache_dir()
+        .join(format!("kafka-{KAFKA_VERSION}"))
+        .join("lib");
+    let marker = lib.join(".complete");
+    if marker.exists() {
+        return Ok(lib);
+    }
+    eprintln!(
+        "interop: resolving Apache Kafka {KAFKA_VERSION} jars with Maven into {}",
+        lib.display()
+    );
+    fs::create_dir_all(&lib)?;
+    let pom = repo_root().join("tests/java/pom.xml");
+    run(
+        Command::new("mvn")
+            .args(["-q", "-B", "-f"])
+            .arg(&pom)
+            .arg("dependency:copy-dependencies")
+            .arg(format!("-DoutputDirectory={}", lib.display())),
+        "mvn dependency:copy-dependencies",
+    )?;
+    fs::write(&marker, KAFKA_VERSION)?;
+    Ok(lib)
+}
+
+/// `-cp` value for the Kafka jars.
+pub fn kafka_classpath() -> io::Result<String> {
+    Ok(format!("{}/*", kafka_lib_dir()?.display()))
+}
+
+/// Rill's embedded cluster with its own tokio runtime, for blocking tests.
+pub struct Embedded {
+    pub rt: tokio::runtime::Runtime,
+    cluster: Option<EmbeddedCluster>,
+}
+
+impl Embedded {
+    pub fn start(builder: EmbeddedClusterBuilder) -> Self {
+        crate::init_tracing();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let cluster = rt
+            .block_on(builder.start())
+            .expect("embedded cluster starts");
+        Self {
+            rt,
+            cluster: Some(cluster),
+        }
+    }
+
+    pub fn default_cluster() -> Self {
+        Self::start(EmbeddedCluster::builder())
+    }
+
+    pub fn bootstrap(&self) -> String {
+        self.cluster().bootstrap_servers()
+    }
+
+    pub fn cluster(&self) -> &EmbeddedCluster {
+        self.cluster.as_ref().unwrap()
+    }
+
+    pub fn stop_node(&self, id: i32) {
+        self.rt.block_on(self.cluster().stop_node(id)).unwrap();
+    }
+
+    pub fn start_node(&self, id: i32, rack: Option<&str>) {
+        self.rt
+            .block_on(self.cluster().start_node(id, rack.map(str::to_string)))
+            .unwrap();
+    }
+
+    /// Clean shutdown (checkpoints written).
+    pub fn shutdown(mut self) {
+        if let Some(c) = self.cluster.take() {
+            self.rt.block_on(c.shutdown());
+        }
+    }
+}
+
+impl Drop for Embedded {
+    fn drop(&mut self) {
+        if let Some(c) = self.cluster.take() {
+            self.rt.block_on(c.shutdown());
+        }
+    }
+}
+
+/// Runs `"$@"` and kills it when stdin reaches EOF (the parent is gone);
+/// SIGTERM to the shell is passed on and waited for.
+/// (Background jobs of a non-interactive shell get /dev/null as stdin, so
+/// the watcher reads the pipe through a duplicated descriptor.)
+pub const GUARD_SCRIPT: &str = r#"exec 3<&0
+"$@" </dev/null & pid=$!
+trap 'kill -TERM $pid 2>/dev/null' TERM
+(cat <&3 >/dev/null; kill -KILL $pid 2>/dev/null) &
+wait $pid
+wait $pid
+"#;
+
+/// A single-node Apache Kafka (KRaft, combined broker+controller).
+pub struct ApacheKafka {
+    child: Option<Child>,
+    _dir: tempfile::TempDir,
+    pub bootstrap: String,
+    pub log: PathBuf,
+}
+
+/// Options for starting Apache Kafka.
+#[derive(Debug, Clone)]
+pub struct KafkaOptions {
+    /// JVM heap options; Kafka's start script uses `-Xmx1G -Xms1G`.
+    pub heap: Vec<String>,
+    /// Extra `server.properties` lines.
+    pub properties: Vec<(String, String)>,
+}
+
+impl Default for KafkaOptions {
+    fn default() -> Self {
+        Self {
+            heap: vec!["-Xmx1G".into(), "-Xms1G".into()],
+            properties: Vec::new(),
+        }
+    }
+}
+
+impl ApacheKafka {
+    pub fn start() -> io::Result<Self> {
+        Self::start_with(KafkaOptions::default())
+    }
+
+    pub fn start_with(opts: KafkaOptions) -> io::Result<Self> {
+        let cp = kafka_classpath()?;
+        let dir = tempfile::Builder::new().prefix("rill-kafka-").tempdir()?;
+        let broker_port = free_port();
+        let controller_port = free_port();
+        let mut props = vec![
+            ("process.roles", "broker,controller".to_string()),
+            ("node.id", "1".into()),
+            (
+                "controller.quorum.voters",
+                format!("1@127.0.0.1:{controller_port}"),
+            ),
+            (
+                "listeners",
+                format!(
+                    "PLAINTEXT://127.0.0.1:{broker_port},CONTROLLER://127.0.0.1:{controller_port}"
+                ),
+            ),
+            (
+                "advertised.listeners",
+                format!("PLAINTEXT://127.0.0.1:{broker_port}"),
+            ),
+            ("controller.listener.names", "CONTROLLER".into()),
+            ("inter.broker.listener.name", "PLAINTEXT".into()),
+            (
+                "listener.security.protocol.map",
+                "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT".into(),
+            ),
+            ("log.dirs", dir.path().join("data").display().to_string()),
+            ("offsets.topic.replication.factor", "1".into()),
+            ("transaction.state.log.replication.factor", "1".into()),
+            ("transaction.state.log.min.isr", "1".into()),
+            (
+                "share.coordinator.state.topic.replication.factor",
+                "1".into(),
+            ),
+            ("share.coordinator.state.topic.min.isr", "1".into()),
+        ];
+        for (k, v) in &opts.properties {
+            props.retain(|(pk, _)| pk != k);
+            props.push((k.as_str(), v.clone()));
+        }
+        let props_text: String = props.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+        let props_path = dir.path().join("server.properties");
+        fs::write(&props_path, props_text)?;
+        let log4j = dir.path().join("log4j2.properties");
+        fs::write(
+            &log4j,
+            "status = warn\nappender.out.type = Console\nappender.out.name = OUT\nappender.out.layout.type = PatternLayout\n\
+             appender.out.layout.pattern = [%d] %p %m (%c)%n\nrootLogger.level = INFO\nrootLogger.appenderRef.out.ref = OUT\n",
+        )?;
+        let cluster_id = {
+            use std::fmt::Write;
+            let u = uuid::Uuid::new_v4();
+            // Kafka's Uuid.toString(): URL-safe base64 of the 16 bytes, unpadded.
+            let mut s = String::new();
+            let table = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+            let bytes = u.as_bytes();
+            let mut bits = 0u32;
+            let mut n = 0;
+            for b in bytes {
+                bits = (bits << 8) | *b as u32;
+                n += 8;
+                while n >= 6 {
+                    n -= 6;
+                    let _ = s.write_char(table[((bits >> n) & 63) as usize] as char);
+                }
+            }
+            if n > 0 {
+                let _ = s.write_char(table[((bits << (6 - n)) & 63) as usize] as char);
+            }
+            s
+        };
+        let log4j_opt = format!("-Dlog4j2.configurationFile={}", log4j.display());
+        run(
+            Command::new("java")
+                .arg(&log4j_opt)
+                .args([
+                    "-cp",
+                    &cp,
+                    "kafka.tools.StorageTool",
+                    "format",
+                    "-t",
+                    &cluster_id,
+                    "-c",
+                ])
+                .arg(&props_path),
+            "kafka StorageTool format",
+        )?;
+        let log = dir.path().join("kafka.log");
+        let logfile = fs::File::create(&log)?;
+        // The JVM runs under a small shell that kills it when our end of its
+        // stdin pipe closes, so a test binary that dies (or exits without
+        // dropping a shared broker) never leaves a broker behind.
+        let child = Command::new("sh")
+            .arg("-c")
+            .arg(GUARD_SCRIPT)
+            .arg("kafka-guard")
+            .arg("java")
+            .args(&opts.heap)
+            .args([
+                "-XX:+UseG1GC",
+                "-Djava.awt.headless=true",
+                &log4j_opt,
+                "-cp",
+                &cp,
+                "kafka.Kafka",
+            ])
+            .arg(&props_path)
+            .stdin(Stdio::piped())
+            .stdout(logfile.try_clone()?)
+            .stderr(logfile)
+            .spawn()?;
+        let mut k = Self {
+            child: Some(child),
+            _dir: dir,
+            bootstrap: format!("127.0.0.1:{broker_port}"),
+            log,
+        };
+        k.wait_ready(Duration::from_secs(90))?;
+        Ok(k)
+    }
+
+    fn wait_ready(&mut self, limit: Duration) -> io::Result<()> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait()? {
+                return Err(io::Error::other(format!(
+                    "Kafka exited during startup ({status}); log:\n{}",
+                    self.tail_log(40)
+                )));
+            }
+            if let Ok(mut c) = crate::wire::Client::new(&self.bootstrap) {
+                if !c.metadata.brokers.is_empty() && c.any().is_ok() {
+                    return Ok(());
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(io::Error::other(format!(
+                    "Kafka not ready after {limit:?}; log:\n{}",
+                    self.tail_log(40)
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    pub fn tail_log(&self, lines: usize) -> String {
+        let Ok(f) = fs::File::open(&self.log) else {
+            return String::new();
+        };
+        let all: Vec<String> = BufReader::new(f).lines().map_while(Result::ok).collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// A raw connection to the broker.
+    pub fn conn(&self) -> io::Result<Conn> {
+        Conn::connect(&self.bootstrap)
+    }
+}
+
+impl Drop for ApacheKafka {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(child.id().to_string())
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// One Apache Kafka shared by all interop tests of a test binary (starting a
+/// JVM broker costs seconds; scenarios use unique topic names).
+pub fn shared_kafka() -> &'static str {
+    static KAFKA: OnceLock<(Mutex<Option<ApacheKafka>>, String)> = OnceLock::new();
+    extern "C" fn stop_shared() {
+        if let Some((k, _)) = KAFKA.get() {
+            drop(k.lock().unwrap_or_else(|p| p.into_inner()).take());
+        }
+    }
+    let (_, bootstrap) = KAFKA.get_or_init(|| {
+        let k = ApacheKafka::start().unwrap_or_else(|e| panic!("Apache Kafka did not start: {e}"));
+        let b = k.bootstrap.clone();
+        // Stopped cleanly (and its directory removed) when the test binary exits.
+        // SAFETY: registering a plain extern "C" function.
+        unsafe {
+            libc::atexit(stop_shared);
+        }
+        (Mutex::new(Some(k)), b)
+    });
+    bootstrap
+}

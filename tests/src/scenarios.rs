@@ -1,0 +1,985 @@
+//! Data-plane scenarios, each written once against a bootstrap address and
+//! run on both the embedded cluster and Apache Kafka. Every assertion here is
+//! about Kafka's documented behaviour, so a scenario that passes on Kafka and
+//! fails on Rill is a Rill bug (and the reverse a scenario bug).
+
+use std::thread;
+use std::time::Duration;
+
+use bytes::Bytes;
+use rill_protocol::kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+use rill_protocol::kafka_protocol::messages::delete_records_request::{
+    DeleteRecordsPartition, DeleteRecordsTopic,
+};
+use rill_protocol::kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+use rill_protocol::kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use rill_protocol::kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use rill_protocol::kafka_protocol::messages::offset_commit_request::{
+    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+};
+use rill_protocol::kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+use rill_protocol::kafka_protocol::messages::produce_request::{
+    PartitionProduceData, TopicProduceData,
+};
+use rill_protocol::kafka_protocol::messages::*;
+use rill_protocol::records::{self, Compression, Record};
+use rill_protocol::{ApiKey, ErrorCode, RequestKind, ResponseKind};
+
+use crate::unique_topic;
+use crate::wire::{err_name, now_ms, sb, tn, Client, Conn};
+
+const CODECS: [Compression; 5] = [
+    Compression::None,
+    Compression::Gzip,
+    Compression::Snappy,
+    Compression::Lz4,
+    Compression::Zstd,
+];
+
+fn assert_code(actual: i16, expected: ErrorCode, what: &str) {
+    assert_eq!(
+        actual,
+        expected.code(),
+        "{what}: expected {}, got {}",
+        err_name(expected.code()),
+        err_name(actual)
+    );
+}
+
+fn keyed(n: usize, tag: &str) -> Vec<(String, String)> {
+    (0..n)
+        .map(|i| {
+            (
+                format!("{tag}-k{i}"),
+                format!("{tag}-v{i}-{}", "x".repeat(i % 40)),
+            )
+        })
+        .collect()
+}
+
+fn as_refs(v: &[(String, String)]) -> Vec<(&str, &str)> {
+    v.iter()
+        .map(|(k, val)| (k.as_str(), val.as_str()))
+        .collect()
+}
+
+fn key_str(r: &Record) -> String {
+    String::from_utf8_lossy(r.key.as_deref().unwrap_or_default()).to_string()
+}
+
+fn value_str(r: &Record) -> String {
+    String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).to_string()
+}
+
+/// Records with explicit timestamps (non-idempotent).
+fn batch_at(kvs: &[(String, String)], timestamps: &[i64], codec: Compression) -> Bytes {
+    let recs: Vec<Record> = kvs
+        .iter()
+        .zip(timestamps)
+        .enumerate()
+        .map(|(i, ((k, v), ts))| {
+            records::simple_record(
+                i as i64,
+                *ts,
+                Some(Bytes::from(k.clone())),
+                Some(Bytes::from(v.clone())),
+            )
+        })
+        .collect();
+    records::encode_records(&recs, codec).unwrap()
+}
+
+/// Produce and fetch keyed records with every codec over three partitions;
+/// offsets are dense, order and content survive, ListOffsets agrees.
+pub fn produce_fetch_every_codec(bootstrap: &str) {
+    let topic = unique_topic("codecs");
+    let mut c = Client::new(bootstrap).unwrap();
+    assert_eq!(c.create_topic(&topic, 3, 1, &[]).unwrap().0, 0);
+    let mut expected: Vec<Vec<(String, String)>> = vec![Vec::new(); 3];
+    for codec in CODECS {
+        for (p, exp) in expected.iter_mut().enumerate() {
+            let kvs = keyed(25, &format!("{codec:?}-{p}"));
+            let base = c.produce(&topic, p as i32, &as_refs(&kvs), codec).unwrap();
+            assert_eq!(
+                base,
+                exp.len() as i64,
+                "base offset for {codec:?} on partition {p}"
+            );
+            exp.extend(kvs);
+        }
+    }
+    for (p, exp) in expected.iter().enumerate() {
+        let got = c.consume(&topic, p as i32, 0, exp.len()).unwrap();
+        assert_eq!(got.len(), exp.len());
+        for (i, (r, (k, v))) in got.iter().zip(exp).enumerate() {
+            assert_eq!(r.offset, i as i64);
+            assert_eq!(&key_str(r), k);
+            assert_eq!(&value_str(r), v);
+        }
+        assert_eq!(c.list_offset(&topic, p as i32, -2).unwrap().1, 0);
+        assert_eq!(
+            c.list_offset(&topic, p as i32, -1).unwrap().1,
+            exp.len() as i64
+        );
+    }
+}
+
+/// ListOffsets by timestamp finds the first record at or after it; -3 finds
+/// the record with the largest timestamp; a timestamp past every record gives -1.
+pub fn list_offsets_by_timestamp(bootstrap: &str) {
+    let topic = unique_topic("times");
+    let mut c = Client::new(bootstrap).unwrap();
+    assert_eq!(c.create_topic(&topic, 1, 1, &[]).unwrap().0, 0);
+    let t0 = now_ms() - 60_000;
+    let kvs = keyed(10, "t");
+    // Two batches; the largest timestamp sits in the middle of the second.
+    let ts1: Vec<i64> = (0..5).map(|i| t0 + i * 10).collect();
+    let ts2: Vec<i64> = vec![t0 + 50, t0 + 60, t0 + 500, t0 + 70, t0 + 80];
+    assert_eq!(
+        c.produce_batch(&topic, 0, batch_at(&kvs[..5], &ts1, Compression::None), -1)
+            .unwrap(),
+        (0, 0)
+    );
+    assert_eq!(
+        c.produce_batch(&topic, 0, batch_at(&kvs[5..], &ts2, Compression::Lz4), -1)
+            .unwrap(),
+        (0, 5)
+    );
+    assert_eq!(c.list_offset(&topic, 0, t0 + 15).unwrap(), (0, 2, t0 + 20));
+    assert_eq!(c.list_offset(&topic, 0, t0).unwrap(), (0, 0, t0));
+    assert_eq!(c.list_offset(&topic, 0, t0 + 61).unwrap(), (0, 7, t0 + 500));
+    assert_eq!(c.list_offset(&topic, 0, t0 + 10_000).unwrap().1, -1);
+    assert_eq!(c.list_offset(&topic, 0, -3).unwrap(), (0, 7, t0 + 500));
+    assert_eq!(c.list_offset(&topic, 0, -1).unwrap().1, 10);
+}
+
+fn idempotent_batch(pid: i64, epoch: i16, first_seq: i32, kvs: &[(String, String)]) -> Bytes {
+    let now = now_ms();
+    let recs: Vec<Record> = kvs
+        .iter()
+        .enumerate()
+        .map(|(i, (k, v))| {
+            let mut r = records::simple_record(
+                i as i64,
+                now,
+                Some(Bytes::from(k.clone())),
+                Some(Bytes::from(v.clone())),
+            );
+            r.producer_id = pid;
+            r.producer_epoch = epoch;
+            r.sequence = first_seq + i as i32;
+            r
+        })
+        .collect();
+    records::encode_records(&recs, Compression::None).unwrap()
+}
+
+fn init_producer_id(c: &mut Client) -> (i64, i16) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let conn = c.any().unwrap();
+        let v = conn.version(ApiKey::InitProducerId, 5);
+        let req = InitProducerIdRequest::default()
+            .with_transactional_id(None)
+            .with_transaction_timeout_ms(60_000)
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1);
+        let ResponseKind::InitProducerId(r) = conn
+            .request(ApiKey::InitProducerId, v, RequestKind::InitProducerId(req))
+            .unwrap()
+        else {
+            panic!("unexpected response")
+        };
+        // Kafka answers COORDINATOR_LOAD_IN_PROGRESS until its producer-id manager is ready.
+        let retriable = [
+            ErrorCode::CoordinatorLoadInProgress.code(),
+            ErrorCode::CoordinatorNotAvailable.code(),
+        ];
+        if retriable.contains(&r.error_code) && std::time::Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(200));
+            continue;
+        }
+        assert_eq!(
+            r.error_code,
+            0,
+            "InitProducerId failed: {}",
+            err_name(r.error_code)
+        );
+        return (r.producer_id.0, r.producer_epoch);
+    }
+}
+
+/// Idempotent produce: a retried batch is not written twice and gets its
+/// original offset back; a sequence gap is OUT_OF_ORDER_SEQUENCE_NUMBER.
+pub fn idempotent_producer_deduplicates(bootstrap: &str) {
+    let topic = unique_topic("idem");
+    let mut c = Client::new(bootstrap).unwrap();
+    assert_eq!(c.create_topic(&topic, 1, 1, &[]).unwrap().0, 0);
+    let (pid, epoch) = init_producer_id(&mut c);
+    assert!(pid >= 0);
+    assert_eq!(epoch, 0);
+    let (pid2, _) = init_producer_id(&mut c);
+    assert_ne!(
+        pid, pid2,
+        "every InitProducerId without a transactional id gets a fresh id"
+    );
+    let first = idempotent_batch(pid, 0, 0, &keyed(5, "a"));
+    assert_eq!(
+        c.produce_batch(&topic, 0, first.clone(), -1).unwrap(),
+        (0, 0)
+    );
+    // The same batch again, as a producer retries after a lost response.
+    assert_eq!(c.produce_batch(&topic, 0, first, -1).unwrap(), (0, 0));
+    assert_eq!(
+        c.produce_batch(&topic, 0, idempotent_batch(pid, 0, 5, &keyed(5, "b")), -1)
+            .unwrap(),
+        (0, 5)
+    );
+    let (code, _) = c
+        .produce_batch(
+            &topic,
+            0,
+            idempotent_batch(pid, 0, 20, &keyed(2, "gap")),
+            -1,
+        )
+        .unwrap();
+    assert_code(code, ErrorCode::OutOfOrderSequenceNumber, "sequence gap");
+    // A second producer id has its own sequence space.
+    assert_eq!(
+        c.produce_batch(&topic, 0, idempotent_batch(pid2, 0, 0, &keyed(1, "c")), -1)
+            .unwrap(),
+        (0, 10)
+    );
+    let got = c.consume(&topic, 0, 0, 11).unwrap();
+    let keys: Vec<String> = got.iter().map(key_str).collect();
+    assert_eq!(
+        keys.iter().filter(|k| k.starts_with("a-")).count(),
+        5,
+        "retry duplicated records: {keys:?}"
+    );
+    assert_eq!(c.list_offset(&topic, 0, -1).unwrap().1, 11);
+}
+
+fn produce_raw(c: &mut Client, topic: &str, partition: i32, batch: Bytes, acks: i16) -> i16 {
+    c.produce_batch(topic, partition, batch, acks).unwrap().0
+}
+
+/// Bad produce requests get Kafka's error codes and leave the log untouched.
+pub fn produce_rejections(bootstrap: &str) {
+    let topic = unique_topic("reject");
+    let compacted = unique_topic("reject-compact");
+    let small = unique_topic("reject-small");
+    let mut c = Client::new(bootstrap).unwrap();
+    assert_eq!(c.create_topic(&topic, 1, 1, &[]).unwrap().0, 0);
+    assert_eq!(
+        c.create_topic(&compacted, 1, 1, &[("cleanup.policy", "compact")])
+            .unwrap()
+            .0,
+        0
+    );
+    assert_eq!(
+        c.create_topic(&small, 1, 1, &[("max.message.bytes", "2048")])
+            .unwrap()
+            .0,
+        0
+    );
+    let good = batch_at(&keyed(3, "g"), &[now_ms(); 3], Compression::None);
+
+    // Unknown partition of a known topic.
+    let leader = c.leader(&topic, 0).unwrap();
+    let conn = c.node(leader).unwrap();
+    let v = conn.version(ApiKey::Produce, 12);
+    let req = |name: &str, partition: i32, acks: i16, batch: Bytes| {
+        ProduceRequest::default()
+            .with_acks(acks)
+            .with_timeout_ms(10_000)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(tn(name))
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(partition)
+                    .with_records(Some(batch))])])
+    };
+    let first_code = |r: ResponseKind| match r {
+        ResponseKind::Produce(p) => p.responses[0].partition_responses[0].error_code,
+        other => panic!("unexpected {other:?}"),
+    };
+    let code = first_code(
+        conn.request(
+            ApiKey::Produce,
+            v,
+            RequestKind::Produce(req(&topic, 7, -1, good.clone())),
+        )
+        .unwrap(),
+    );
+    assert_code(
+        code,
+        ErrorCode::UnknownTopicOrPartition,
+        "unknown partition",
+    );
+    let missing = unique_topic("never-created");
+    let code = first_code(
+        conn.request(
+            ApiKey::Produce,
+            v,
+            RequestKind::Produce(req(&missing, 0, -1, good.clone())),
+        )
+        .unwrap(),
+    );
+    assert_code(code, ErrorCode::UnknownTopicOrPartition, "unknown topic");
+    let code = first_code(
+        conn.request(
+            ApiKey::Produce,
+            v,
+            RequestKind::Produce(req(&topic, 0, 2, good.clone())),
+        )
+        .unwrap(),
+    );
+    assert_code(code, ErrorCode::InvalidRequiredAcks, "acks=2");
+
+    // Corrupt CRC.
+    let mut bad = good.to_vec();
+    let last = bad.len() - 1;
+    bad[last] ^= 0x55;
+    assert_code(
+        produce_raw(&mut c, &topic, 0, Bytes::from(bad), -1),
+        ErrorCode::CorruptMessage,
+        "flipped byte",
+    );
+    // Two batches where produce v3+ allows one.
+    let mut two = good.to_vec();
+    two.extend_from_slice(&good);
+    assert_code(
+        produce_raw(&mut c, &topic, 0, Bytes::from(two), -1),
+        ErrorCode::InvalidRecord,
+        "two batches",
+    );
+    // A key-less record on a compacted topic.
+    let keyless = records::encode_records(
+        &[records::simple_record(
+            0,
+            now_ms(),
+            None,
+            Some(Bytes::from_static(b"v")),
+        )],
+        Compression::None,
+    )
+    .unwrap();
+    assert_code(
+        produce_raw(&mut c, &compacted, 0, keyless, -1),
+        ErrorCode::InvalidRecord,
+        "null key on compacted topic",
+    );
+    // Larger than the topic's max.message.bytes.
+    let big = batch_at(
+        &[("k".to_string(), "v".repeat(4000))],
+        &[now_ms()],
+        Compression::None,
+    );
+    assert_code(
+        produce_raw(&mut c, &small, 0, big, -1),
+        ErrorCode::MessageTooLarge,
+        "batch over max.message.bytes",
+    );
+    // Two hours in the future (message.timestamp.after.max.ms is one hour).
+    let future = batch_at(
+        &keyed(1, "f"),
+        &[now_ms() + 2 * 3_600_000],
+        Compression::None,
+    );
+    assert_code(
+        produce_raw(&mut c, &topic, 0, future, -1),
+        ErrorCode::InvalidTimestamp,
+        "future timestamp",
+    );
+
+    // None of it reached the logs.
+    for t in [&topic, &compacted, &small] {
+        assert_eq!(c.list_offset(t, 0, -1).unwrap().1, 0, "{t} was written to");
+    }
+    assert_eq!(produce_raw(&mut c, &topic, 0, good, -1), 0);
+}
+
+/// Fetch: out-of-range offsets, empty reads at the end, whole batches even
+/// when larger than the partition limit (KIP-74), and long polls that
+/// return as soon as data arrives.
+pub fn fetch_semantics(bootstrap: &str) {
+    let topic = unique_topic("fetch");
+    let mut c = Client::new(bootstrap).unwrap();
+    assert_eq!(c.create_topic(&topic, 1, 1, &[]).unwrap().0, 0);
+    let big = keyed(20, "big");
+    c.produce(&topic, 0, &as_refs(&big), Compression::None)
+        .unwrap();
+    let f = c.fetch_once(&topic, 0, 50, 0, 1 << 20).unwrap();
+    assert_code(f.error, ErrorCode::OffsetOutOfRange, "fetch past the end");
+    let f = c.fetch_once(&topic, 0, 20, 100, 1 << 20).unwrap();
+    assert_eq!((f.error, f.records.len(), f.high_watermark), (0, 0, 20));
+    // 100-byte limit, ~1 KB batch: the whole batch still comes back.
+    let f = c.fetch_once(&topic, 0, 3, 0, 100).unwrap();
+    assert_eq!(f.error, 0);
+    assert_eq!(
+        f.records.len(),
+        20,
+        "first batch must be returned whole (KIP-74)"
+    );
+    assert!(f.records.iter().any(|r| r.offset == 3));
+
+    // Long poll: a fetch parked at the end returns once a record arrives.
+    let b = bootstrap.to_string();
+    let t = topic.clone();
+    let waiter = thread::spawn(move || {
+        let mut c = Client::new(&b).unwrap();
+        c.fetch_once(&t, 0, 20, 25_000, 1 << 20).unwrap()
+    });
+    thread::sleep(Duration::from_millis(300));
+    c.produce(&topic, 0, &[("late", "arrival")], Compression::None)
+        .unwrap();
+    let f = waiter.join().unwrap();
+    assert_eq!(f.error, 0);
+    assert_eq!(
+        f.records.len(),
+        1,
+        "the parked fetch returns the new record"
+    );
+    assert_eq!(key_str(&f.records[0]), "late");
+}
+
+fn admin(c: &mut Client) -> &mut Conn {
+    c.any().unwrap()
+}
+
+/// CreateTopics validation, CreatePartitions, DescribeConfigs, DeleteTopics.
+pub fn topic_administration(bootstrap: &str) {
+    let mut c = Client::new(bootstrap).unwrap();
+    let topic = unique_topic("admin");
+    let (code, _) = c.create_topic("bad/name", 1, 1, &[]).unwrap();
+    assert_code(
+        code,
+        ErrorCode::InvalidTopicException,
+        "topic name with '/'",
+    );
+    let (code, _) = c.create_topic(&unique_topic("zero"), 0, 1, &[]).unwrap();
+    assert_code(code, ErrorCode::InvalidPartitions, "zero partitions");
+    let (code, _) = c.create_topic(&unique_topic("rf"), 1, 9, &[]).unwrap();
+    assert_code(
+        code,
+        ErrorCode::InvalidReplicationFactor,
+        "replication factor 9",
+    );
+    let (code, msg) = c
+        .create_topic(&unique_topic("cfg"), 1, 1, &[("retention.msec", "1")])
+        .unwrap();
+    assert_code(code, ErrorCode::InvalidConfig, "unknown config key");
+    assert!(
+        msg.unwrap_or_default().contains("retention.msec"),
+        "the error names the key"
+    );
+    let (code, _) = c
+        .create_topic(&unique_topic("cfg"), 1, 1, &[("retention.ms", "soon")])
+        .unwrap();
+    assert_code(code, ErrorCode::InvalidConfig, "non-numeric retention.ms");
+    assert_eq!(
+        c.create_topic(&topic, 1, 1, &[("cleanup.policy", "compact")])
+            .unwrap()
+            .0,
+        0
+    );
+    let (code, _) = c.create_topic(&topic, 1, 1, &[]).unwrap();
+    assert_code(code, ErrorCode::TopicAlreadyExists, "second create");
+
+    // Grow to 3 partitions; shrinking is refused.
+    let grow = |c: &mut Client, count: i32| -> i16 {
+        let conn = admin(c);
+        let v = conn.version(ApiKey::CreatePartitions, 3);
+        let req = CreatePartitionsRequest::default()
+            .with_timeout_ms(30_000)
+            .with_topics(vec![CreatePartitionsTopic::default()
+                .with_name(tn(&topic))
+                .with_count(count)
+                .with_assignments(None)]);
+        match conn
+            .request(
+                ApiKey::CreatePartitions,
+                v,
+                RequestKind::CreatePartitions(req),
+            )
+            .unwrap()
+        {
+            ResponseKind::CreatePartitions(r) => r.results[0].error_code,
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert_eq!(grow(&mut c, 3), 0);
+    c.wait_for_topic(&topic, 3).unwrap();
+    assert_code(grow(&mut c, 2), ErrorCode::InvalidPartitions, "shrink to 2");
+    c.produce(&topic, 2, &[("k", "v")], Compression::None)
+        .unwrap();
+
+    // DescribeConfigs: an override and a default.
+    let conn = admin(&mut c);
+    let v = conn.version(ApiKey::DescribeConfigs, 4);
+    let req =
+        DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(sb(&topic))
+            .with_configuration_keys(Some(vec![sb("cleanup.policy"), sb("retention.ms")]))]);
+    let ResponseKind::DescribeConfigs(r) = conn
+        .request(
+            ApiKey::DescribeConfigs,
+            v,
+            RequestKind::DescribeConfigs(req),
+        )
+        .unwrap()
+    else {
+        panic!()
+    };
+    let res = &r.results[0];
+    assert_eq!(res.error_code, 0);
+    let find = |k: &str| {
+        res.configs
+            .iter()
+            .find(|e| e.name.as_str() == k)
+            .unwrap_or_else(|| panic!("{k} missing"))
+    };
+    assert_eq!(
+        find("cleanup.policy").value.as_ref().unwrap().as_str(),
+        "compact"
+    );
+    assert_eq!(find("cleanup.policy").config_source, 1, "TOPIC_CONFIG");
+    assert_eq!(
+        find("retention.ms").value.as_ref().unwrap().as_str(),
+        "604800000"
+    );
+    assert_eq!(find("retention.ms").config_source, 5, "DEFAULT_CONFIG");
+
+    // Delete, then the topic is gone.
+    let delete = |c: &mut Client| -> i16 {
+        let conn = admin(c);
+        let v = conn.version(ApiKey::DeleteTopics, 6);
+        let mut req = DeleteTopicsRequest::default().with_timeout_ms(30_000);
+        if v >= 6 {
+            req.topics = vec![DeleteTopicState::default().with_name(Some(tn(&topic)))];
+        } else {
+            req.topic_names = vec![tn(&topic)];
+        }
+        match conn
+            .request(ApiKey::DeleteTopics, v, RequestKind::DeleteTopics(req))
+            .unwrap()
+        {
+            ResponseKind::DeleteTopics(r) => r.responses[0].error_code,
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert_eq!(delete(&mut c), 0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let m = c.refresh(Some(&[&topic])).unwrap();
+        if m.topics[0].error_code == ErrorCode::UnknownTopicOrPartition.code() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "topic still listed 30s after deletion"
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+    assert_code(
+        delete(&mut c),
+        ErrorCode::UnknownTopicOrPartition,
+        "second delete",
+    );
+}
+
+/// DeleteRecords moves the log start; reads below it are out of range.
+pub fn delete_records(bootstrap: &str) {
+    let topic = unique_topic("delrec");
+    let mut c = Client::new(bootstrap).unwrap();
+    assert_eq!(c.create_topic(&topic, 1, 1, &[]).unwrap().0, 0);
+    c.produce(&topic, 0, &as_refs(&keyed(5, "a")), Compression::None)
+        .unwrap();
+    c.produce(&topic, 0, &as_refs(&keyed(5, "b")), Compression::Gzip)
+        .unwrap();
+    let delete = |c: &mut Client, offset: i64| -> (i16, i64) {
+        let leader = c.leader(&topic, 0).unwrap();
+        let conn = c.node(leader).unwrap();
+        let v = conn.version(ApiKey::DeleteRecords, 2);
+        let req = DeleteRecordsRequest::default()
+            .with_timeout_ms(30_000)
+            .with_topics(vec![DeleteRecordsTopic::default()
+                .with_name(tn(&topic))
+                .with_partitions(vec![DeleteRecordsPartition::default()
+                    .with_partition_index(0)
+                    .with_offset(offset)])]);
+        match conn
+            .request(ApiKey::DeleteRecords, v, RequestKind::DeleteRecords(req))
+            .unwrap()
+        {
+            ResponseKind::DeleteRecords(r) => {
+                let p = &r.topics[0].partitions[0];
+                (p.error_code, p.low_watermark)
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert_eq!(delete(&mut c, 7), (0, 7));
+    assert_eq!(c.list_offset(&topic, 0, -2).unwrap(), (0, 7, -1));
+    let f = c.fetch_once(&topic, 0, 3, 0, 1 << 20).unwrap();
+    assert_code(
+        f.error,
+        ErrorCode::OffsetOutOfRange,
+        "fetch below the log start",
+    );
+    // Kafka reports unknown (-1) offsets on a partition error.
+    assert_eq!((f.high_watermark, f.log_start_offset), (-1, -1));
+    let got = c.consume(&topic, 0, 7, 3).unwrap();
+    assert_eq!(
+        got.iter().map(|r| r.offset).collect::<Vec<_>>(),
+        vec![7, 8, 9]
+    );
+    assert_code(
+        delete(&mut c, 50).0,
+        ErrorCode::OffsetOutOfRange,
+        "delete past the end",
+    );
+    assert_eq!(
+        delete(&mut c, -1),
+        (0, 10),
+        "-1 deletes up to the high watermark"
+    );
+}
+
+/// FindCoordinator with retries while the coordinator loads.
+pub fn find_coordinator(c: &mut Client, group: &str) -> i32 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let conn = c.any().unwrap();
+        let v = conn.version(ApiKey::FindCoordinator, 3);
+        let req = FindCoordinatorRequest::default()
+            .with_key(sb(group))
+            .with_key_type(0);
+        let ResponseKind::FindCoordinator(r) = conn
+            .request(
+                ApiKey::FindCoordinator,
+                v,
+                RequestKind::FindCoordinator(req),
+            )
+            .unwrap()
+        else {
+            panic!()
+        };
+        if r.error_code == 0 {
+            return r.node_id.0;
+        }
+        assert!(
+            r.error_code == ErrorCode::CoordinatorNotAvailable.code(),
+            "FindCoordinator failed: {}",
+            err_name(r.error_code)
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no coordinator after 60s"
+        );
+        thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Commits by a "simple" consumer (no group membership) are stored and read back.
+pub fn simple_offset_commits(bootstrap: &str) {
+    let topic = unique_topic("commits");
+    let group = unique_topic("group");
+    let mut c = Client::new(bootstrap).unwrap();
+    assert_eq!(c.create_topic(&topic, 2, 1, &[]).unwrap().0, 0);
+    let node = find_coordinator(&mut c, &group);
+    let conn = c.node(node).unwrap();
+    let v = conn.version(ApiKey::OffsetCommit, 9);
+    let part = |p: i32, off: i64| {
+        let mut x = OffsetCommitRequestPartition::default()
+            .with_partition_index(p)
+            .with_committed_offset(off)
+            .with_committed_metadata(Some(sb("meta")));
+        x.committed_leader_epoch = -1;
+        x
+    };
+    let missing = unique_topic("nope");
+    let commit_req = || {
+        OffsetCommitRequest::default()
+            .with_group_id(GroupId(sb(&group)))
+            .with_generation_id_or_member_epoch(-1)
+            .with_topics(vec![
+                OffsetCommitRequestTopic::default()
+                    .with_name(tn(&topic))
+                    .with_partitions(vec![part(0, 42), part(1, 7)]),
+                OffsetCommitRequestTopic::default()
+                    .with_name(tn(&missing))
+                    .with_partitions(vec![part(0, 1)]),
+            ])
+    };
+    // Kafka answers NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS while it
+    // loads a freshly created offsets partition; clients retry.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let r = loop {
+        let ResponseKind::OffsetCommit(r) = conn
+            .request(
+                ApiKey::OffsetCommit,
+                v,
+                RequestKind::OffsetCommit(commit_req()),
+            )
+            .unwrap()
+        else {
+            panic!()
+        };
+        let loading = r.topics.iter().flat_map(|t| &t.partitions).any(|p| {
+            p.error_code == ErrorCode::NotCoordinator.code()
+                || p.error_code == ErrorCode::CoordinatorLoadInProgress.code()
+        });
+        if !loading || std::time::Instant::now() > deadline {
+            break r;
+        }
+        thread::sleep(Duration::from_millis(200));
+    };
+    // Kafka does not keep the request's topic order in the response.
+    let by_name = |name: &str| {
+        r.topics
+            .iter()
+            .find(|t| t.name.as_str() == name)
+            .unwrap_or_else(|| panic!("{name} missing"))
+    };
+    assert_eq!(
+        by_name(&topic)
+            .partitions
+            .iter()
+            .map(|p| p.error_code)
+            .collect::<Vec<_>>(),
+        vec![0, 0]
+    );
+    assert_code(
+        by_name(&missing).partitions[0].error_code,
+        ErrorCode::UnknownTopicOrPartition,
+        "commit for a missing topic",
+    );
+
+    let v = conn.version(ApiKey::OffsetFetch, 7);
+    let req = OffsetFetchRequest::default()
+        .with_group_id(GroupId(sb(&group)))
+        .with_topics(Some(vec![OffsetFetchRequestTopic::default()
+            .with_name(tn(&topic))
+            .with_partition_indexes(vec![0, 1])]));
+    let ResponseKind::OffsetFetch(r) = conn
+        .request(ApiKey::OffsetFetch, v, RequestKind::OffsetFetch(req))
+        .unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(r.error_code, 0);
+    let parts = &r.topics[0].partitions;
+    assert_eq!(
+        (
+            parts[0].committed_offset,
+            parts[0].metadata.as_ref().unwrap().as_str()
+        ),
+        (42, "meta")
+    );
+    assert_eq!(parts[1].committed_offset, 7);
+
+    // A group that never committed reads -1.
+    let other = unique_topic("group");
+    let node = find_coordinator(&mut c, &other);
+    let conn = c.node(node).unwrap();
+    let req = OffsetFetchRequest::default()
+        .with_group_id(GroupId(sb(&other)))
+        .with_topics(Some(vec![OffsetFetchRequestTopic::default()
+            .with_name(tn(&topic))
+            .with_partition_indexes(vec![0])]));
+    let ResponseKind::OffsetFetch(r) = conn
+        .request(ApiKey::OffsetFetch, v, RequestKind::OffsetFetch(req))
+        .unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(r.topics[0].partitions[0].committed_offset, -1);
+}
+
+/// DescribeCluster, Metadata by topic id, unknown ids.
+pub fn cluster_and_topic_ids(bootstrap: &str) {
+    let topic = unique_topic("ids");
+    let mut c = Client::new(bootstrap).unwrap();
+    assert_eq!(c.create_topic(&topic, 2, 1, &[]).unwrap().0, 0);
+    let id = c.topic_id(&topic).unwrap();
+    assert!(!id.is_nil());
+    let conn = c.any().unwrap();
+    let ResponseKind::DescribeCluster(r) = conn
+        .request(
+            ApiKey::DescribeCluster,
+            conn.version(ApiKey::DescribeCluster, 1),
+            RequestKind::DescribeCluster(DescribeClusterRequest::default().with_endpoint_type(1)),
+        )
+        .unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(r.error_code, 0);
+    assert!(!r.brokers.is_empty());
+    assert!(!r.cluster_id.is_empty());
+    let by_id = |conn: &mut Conn, id: uuid::Uuid| {
+        let req =
+            MetadataRequest::default().with_topics(Some(vec![MetadataRequestTopic::default()
+                .with_name(None)
+                .with_topic_id(id)]));
+        match conn
+            .request(ApiKey::Metadata, 12, RequestKind::Metadata(req))
+            .unwrap()
+        {
+            ResponseKind::Metadata(m) => m.topics.into_iter().next().unwrap(),
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    let t = by_id(conn, id);
+    assert_eq!(t.error_code, 0);
+    assert_eq!(t.name.as_ref().unwrap().as_str(), topic);
+    assert_eq!(t.partitions.len(), 2);
+    let t = by_id(conn, uuid::Uuid::new_v4());
+    assert_code(
+        t.error_code,
+        ErrorCode::UnknownTopicId,
+        "metadata for a random topic id",
+    );
+}
+
+/// Produce by topic id (v13) where the broker speaks it.
+pub fn produce_by_topic_id(bootstrap: &str) {
+    let topic = unique_topic("byid");
+    let mut c = Client::new(bootstrap).unwrap();
+    assert_eq!(c.create_topic(&topic, 1, 1, &[]).unwrap().0, 0);
+    let id = c.topic_id(&topic).unwrap();
+    let leader = c.leader(&topic, 0).unwrap();
+    let conn = c.node(leader).unwrap();
+    let Some((_, max)) = conn.broker_range(ApiKey::Produce) else {
+        panic!("no produce API")
+    };
+    if max < 13 {
+        eprintln!("SKIPPED produce_by_topic_id: broker's Produce max version is {max} (<13)");
+        return;
+    }
+    let req = |tid: uuid::Uuid| {
+        ProduceRequest::default()
+            .with_acks(-1)
+            .with_timeout_ms(10_000)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_topic_id(tid)
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(0)
+                    .with_records(Some(batch_at(
+                        &keyed(2, "id"),
+                        &[now_ms(); 2],
+                        Compression::None,
+                    )))])])
+    };
+    let ResponseKind::Produce(r) = conn
+        .request(ApiKey::Produce, 13, RequestKind::Produce(req(id)))
+        .unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
+    let ResponseKind::Produce(r) = conn
+        .request(
+            ApiKey::Produce,
+            13,
+            RequestKind::Produce(req(uuid::Uuid::new_v4())),
+        )
+        .unwrap()
+    else {
+        panic!()
+    };
+    assert_code(
+        r.responses[0].partition_responses[0].error_code,
+        ErrorCode::UnknownTopicId,
+        "produce to an unknown topic id",
+    );
+    assert_eq!(c.consume(&topic, 0, 0, 2).unwrap().len(), 2);
+}
+
+/// Malformed requests: Kafka's answer where it sends one, a closed
+/// connection otherwise, and the broker keeps serving everyone else.
+pub fn malformed_requests(bootstrap: &str) {
+    let addr = bootstrap.split(',').next().unwrap();
+    // ApiVersions from the future: v0 answer, UNSUPPORTED_VERSION, and the table.
+    let mut conn = Conn::connect(addr).unwrap();
+    let mut frame = Vec::new();
+    frame.extend_from_slice(&18i16.to_be_bytes());
+    frame.extend_from_slice(&127i16.to_be_bytes());
+    frame.extend_from_slice(&99i32.to_be_bytes());
+    frame.extend_from_slice(&(-1i16).to_be_bytes());
+    frame.push(0);
+    let mut wire = (frame.len() as i32).to_be_bytes().to_vec();
+    wire.extend_from_slice(&frame);
+    conn.send_raw(&wire).unwrap();
+    let resp = conn.read_frame().unwrap();
+    let (_, body) = rill_protocol::message::decode_response(resp, ApiKey::ApiVersions, 0).unwrap();
+    let ResponseKind::ApiVersions(r) = body else {
+        panic!()
+    };
+    assert_code(
+        r.error_code,
+        ErrorCode::UnsupportedVersion,
+        "ApiVersions v127",
+    );
+    // Kafka lists only ApiVersions itself, so the client can retry with a version it has.
+    let keys: Vec<i16> = r.api_keys.iter().map(|k| k.api_key).collect();
+    assert_eq!(keys, vec![ApiKey::ApiVersions as i16]);
+    assert!(r.api_keys[0].max_version >= 3);
+
+    let closes = |bytes: &[u8], what: &str| {
+        let mut conn = Conn::connect(addr).unwrap();
+        conn.send_raw(bytes).unwrap();
+        assert!(
+            conn.is_closed_by_peer(),
+            "{what}: the broker should close the connection"
+        );
+    };
+    // Unknown API key 999.
+    let mut f = Vec::new();
+    f.extend_from_slice(&999i16.to_be_bytes());
+    f.extend_from_slice(&0i16.to_be_bytes());
+    f.extend_from_slice(&1i32.to_be_bytes());
+    f.extend_from_slice(&(-1i16).to_be_bytes());
+    let mut w = (f.len() as i32).to_be_bytes().to_vec();
+    w.extend_from_slice(&f);
+    closes(&w, "unknown API key");
+    // A size prefix of 200 MB (above socket.request.max.bytes).
+    closes(&(200i32 << 20).to_be_bytes(), "oversized frame");
+    // A negative size prefix.
+    closes(&(-7i32).to_be_bytes(), "negative frame size");
+    // Metadata v12 with a truncated body.
+    let mut f = Vec::new();
+    f.extend_from_slice(&3i16.to_be_bytes());
+    f.extend_from_slice(&12i16.to_be_bytes());
+    f.extend_from_slice(&5i32.to_be_bytes());
+    f.extend_from_slice(&(-1i16).to_be_bytes());
+    f.push(0);
+    f.extend_from_slice(&[0x05, 0x00]);
+    let mut w = (f.len() as i32).to_be_bytes().to_vec();
+    w.extend_from_slice(&f);
+    closes(&w, "truncated Metadata body");
+
+    // Everyone else is still served.
+    let mut c = Client::new(bootstrap).unwrap();
+    assert!(!c.refresh(None).unwrap().brokers.is_empty());
+}
+
+/// Every scenario in this module, by name, for test targets to run.
+pub const ALL: &[(&str, fn(&str))] = &[
+    ("produce_fetch_every_codec", produce_fetch_every_codec),
+    ("list_offsets_by_timestamp", list_offsets_by_timestamp),
+    (
+        "idempotent_producer_deduplicates",
+        idempotent_producer_deduplicates,
+    ),
+    ("produce_rejections", produce_rejections),
+    ("fetch_semantics", fetch_semantics),
+    ("topic_administration", topic_administration),
+    ("delete_records", delete_records),
+    ("simple_offset_commits", simple_offset_commits),
+    ("cluster_and_topic_ids", cluster_and_topic_ids),
+    ("produce_by_topic_id", produce_by_topic_id),
+    ("malformed_requests", malformed_requests),
+];
