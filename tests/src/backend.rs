@@ -88,8 +88,12 @@ pub fn kafka_lib_dir() -> io::Result<PathBuf> {
             .arg(format!("-DoutputDirectory={}", lib.display())),
         "mvn dependency:copy-dependencies",
     )?;
-    fs::write(&marker, KAFKA_VERSION)?;
+    fs::write(&marker, stamp)?;
     Ok(lib)
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ *b as u64).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// `-cp` value for the Kafka jars.

@@ -12,7 +12,7 @@
 //! so bootstrap addresses stay valid; a node can come back with another rack
 //! (KIP-1101 tests rely on it); maintenance (retention, compaction, rolls by
 //! age, checkpoints) runs every `log.retention.check.interval.ms` on a
-//! blocking thread.
+//! blocking thread, and group-coordinator timers are checked every 50 ms.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -323,16 +323,23 @@ impl Drop for EmbeddedCluster {
     }
 }
 
+/// How often the group coordinator's timers (sessions, rebalance and sync
+/// timeouts, the initial rebalance delay) are checked.
+const COORDINATOR_TICK: Duration = Duration::from_millis(50);
+
 fn spawn_maintenance(broker: Arc<Broker>) -> (watch::Sender<bool>, JoinHandle<()>) {
     let (tx, mut rx) = watch::channel(false);
     let every = broker.config.log_maintenance_interval;
     let task = tokio::spawn(async move {
-        let mut tick = tokio::time::interval(every);
-        tick.tick().await;
+        let mut logs = tokio::time::interval(every);
+        logs.tick().await;
+        let mut groups = tokio::time::interval(COORDINATOR_TICK);
+        groups.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
             tokio::select! {
                 _ = rx.changed() => return,
-                _ = tick.tick() => {
+                _ = groups.tick() => broker.coordinator.tick(&broker, tokio::time::Instant::now()),
+                _ = logs.tick() => {
                     let b = broker.clone();
                     let _ = tokio::task::spawn_blocking(move || b.logs.maintain(now_ms(), false)).await;
                 }

@@ -137,13 +137,9 @@ pub fn decode_request(
             reason: e.to_string(),
         }
     })?;
-    if buf.has_remaining() {
-        return Err(RequestDecodeError::MalformedBody {
-            header: Box::new(header),
-            api_key,
-            reason: format!("{} trailing bytes after the body", buf.remaining()),
-        });
-    }
+    // Trailing bytes are ignored, as Kafka does: librdkafka's v9+ Metadata
+    // request for all topics leaves a 4-byte array-count placeholder where a
+    // 1-byte varint belongs (rdkafka_request.c), and Kafka accepts it.
     Ok(Request {
         api_key,
         header,
@@ -355,6 +351,14 @@ mod tests {
         for cut in 8..full.len() {
             assert!(decode_request(full.slice(..cut), all_supported).is_err());
         }
+    }
+
+    #[test]
+    fn trailing_bytes_are_ignored_like_kafka() {
+        // librdkafka's all-topics Metadata v12 request carries 3 extra bytes.
+        let mut f = request_frame(ApiKey::Metadata, 12, RequestKind::Metadata(MetadataRequest::default())).to_vec();
+        f.extend_from_slice(&[1, 0, 0]);
+        assert!(decode_request(Bytes::from(f), all_supported).is_ok());
     }
 
     #[test]

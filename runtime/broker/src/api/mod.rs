@@ -14,19 +14,27 @@
 mod api_versions;
 mod create_partitions;
 mod create_topics;
+mod delete_groups;
 mod delete_records;
 mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
+mod describe_groups;
 mod fetch;
 mod find_coordinator;
+mod heartbeat;
 mod init_producer_id;
+mod join_group;
+mod leave_group;
+mod list_groups;
 mod list_offsets;
 mod metadata;
 mod offset_commit;
+mod offset_delete;
 mod offset_fetch;
 mod offset_for_leader_epoch;
 mod produce;
+mod sync_group;
 
 use std::sync::Arc;
 
@@ -57,6 +65,14 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::DescribeCluster, 0, 2),
+    (ApiKey::JoinGroup, 0, 9),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::DescribeGroups, 0, 6),
+    (ApiKey::ListGroups, 0, 5),
+    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::OffsetDelete, 0, 0),
 ];
 
 /// The accepted version range of an API, `None` if the API is not served.
@@ -115,6 +131,14 @@ pub(crate) async fn handle(ctx: &Ctx<'_>, body: RequestKind) -> HandlerResult {
         RequestKind::OffsetForLeaderEpoch(r) => {
             ResponseKind::OffsetForLeaderEpoch(offset_for_leader_epoch::handle(ctx, r))
         }
+        RequestKind::JoinGroup(r) => ResponseKind::JoinGroup(join_group::handle(ctx, r).await),
+        RequestKind::SyncGroup(r) => ResponseKind::SyncGroup(sync_group::handle(ctx, r).await),
+        RequestKind::Heartbeat(r) => ResponseKind::Heartbeat(heartbeat::handle(ctx, r)),
+        RequestKind::LeaveGroup(r) => ResponseKind::LeaveGroup(leave_group::handle(ctx, r)),
+        RequestKind::DescribeGroups(r) => ResponseKind::DescribeGroups(describe_groups::handle(ctx, r)),
+        RequestKind::ListGroups(r) => ResponseKind::ListGroups(list_groups::handle(ctx, r)),
+        RequestKind::DeleteGroups(r) => ResponseKind::DeleteGroups(delete_groups::handle(ctx, r)),
+        RequestKind::OffsetDelete(r) => ResponseKind::OffsetDelete(offset_delete::handle(ctx, r)),
         other => {
             // Unreachable: the server only decodes APIs listed in SUPPORTED.
             return Err(CloseConnection(format!("API {other:?} is not served")));
@@ -133,6 +157,20 @@ pub(crate) fn topic_name(s: &str) -> TopicName {
 
 pub(crate) fn broker_id(id: i32) -> BrokerId {
     BrokerId(id)
+}
+
+/// The group-level error for a request about `group` sent to this node:
+/// INVALID_GROUP_ID for an empty id, NOT_COORDINATOR when another node (or
+/// no live node) coordinates it.
+pub(crate) fn group_coordinator_error(ctx: &Ctx<'_>, group: &str) -> Option<ErrorCode> {
+    if group.is_empty() {
+        return Some(ErrorCode::InvalidGroupId);
+    }
+    match ctx.broker.coordinator_node(group) {
+        Some(n) if n == ctx.node_id => None,
+        Some(_) => Some(ErrorCode::NotCoordinator),
+        None => Some(ErrorCode::CoordinatorNotAvailable),
+    }
 }
 
 /// Where a partition stands for a request that must reach its leader.

@@ -3,10 +3,11 @@
 //! Checks, as Kafka: this node must coordinate the group (NOT_COORDINATOR),
 //! the group id must be non-empty (INVALID_GROUP_ID), each topic must exist
 //! (UNKNOWN_TOPIC_OR_PARTITION) and metadata must fit
-//! `offset.metadata.max.bytes` (OFFSET_METADATA_TOO_LARGE). A group with no
-//! live members accepts commits only from "simple" consumers (generation -1,
-//! no member id); a generation ≥ 0 names a group membership the coordinator
-//! does not have (ILLEGAL_GENERATION).
+//! `offset.metadata.max.bytes` (OFFSET_METADATA_TOO_LARGE). Membership is
+//! validated like Kafka's `validateOffsetCommit`: an empty group accepts
+//! "simple" commits (generation -1); otherwise the member (and its
+//! `group.instance.id`, FENCED_INSTANCE_ID if stale) and generation must be
+//! current, and a group completing a rebalance answers REBALANCE_IN_PROGRESS.
 
 use rill_protocol::kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
@@ -20,15 +21,13 @@ use crate::coordinator::{CommittedOffset, OFFSET_METADATA_MAX_BYTES};
 
 pub(super) fn handle(ctx: &Ctx<'_>, req: OffsetCommitRequest) -> OffsetCommitResponse {
     let group = req.group_id.to_string();
-    let group_error = if group.is_empty() {
-        Some(ErrorCode::InvalidGroupId)
-    } else if ctx.broker.coordinator_node(&group) != Some(ctx.node_id) {
-        Some(ErrorCode::NotCoordinator)
-    } else if req.generation_id_or_member_epoch >= 0 || !req.member_id.is_empty() {
-        Some(ErrorCode::IllegalGeneration)
-    } else {
-        None
-    };
+    let instance = if ctx.version >= 7 { req.group_instance_id.as_ref().map(|s| s.to_string()) } else { None };
+    let group_error = super::group_coordinator_error(ctx, &group).or_else(|| {
+        ctx.broker
+            .coordinator
+            .validate_offset_commit(&group, &req.member_id, instance.as_deref(), req.generation_id_or_member_epoch)
+            .err()
+    });
     let now = now_ms();
     let mut commits = Vec::new();
     let mut resp = OffsetCommitResponse::default();

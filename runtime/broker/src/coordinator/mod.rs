@@ -1,54 +1,92 @@
-//! The group coordinator: committed offsets (and, with the classic and
-//! consumer group protocols, group membership) for the groups whose offsets
+//! The group coordinator: committed offsets and classic-protocol group
+//! membership with static members (KIP-345), for the groups whose offsets
 //! partition this cluster leads.
 //!
 //! Durability: every change is appended to the internal compacted topic
 //! `__consumer_offsets` (partition = Java `String.hashCode` of the group id,
-//! as in Kafka) *before* it is applied in memory and acknowledged, and the
-//! whole topic is replayed when the broker starts. Records are keyed so
-//! compaction keeps the latest state of each (group, topic, partition); a
-//! null value is a tombstone (offset deleted). Keys and values are JSON
-//! documents of Rill's own schema, not Kafka's binary one: only this
-//! coordinator reads them.
+//! as in Kafka) *before* it is acknowledged, and the whole topic is replayed
+//! when the broker starts, so committed offsets, the static-member map,
+//! assignments and generations survive a restart and a stable static group
+//! resumes without a rebalance. Records are keyed so compaction keeps the
+//! latest state of each group and each (group, topic, partition); a null
+//! value is a tombstone. Keys and values are JSON documents of Rill's own
+//! schema, not Kafka's binary one: only this coordinator reads them.
+//!
+//! All groups live under one lock; operations are short, and the only I/O
+//! under it is the append to the local offsets log.
 
+pub mod classic;
 pub mod offsets;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use bytes::Bytes;
 use rill_protocol::records::{self, Compression};
+use rill_protocol::ErrorCode;
 use serde::{Deserialize, Serialize};
-use tracing::{debug, info};
+use tokio::time::{Duration, Instant};
+use tracing::{debug, info, warn};
 
 use crate::broker::{now_ms, offsets_partition_for, Broker, BrokerConfig, OFFSETS_TOPIC};
+use classic::{ClassicConfig, ClassicGroup, GroupSnapshot, GroupState, JoinOutcome, JoinRequest, Pending, SyncOutcome};
 pub use offsets::CommittedOffset;
 
 /// Kafka's `offset.metadata.max.bytes`.
 pub const OFFSET_METADATA_MAX_BYTES: usize = 4096;
 
-/// The coordinator's view of one group.
-#[derive(Debug, Default)]
+/// The coordinator's view of one group: offsets plus classic membership.
 pub struct Group {
     pub id: String,
     pub offsets: BTreeMap<(String, i32), CommittedOffset>,
+    pub classic: ClassicGroup,
+}
+
+impl Group {
+    fn new(id: &str) -> Self {
+        Self {
+            id: id.to_string(),
+            offsets: BTreeMap::new(),
+            classic: ClassicGroup::new(id),
+        }
+    }
+}
+
+/// A member as DescribeGroups shows it.
+#[derive(Debug, Clone)]
+pub struct MemberDescription {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub metadata: Bytes,
+    pub assignment: Bytes,
+}
+
+#[derive(Debug, Clone)]
+pub struct GroupDescription {
+    pub state: GroupState,
+    pub protocol_type: String,
+    pub protocol_name: String,
+    pub generation_id: i32,
+    pub members: Vec<MemberDescription>,
 }
 
 pub struct GroupCoordinator {
     groups: Mutex<HashMap<String, Group>>,
     offsets_partitions: i32,
+    classic: ClassicConfig,
+    min_session_timeout_ms: i32,
+    max_session_timeout_ms: i32,
 }
 
 /// Key of a record in `__consumer_offsets`.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum StoredKey {
-    Offset {
-        group: String,
-        topic: String,
-        partition: i32,
-    },
+    Offset { group: String, topic: String, partition: i32 },
+    Group { group: String },
 }
 
 impl GroupCoordinator {
@@ -56,54 +94,42 @@ impl GroupCoordinator {
         Self {
             groups: Mutex::new(HashMap::new()),
             offsets_partitions: config.offsets_topic_partitions,
+            classic: ClassicConfig {
+                initial_rebalance_delay: Duration::from_millis(config.group_initial_rebalance_delay_ms.max(0) as u64),
+                max_size: config.group_max_size,
+            },
+            min_session_timeout_ms: config.group_min_session_timeout_ms,
+            max_session_timeout_ms: config.group_max_session_timeout_ms,
         }
     }
 
-    fn groups(&self) -> std::sync::MutexGuard<'_, HashMap<String, Group>> {
+    fn groups(&self) -> MutexGuard<'_, HashMap<String, Group>> {
         self.groups.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Replays `__consumer_offsets` into memory.
     pub fn load(&self, broker: &Broker) -> io::Result<()> {
         let mut loaded = 0usize;
+        let now = Instant::now();
         let mut groups = self.groups();
         for p in 0..self.offsets_partitions {
-            let Some(log) = broker.log(OFFSETS_TOPIC, p) else {
-                continue;
-            };
+            let Some(log) = broker.log(OFFSETS_TOPIC, p) else { continue };
             let mut offset = log.offsets().log_start_offset;
             loop {
-                let chunk = log
-                    .read(offset, 1 << 20, true)
-                    .map_err(|e| io::Error::other(e.to_string()))?;
+                let chunk = log.read(offset, 1 << 20, true).map_err(|e| io::Error::other(e.to_string()))?;
                 if chunk.records.is_empty() {
                     break;
                 }
-                let recs = records::decode_records(&chunk.records).map_err(io::Error::other)?;
-                for r in &recs {
-                    offset = offset.max(r.offset + 1);
-                    let Some(key) = r
-                        .key
-                        .as_ref()
-                        .and_then(|k| serde_json::from_slice::<StoredKey>(k).ok())
-                    else {
+                for r in records::decode_records(&chunk.records).map_err(io::Error::other)? {
+                    let Some(key) = r.key.as_ref().and_then(|k| serde_json::from_slice::<StoredKey>(k).ok()) else {
+                        warn!(offset = r.offset, "skipping unreadable record in {OFFSETS_TOPIC}-{p}");
                         continue;
                     };
+                    loaded += 1;
                     match key {
-                        StoredKey::Offset {
-                            group,
-                            topic,
-                            partition,
-                        } => {
-                            let g = groups.entry(group.clone()).or_insert_with(|| Group {
-                                id: group,
-                                ..Default::default()
-                            });
-                            match r
-                                .value
-                                .as_ref()
-                                .and_then(|v| serde_json::from_slice::<CommittedOffset>(v).ok())
-                            {
+                        StoredKey::Offset { group, topic, partition } => {
+                            let g = groups.entry(group.clone()).or_insert_with(|| Group::new(&group));
+                            match r.value.as_ref().and_then(|v| serde_json::from_slice::<CommittedOffset>(v).ok()) {
                                 Some(c) => {
                                     g.offsets.insert((topic, partition), c);
                                 }
@@ -111,34 +137,34 @@ impl GroupCoordinator {
                                     g.offsets.remove(&(topic, partition));
                                 }
                             }
-                            loaded += 1;
                         }
+                        StoredKey::Group { group } => match r.value.as_ref().and_then(|v| serde_json::from_slice::<GroupSnapshot>(v).ok()) {
+                            Some(snap) => {
+                                let g = groups.entry(group.clone()).or_insert_with(|| Group::new(&group));
+                                g.classic = ClassicGroup::restore(&group, snap, now);
+                            }
+                            None => {
+                                groups.remove(&group);
+                            }
+                        },
                     }
                 }
-                // Batches may end past their last surviving record (compaction).
-                let last_batch_end = records::BatchIter::new(&chunk.records)
-                    .map(|(_, h)| h.next_offset())
-                    .last()
-                    .unwrap_or(offset);
-                offset = offset.max(last_batch_end);
+                // Compaction leaves gaps: continue after the last batch read.
+                offset = records::BatchIter::new(&chunk.records).map(|(_, h)| h.next_offset()).last().unwrap_or(offset + 1);
             }
         }
-        groups.retain(|_, g| !g.offsets.is_empty());
-        info!(
-            records = loaded,
-            groups = groups.len(),
-            "loaded group coordinator state"
-        );
+        for g in groups.values() {
+            if !g.classic.members.is_empty() {
+                info!(group = %g.id, generation = g.classic.generation_id, members = g.classic.members.len(),
+                      static_members = g.classic.static_members.len(), "restored group");
+            }
+        }
+        info!(records = loaded, groups = groups.len(), "loaded group coordinator state");
         Ok(())
     }
 
     /// Appends records to the group's offsets partition; returns once written.
-    fn persist(
-        &self,
-        broker: &Broker,
-        group: &str,
-        entries: Vec<(Vec<u8>, Option<Vec<u8>>)>,
-    ) -> io::Result<()> {
+    fn persist(&self, broker: &Broker, group: &str, entries: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> io::Result<()> {
         if entries.is_empty() {
             return Ok(());
         }
@@ -150,9 +176,7 @@ impl GroupCoordinator {
         let recs: Vec<_> = entries
             .into_iter()
             .enumerate()
-            .map(|(i, (k, v))| {
-                records::simple_record(i as i64, now, Some(Bytes::from(k)), v.map(Bytes::from))
-            })
+            .map(|(i, (k, v))| records::simple_record(i as i64, now, Some(Bytes::from(k)), v.map(Bytes::from)))
             .collect();
         let batch = records::encode_records(&recs, Compression::None).map_err(io::Error::other)?;
         let epoch = broker
@@ -160,38 +184,219 @@ impl GroupCoordinator {
             .topic(OFFSETS_TOPIC)
             .and_then(|t| t.partitions.get(partition as usize).map(|p| p.leader_epoch))
             .unwrap_or(0);
-        log.append(batch.to_vec(), epoch, now)
-            .map_err(|e| io::Error::other(e.message))?;
+        log.append(batch.to_vec(), epoch, now).map_err(|e| io::Error::other(e.message))?;
+        Ok(())
+    }
+
+    fn group_key(group: &str) -> Vec<u8> {
+        serde_json::to_vec(&StoredKey::Group { group: group.to_string() }).unwrap()
+    }
+
+    fn persist_snapshot(&self, broker: &Broker, group: &str, snap: &GroupSnapshot) -> Result<(), ErrorCode> {
+        let value = serde_json::to_vec(snap).map_err(|_| ErrorCode::UnknownServerError)?;
+        self.persist(broker, group, vec![(Self::group_key(group), Some(value))]).map_err(|e| {
+            warn!(group, error = %e, "could not persist group metadata");
+            ErrorCode::NotCoordinator
+        })
+    }
+
+    /// Kafka's bounds on a member's session timeout.
+    pub fn check_session_timeout(&self, ms: i32) -> Result<(), ErrorCode> {
+        if ms < self.min_session_timeout_ms || ms > self.max_session_timeout_ms {
+            return Err(ErrorCode::InvalidSessionTimeout);
+        }
+        Ok(())
+    }
+
+    // -------------------------------------------------------------- classic
+
+    pub fn join_group(&self, broker: &Broker, group_id: &str, req: JoinRequest) -> Pending<JoinOutcome> {
+        let mut groups = self.groups();
+        let unknown_member = req.member_id.is_empty();
+        if !groups.contains_key(group_id) && !unknown_member {
+            // A known member id for a group that does not exist.
+            return Pending::Now(JoinOutcome::error(&req.member_id, ErrorCode::UnknownMemberId));
+        }
+        let g = groups.entry(group_id.to_string()).or_insert_with(|| Group::new(group_id));
+        let mut persist = |s: &GroupSnapshot| self.persist_snapshot(broker, group_id, s);
+        let out = g.classic.join(req, &self.classic, Instant::now(), &mut persist);
+        self.after_change(broker, g);
+        out
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn sync_group(
+        &self,
+        broker: &Broker,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation_id: i32,
+        protocol_type: Option<&str>,
+        protocol_name: Option<&str>,
+        assignments: Vec<(String, Bytes)>,
+    ) -> Pending<SyncOutcome> {
+        let mut groups = self.groups();
+        let Some(g) = groups.get_mut(group_id) else {
+            return Pending::Now(SyncOutcome { error: Some(ErrorCode::UnknownMemberId), ..Default::default() });
+        };
+        let mut persist = |s: &GroupSnapshot| self.persist_snapshot(broker, group_id, s);
+        let out = g.classic.sync(member_id, instance_id, generation_id, protocol_type, protocol_name, assignments, &self.classic, Instant::now(), &mut persist);
+        self.after_change(broker, g);
+        out
+    }
+
+    pub fn heartbeat(&self, group_id: &str, member_id: &str, instance_id: Option<&str>, generation_id: i32) -> Result<(), ErrorCode> {
+        let mut groups = self.groups();
+        let g = groups.get_mut(group_id).ok_or(ErrorCode::UnknownMemberId)?;
+        g.classic.heartbeat(member_id, instance_id, generation_id, Instant::now())
+    }
+
+    /// LeaveGroup: one result per member, or a group-level error.
+    pub fn leave_group(&self, broker: &Broker, group_id: &str, members: &[(String, Option<String>)]) -> Result<Vec<Option<ErrorCode>>, ErrorCode> {
+        let mut groups = self.groups();
+        let g = groups.get_mut(group_id).ok_or(ErrorCode::UnknownMemberId)?;
+        if g.classic.state == GroupState::Dead {
+            return Err(ErrorCode::CoordinatorNotAvailable);
+        }
+        let out = g.classic.leave(members, &self.classic, Instant::now());
+        self.after_change(broker, g);
+        Ok(out)
+    }
+
+    /// Persists the group when it just became Empty (Kafka writes the empty
+    /// group's metadata at the end of such a rebalance).
+    fn after_change(&self, broker: &Broker, g: &mut Group) {
+        if g.classic.state == GroupState::Empty && g.classic.members.is_empty() && g.classic.generation_id > 0 {
+            let snap = g.classic.snapshot();
+            if let Err(e) = self.persist_snapshot(broker, &g.id, &snap) {
+                debug!(group = %g.id, ?e, "could not persist empty group");
+            }
+        }
+    }
+
+    /// Fires expired timers of every group (sessions, joins, syncs).
+    pub fn tick(&self, broker: &Broker, now: Instant) {
+        let mut groups = self.groups();
+        for g in groups.values_mut() {
+            if g.classic.members.is_empty() && g.classic.state == GroupState::Empty {
+                continue;
+            }
+            let before = (g.classic.state, g.classic.generation_id);
+            g.classic.tick(&self.classic, now);
+            if before != (g.classic.state, g.classic.generation_id) {
+                self.after_change(broker, g);
+            }
+        }
+    }
+
+    pub fn describe_group(&self, group_id: &str) -> Option<GroupDescription> {
+        let groups = self.groups();
+        let g = groups.get(group_id)?;
+        let c = &g.classic;
+        let stable = c.state == GroupState::Stable;
+        let proto = c.protocol_name.clone().unwrap_or_default();
+        Some(GroupDescription {
+            state: c.state,
+            protocol_type: c.protocol_type.clone().unwrap_or_default(),
+            protocol_name: if stable { proto.clone() } else { String::new() },
+            generation_id: c.generation_id,
+            members: c
+                .members
+                .values()
+                .map(|m| MemberDescription {
+                    member_id: m.member_id.clone(),
+                    instance_id: m.instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    metadata: if stable { m.metadata(&proto) } else { Bytes::new() },
+                    assignment: if stable { m.assignment.clone() } else { Bytes::new() },
+                })
+                .collect(),
+        })
+    }
+
+    /// (group id, protocol type, state) of every group.
+    pub fn list_groups(&self) -> Vec<(String, String, GroupState)> {
+        let groups = self.groups();
+        let mut out: Vec<_> = groups
+            .values()
+            .filter(|g| g.classic.state != GroupState::Dead)
+            .map(|g| (g.id.clone(), g.classic.protocol_type.clone().unwrap_or_default(), g.classic.state))
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// DeleteGroups: only empty groups; offsets and metadata are tombstoned.
+    pub fn delete_group(&self, broker: &Broker, group_id: &str) -> Result<(), ErrorCode> {
+        let mut groups = self.groups();
+        let g = groups.get_mut(group_id).ok_or(ErrorCode::GroupIdNotFound)?;
+        match g.classic.state {
+            GroupState::Dead => return Err(ErrorCode::GroupIdNotFound),
+            GroupState::Stable | GroupState::PreparingRebalance | GroupState::CompletingRebalance => {
+                return Err(ErrorCode::NonEmptyGroup)
+            }
+            GroupState::Empty => {}
+        }
+        let mut entries: Vec<(Vec<u8>, Option<Vec<u8>>)> = g
+            .offsets
+            .keys()
+            .map(|(t, p)| (serde_json::to_vec(&StoredKey::Offset { group: group_id.to_string(), topic: t.clone(), partition: *p }).unwrap(), None))
+            .collect();
+        entries.push((Self::group_key(group_id), None));
+        self.persist(broker, group_id, entries).map_err(|e| {
+            warn!(group = group_id, error = %e, "could not persist group deletion");
+            ErrorCode::NotCoordinator
+        })?;
+        g.classic.mark_dead();
+        groups.remove(group_id);
+        info!(group = group_id, "deleted group");
+        Ok(())
+    }
+
+    // -------------------------------------------------------------- offsets
+
+    /// Kafka's `ClassicGroup.validateOffsetCommit` (non-transactional).
+    pub fn validate_offset_commit(&self, group_id: &str, member_id: &str, instance_id: Option<&str>, generation_id: i32) -> Result<(), ErrorCode> {
+        let groups = self.groups();
+        let Some(g) = groups.get(group_id) else {
+            // Commits create the group only for simple consumers.
+            return if generation_id < 0 { Ok(()) } else { Err(ErrorCode::IllegalGeneration) };
+        };
+        let c = &g.classic;
+        if c.state == GroupState::Dead {
+            return Err(ErrorCode::CoordinatorNotAvailable);
+        }
+        if generation_id < 0 && c.state == GroupState::Empty {
+            return Ok(());
+        }
+        if generation_id >= 0 || !member_id.is_empty() || instance_id.is_some() {
+            c.validate_member(member_id, instance_id)?;
+            if generation_id != c.generation_id {
+                return Err(ErrorCode::IllegalGeneration);
+            }
+        } else if c.state != GroupState::Empty {
+            return Err(ErrorCode::UnknownMemberId);
+        }
+        if c.state == GroupState::CompletingRebalance {
+            return Err(ErrorCode::RebalanceInProgress);
+        }
         Ok(())
     }
 
     /// Stores committed offsets durably, then in memory.
-    pub fn commit_offsets(
-        &self,
-        broker: &Broker,
-        group: &str,
-        commits: Vec<(String, i32, CommittedOffset)>,
-    ) -> io::Result<()> {
+    pub fn commit_offsets(&self, broker: &Broker, group: &str, commits: Vec<(String, i32, CommittedOffset)>) -> io::Result<()> {
         let entries = commits
             .iter()
             .map(|(t, p, c)| {
-                let key = StoredKey::Offset {
-                    group: group.to_string(),
-                    topic: t.clone(),
-                    partition: *p,
-                };
-                (
-                    serde_json::to_vec(&key).unwrap(),
-                    Some(serde_json::to_vec(c).unwrap()),
-                )
+                let key = StoredKey::Offset { group: group.to_string(), topic: t.clone(), partition: *p };
+                (serde_json::to_vec(&key).unwrap(), Some(serde_json::to_vec(c).unwrap()))
             })
             .collect();
         self.persist(broker, group, entries)?;
         let mut groups = self.groups();
-        let g = groups.entry(group.to_string()).or_insert_with(|| Group {
-            id: group.to_string(),
-            ..Default::default()
-        });
+        let g = groups.entry(group.to_string()).or_insert_with(|| Group::new(group));
         for (t, p, c) in commits {
             g.offsets.insert((t, p), c);
         }
@@ -200,62 +405,53 @@ impl GroupCoordinator {
     }
 
     /// Committed offsets of `group`: for the given partitions, or all when `None`.
-    pub fn fetch_offsets(
-        &self,
-        group: &str,
-        wanted: Option<&[(String, Vec<i32>)]>,
-    ) -> Vec<(String, i32, Option<CommittedOffset>)> {
+    pub fn fetch_offsets(&self, group: &str, wanted: Option<&[(String, Vec<i32>)]>) -> Vec<(String, i32, Option<CommittedOffset>)> {
         let groups = self.groups();
         let g = groups.get(group);
         match wanted {
             Some(list) => list
                 .iter()
-                .flat_map(|(t, ps)| {
-                    ps.iter().map(move |p| {
-                        (
-                            t.clone(),
-                            *p,
-                            g.and_then(|g| g.offsets.get(&(t.clone(), *p)).cloned()),
-                        )
-                    })
-                })
+                .flat_map(|(t, ps)| ps.iter().map(move |p| (t.clone(), *p, g.and_then(|g| g.offsets.get(&(t.clone(), *p)).cloned()))))
                 .collect(),
             None => g
-                .map(|g| {
-                    g.offsets
-                        .iter()
-                        .map(|((t, p), c)| (t.clone(), *p, Some(c.clone())))
-                        .collect()
-                })
+                .map(|g| g.offsets.iter().map(|((t, p), c)| (t.clone(), *p, Some(c.clone()))).collect())
                 .unwrap_or_default(),
         }
     }
 
-    /// Deletes the given committed offsets (OffsetDelete).
-    pub fn delete_offsets(
-        &self,
-        broker: &Broker,
-        group: &str,
-        doomed: &[(String, i32)],
-    ) -> io::Result<()> {
-        let entries = doomed
+    /// OffsetDelete: refused for topics an active consumer group subscribes to.
+    pub fn delete_offsets(&self, broker: &Broker, group: &str, doomed: &[(String, i32)]) -> Result<Vec<Option<ErrorCode>>, ErrorCode> {
+        let subscribed = {
+            let groups = self.groups();
+            let g = groups.get(group).ok_or(ErrorCode::GroupIdNotFound)?;
+            if g.classic.state == GroupState::Dead {
+                return Err(ErrorCode::GroupIdNotFound);
+            }
+            subscribed_topics(&g.classic)
+        };
+        let results: Vec<Option<ErrorCode>> = doomed
             .iter()
-            .map(|(t, p)| {
-                let key = StoredKey::Offset {
-                    group: group.to_string(),
-                    topic: t.clone(),
-                    partition: *p,
-                };
-                (serde_json::to_vec(&key).unwrap(), None)
+            .map(|(t, _)| match &subscribed {
+                Some(topics) if topics.iter().any(|s| s == t) => Some(ErrorCode::GroupSubscribedToTopic),
+                None => Some(ErrorCode::GroupSubscribedToTopic),
+                _ => None,
             })
             .collect();
-        self.persist(broker, group, entries)?;
+        let entries: Vec<(Vec<u8>, Option<Vec<u8>>)> = doomed
+            .iter()
+            .zip(&results)
+            .filter(|(_, r)| r.is_none())
+            .map(|((t, p), _)| (serde_json::to_vec(&StoredKey::Offset { group: group.to_string(), topic: t.clone(), partition: *p }).unwrap(), None))
+            .collect();
+        self.persist(broker, group, entries).map_err(|_| ErrorCode::NotCoordinator)?;
         if let Some(g) = self.groups().get_mut(group) {
-            for tp in doomed {
-                g.offsets.remove(tp);
+            for ((t, p), r) in doomed.iter().zip(&results) {
+                if r.is_none() {
+                    g.offsets.remove(&(t.clone(), *p));
+                }
             }
         }
-        Ok(())
+        Ok(results)
     }
 
     /// Drops offsets of a deleted topic from memory (Kafka cleans them up too).
@@ -268,4 +464,58 @@ impl GroupCoordinator {
     pub fn group_ids(&self) -> Vec<String> {
         self.groups().keys().cloned().collect()
     }
+
+    /// (generation, state, member ids) of a group, for tests and tools.
+    pub fn group_summary(&self, group_id: &str) -> Option<(i32, GroupState, Vec<String>)> {
+        self.groups()
+            .get(group_id)
+            .map(|g| (g.classic.generation_id, g.classic.state, g.classic.members.keys().cloned().collect()))
+    }
+}
+
+/// Topics an active group subscribes to: `Some(list)` for the consumer
+/// protocol (decoded from members' subscriptions), `None` when the group is
+/// active but its subscriptions cannot be known (another protocol type);
+/// an empty group subscribes to nothing.
+fn subscribed_topics(g: &ClassicGroup) -> Option<Vec<String>> {
+    if g.members.is_empty() {
+        return Some(Vec::new());
+    }
+    if g.protocol_type.as_deref() != Some("consumer") {
+        return None;
+    }
+    let proto = g.protocol_name.clone().unwrap_or_default();
+    let mut topics = Vec::new();
+    for m in g.members.values() {
+        topics.extend(consumer_subscription_topics(&m.metadata(&proto))?);
+    }
+    Some(topics)
+}
+
+/// Topics of a consumer-protocol subscription (version i16, then an array of
+/// strings; all versions start this way).
+pub fn consumer_subscription_topics(metadata: &[u8]) -> Option<Vec<String>> {
+    let mut b = metadata;
+    let take = |b: &mut &[u8], n: usize| -> Option<Vec<u8>> {
+        if b.len() < n {
+            return None;
+        }
+        let (h, t) = b.split_at(n);
+        *b = t;
+        Some(h.to_vec())
+    };
+    take(&mut b, 2)?;
+    let n = i32::from_be_bytes(take(&mut b, 4)?.try_into().ok()?);
+    if n < 0 || n as usize > b.len() {
+        return None;
+    }
+    let mut out = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        let len = i16::from_be_bytes(take(&mut b, 2)?.try_into().ok()?);
+        if len < 0 {
+            return None;
+        }
+        out.push(String::from_utf8(take(&mut b, len as usize)?).ok()?);
+    }
+    Some(out)
 }
