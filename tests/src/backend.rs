@@ -70,16 +70,19 @@ pub fn kafka_lib_dir() -> io::Result<PathBuf> {
     let lib = cache_dir()
         .join(format!("kafka-{KAFKA_VERSION}"))
         .join("lib");
+    let pom = repo_root().join("tests/java/pom.xml");
+    // The marker records which pom the jars came from; a changed pom re-resolves.
+    let stamp = format!("{:016x}", fnv1a(&fs::read(&pom)?));
     let marker = lib.join(".complete");
-    if marker.exists() {
+    if fs::read_to_string(&marker).is_ok_and(|m| m.trim() == stamp) {
         return Ok(lib);
     }
     eprintln!(
         "interop: resolving Apache Kafka {KAFKA_VERSION} jars with Maven into {}",
         lib.display()
     );
+    let _ = fs::remove_dir_all(&lib);
     fs::create_dir_all(&lib)?;
-    let pom = repo_root().join("tests/java/pom.xml");
     run(
         Command::new("mvn")
             .args(["-q", "-B", "-f"])
@@ -93,7 +96,9 @@ pub fn kafka_lib_dir() -> io::Result<PathBuf> {
 }
 
 fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ *b as u64).wrapping_mul(0x0100_0000_01b3))
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ *b as u64).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// `-cp` value for the Kafka jars.

@@ -10,7 +10,7 @@
 //!   could be read (API key, version, correlation id), so the broker can answer
 //!   with Kafka's error response where Kafka sends one and log what was wrong.
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable};
 
@@ -356,7 +356,12 @@ mod tests {
     #[test]
     fn trailing_bytes_are_ignored_like_kafka() {
         // librdkafka's all-topics Metadata v12 request carries 3 extra bytes.
-        let mut f = request_frame(ApiKey::Metadata, 12, RequestKind::Metadata(MetadataRequest::default())).to_vec();
+        let mut f = request_frame(
+            ApiKey::Metadata,
+            12,
+            RequestKind::Metadata(MetadataRequest::default()),
+        )
+        .to_vec();
         f.extend_from_slice(&[1, 0, 0]);
         assert!(decode_request(Bytes::from(f), all_supported).is_ok());
     }

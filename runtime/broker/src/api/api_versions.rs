@@ -11,10 +11,22 @@ use rill_protocol::ErrorCode;
 
 use super::{Ctx, SUPPORTED};
 
+/// The range advertised for an API. Like Apache Kafka 4.x, Produce is
+/// advertised from v0 although v0-v2 are refused when sent (KIP-896 removed
+/// them; KAFKA-18659 kept them advertised because librdkafka < 2.4 enables
+/// gzip and snappy only when the Produce range overlaps v2).
+pub fn advertised(key: rill_protocol::ApiKey, lo: i16, hi: i16) -> (i16, i16) {
+    match key {
+        rill_protocol::ApiKey::Produce => (0, hi),
+        _ => (lo, hi),
+    }
+}
+
 fn table() -> Vec<ApiVersion> {
     SUPPORTED
         .iter()
         .map(|&(k, lo, hi)| {
+            let (lo, hi) = advertised(k, lo, hi);
             ApiVersion::default()
                 .with_api_key(k as i16)
                 .with_min_version(lo)

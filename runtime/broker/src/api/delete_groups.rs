@@ -14,7 +14,11 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: DeleteGroupsRequest) -> DeleteGroupsRes
             Some(e) => Err(e),
             None => ctx.broker.coordinator.delete_group(ctx.broker, &group),
         };
-        resp.results.push(DeletableGroupResult::default().with_group_id(gid).with_error_code(result.err().map_or(0, |e| e.code())));
+        resp.results.push(
+            DeletableGroupResult::default()
+                .with_group_id(gid)
+                .with_error_code(result.err().map_or(0, |e| e.code())),
+        );
     }
     resp
 }

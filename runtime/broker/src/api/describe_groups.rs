@@ -3,7 +3,9 @@
 //! group, each member's subscription metadata and assignment. An unknown
 //! group is reported as Dead; from v6, with GROUP_ID_NOT_FOUND (KIP-1043).
 
-use rill_protocol::kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use rill_protocol::kafka_protocol::messages::describe_groups_response::{
+    DescribedGroup, DescribedGroupMember,
+};
 use rill_protocol::kafka_protocol::messages::{DescribeGroupsRequest, DescribeGroupsResponse};
 use rill_protocol::ErrorCode;
 
@@ -14,7 +16,9 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: DescribeGroupsRequest) -> DescribeGroup
     let mut resp = DescribeGroupsResponse::default();
     for gid in req.groups {
         let group = gid.to_string();
-        let mut d = DescribedGroup::default().with_group_id(gid.clone()).with_group_state(sb("Dead"));
+        let mut d = DescribedGroup::default()
+            .with_group_id(gid.clone())
+            .with_group_state(sb("Dead"));
         if let Some(e) = group_coordinator_error(ctx, &group) {
             d.error_code = e.code();
         } else {

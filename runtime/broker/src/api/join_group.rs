@@ -16,26 +16,38 @@ pub(super) async fn handle(ctx: &Ctx<'_>, req: JoinGroupRequest) -> JoinGroupRes
     let group = req.group_id.to_string();
     let outcome = if let Some(e) = group_coordinator_error(ctx, &group) {
         JoinOutcome::error(&req.member_id, e)
-    } else if let Err(e) = ctx.broker.coordinator.check_session_timeout(req.session_timeout_ms) {
+    } else if let Err(e) = ctx
+        .broker
+        .coordinator
+        .check_session_timeout(req.session_timeout_ms)
+    {
         JoinOutcome::error(&req.member_id, e)
     } else {
         let join = JoinRequest {
             version: v,
             member_id: req.member_id.to_string(),
-            instance_id: if v >= 5 { req.group_instance_id.as_ref().map(|s| s.to_string()) } else { None },
+            instance_id: if v >= 5 {
+                req.group_instance_id.as_ref().map(|s| s.to_string())
+            } else {
+                None
+            },
             client_id: ctx.client_id.to_string(),
             client_host: format!("/{}", ctx.client_host),
             session_timeout_ms: req.session_timeout_ms,
             rebalance_timeout_ms: req.rebalance_timeout_ms,
             protocol_type: req.protocol_type.to_string(),
-            protocols: req.protocols.iter().map(|p| (p.name.to_string(), p.metadata.clone())).collect(),
+            protocols: req
+                .protocols
+                .iter()
+                .map(|p| (p.name.to_string(), p.metadata.clone()))
+                .collect(),
             reason: req.reason.as_ref().map(|r| r.to_string()),
         };
         match ctx.broker.coordinator.join_group(ctx.broker, &group, join) {
             Pending::Now(o) => o,
-            Pending::Wait(rx) => rx
-                .await
-                .unwrap_or_else(|_| JoinOutcome::error(&req.member_id, ErrorCode::CoordinatorNotAvailable)),
+            Pending::Wait(rx) => rx.await.unwrap_or_else(|_| {
+                JoinOutcome::error(&req.member_id, ErrorCode::CoordinatorNotAvailable)
+            }),
         }
     };
     let mut resp = JoinGroupResponse::default()
@@ -48,7 +60,9 @@ pub(super) async fn handle(ctx: &Ctx<'_>, req: JoinGroupRequest) -> JoinGroupRes
                 .members
                 .into_iter()
                 .map(|(id, iid, meta)| {
-                    let mut m = JoinGroupResponseMember::default().with_member_id(sb(id)).with_metadata(meta);
+                    let mut m = JoinGroupResponseMember::default()
+                        .with_member_id(sb(id))
+                        .with_metadata(meta);
                     if v >= 5 {
                         m.group_instance_id = iid.map(sb);
                     }

@@ -12,13 +12,24 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: LeaveGroupRequest) -> LeaveGroupRespons
     let v = ctx.version;
     let group = req.group_id.to_string();
     let members: Vec<(String, Option<String>)> = if v >= 3 {
-        req.members.iter().map(|m| (m.member_id.to_string(), m.group_instance_id.as_ref().map(|s| s.to_string()))).collect()
+        req.members
+            .iter()
+            .map(|m| {
+                (
+                    m.member_id.to_string(),
+                    m.group_instance_id.as_ref().map(|s| s.to_string()),
+                )
+            })
+            .collect()
     } else {
         vec![(req.member_id.to_string(), None)]
     };
     let result = match group_coordinator_error(ctx, &group) {
         Some(e) => Err(e),
-        None => ctx.broker.coordinator.leave_group(ctx.broker, &group, &members),
+        None => ctx
+            .broker
+            .coordinator
+            .leave_group(ctx.broker, &group, &members),
     };
     let mut resp = LeaveGroupResponse::default();
     match result {
@@ -35,7 +46,13 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: LeaveGroupRequest) -> LeaveGroupRespons
                 })
                 .collect();
         }
-        Ok(per_member) => resp.error_code = per_member.first().copied().flatten().map_or(0, |e| e.code()),
+        Ok(per_member) => {
+            resp.error_code = per_member
+                .first()
+                .copied()
+                .flatten()
+                .map_or(0, |e| e.code())
+        }
     }
     resp
 }

@@ -9,8 +9,16 @@ use super::{sb, Ctx};
 
 pub(super) fn handle(ctx: &Ctx<'_>, req: ListGroupsRequest) -> ListGroupsResponse {
     let v = ctx.version;
-    let states: Vec<String> = if v >= 4 { req.states_filter.iter().map(|s| s.to_lowercase()).collect() } else { Vec::new() };
-    let types: Vec<String> = if v >= 5 { req.types_filter.iter().map(|s| s.to_lowercase()).collect() } else { Vec::new() };
+    let states: Vec<String> = if v >= 4 {
+        req.states_filter.iter().map(|s| s.to_lowercase()).collect()
+    } else {
+        Vec::new()
+    };
+    let types: Vec<String> = if v >= 5 {
+        req.types_filter.iter().map(|s| s.to_lowercase()).collect()
+    } else {
+        Vec::new()
+    };
     let mut resp = ListGroupsResponse::default();
     for (id, ptype, state) in ctx.broker.coordinator.list_groups() {
         if ctx.broker.coordinator_node(&id) != Some(ctx.node_id) {
@@ -22,7 +30,9 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: ListGroupsRequest) -> ListGroupsRespons
         if !types.is_empty() && !types.iter().any(|t| t == "classic") {
             continue;
         }
-        let mut g = ListedGroup::default().with_group_id(GroupId(sb(id))).with_protocol_type(sb(ptype));
+        let mut g = ListedGroup::default()
+            .with_group_id(GroupId(sb(id)))
+            .with_protocol_type(sb(ptype));
         if v >= 4 {
             g.group_state = sb(state.name());
         }

@@ -44,6 +44,7 @@ use rill_protocol::{ApiKey, ErrorCode, RequestKind, ResponseKind, StrBytes};
 use crate::broker::Broker;
 use crate::metadata::{PartitionMeta, TopicMeta};
 
+pub use api_versions::advertised;
 pub(crate) use api_versions::unsupported_version_response;
 
 /// API keys and version ranges this broker serves: Kafka 4.1's ranges,
@@ -135,7 +136,9 @@ pub(crate) async fn handle(ctx: &Ctx<'_>, body: RequestKind) -> HandlerResult {
         RequestKind::SyncGroup(r) => ResponseKind::SyncGroup(sync_group::handle(ctx, r).await),
         RequestKind::Heartbeat(r) => ResponseKind::Heartbeat(heartbeat::handle(ctx, r)),
         RequestKind::LeaveGroup(r) => ResponseKind::LeaveGroup(leave_group::handle(ctx, r)),
-        RequestKind::DescribeGroups(r) => ResponseKind::DescribeGroups(describe_groups::handle(ctx, r)),
+        RequestKind::DescribeGroups(r) => {
+            ResponseKind::DescribeGroups(describe_groups::handle(ctx, r))
+        }
         RequestKind::ListGroups(r) => ResponseKind::ListGroups(list_groups::handle(ctx, r)),
         RequestKind::DeleteGroups(r) => ResponseKind::DeleteGroups(delete_groups::handle(ctx, r)),
         RequestKind::OffsetDelete(r) => ResponseKind::OffsetDelete(offset_delete::handle(ctx, r)),

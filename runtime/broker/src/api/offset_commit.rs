@@ -21,11 +21,20 @@ use crate::coordinator::{CommittedOffset, OFFSET_METADATA_MAX_BYTES};
 
 pub(super) fn handle(ctx: &Ctx<'_>, req: OffsetCommitRequest) -> OffsetCommitResponse {
     let group = req.group_id.to_string();
-    let instance = if ctx.version >= 7 { req.group_instance_id.as_ref().map(|s| s.to_string()) } else { None };
+    let instance = if ctx.version >= 7 {
+        req.group_instance_id.as_ref().map(|s| s.to_string())
+    } else {
+        None
+    };
     let group_error = super::group_coordinator_error(ctx, &group).or_else(|| {
         ctx.broker
             .coordinator
-            .validate_offset_commit(&group, &req.member_id, instance.as_deref(), req.generation_id_or_member_epoch)
+            .validate_offset_commit(
+                &group,
+                &req.member_id,
+                instance.as_deref(),
+                req.generation_id_or_member_epoch,
+            )
             .err()
     });
     let now = now_ms();

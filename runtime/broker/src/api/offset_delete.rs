@@ -2,7 +2,9 @@
 //! of topics the group does not subscribe to (GROUP_SUBSCRIBED_TO_TOPIC
 //! otherwise, as Kafka; KIP-496).
 
-use rill_protocol::kafka_protocol::messages::offset_delete_response::{OffsetDeleteResponsePartition, OffsetDeleteResponseTopic};
+use rill_protocol::kafka_protocol::messages::offset_delete_response::{
+    OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
+};
 use rill_protocol::kafka_protocol::messages::{OffsetDeleteRequest, OffsetDeleteResponse};
 
 use super::{group_coordinator_error, Ctx};
@@ -17,9 +19,17 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: OffsetDeleteRequest) -> OffsetDeleteRes
     let doomed: Vec<(String, i32)> = req
         .topics
         .iter()
-        .flat_map(|t| t.partitions.iter().map(move |p| (t.name.to_string(), p.partition_index)))
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(move |p| (t.name.to_string(), p.partition_index))
+        })
         .collect();
-    match ctx.broker.coordinator.delete_offsets(ctx.broker, &group, &doomed) {
+    match ctx
+        .broker
+        .coordinator
+        .delete_offsets(ctx.broker, &group, &doomed)
+    {
         Err(e) => resp.error_code = e.code(),
         Ok(results) => {
             let mut i = 0;

@@ -11,15 +11,29 @@ pub(super) async fn handle(ctx: &Ctx<'_>, req: SyncGroupRequest) -> SyncGroupRes
     let v = ctx.version;
     let group = req.group_id.to_string();
     let outcome = if let Some(e) = group_coordinator_error(ctx, &group) {
-        SyncOutcome { error: Some(e), ..Default::default() }
+        SyncOutcome {
+            error: Some(e),
+            ..Default::default()
+        }
     } else {
-        let instance = if v >= 3 { req.group_instance_id.as_ref().map(|s| s.to_string()) } else { None };
+        let instance = if v >= 3 {
+            req.group_instance_id.as_ref().map(|s| s.to_string())
+        } else {
+            None
+        };
         let (ptype, pname) = if v >= 5 {
-            (req.protocol_type.as_ref().map(|s| s.to_string()), req.protocol_name.as_ref().map(|s| s.to_string()))
+            (
+                req.protocol_type.as_ref().map(|s| s.to_string()),
+                req.protocol_name.as_ref().map(|s| s.to_string()),
+            )
         } else {
             (None, None)
         };
-        let assignments = req.assignments.iter().map(|a| (a.member_id.to_string(), a.assignment.clone())).collect();
+        let assignments = req
+            .assignments
+            .iter()
+            .map(|a| (a.member_id.to_string(), a.assignment.clone()))
+            .collect();
         match ctx.broker.coordinator.sync_group(
             ctx.broker,
             &group,

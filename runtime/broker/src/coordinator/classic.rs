@@ -168,7 +168,11 @@ impl ClassicMember {
     }
 
     pub fn metadata(&self, protocol: &str) -> Bytes {
-        self.protocols.iter().find(|(n, _)| n == protocol).map(|(_, m)| m.clone()).unwrap_or_default()
+        self.protocols
+            .iter()
+            .find(|(n, _)| n == protocol)
+            .map(|(_, m)| m.clone())
+            .unwrap_or_default()
     }
 
     fn complete_join(&mut self, make: impl FnOnce(i16) -> JoinOutcome) -> bool {
@@ -196,7 +200,10 @@ impl ClassicMember {
 enum JoinTimer {
     /// Initial rebalance delay (`group.initial.rebalance.delay.ms`), extended
     /// while new members keep arriving, up to the rebalance timeout.
-    InitialDelay { delay: Duration, remaining: Duration },
+    InitialDelay {
+        delay: Duration,
+        remaining: Duration,
+    },
     Rebalance,
 }
 
@@ -301,7 +308,11 @@ impl ClassicGroup {
     }
 
     fn transition(&mut self, next: GroupState) {
-        debug_assert!(self.state.can_transition_to(next), "{:?} -> {next:?}", self.state);
+        debug_assert!(
+            self.state.can_transition_to(next),
+            "{:?} -> {next:?}",
+            self.state
+        );
         if !self.state.can_transition_to(next) {
             tracing::error!(group = %self.group_id, from = ?self.state, to = ?next, "illegal group state transition");
         }
@@ -323,7 +334,12 @@ impl ClassicGroup {
     }
 
     fn rebalance_timeout(&self) -> Duration {
-        let ms = self.members.values().map(|m| m.rebalance_timeout_ms).max().unwrap_or(0);
+        let ms = self
+            .members
+            .values()
+            .map(|m| m.rebalance_timeout_ms)
+            .max()
+            .unwrap_or(0);
         Duration::from_millis(ms.max(0) as u64)
     }
 
@@ -335,7 +351,11 @@ impl ClassicGroup {
                 *counts.entry(n.as_str()).or_default() += 1;
             }
         }
-        counts.into_iter().filter(|(_, c)| *c == self.members.len()).map(|(n, _)| n.to_string()).collect()
+        counts
+            .into_iter()
+            .filter(|(_, c)| *c == self.members.len())
+            .map(|(n, _)| n.to_string())
+            .collect()
     }
 
     /// Each member votes for its first-listed candidate; most votes wins
@@ -348,7 +368,10 @@ impl ClassicGroup {
                 *votes.entry(n.as_str()).or_default() += 1;
             }
         }
-        votes.into_iter().max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(a.0))).map(|(n, _)| n.to_string())
+        votes
+            .into_iter()
+            .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(a.0)))
+            .map(|(n, _)| n.to_string())
     }
 
     fn supports_protocols(&self, protocol_type: &str, protocols: &[(String, Bytes)]) -> bool {
@@ -364,7 +387,11 @@ impl ClassicGroup {
 
     /// Kafka's `validateMember`: a static member must present its current
     /// member id (else FENCED_INSTANCE_ID); any member must be known.
-    pub fn validate_member(&self, member_id: &str, instance_id: Option<&str>) -> Result<(), ErrorCode> {
+    pub fn validate_member(
+        &self,
+        member_id: &str,
+        instance_id: Option<&str>,
+    ) -> Result<(), ErrorCode> {
         if let Some(iid) = instance_id {
             match self.static_members.get(iid) {
                 None => return Err(ErrorCode::UnknownMemberId),
@@ -385,7 +412,10 @@ impl ClassicGroup {
         match self.state {
             GroupState::Empty | GroupState::Dead => true,
             GroupState::PreparingRebalance => {
-                self.members.get(member_id).is_some_and(|m| m.awaiting_join()) || self.num_awaiting_join() < max
+                self.members
+                    .get(member_id)
+                    .is_some_and(|m| m.awaiting_join())
+                    || self.num_awaiting_join() < max
             }
             GroupState::CompletingRebalance | GroupState::Stable => {
                 self.members.contains_key(member_id) || self.members.len() < max
@@ -393,7 +423,12 @@ impl ClassicGroup {
         }
     }
 
-    fn join_response_for(&self, member_id: &str, version: i16, skip_assignment: bool) -> JoinOutcome {
+    fn join_response_for(
+        &self,
+        member_id: &str,
+        version: i16,
+        skip_assignment: bool,
+    ) -> JoinOutcome {
         let is_leader = self.leader.as_deref() == Some(member_id);
         JoinOutcome {
             error: None,
@@ -402,7 +437,11 @@ impl ClassicGroup {
             protocol_name: self.protocol_name.clone(),
             leader: self.leader.clone().unwrap_or_default(),
             member_id: member_id.to_string(),
-            members: if is_leader { self.member_list() } else { Vec::new() },
+            members: if is_leader {
+                self.member_list()
+            } else {
+                Vec::new()
+            },
             skip_assignment: skip_assignment && is_leader && version >= 9,
         }
     }
@@ -411,7 +450,13 @@ impl ClassicGroup {
         let proto = self.protocol_name.clone().unwrap_or_default();
         self.members
             .values()
-            .map(|m| (m.member_id.clone(), m.instance_id.clone(), m.metadata(&proto)))
+            .map(|m| {
+                (
+                    m.member_id.clone(),
+                    m.instance_id.clone(),
+                    m.metadata(&proto),
+                )
+            })
             .collect()
     }
 
@@ -432,7 +477,11 @@ impl ClassicGroup {
                     session_timeout_ms: m.session_timeout_ms,
                     rebalance_timeout_ms: m.rebalance_timeout_ms,
                     protocol_type: m.protocol_type.clone(),
-                    protocols: m.protocols.iter().map(|(n, b)| (n.clone(), B64(b.clone()))).collect(),
+                    protocols: m
+                        .protocols
+                        .iter()
+                        .map(|(n, b)| (n.clone(), B64(b.clone())))
+                        .collect(),
                     assignment: B64(m.assignment.clone()),
                 })
                 .collect(),
@@ -480,14 +529,23 @@ impl ClassicGroup {
 
     // ------------------------------------------------------------------ join
 
-    pub fn join(&mut self, req: JoinRequest, cfg: &ClassicConfig, now: Instant, persist: Persist<'_>) -> Pending<JoinOutcome> {
+    pub fn join(
+        &mut self,
+        req: JoinRequest,
+        cfg: &ClassicConfig,
+        now: Instant,
+        persist: Persist<'_>,
+    ) -> Pending<JoinOutcome> {
         let unknown = req.member_id.is_empty();
         if !self.accept_joining_member(&req.member_id, cfg.max_size) {
             self.remove_member(&req.member_id);
             return Pending::Now(JoinOutcome::error("", ErrorCode::GroupMaxSizeReached));
         }
         if self.state == GroupState::Dead {
-            return Pending::Now(JoinOutcome::error(&req.member_id, ErrorCode::CoordinatorNotAvailable));
+            return Pending::Now(JoinOutcome::error(
+                &req.member_id,
+                ErrorCode::CoordinatorNotAvailable,
+            ));
         }
         if !self.supports_protocols(&req.protocol_type, &req.protocols) {
             let id = if unknown { "" } else { req.member_id.as_str() };
@@ -500,8 +558,17 @@ impl ClassicGroup {
         }
     }
 
-    fn join_new_member(&mut self, req: JoinRequest, cfg: &ClassicConfig, now: Instant, persist: Persist<'_>) -> Pending<JoinOutcome> {
-        let prefix = req.instance_id.clone().unwrap_or_else(|| req.client_id.clone());
+    fn join_new_member(
+        &mut self,
+        req: JoinRequest,
+        cfg: &ClassicConfig,
+        now: Instant,
+        persist: Persist<'_>,
+    ) -> Pending<JoinOutcome> {
+        let prefix = req
+            .instance_id
+            .clone()
+            .unwrap_or_else(|| req.client_id.clone());
         let new_id = new_member_id(&prefix);
         if let Some(iid) = req.instance_id.clone() {
             if let Some(old) = self.static_members.get(&iid).cloned() {
@@ -521,7 +588,12 @@ impl ClassicGroup {
         self.add_member_then_rebalance(req, new_id, cfg, now)
     }
 
-    fn join_existing_member(&mut self, req: JoinRequest, cfg: &ClassicConfig, now: Instant) -> Pending<JoinOutcome> {
+    fn join_existing_member(
+        &mut self,
+        req: JoinRequest,
+        cfg: &ClassicConfig,
+        now: Instant,
+    ) -> Pending<JoinOutcome> {
         let member_id = req.member_id.clone();
         if self.pending_members.contains_key(&member_id) {
             if req.instance_id.is_some() {
@@ -553,11 +625,19 @@ impl ClassicGroup {
                     Pending::Now(r)
                 }
             }
-            GroupState::Empty | GroupState::Dead => Pending::Now(JoinOutcome::error(&member_id, ErrorCode::UnknownMemberId)),
+            GroupState::Empty | GroupState::Dead => {
+                Pending::Now(JoinOutcome::error(&member_id, ErrorCode::UnknownMemberId))
+            }
         }
     }
 
-    fn add_member_then_rebalance(&mut self, req: JoinRequest, member_id: String, cfg: &ClassicConfig, now: Instant) -> Pending<JoinOutcome> {
+    fn add_member_then_rebalance(
+        &mut self,
+        req: JoinRequest,
+        member_id: String,
+        cfg: &ClassicConfig,
+        now: Instant,
+    ) -> Pending<JoinOutcome> {
         let (tx, rx) = oneshot::channel();
         if self.members.is_empty() {
             self.protocol_type = Some(req.protocol_type.clone());
@@ -572,7 +652,11 @@ impl ClassicGroup {
             self.new_member_added = true;
         }
         self.pending_members.remove(&member_id);
-        let rebalance_timeout_ms = if req.version == 0 { req.session_timeout_ms } else { req.rebalance_timeout_ms };
+        let rebalance_timeout_ms = if req.version == 0 {
+            req.session_timeout_ms
+        } else {
+            req.rebalance_timeout_ms
+        };
         self.members.insert(
             member_id.clone(),
             ClassicMember {
@@ -596,15 +680,30 @@ impl ClassicGroup {
         Pending::Wait(rx)
     }
 
-    fn update_member_then_rebalance(&mut self, req: JoinRequest, cfg: &ClassicConfig, now: Instant) -> Pending<JoinOutcome> {
+    fn update_member_then_rebalance(
+        &mut self,
+        req: JoinRequest,
+        cfg: &ClassicConfig,
+        now: Instant,
+    ) -> Pending<JoinOutcome> {
         let (tx, rx) = oneshot::channel();
-        let m = self.members.get_mut(&req.member_id).expect("validated member");
+        let m = self
+            .members
+            .get_mut(&req.member_id)
+            .expect("validated member");
         m.protocols = req.protocols;
         m.session_timeout_ms = req.session_timeout_ms;
-        m.rebalance_timeout_ms = if req.version == 0 { req.session_timeout_ms } else { req.rebalance_timeout_ms };
+        m.rebalance_timeout_ms = if req.version == 0 {
+            req.session_timeout_ms
+        } else {
+            req.rebalance_timeout_ms
+        };
         // A duplicate join from the same member replaces its earlier wait.
         if let Some((_, old)) = m.join_waiter.replace((req.version, tx)) {
-            let _ = old.send(JoinOutcome::error(&req.member_id, ErrorCode::RebalanceInProgress));
+            let _ = old.send(JoinOutcome::error(
+                &req.member_id,
+                ErrorCode::RebalanceInProgress,
+            ));
         }
         self.maybe_prepare_rebalance_or_complete_join(cfg, now, "member rejoined");
         Pending::Wait(rx)
@@ -632,7 +731,11 @@ impl ClassicGroup {
         let was_leader = self.leader.as_deref() == Some(old_id);
         let leader_before = self.leader.clone().unwrap_or_default();
         let (tx, rx) = oneshot::channel();
-        let rebalance_timeout_ms = if req.version == 0 { req.session_timeout_ms } else { req.rebalance_timeout_ms };
+        let rebalance_timeout_ms = if req.version == 0 {
+            req.session_timeout_ms
+        } else {
+            req.rebalance_timeout_ms
+        };
         let member = ClassicMember {
             member_id: new_id.clone(),
             instance_id: Some(instance_id.to_string()),
@@ -652,7 +755,8 @@ impl ClassicGroup {
         if was_leader {
             self.leader = Some(new_id.clone());
         }
-        self.static_members.insert(instance_id.to_string(), new_id.clone());
+        self.static_members
+            .insert(instance_id.to_string(), new_id.clone());
 
         match self.state {
             GroupState::Stable => {
@@ -660,8 +764,15 @@ impl ClassicGroup {
                 let proto = self.protocol_name.clone().unwrap_or_default();
                 // KAFKA-12759: compare the metadata of the selected protocol too,
                 // so a changed subscription is noticed.
-                let same_subscription = old_protocols.iter().find(|(n, _)| *n == proto).map(|(_, m)| m)
-                    == req.protocols.iter().find(|(n, _)| *n == proto).map(|(_, m)| m);
+                let same_subscription = old_protocols
+                    .iter()
+                    .find(|(n, _)| *n == proto)
+                    .map(|(_, m)| m)
+                    == req
+                        .protocols
+                        .iter()
+                        .find(|(n, _)| *n == proto)
+                        .map(|(_, m)| m);
                 if selected.as_deref() == self.protocol_name.as_deref() && same_subscription {
                     if let Err(e) = persist(&self.snapshot()) {
                         // Revert: the old member id stays mapped.
@@ -672,7 +783,8 @@ impl ClassicGroup {
                         new.rebalance_timeout_ms = old_timeouts.1;
                         new.join_waiter = None;
                         self.members.insert(old_id.to_string(), new);
-                        self.static_members.insert(instance_id.to_string(), old_id.to_string());
+                        self.static_members
+                            .insert(instance_id.to_string(), old_id.to_string());
                         if was_leader {
                             self.leader = Some(old_id.to_string());
                         }
@@ -696,14 +808,23 @@ impl ClassicGroup {
                     };
                     let m = self.members.get_mut(&new_id).unwrap();
                     m.complete_join(|_| outcome);
-                    m.heartbeat_deadline = now + Duration::from_millis(m.session_timeout_ms.max(0) as u64);
+                    m.heartbeat_deadline =
+                        now + Duration::from_millis(m.session_timeout_ms.max(0) as u64);
                     return Pending::Wait(rx);
                 }
-                self.maybe_prepare_rebalance_or_complete_join(cfg, now, "static member rejoined with a changed subscription");
+                self.maybe_prepare_rebalance_or_complete_join(
+                    cfg,
+                    now,
+                    "static member rejoined with a changed subscription",
+                );
             }
             GroupState::CompletingRebalance => {
                 // The leader may have assigned to the old id: rebalance.
-                self.prepare_rebalance(cfg, now, "static member rejoined during CompletingRebalance");
+                self.prepare_rebalance(
+                    cfg,
+                    now,
+                    "static member rejoined during CompletingRebalance",
+                );
             }
             GroupState::PreparingRebalance => self.maybe_complete_join_phase(now),
             GroupState::Empty | GroupState::Dead => {}
@@ -711,8 +832,15 @@ impl ClassicGroup {
         Pending::Wait(rx)
     }
 
-    fn maybe_prepare_rebalance_or_complete_join(&mut self, cfg: &ClassicConfig, now: Instant, reason: &str) {
-        if GroupState::PreparingRebalance != self.state && self.state.can_transition_to(GroupState::PreparingRebalance) {
+    fn maybe_prepare_rebalance_or_complete_join(
+        &mut self,
+        cfg: &ClassicConfig,
+        now: Instant,
+        reason: &str,
+    ) {
+        if GroupState::PreparingRebalance != self.state
+            && self.state.can_transition_to(GroupState::PreparingRebalance)
+        {
             self.prepare_rebalance(cfg, now, reason);
         } else {
             self.maybe_complete_join_phase(now);
@@ -776,7 +904,8 @@ impl ClassicGroup {
                     Some(m) => self.leader = Some(m.member_id.clone()),
                     None if !self.members.is_empty() => {
                         // Nobody rejoined: wait another rebalance timeout.
-                        self.join_deadline = Some((now + self.rebalance_timeout(), JoinTimer::Rebalance));
+                        self.join_deadline =
+                            Some((now + self.rebalance_timeout(), JoinTimer::Rebalance));
                         return;
                     }
                     None => {}
@@ -799,11 +928,13 @@ impl ClassicGroup {
         for id in ids {
             let base = self.join_response_for(&id, 0, false);
             let m = self.members.get_mut(&id).unwrap();
-            m.complete_join(|version| JoinOutcome {
-                skip_assignment: false,
-                ..base.clone()
-            }
-            .with_version(version));
+            m.complete_join(|version| {
+                JoinOutcome {
+                    skip_assignment: false,
+                    ..base.clone()
+                }
+                .with_version(version)
+            });
             m.heartbeat_deadline = now + Duration::from_millis(m.session_timeout_ms.max(0) as u64);
             m.is_new = false;
             self.pending_sync.insert(id);
@@ -835,15 +966,25 @@ impl ClassicGroup {
     }
 
     /// Removes a live member after a leave or expiry and moves the group on.
-    fn remove_member_and_update(&mut self, member_id: &str, cfg: &ClassicConfig, now: Instant, reason: &str) {
+    fn remove_member_and_update(
+        &mut self,
+        member_id: &str,
+        cfg: &ClassicConfig,
+        now: Instant,
+        reason: &str,
+    ) {
         if let Some(m) = self.members.get_mut(member_id) {
             m.complete_join(|_| JoinOutcome::error("", ErrorCode::UnknownMemberId));
             m.complete_sync(SyncOutcome::error(ErrorCode::UnknownMemberId));
         }
         self.remove_member(member_id);
         match self.state {
-            GroupState::Stable | GroupState::CompletingRebalance => self.maybe_prepare_rebalance_or_complete_join(cfg, now, reason),
-            GroupState::PreparingRebalance if self.has_all_members_joined() => self.complete_join(now),
+            GroupState::Stable | GroupState::CompletingRebalance => {
+                self.maybe_prepare_rebalance_or_complete_join(cfg, now, reason)
+            }
+            GroupState::PreparingRebalance if self.has_all_members_joined() => {
+                self.complete_join(now)
+            }
             _ => {}
         }
     }
@@ -876,11 +1017,15 @@ impl ClassicGroup {
             return Pending::Now(SyncOutcome::error(ErrorCode::IllegalGeneration));
         }
         let inconsistent = |req: Option<&str>, group: &Option<String>| matches!((req, group), (Some(r), Some(g)) if r != g);
-        if inconsistent(protocol_type, &self.protocol_type) || inconsistent(protocol_name, &self.protocol_name) {
+        if inconsistent(protocol_type, &self.protocol_type)
+            || inconsistent(protocol_name, &self.protocol_name)
+        {
             return Pending::Now(SyncOutcome::error(ErrorCode::InconsistentGroupProtocol));
         }
         match self.state {
-            GroupState::PreparingRebalance => Pending::Now(SyncOutcome::error(ErrorCode::RebalanceInProgress)),
+            GroupState::PreparingRebalance => {
+                Pending::Now(SyncOutcome::error(ErrorCode::RebalanceInProgress))
+            }
             GroupState::CompletingRebalance => {
                 let (tx, rx) = oneshot::channel();
                 self.members.get_mut(member_id).unwrap().sync_waiter = Some(tx);
@@ -902,7 +1047,8 @@ impl ClassicGroup {
                                     protocol_name: outcome_name.clone(),
                                     assignment: a,
                                 }) {
-                                    m.heartbeat_deadline = now + Duration::from_millis(m.session_timeout_ms.max(0) as u64);
+                                    m.heartbeat_deadline = now
+                                        + Duration::from_millis(m.session_timeout_ms.max(0) as u64);
                                 }
                             }
                             self.transition(GroupState::Stable);
@@ -910,7 +1056,11 @@ impl ClassicGroup {
                         }
                         Err(e) => {
                             self.reset_and_propagate_assignment_error(e);
-                            self.maybe_prepare_rebalance_or_complete_join(cfg, now, "could not store the assignment");
+                            self.maybe_prepare_rebalance_or_complete_join(
+                                cfg,
+                                now,
+                                "could not store the assignment",
+                            );
                         }
                     }
                 }
@@ -931,13 +1081,21 @@ impl ClassicGroup {
                     assignment: self.members[member_id].assignment.clone(),
                 })
             }
-            GroupState::Empty | GroupState::Dead => Pending::Now(SyncOutcome::error(ErrorCode::UnknownMemberId)),
+            GroupState::Empty | GroupState::Dead => {
+                Pending::Now(SyncOutcome::error(ErrorCode::UnknownMemberId))
+            }
         }
     }
 
     // ------------------------------------------------------------- heartbeat
 
-    pub fn heartbeat(&mut self, member_id: &str, instance_id: Option<&str>, generation_id: i32, now: Instant) -> Result<(), ErrorCode> {
+    pub fn heartbeat(
+        &mut self,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation_id: i32,
+        now: Instant,
+    ) -> Result<(), ErrorCode> {
         if self.state == GroupState::Dead {
             return Err(ErrorCode::CoordinatorNotAvailable);
         }
@@ -967,13 +1125,21 @@ impl ClassicGroup {
     // ----------------------------------------------------------------- leave
 
     /// LeaveGroup for a batch of (member id, group.instance.id); one result per entry.
-    pub fn leave(&mut self, members: &[(String, Option<String>)], cfg: &ClassicConfig, now: Instant) -> Vec<Option<ErrorCode>> {
+    pub fn leave(
+        &mut self,
+        members: &[(String, Option<String>)],
+        cfg: &ClassicConfig,
+        now: Instant,
+    ) -> Vec<Option<ErrorCode>> {
         let mut results = Vec::with_capacity(members.len());
         let mut any = false;
         for (member_id, instance_id) in members {
             let r = if member_id.is_empty() {
                 // The admin path: remove by instance id (KIP-345 batch removal).
-                match instance_id.as_ref().and_then(|iid| self.static_members.get(iid).cloned()) {
+                match instance_id
+                    .as_ref()
+                    .and_then(|iid| self.static_members.get(iid).cloned())
+                {
                     Some(current) => {
                         self.remove_for_leave(&current);
                         None
@@ -999,9 +1165,8 @@ impl ClassicGroup {
         }
         if any {
             match self.state {
-                GroupState::Stable | GroupState::CompletingRebalance => {
-                    self.maybe_prepare_rebalance_or_complete_join(cfg, now, "members left the group")
-                }
+                GroupState::Stable | GroupState::CompletingRebalance => self
+                    .maybe_prepare_rebalance_or_complete_join(cfg, now, "members left the group"),
                 GroupState::PreparingRebalance => self.maybe_complete_join_phase(now),
                 _ => {}
             }
@@ -1021,7 +1186,12 @@ impl ClassicGroup {
     /// Fires every deadline that has passed.
     pub fn tick(&mut self, cfg: &ClassicConfig, now: Instant) {
         // Pending (MEMBER_ID_REQUIRED) members that never came back.
-        let expired: Vec<String> = self.pending_members.iter().filter(|(_, d)| **d <= now).map(|(id, _)| id.clone()).collect();
+        let expired: Vec<String> = self
+            .pending_members
+            .iter()
+            .filter(|(_, d)| **d <= now)
+            .map(|(id, _)| id.clone())
+            .collect();
         for id in expired {
             self.pending_members.remove(&id);
             if self.state == GroupState::PreparingRebalance && self.has_all_members_joined() {
@@ -1072,7 +1242,10 @@ impl ClassicGroup {
             if at <= now {
                 self.sync_deadline = None;
                 if generation == self.generation_id
-                    && matches!(self.state, GroupState::CompletingRebalance | GroupState::Stable)
+                    && matches!(
+                        self.state,
+                        GroupState::CompletingRebalance | GroupState::Stable
+                    )
                     && !self.pending_sync.is_empty()
                 {
                     let late: Vec<String> = self.pending_sync.drain().collect();

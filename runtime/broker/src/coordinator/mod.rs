@@ -30,7 +30,10 @@ use tokio::time::{Duration, Instant};
 use tracing::{debug, info, warn};
 
 use crate::broker::{now_ms, offsets_partition_for, Broker, BrokerConfig, OFFSETS_TOPIC};
-use classic::{ClassicConfig, ClassicGroup, GroupSnapshot, GroupState, JoinOutcome, JoinRequest, Pending, SyncOutcome};
+use classic::{
+    ClassicConfig, ClassicGroup, GroupSnapshot, GroupState, JoinOutcome, JoinRequest, Pending,
+    SyncOutcome,
+};
 pub use offsets::CommittedOffset;
 
 /// Kafka's `offset.metadata.max.bytes`.
@@ -85,8 +88,14 @@ pub struct GroupCoordinator {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum StoredKey {
-    Offset { group: String, topic: String, partition: i32 },
-    Group { group: String },
+    Offset {
+        group: String,
+        topic: String,
+        partition: i32,
+    },
+    Group {
+        group: String,
+    },
 }
 
 impl GroupCoordinator {
@@ -95,7 +104,9 @@ impl GroupCoordinator {
             groups: Mutex::new(HashMap::new()),
             offsets_partitions: config.offsets_topic_partitions,
             classic: ClassicConfig {
-                initial_rebalance_delay: Duration::from_millis(config.group_initial_rebalance_delay_ms.max(0) as u64),
+                initial_rebalance_delay: Duration::from_millis(
+                    config.group_initial_rebalance_delay_ms.max(0) as u64,
+                ),
                 max_size: config.group_max_size,
             },
             min_session_timeout_ms: config.group_min_session_timeout_ms,
@@ -113,23 +124,44 @@ impl GroupCoordinator {
         let now = Instant::now();
         let mut groups = self.groups();
         for p in 0..self.offsets_partitions {
-            let Some(log) = broker.log(OFFSETS_TOPIC, p) else { continue };
+            let Some(log) = broker.log(OFFSETS_TOPIC, p) else {
+                continue;
+            };
             let mut offset = log.offsets().log_start_offset;
             loop {
-                let chunk = log.read(offset, 1 << 20, true).map_err(|e| io::Error::other(e.to_string()))?;
+                let chunk = log
+                    .read(offset, 1 << 20, true)
+                    .map_err(|e| io::Error::other(e.to_string()))?;
                 if chunk.records.is_empty() {
                     break;
                 }
                 for r in records::decode_records(&chunk.records).map_err(io::Error::other)? {
-                    let Some(key) = r.key.as_ref().and_then(|k| serde_json::from_slice::<StoredKey>(k).ok()) else {
-                        warn!(offset = r.offset, "skipping unreadable record in {OFFSETS_TOPIC}-{p}");
+                    let Some(key) = r
+                        .key
+                        .as_ref()
+                        .and_then(|k| serde_json::from_slice::<StoredKey>(k).ok())
+                    else {
+                        warn!(
+                            offset = r.offset,
+                            "skipping unreadable record in {OFFSETS_TOPIC}-{p}"
+                        );
                         continue;
                     };
                     loaded += 1;
                     match key {
-                        StoredKey::Offset { group, topic, partition } => {
-                            let g = groups.entry(group.clone()).or_insert_with(|| Group::new(&group));
-                            match r.value.as_ref().and_then(|v| serde_json::from_slice::<CommittedOffset>(v).ok()) {
+                        StoredKey::Offset {
+                            group,
+                            topic,
+                            partition,
+                        } => {
+                            let g = groups
+                                .entry(group.clone())
+                                .or_insert_with(|| Group::new(&group));
+                            match r
+                                .value
+                                .as_ref()
+                                .and_then(|v| serde_json::from_slice::<CommittedOffset>(v).ok())
+                            {
                                 Some(c) => {
                                     g.offsets.insert((topic, partition), c);
                                 }
@@ -138,9 +170,15 @@ impl GroupCoordinator {
                                 }
                             }
                         }
-                        StoredKey::Group { group } => match r.value.as_ref().and_then(|v| serde_json::from_slice::<GroupSnapshot>(v).ok()) {
+                        StoredKey::Group { group } => match r
+                            .value
+                            .as_ref()
+                            .and_then(|v| serde_json::from_slice::<GroupSnapshot>(v).ok())
+                        {
                             Some(snap) => {
-                                let g = groups.entry(group.clone()).or_insert_with(|| Group::new(&group));
+                                let g = groups
+                                    .entry(group.clone())
+                                    .or_insert_with(|| Group::new(&group));
                                 g.classic = ClassicGroup::restore(&group, snap, now);
                             }
                             None => {
@@ -150,7 +188,10 @@ impl GroupCoordinator {
                     }
                 }
                 // Compaction leaves gaps: continue after the last batch read.
-                offset = records::BatchIter::new(&chunk.records).map(|(_, h)| h.next_offset()).last().unwrap_or(offset + 1);
+                offset = records::BatchIter::new(&chunk.records)
+                    .map(|(_, h)| h.next_offset())
+                    .last()
+                    .unwrap_or(offset + 1);
             }
         }
         for g in groups.values() {
@@ -159,12 +200,21 @@ impl GroupCoordinator {
                       static_members = g.classic.static_members.len(), "restored group");
             }
         }
-        info!(records = loaded, groups = groups.len(), "loaded group coordinator state");
+        info!(
+            records = loaded,
+            groups = groups.len(),
+            "loaded group coordinator state"
+        );
         Ok(())
     }
 
     /// Appends records to the group's offsets partition; returns once written.
-    fn persist(&self, broker: &Broker, group: &str, entries: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> io::Result<()> {
+    fn persist(
+        &self,
+        broker: &Broker,
+        group: &str,
+        entries: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    ) -> io::Result<()> {
         if entries.is_empty() {
             return Ok(());
         }
@@ -176,7 +226,9 @@ impl GroupCoordinator {
         let recs: Vec<_> = entries
             .into_iter()
             .enumerate()
-            .map(|(i, (k, v))| records::simple_record(i as i64, now, Some(Bytes::from(k)), v.map(Bytes::from)))
+            .map(|(i, (k, v))| {
+                records::simple_record(i as i64, now, Some(Bytes::from(k)), v.map(Bytes::from))
+            })
             .collect();
         let batch = records::encode_records(&recs, Compression::None).map_err(io::Error::other)?;
         let epoch = broker
@@ -184,20 +236,30 @@ impl GroupCoordinator {
             .topic(OFFSETS_TOPIC)
             .and_then(|t| t.partitions.get(partition as usize).map(|p| p.leader_epoch))
             .unwrap_or(0);
-        log.append(batch.to_vec(), epoch, now).map_err(|e| io::Error::other(e.message))?;
+        log.append(batch.to_vec(), epoch, now)
+            .map_err(|e| io::Error::other(e.message))?;
         Ok(())
     }
 
     fn group_key(group: &str) -> Vec<u8> {
-        serde_json::to_vec(&StoredKey::Group { group: group.to_string() }).unwrap()
+        serde_json::to_vec(&StoredKey::Group {
+            group: group.to_string(),
+        })
+        .unwrap()
     }
 
-    fn persist_snapshot(&self, broker: &Broker, group: &str, snap: &GroupSnapshot) -> Result<(), ErrorCode> {
+    fn persist_snapshot(
+        &self,
+        broker: &Broker,
+        group: &str,
+        snap: &GroupSnapshot,
+    ) -> Result<(), ErrorCode> {
         let value = serde_json::to_vec(snap).map_err(|_| ErrorCode::UnknownServerError)?;
-        self.persist(broker, group, vec![(Self::group_key(group), Some(value))]).map_err(|e| {
-            warn!(group, error = %e, "could not persist group metadata");
-            ErrorCode::NotCoordinator
-        })
+        self.persist(broker, group, vec![(Self::group_key(group), Some(value))])
+            .map_err(|e| {
+                warn!(group, error = %e, "could not persist group metadata");
+                ErrorCode::NotCoordinator
+            })
     }
 
     /// Kafka's bounds on a member's session timeout.
@@ -210,16 +272,28 @@ impl GroupCoordinator {
 
     // -------------------------------------------------------------- classic
 
-    pub fn join_group(&self, broker: &Broker, group_id: &str, req: JoinRequest) -> Pending<JoinOutcome> {
+    pub fn join_group(
+        &self,
+        broker: &Broker,
+        group_id: &str,
+        req: JoinRequest,
+    ) -> Pending<JoinOutcome> {
         let mut groups = self.groups();
         let unknown_member = req.member_id.is_empty();
         if !groups.contains_key(group_id) && !unknown_member {
             // A known member id for a group that does not exist.
-            return Pending::Now(JoinOutcome::error(&req.member_id, ErrorCode::UnknownMemberId));
+            return Pending::Now(JoinOutcome::error(
+                &req.member_id,
+                ErrorCode::UnknownMemberId,
+            ));
         }
-        let g = groups.entry(group_id.to_string()).or_insert_with(|| Group::new(group_id));
+        let g = groups
+            .entry(group_id.to_string())
+            .or_insert_with(|| Group::new(group_id));
         let mut persist = |s: &GroupSnapshot| self.persist_snapshot(broker, group_id, s);
-        let out = g.classic.join(req, &self.classic, Instant::now(), &mut persist);
+        let out = g
+            .classic
+            .join(req, &self.classic, Instant::now(), &mut persist);
         self.after_change(broker, g);
         out
     }
@@ -238,22 +312,47 @@ impl GroupCoordinator {
     ) -> Pending<SyncOutcome> {
         let mut groups = self.groups();
         let Some(g) = groups.get_mut(group_id) else {
-            return Pending::Now(SyncOutcome { error: Some(ErrorCode::UnknownMemberId), ..Default::default() });
+            return Pending::Now(SyncOutcome {
+                error: Some(ErrorCode::UnknownMemberId),
+                ..Default::default()
+            });
         };
         let mut persist = |s: &GroupSnapshot| self.persist_snapshot(broker, group_id, s);
-        let out = g.classic.sync(member_id, instance_id, generation_id, protocol_type, protocol_name, assignments, &self.classic, Instant::now(), &mut persist);
+        let out = g.classic.sync(
+            member_id,
+            instance_id,
+            generation_id,
+            protocol_type,
+            protocol_name,
+            assignments,
+            &self.classic,
+            Instant::now(),
+            &mut persist,
+        );
         self.after_change(broker, g);
         out
     }
 
-    pub fn heartbeat(&self, group_id: &str, member_id: &str, instance_id: Option<&str>, generation_id: i32) -> Result<(), ErrorCode> {
+    pub fn heartbeat(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation_id: i32,
+    ) -> Result<(), ErrorCode> {
         let mut groups = self.groups();
         let g = groups.get_mut(group_id).ok_or(ErrorCode::UnknownMemberId)?;
-        g.classic.heartbeat(member_id, instance_id, generation_id, Instant::now())
+        g.classic
+            .heartbeat(member_id, instance_id, generation_id, Instant::now())
     }
 
     /// LeaveGroup: one result per member, or a group-level error.
-    pub fn leave_group(&self, broker: &Broker, group_id: &str, members: &[(String, Option<String>)]) -> Result<Vec<Option<ErrorCode>>, ErrorCode> {
+    pub fn leave_group(
+        &self,
+        broker: &Broker,
+        group_id: &str,
+        members: &[(String, Option<String>)],
+    ) -> Result<Vec<Option<ErrorCode>>, ErrorCode> {
         let mut groups = self.groups();
         let g = groups.get_mut(group_id).ok_or(ErrorCode::UnknownMemberId)?;
         if g.classic.state == GroupState::Dead {
@@ -267,7 +366,10 @@ impl GroupCoordinator {
     /// Persists the group when it just became Empty (Kafka writes the empty
     /// group's metadata at the end of such a rebalance).
     fn after_change(&self, broker: &Broker, g: &mut Group) {
-        if g.classic.state == GroupState::Empty && g.classic.members.is_empty() && g.classic.generation_id > 0 {
+        if g.classic.state == GroupState::Empty
+            && g.classic.members.is_empty()
+            && g.classic.generation_id > 0
+        {
             let snap = g.classic.snapshot();
             if let Err(e) = self.persist_snapshot(broker, &g.id, &snap) {
                 debug!(group = %g.id, ?e, "could not persist empty group");
@@ -309,8 +411,16 @@ impl GroupCoordinator {
                     instance_id: m.instance_id.clone(),
                     client_id: m.client_id.clone(),
                     client_host: m.client_host.clone(),
-                    metadata: if stable { m.metadata(&proto) } else { Bytes::new() },
-                    assignment: if stable { m.assignment.clone() } else { Bytes::new() },
+                    metadata: if stable {
+                        m.metadata(&proto)
+                    } else {
+                        Bytes::new()
+                    },
+                    assignment: if stable {
+                        m.assignment.clone()
+                    } else {
+                        Bytes::new()
+                    },
                 })
                 .collect(),
         })
@@ -322,7 +432,13 @@ impl GroupCoordinator {
         let mut out: Vec<_> = groups
             .values()
             .filter(|g| g.classic.state != GroupState::Dead)
-            .map(|g| (g.id.clone(), g.classic.protocol_type.clone().unwrap_or_default(), g.classic.state))
+            .map(|g| {
+                (
+                    g.id.clone(),
+                    g.classic.protocol_type.clone().unwrap_or_default(),
+                    g.classic.state,
+                )
+            })
             .collect();
         out.sort_by(|a, b| a.0.cmp(&b.0));
         out
@@ -334,15 +450,25 @@ impl GroupCoordinator {
         let g = groups.get_mut(group_id).ok_or(ErrorCode::GroupIdNotFound)?;
         match g.classic.state {
             GroupState::Dead => return Err(ErrorCode::GroupIdNotFound),
-            GroupState::Stable | GroupState::PreparingRebalance | GroupState::CompletingRebalance => {
-                return Err(ErrorCode::NonEmptyGroup)
-            }
+            GroupState::Stable
+            | GroupState::PreparingRebalance
+            | GroupState::CompletingRebalance => return Err(ErrorCode::NonEmptyGroup),
             GroupState::Empty => {}
         }
         let mut entries: Vec<(Vec<u8>, Option<Vec<u8>>)> = g
             .offsets
             .keys()
-            .map(|(t, p)| (serde_json::to_vec(&StoredKey::Offset { group: group_id.to_string(), topic: t.clone(), partition: *p }).unwrap(), None))
+            .map(|(t, p)| {
+                (
+                    serde_json::to_vec(&StoredKey::Offset {
+                        group: group_id.to_string(),
+                        topic: t.clone(),
+                        partition: *p,
+                    })
+                    .unwrap(),
+                    None,
+                )
+            })
             .collect();
         entries.push((Self::group_key(group_id), None));
         self.persist(broker, group_id, entries).map_err(|e| {
@@ -358,11 +484,21 @@ impl GroupCoordinator {
     // -------------------------------------------------------------- offsets
 
     /// Kafka's `ClassicGroup.validateOffsetCommit` (non-transactional).
-    pub fn validate_offset_commit(&self, group_id: &str, member_id: &str, instance_id: Option<&str>, generation_id: i32) -> Result<(), ErrorCode> {
+    pub fn validate_offset_commit(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation_id: i32,
+    ) -> Result<(), ErrorCode> {
         let groups = self.groups();
         let Some(g) = groups.get(group_id) else {
             // Commits create the group only for simple consumers.
-            return if generation_id < 0 { Ok(()) } else { Err(ErrorCode::IllegalGeneration) };
+            return if generation_id < 0 {
+                Ok(())
+            } else {
+                Err(ErrorCode::IllegalGeneration)
+            };
         };
         let c = &g.classic;
         if c.state == GroupState::Dead {
@@ -386,17 +522,31 @@ impl GroupCoordinator {
     }
 
     /// Stores committed offsets durably, then in memory.
-    pub fn commit_offsets(&self, broker: &Broker, group: &str, commits: Vec<(String, i32, CommittedOffset)>) -> io::Result<()> {
+    pub fn commit_offsets(
+        &self,
+        broker: &Broker,
+        group: &str,
+        commits: Vec<(String, i32, CommittedOffset)>,
+    ) -> io::Result<()> {
         let entries = commits
             .iter()
             .map(|(t, p, c)| {
-                let key = StoredKey::Offset { group: group.to_string(), topic: t.clone(), partition: *p };
-                (serde_json::to_vec(&key).unwrap(), Some(serde_json::to_vec(c).unwrap()))
+                let key = StoredKey::Offset {
+                    group: group.to_string(),
+                    topic: t.clone(),
+                    partition: *p,
+                };
+                (
+                    serde_json::to_vec(&key).unwrap(),
+                    Some(serde_json::to_vec(c).unwrap()),
+                )
             })
             .collect();
         self.persist(broker, group, entries)?;
         let mut groups = self.groups();
-        let g = groups.entry(group.to_string()).or_insert_with(|| Group::new(group));
+        let g = groups
+            .entry(group.to_string())
+            .or_insert_with(|| Group::new(group));
         for (t, p, c) in commits {
             g.offsets.insert((t, p), c);
         }
@@ -405,22 +555,44 @@ impl GroupCoordinator {
     }
 
     /// Committed offsets of `group`: for the given partitions, or all when `None`.
-    pub fn fetch_offsets(&self, group: &str, wanted: Option<&[(String, Vec<i32>)]>) -> Vec<(String, i32, Option<CommittedOffset>)> {
+    pub fn fetch_offsets(
+        &self,
+        group: &str,
+        wanted: Option<&[(String, Vec<i32>)]>,
+    ) -> Vec<(String, i32, Option<CommittedOffset>)> {
         let groups = self.groups();
         let g = groups.get(group);
         match wanted {
             Some(list) => list
                 .iter()
-                .flat_map(|(t, ps)| ps.iter().map(move |p| (t.clone(), *p, g.and_then(|g| g.offsets.get(&(t.clone(), *p)).cloned()))))
+                .flat_map(|(t, ps)| {
+                    ps.iter().map(move |p| {
+                        (
+                            t.clone(),
+                            *p,
+                            g.and_then(|g| g.offsets.get(&(t.clone(), *p)).cloned()),
+                        )
+                    })
+                })
                 .collect(),
             None => g
-                .map(|g| g.offsets.iter().map(|((t, p), c)| (t.clone(), *p, Some(c.clone()))).collect())
+                .map(|g| {
+                    g.offsets
+                        .iter()
+                        .map(|((t, p), c)| (t.clone(), *p, Some(c.clone())))
+                        .collect()
+                })
                 .unwrap_or_default(),
         }
     }
 
     /// OffsetDelete: refused for topics an active consumer group subscribes to.
-    pub fn delete_offsets(&self, broker: &Broker, group: &str, doomed: &[(String, i32)]) -> Result<Vec<Option<ErrorCode>>, ErrorCode> {
+    pub fn delete_offsets(
+        &self,
+        broker: &Broker,
+        group: &str,
+        doomed: &[(String, i32)],
+    ) -> Result<Vec<Option<ErrorCode>>, ErrorCode> {
         let subscribed = {
             let groups = self.groups();
             let g = groups.get(group).ok_or(ErrorCode::GroupIdNotFound)?;
@@ -432,7 +604,9 @@ impl GroupCoordinator {
         let results: Vec<Option<ErrorCode>> = doomed
             .iter()
             .map(|(t, _)| match &subscribed {
-                Some(topics) if topics.iter().any(|s| s == t) => Some(ErrorCode::GroupSubscribedToTopic),
+                Some(topics) if topics.iter().any(|s| s == t) => {
+                    Some(ErrorCode::GroupSubscribedToTopic)
+                }
                 None => Some(ErrorCode::GroupSubscribedToTopic),
                 _ => None,
             })
@@ -441,9 +615,20 @@ impl GroupCoordinator {
             .iter()
             .zip(&results)
             .filter(|(_, r)| r.is_none())
-            .map(|((t, p), _)| (serde_json::to_vec(&StoredKey::Offset { group: group.to_string(), topic: t.clone(), partition: *p }).unwrap(), None))
+            .map(|((t, p), _)| {
+                (
+                    serde_json::to_vec(&StoredKey::Offset {
+                        group: group.to_string(),
+                        topic: t.clone(),
+                        partition: *p,
+                    })
+                    .unwrap(),
+                    None,
+                )
+            })
             .collect();
-        self.persist(broker, group, entries).map_err(|_| ErrorCode::NotCoordinator)?;
+        self.persist(broker, group, entries)
+            .map_err(|_| ErrorCode::NotCoordinator)?;
         if let Some(g) = self.groups().get_mut(group) {
             for ((t, p), r) in doomed.iter().zip(&results) {
                 if r.is_none() {
@@ -467,9 +652,13 @@ impl GroupCoordinator {
 
     /// (generation, state, member ids) of a group, for tests and tools.
     pub fn group_summary(&self, group_id: &str) -> Option<(i32, GroupState, Vec<String>)> {
-        self.groups()
-            .get(group_id)
-            .map(|g| (g.classic.generation_id, g.classic.state, g.classic.members.keys().cloned().collect()))
+        self.groups().get(group_id).map(|g| {
+            (
+                g.classic.generation_id,
+                g.classic.state,
+                g.classic.members.keys().cloned().collect(),
+            )
+        })
     }
 }
 

@@ -45,19 +45,45 @@ fn now_of<T: std::fmt::Debug>(p: Pending<T>) -> T {
 /// range-style assignments; returns their member ids.
 fn stable_abc(g: &mut ClassicGroup, t0: Instant) -> [String; 3] {
     let mut p = ok_persist();
-    let mut rxs: Vec<_> = ["A", "B", "C"].iter().map(|i| wait(g.join(req("", Some(i), b"sub", 9), &CFG, t0, &mut p))).collect();
+    let mut rxs: Vec<_> = ["A", "B", "C"]
+        .iter()
+        .map(|i| wait(g.join(req("", Some(i), b"sub", 9), &CFG, t0, &mut p)))
+        .collect();
     assert_eq!(g.state, GroupState::PreparingRebalance);
     g.tick(&CFG, t0);
     g.tick(&CFG, t0);
-    let outs: Vec<JoinOutcome> = rxs.iter_mut().map(|rx| rx.try_recv().expect("join completed")).collect();
-    assert!(outs.iter().all(|o| o.error.is_none() && o.generation_id == 1));
-    let ids = [outs[0].member_id.clone(), outs[1].member_id.clone(), outs[2].member_id.clone()];
+    let outs: Vec<JoinOutcome> = rxs
+        .iter_mut()
+        .map(|rx| rx.try_recv().expect("join completed"))
+        .collect();
+    assert!(outs
+        .iter()
+        .all(|o| o.error.is_none() && o.generation_id == 1));
+    let ids = [
+        outs[0].member_id.clone(),
+        outs[1].member_id.clone(),
+        outs[2].member_id.clone(),
+    ];
     assert!(ids[0].starts_with("A-") && ids[1].starts_with("B-"));
     assert_eq!(outs[0].leader, ids[0]);
     assert_eq!(outs[0].members.len(), 3, "the leader sees every member");
     assert!(outs[1].members.is_empty());
-    let assignments: Vec<(String, Bytes)> = ids.iter().zip(["p0-2", "p3-5", "p6-8"]).map(|(id, a)| (id.clone(), Bytes::from(a))).collect();
-    let mut sync_rx = wait(g.sync(&ids[0], Some("A"), 1, None, None, assignments, &CFG, t0, &mut p));
+    let assignments: Vec<(String, Bytes)> = ids
+        .iter()
+        .zip(["p0-2", "p3-5", "p6-8"])
+        .map(|(id, a)| (id.clone(), Bytes::from(a)))
+        .collect();
+    let mut sync_rx = wait(g.sync(
+        &ids[0],
+        Some("A"),
+        1,
+        None,
+        None,
+        assignments,
+        &CFG,
+        t0,
+        &mut p,
+    ));
     assert_eq!(g.state, GroupState::Stable);
     assert_eq!(sync_rx.try_recv().unwrap().assignment, Bytes::from("p0-2"));
     for (id, iid, a) in [(&ids[1], "B", "p3-5"), (&ids[2], "C", "p6-8")] {
@@ -79,25 +105,49 @@ fn seed_example_static_restart_keeps_generation_and_assignment() {
         persisted += 1;
         Ok(())
     };
-    let out = now_of(g.join(req("", Some("A"), b"sub", 9), &CFG, t0 + Duration::from_secs(1), &mut p));
-    assert_eq!(persisted, 1, "the new member id is persisted before the answer");
+    let out = now_of(g.join(
+        req("", Some("A"), b"sub", 9),
+        &CFG,
+        t0 + Duration::from_secs(1),
+        &mut p,
+    ));
+    assert_eq!(
+        persisted, 1,
+        "the new member id is persisted before the answer"
+    );
     assert!(out.error.is_none());
     assert_eq!(out.generation_id, 1, "no rebalance");
     assert_ne!(out.member_id, a);
-    assert!(out.skip_assignment, "the rejoining leader is told to skip the assignment (v9)");
+    assert!(
+        out.skip_assignment,
+        "the rejoining leader is told to skip the assignment (v9)"
+    );
     assert_eq!(out.leader, out.member_id);
     assert_eq!(g.state, GroupState::Stable);
     assert_eq!(g.state_changes, changes);
     assert_eq!(g.static_members["A"], out.member_id);
     // A fetches its old assignment under the new id.
     let mut ok = ok_persist();
-    let s = now_of(g.sync(&out.member_id, Some("A"), 1, None, None, vec![], &CFG, t0, &mut ok));
+    let s = now_of(g.sync(
+        &out.member_id,
+        Some("A"),
+        1,
+        None,
+        None,
+        vec![],
+        &CFG,
+        t0,
+        &mut ok,
+    ));
     assert_eq!(s.assignment, Bytes::from("p0-2"));
     // B and C are untouched.
     assert_eq!(g.heartbeat(&b, Some("B"), 1, t0), Ok(()));
     assert_eq!(g.heartbeat(&c, Some("C"), 1, t0), Ok(()));
     // The old incarnation of A is fenced on its next request.
-    assert_eq!(g.heartbeat(&a, Some("A"), 1, t0), Err(ErrorCode::FencedInstanceId));
+    assert_eq!(
+        g.heartbeat(&a, Some("A"), 1, t0),
+        Err(ErrorCode::FencedInstanceId)
+    );
     assert_eq!(
         now_of(g.sync(&a, Some("A"), 1, None, None, vec![], &CFG, t0, &mut ok)).error,
         Some(ErrorCode::FencedInstanceId)
@@ -114,7 +164,10 @@ fn static_rejoin_before_v9_answers_leader_as_follower() {
     assert_eq!(out.generation_id, 1);
     assert!(!out.skip_assignment);
     assert!(out.members.is_empty());
-    assert_eq!(out.leader, a, "pre-v9 leaders are told the old leader id, as Kafka does");
+    assert_eq!(
+        out.leader, a,
+        "pre-v9 leaders are told the old leader id, as Kafka does"
+    );
 }
 
 #[test]
@@ -154,7 +207,11 @@ fn static_rejoin_during_completing_rebalance_rebalances() {
     let mut rx_again = wait(g.join(req("", Some("A"), b"s", 9), &CFG, t0, &mut p));
     // The leader may have assigned to the old id, so Kafka rebalances; the sole
     // member has already rejoined, so the new join phase completes at once.
-    assert_eq!(g.state_changes, changes + 2, "CompletingRebalance -> PreparingRebalance -> CompletingRebalance");
+    assert_eq!(
+        g.state_changes,
+        changes + 2,
+        "CompletingRebalance -> PreparingRebalance -> CompletingRebalance"
+    );
     let second = rx_again.try_recv().expect("join answered");
     assert_eq!(second.generation_id, first.generation_id + 1);
     assert_ne!(second.member_id, first.member_id);
@@ -212,7 +269,10 @@ fn session_expiry_removes_a_static_member_and_rebalances() {
     assert!(!g.members.contains_key(&c));
     assert!(!g.static_members.contains_key("C"));
     assert_eq!(g.state, GroupState::PreparingRebalance);
-    assert_eq!(g.heartbeat(&a, Some("A"), 1, later), Err(ErrorCode::RebalanceInProgress));
+    assert_eq!(
+        g.heartbeat(&a, Some("A"), 1, later),
+        Err(ErrorCode::RebalanceInProgress)
+    );
 }
 
 #[test]
@@ -228,10 +288,31 @@ fn at_rebalance_timeout_only_dynamic_laggards_are_removed() {
     let s = rx_s.try_recv().unwrap();
     let d = rx_d.try_recv().unwrap();
     let leader = s.leader.clone();
-    let assignments = vec![(s.member_id.clone(), Bytes::from("x")), (d.member_id.clone(), Bytes::from("y"))];
-    let leader_iid = if leader == s.member_id { Some("S") } else { None };
-    let _ = g.sync(&leader, leader_iid, 1, None, None, assignments, &CFG, t0, &mut p);
-    let other = if leader == s.member_id { (&d.member_id, None) } else { (&s.member_id, Some("S")) };
+    let assignments = vec![
+        (s.member_id.clone(), Bytes::from("x")),
+        (d.member_id.clone(), Bytes::from("y")),
+    ];
+    let leader_iid = if leader == s.member_id {
+        Some("S")
+    } else {
+        None
+    };
+    let _ = g.sync(
+        &leader,
+        leader_iid,
+        1,
+        None,
+        None,
+        assignments,
+        &CFG,
+        t0,
+        &mut p,
+    );
+    let other = if leader == s.member_id {
+        (&d.member_id, None)
+    } else {
+        (&s.member_id, Some("S"))
+    };
     let _ = g.sync(other.0, other.1, 1, None, None, vec![], &CFG, t0, &mut p);
     assert_eq!(g.state, GroupState::Stable);
     // A newcomer triggers a rebalance; neither S nor D rejoins in time.
@@ -241,14 +322,25 @@ fn at_rebalance_timeout_only_dynamic_laggards_are_removed() {
     // timeout is 30 s.
     for t in [8, 16, 24, 30] {
         let at = t0 + Duration::from_secs(t);
-        assert_eq!(g.heartbeat(&s.member_id, Some("S"), 1, at), Err(ErrorCode::RebalanceInProgress));
-        assert_eq!(g.heartbeat(&d.member_id, None, 1, at), Err(ErrorCode::RebalanceInProgress));
+        assert_eq!(
+            g.heartbeat(&s.member_id, Some("S"), 1, at),
+            Err(ErrorCode::RebalanceInProgress)
+        );
+        assert_eq!(
+            g.heartbeat(&d.member_id, None, 1, at),
+            Err(ErrorCode::RebalanceInProgress)
+        );
         g.tick(&CFG, at + Duration::from_secs(1));
     }
-    let n = rx_n.try_recv().expect("join completes at the rebalance timeout");
+    let n = rx_n
+        .try_recv()
+        .expect("join completes at the rebalance timeout");
     assert_eq!(n.generation_id, 2);
     assert!(g.members.contains_key(&s.member_id), "static member kept");
-    assert!(!g.members.contains_key(&d.member_id), "dynamic laggard removed");
+    assert!(
+        !g.members.contains_key(&d.member_id),
+        "dynamic laggard removed"
+    );
 }
 
 #[test]
@@ -269,7 +361,13 @@ fn batch_leave_by_instance_id_reports_each_member() {
     );
     assert_eq!(
         results,
-        vec![None, Some(ErrorCode::UnknownMemberId), Some(ErrorCode::UnknownMemberId), Some(ErrorCode::UnknownMemberId), None]
+        vec![
+            None,
+            Some(ErrorCode::UnknownMemberId),
+            Some(ErrorCode::UnknownMemberId),
+            Some(ErrorCode::UnknownMemberId),
+            None
+        ]
     );
     assert!(!g.members.contains_key(&a) && !g.members.contains_key(&b));
     assert_eq!(g.static_members.len(), 1);
@@ -300,7 +398,10 @@ fn snapshot_restores_a_stable_group() {
     assert_eq!(r.generation_id, 1);
     assert_eq!(r.heartbeat(&a, Some("A"), 1, t0), Ok(()));
     let mut p = ok_persist();
-    assert_eq!(now_of(r.sync(&a, Some("A"), 1, None, None, vec![], &CFG, t0, &mut p)).assignment, Bytes::from("p0-2"));
+    assert_eq!(
+        now_of(r.sync(&a, Some("A"), 1, None, None, vec![], &CFG, t0, &mut p)).assignment,
+        Bytes::from("p0-2")
+    );
 }
 
 #[test]
@@ -309,10 +410,29 @@ fn sync_and_heartbeat_validation() {
     let mut g = ClassicGroup::new("g");
     let [a, ..] = stable_abc(&mut g, t0);
     let mut p = ok_persist();
-    assert_eq!(g.heartbeat(&a, Some("A"), 7, t0), Err(ErrorCode::IllegalGeneration));
-    assert_eq!(g.heartbeat("who", None, 1, t0), Err(ErrorCode::UnknownMemberId));
-    assert_eq!(g.heartbeat(&a, Some("Z"), 1, t0), Err(ErrorCode::UnknownMemberId));
-    let o = now_of(g.sync(&a, Some("A"), 1, Some("connect"), None, vec![], &CFG, t0, &mut p));
+    assert_eq!(
+        g.heartbeat(&a, Some("A"), 7, t0),
+        Err(ErrorCode::IllegalGeneration)
+    );
+    assert_eq!(
+        g.heartbeat("who", None, 1, t0),
+        Err(ErrorCode::UnknownMemberId)
+    );
+    assert_eq!(
+        g.heartbeat(&a, Some("Z"), 1, t0),
+        Err(ErrorCode::UnknownMemberId)
+    );
+    let o = now_of(g.sync(
+        &a,
+        Some("A"),
+        1,
+        Some("connect"),
+        None,
+        vec![],
+        &CFG,
+        t0,
+        &mut p,
+    ));
     assert_eq!(o.error, Some(ErrorCode::InconsistentGroupProtocol));
     let o = now_of(g.join(
         JoinRequest {
