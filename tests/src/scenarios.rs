@@ -682,6 +682,36 @@ pub fn find_coordinator(c: &mut Client, group: &str) -> i32 {
     }
 }
 
+/// Finds the group's coordinator and waits until it has loaded the group's
+/// offsets partition (Kafka answers NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS
+/// meanwhile, which clients retry).
+pub fn wait_for_coordinator(c: &mut Client, group: &str) -> i32 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let node = find_coordinator(c, group);
+        let conn = c.node(node).unwrap();
+        let v = conn.version(ApiKey::OffsetFetch, 7);
+        let req = OffsetFetchRequest::default()
+            .with_group_id(GroupId(sb(group)))
+            .with_topics(None);
+        let ResponseKind::OffsetFetch(r) = conn
+            .request(ApiKey::OffsetFetch, v, RequestKind::OffsetFetch(req))
+            .unwrap()
+        else {
+            panic!()
+        };
+        if r.error_code == 0 {
+            return node;
+        }
+        assert!(
+            crate::wire::is_retriable(r.error_code) && std::time::Instant::now() < deadline,
+            "coordinator not ready: {}",
+            err_name(r.error_code)
+        );
+        thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// Commits by a "simple" consumer (no group membership) are stored and read back.
 pub fn simple_offset_commits(bootstrap: &str) {
     let topic = unique_topic("commits");
@@ -966,6 +996,372 @@ pub fn malformed_requests(bootstrap: &str) {
     assert!(!c.refresh(None).unwrap().brokers.is_empty());
 }
 
+/// Commits one offset as a simple consumer (generation -1), retrying while
+/// the coordinator loads.
+pub fn commit_simple_offset(c: &mut Client, group: &str, topic: &str, partition: i32, offset: i64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let node = find_coordinator(c, group);
+        let conn = c.node(node).unwrap();
+        let v = conn.version(ApiKey::OffsetCommit, 9);
+        let mut p = OffsetCommitRequestPartition::default()
+            .with_partition_index(partition)
+            .with_committed_offset(offset);
+        p.committed_leader_epoch = -1;
+        let req = OffsetCommitRequest::default()
+            .with_group_id(GroupId(sb(group)))
+            .with_generation_id_or_member_epoch(-1)
+            .with_topics(vec![OffsetCommitRequestTopic::default()
+                .with_name(tn(topic))
+                .with_partitions(vec![p])]);
+        let ResponseKind::OffsetCommit(r) = conn
+            .request(ApiKey::OffsetCommit, v, RequestKind::OffsetCommit(req))
+            .unwrap()
+        else {
+            panic!()
+        };
+        let code = r.topics[0].partitions[0].error_code;
+        if code == 0 {
+            return;
+        }
+        assert!(
+            crate::wire::is_retriable(code) && std::time::Instant::now() < deadline,
+            "commit failed: {}",
+            err_name(code)
+        );
+        thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The committed offset of one partition (-1 when none).
+pub fn fetch_committed(c: &mut Client, group: &str, topic: &str, partition: i32) -> i64 {
+    let node = find_coordinator(c, group);
+    let conn = c.node(node).unwrap();
+    let v = conn.version(ApiKey::OffsetFetch, 7);
+    let req = OffsetFetchRequest::default()
+        .with_group_id(GroupId(sb(group)))
+        .with_topics(Some(vec![OffsetFetchRequestTopic::default()
+            .with_name(tn(topic))
+            .with_partition_indexes(vec![partition])]));
+    let ResponseKind::OffsetFetch(r) = conn
+        .request(ApiKey::OffsetFetch, v, RequestKind::OffsetFetch(req))
+        .unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(r.error_code, 0, "OffsetFetch: {}", err_name(r.error_code));
+    r.topics[0].partitions[0].committed_offset
+}
+
+/// Consumer-protocol subscription (v0): version, topics, null user data.
+pub fn consumer_subscription(topics: &[&str]) -> Bytes {
+    let mut b = Vec::new();
+    b.extend_from_slice(&0i16.to_be_bytes());
+    b.extend_from_slice(&(topics.len() as i32).to_be_bytes());
+    for t in topics {
+        b.extend_from_slice(&(t.len() as i16).to_be_bytes());
+        b.extend_from_slice(t.as_bytes());
+    }
+    b.extend_from_slice(&(-1i32).to_be_bytes());
+    Bytes::from(b)
+}
+
+/// Consumer-protocol assignment (v0) of partitions of one topic.
+pub fn consumer_assignment(topic: &str, partitions: &[i32]) -> Bytes {
+    let mut b = Vec::new();
+    b.extend_from_slice(&0i16.to_be_bytes());
+    b.extend_from_slice(&1i32.to_be_bytes());
+    b.extend_from_slice(&(topic.len() as i16).to_be_bytes());
+    b.extend_from_slice(topic.as_bytes());
+    b.extend_from_slice(&(partitions.len() as i32).to_be_bytes());
+    for p in partitions {
+        b.extend_from_slice(&p.to_be_bytes());
+    }
+    b.extend_from_slice(&(-1i32).to_be_bytes());
+    Bytes::from(b)
+}
+
+/// A JoinGroup (v9) on its own connection; blocks until the join phase ends.
+fn join_group(
+    addr: &str,
+    group: &str,
+    member_id: &str,
+    instance: &str,
+    topic: &str,
+) -> JoinGroupResponse {
+    let mut conn = Conn::connect(addr).unwrap();
+    let req = JoinGroupRequest::default()
+        .with_group_id(GroupId(sb(group)))
+        .with_session_timeout_ms(10_000)
+        .with_rebalance_timeout_ms(30_000)
+        .with_member_id(sb(member_id))
+        .with_group_instance_id(Some(sb(instance)))
+        .with_protocol_type(sb("consumer"))
+        .with_protocols(vec![join_group_request::JoinGroupRequestProtocol::default(
+        )
+        .with_name(sb("range"))
+        .with_metadata(consumer_subscription(&[topic]))]);
+    let v = conn.version(ApiKey::JoinGroup, 9);
+    match conn
+        .request(ApiKey::JoinGroup, v, RequestKind::JoinGroup(req))
+        .unwrap()
+    {
+        ResponseKind::JoinGroup(r) => r,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+fn sync_group(
+    addr: &str,
+    group: &str,
+    member_id: &str,
+    instance: &str,
+    generation: i32,
+    assignments: Vec<(String, Bytes)>,
+) -> SyncGroupResponse {
+    let mut conn = Conn::connect(addr).unwrap();
+    let req = SyncGroupRequest::default()
+        .with_group_id(GroupId(sb(group)))
+        .with_generation_id(generation)
+        .with_member_id(sb(member_id))
+        .with_group_instance_id(Some(sb(instance)))
+        .with_protocol_type(Some(sb("consumer")))
+        .with_protocol_name(Some(sb("range")))
+        .with_assignments(
+            assignments
+                .into_iter()
+                .map(|(m, a)| {
+                    sync_group_request::SyncGroupRequestAssignment::default()
+                        .with_member_id(sb(&m))
+                        .with_assignment(a)
+                })
+                .collect(),
+        );
+    let v = conn.version(ApiKey::SyncGroup, 5);
+    match conn
+        .request(ApiKey::SyncGroup, v, RequestKind::SyncGroup(req))
+        .unwrap()
+    {
+        ResponseKind::SyncGroup(r) => r,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+fn heartbeat(addr: &str, group: &str, member_id: &str, instance: &str, generation: i32) -> i16 {
+    let mut conn = Conn::connect(addr).unwrap();
+    let req = HeartbeatRequest::default()
+        .with_group_id(GroupId(sb(group)))
+        .with_generation_id(generation)
+        .with_member_id(sb(member_id))
+        .with_group_instance_id(Some(sb(instance)));
+    let v = conn.version(ApiKey::Heartbeat, 4);
+    match conn
+        .request(ApiKey::Heartbeat, v, RequestKind::Heartbeat(req))
+        .unwrap()
+    {
+        ResponseKind::Heartbeat(r) => r.error_code,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// The seed's KIP-345 example over the wire: static members A, B, C share a
+/// 9-partition topic (range, sorted by instance id); A restarts and rejoins
+/// with an unknown member id: same generation, a new member id, its old
+/// assignment, nobody else disturbed, the old incarnation fenced. Then a
+/// batch LeaveGroup by instance id reports a result per member.
+pub fn static_member_rejoins_without_rebalance(bootstrap: &str) {
+    let topic = unique_topic("static");
+    let group = unique_topic("static-group");
+    let mut c = Client::new(bootstrap).unwrap();
+    assert_eq!(c.create_topic(&topic, 9, 1, &[]).unwrap().0, 0);
+    let node = wait_for_coordinator(&mut c, &group);
+    let b = c
+        .metadata
+        .brokers
+        .iter()
+        .find(|b| b.node_id.0 == node)
+        .unwrap();
+    let addr = format!("{}:{}", b.host.as_str(), b.port);
+
+    let joins: Vec<_> = ["A", "B", "C"]
+        .into_iter()
+        .map(|iid| {
+            let (addr, group, topic) = (addr.clone(), group.clone(), topic.clone());
+            thread::spawn(move || (iid, join_group(&addr, &group, "", iid, &topic)))
+        })
+        .collect();
+    let joined: Vec<(&str, JoinGroupResponse)> =
+        joins.into_iter().map(|h| h.join().unwrap()).collect();
+    for (iid, r) in &joined {
+        assert_eq!(r.error_code, 0, "join of {iid}: {}", err_name(r.error_code));
+    }
+    let generation = joined[0].1.generation_id;
+    assert!(joined.iter().all(|(_, r)| r.generation_id == generation));
+    let id_of = |iid: &str| {
+        joined
+            .iter()
+            .find(|(i, _)| *i == iid)
+            .unwrap()
+            .1
+            .member_id
+            .to_string()
+    };
+    let leader = joined
+        .iter()
+        .find(|(_, r)| r.leader == r.member_id)
+        .expect("one member leads");
+    assert_eq!(leader.1.members.len(), 3);
+    // The leader sees every member's group.instance.id and assigns ranges by it.
+    let mut by_instance: Vec<(String, String)> = leader
+        .1
+        .members
+        .iter()
+        .map(|m| {
+            (
+                m.group_instance_id
+                    .as_ref()
+                    .expect("instance id exposed")
+                    .to_string(),
+                m.member_id.to_string(),
+            )
+        })
+        .collect();
+    by_instance.sort();
+    let ranges = [[0, 1, 2], [3, 4, 5], [6, 7, 8]];
+    let plan: Vec<(String, Bytes)> = by_instance
+        .iter()
+        .zip(ranges)
+        .map(|((_, m), r)| (m.clone(), consumer_assignment(&topic, &r)))
+        .collect();
+    let followers: Vec<_> = joined
+        .iter()
+        .filter(|(i, _)| *i != leader.0)
+        .map(|(iid, r)| {
+            let (addr, group, member, iid) = (
+                addr.clone(),
+                group.clone(),
+                r.member_id.to_string(),
+                iid.to_string(),
+            );
+            thread::spawn(move || {
+                (
+                    iid.clone(),
+                    sync_group(&addr, &group, &member, &iid, generation, vec![]),
+                )
+            })
+        })
+        .collect();
+    let ls = sync_group(
+        &addr,
+        &group,
+        &leader.1.member_id,
+        leader.0,
+        generation,
+        plan,
+    );
+    assert_eq!(ls.error_code, 0);
+    let mut assigned = vec![(leader.0.to_string(), ls.assignment.clone())];
+    for h in followers {
+        let (iid, r) = h.join().unwrap();
+        assert_eq!(r.error_code, 0);
+        assigned.push((iid, r.assignment));
+    }
+    assigned.sort();
+    assert_eq!(
+        assigned[0].1,
+        consumer_assignment(&topic, &[0, 1, 2]),
+        "A gets 0-2"
+    );
+
+    // A restarts.
+    let old_a = id_of("A");
+    let r = join_group(&addr, &group, "", "A", &topic);
+    assert_eq!(r.error_code, 0, "rejoin: {}", err_name(r.error_code));
+    assert_eq!(
+        r.generation_id, generation,
+        "no rebalance: generation unchanged"
+    );
+    assert_ne!(r.member_id.to_string(), old_a, "a new member id");
+    if leader.0 == "A" {
+        assert!(
+            r.skip_assignment,
+            "a rejoining static leader skips the assignment (v9)"
+        );
+    }
+    let new_a = r.member_id.to_string();
+    let s = sync_group(&addr, &group, &new_a, "A", generation, vec![]);
+    assert_eq!(s.error_code, 0);
+    assert_eq!(
+        s.assignment,
+        consumer_assignment(&topic, &[0, 1, 2]),
+        "A keeps 0-2"
+    );
+    assert_eq!(heartbeat(&addr, &group, &id_of("B"), "B", generation), 0);
+    assert_eq!(heartbeat(&addr, &group, &id_of("C"), "C", generation), 0);
+    assert_eq!(
+        heartbeat(&addr, &group, &old_a, "A", generation),
+        ErrorCode::FencedInstanceId.code()
+    );
+
+    // DescribeGroups shows the instance ids and A's new member id.
+    let mut conn = Conn::connect(&addr).unwrap();
+    let v = conn.version(ApiKey::DescribeGroups, 5);
+    let ResponseKind::DescribeGroups(d) = conn
+        .request(
+            ApiKey::DescribeGroups,
+            v,
+            RequestKind::DescribeGroups(
+                DescribeGroupsRequest::default().with_groups(vec![GroupId(sb(&group))]),
+            ),
+        )
+        .unwrap()
+    else {
+        panic!()
+    };
+    let g = &d.groups[0];
+    assert_eq!(g.group_state.as_str(), "Stable");
+    assert_eq!(g.protocol_data.as_str(), "range");
+    let mut members: Vec<(String, String)> = g
+        .members
+        .iter()
+        .map(|m| {
+            (
+                m.group_instance_id.as_ref().unwrap().to_string(),
+                m.member_id.to_string(),
+            )
+        })
+        .collect();
+    members.sort();
+    assert_eq!(members[0], ("A".to_string(), new_a.clone()));
+    assert_eq!(members.len(), 3);
+
+    // Batch removal by instance id, one result per member.
+    let v = conn.version(ApiKey::LeaveGroup, 5);
+    let req = LeaveGroupRequest::default()
+        .with_group_id(GroupId(sb(&group)))
+        .with_members(vec![
+            leave_group_request::MemberIdentity::default()
+                .with_member_id(sb(""))
+                .with_group_instance_id(Some(sb("A"))),
+            leave_group_request::MemberIdentity::default()
+                .with_member_id(sb(""))
+                .with_group_instance_id(Some(sb("ghost"))),
+        ]);
+    let ResponseKind::LeaveGroup(l) = conn
+        .request(ApiKey::LeaveGroup, v, RequestKind::LeaveGroup(req))
+        .unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(l.error_code, 0);
+    let codes: Vec<i16> = l.members.iter().map(|m| m.error_code).collect();
+    assert_eq!(codes, vec![0, ErrorCode::UnknownMemberId.code()]);
+    assert_eq!(
+        heartbeat(&addr, &group, &id_of("B"), "B", generation),
+        ErrorCode::RebalanceInProgress.code()
+    );
+}
+
 /// Every scenario in this module, by name, for test targets to run.
 pub const ALL: &[(&str, fn(&str))] = &[
     ("produce_fetch_every_codec", produce_fetch_every_codec),
@@ -982,4 +1378,8 @@ pub const ALL: &[(&str, fn(&str))] = &[
     ("cluster_and_topic_ids", cluster_and_topic_ids),
     ("produce_by_topic_id", produce_by_topic_id),
     ("malformed_requests", malformed_requests),
+    (
+        "static_member_rejoins_without_rebalance",
+        static_member_rejoins_without_rebalance,
+    ),
 ];

@@ -26,10 +26,281 @@ on_embedded!(
     cluster_and_topic_ids,
     produce_by_topic_id,
     malformed_requests,
+    static_member_rejoins_without_rebalance,
 );
 
 #[test]
 fn every_scenario_is_run_here() {
     // Keeps this list and scenarios::ALL in step.
-    assert_eq!(scenarios::ALL.len(), 11);
+    assert_eq!(scenarios::ALL.len(), 12);
+}
+
+/// Scenarios that need the embedded cluster's controls (nodes, racks, data
+/// directories); they have no Apache Kafka twin because the test harness
+/// runs a single Kafka node.
+mod embedded_only {
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use rill_broker::EmbeddedCluster;
+    use rill_protocol::kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use rill_protocol::kafka_protocol::messages::produce_request::{
+        PartitionProduceData, TopicProduceData,
+    };
+    use rill_protocol::kafka_protocol::messages::*;
+    use rill_protocol::records::{self, Compression};
+    use rill_protocol::{ApiKey, ErrorCode, RequestKind, ResponseKind};
+    use rill_tests::backend::Embedded;
+    use rill_tests::wire::{now_ms, tn, Client, Conn};
+    use rill_tests::{scenarios, unique_topic};
+
+    fn leaders(c: &Client, topic: &str) -> Vec<(i32, i32)> {
+        let t = c
+            .metadata
+            .topics
+            .iter()
+            .find(|t| t.name.as_ref().is_some_and(|n| n.as_str() == topic))
+            .unwrap();
+        t.partitions
+            .iter()
+            .map(|p| (p.leader_id.0, p.leader_epoch))
+            .collect()
+    }
+
+    #[test]
+    fn leadership_is_per_node_and_fails_over_with_epoch_bumps() {
+        let cluster = Embedded::start(EmbeddedCluster::builder().nodes(3).racks(["a", "b", "c"]));
+        let mut c = Client::new(&cluster.bootstrap()).unwrap();
+        let racks: Vec<_> = c
+            .metadata
+            .brokers
+            .iter()
+            .map(|b| b.rack.as_ref().map(|r| r.to_string()))
+            .collect();
+        assert_eq!(
+            racks,
+            vec![Some("a".into()), Some("b".into()), Some("c".into())]
+        );
+        let topic = unique_topic("failover");
+        assert_eq!(c.create_topic(&topic, 6, 3, &[]).unwrap().0, 0);
+        let before = leaders(&c, &topic);
+        let distinct: std::collections::BTreeSet<i32> = before.iter().map(|(l, _)| *l).collect();
+        assert_eq!(
+            distinct.len(),
+            3,
+            "leaders spread over the nodes: {before:?}"
+        );
+        for p in 0..6 {
+            c.produce(&topic, p, &[("k", "before")], Compression::None)
+                .unwrap();
+        }
+
+        // Produce to a node that does not lead the partition.
+        let (leader0, epoch0) = before[0];
+        let wrong = (1..=3).find(|n| *n != leader0).unwrap();
+        let batch = records::encode_records(
+            &[records::simple_record(
+                0,
+                now_ms(),
+                Some(Bytes::from("k")),
+                Some(Bytes::from("v")),
+            )],
+            Compression::None,
+        )
+        .unwrap();
+        let conn = c.node(wrong).unwrap();
+        let req = ProduceRequest::default()
+            .with_acks(-1)
+            .with_timeout_ms(5000)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(tn(&topic))
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(0)
+                    .with_records(Some(batch))])]);
+        let ResponseKind::Produce(r) = conn
+            .request(ApiKey::Produce, 12, RequestKind::Produce(req))
+            .unwrap()
+        else {
+            panic!()
+        };
+        let p = &r.responses[0].partition_responses[0];
+        assert_eq!(p.error_code, ErrorCode::NotLeaderOrFollower.code());
+        assert_eq!(
+            (p.current_leader.leader_id.0, p.current_leader.leader_epoch),
+            (leader0, epoch0),
+            "KIP-951 leader hint"
+        );
+
+        // Stop the leader of partition 0: its partitions move, epochs bump, data stays.
+        cluster.stop_node(leader0);
+        c.refresh(Some(&[&topic])).unwrap();
+        let after = leaders(&c, &topic);
+        for (i, ((l0, e0), (l1, e1))) in before.iter().zip(&after).enumerate() {
+            if *l0 == leader0 {
+                assert_ne!(*l1, leader0, "partition {i} still led by the stopped node");
+                assert_eq!(*e1, e0 + 1, "partition {i} epoch bumped");
+            } else {
+                assert_eq!((l1, e1), (l0, e0), "partition {i} untouched");
+            }
+        }
+        assert!(c.metadata.brokers.iter().all(|b| b.node_id.0 != leader0));
+        for p in 0..6 {
+            c.produce(&topic, p, &[("k", "after")], Compression::None)
+                .unwrap();
+            let got = c.consume(&topic, p, 0, 2).unwrap();
+            assert_eq!(got.len(), 2, "partition {p} kept its data");
+        }
+        // A fetch naming the old leader epoch is fenced (KIP-320).
+        let (new_leader, _) = after[0];
+        let id = c.topic_id(&topic).unwrap();
+        let conn = c.node(new_leader).unwrap();
+        let req = FetchRequest::default()
+            .with_max_wait_ms(0)
+            .with_min_bytes(1)
+            .with_max_bytes(1 << 20)
+            .with_session_epoch(-1)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic_id(id)
+                .with_partitions(vec![FetchPartition::default()
+                    .with_partition(0)
+                    .with_fetch_offset(0)
+                    .with_current_leader_epoch(epoch0)
+                    .with_partition_max_bytes(1 << 20)])]);
+        let ResponseKind::Fetch(r) = conn
+            .request(ApiKey::Fetch, 17, RequestKind::Fetch(req))
+            .unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(
+            r.responses[0].partitions[0].error_code,
+            ErrorCode::FencedLeaderEpoch.code()
+        );
+
+        // The node comes back in another rack and rejoins every ISR.
+        cluster.start_node(leader0, Some("z"));
+        c.refresh(Some(&[&topic])).unwrap();
+        let b = c
+            .metadata
+            .brokers
+            .iter()
+            .find(|b| b.node_id.0 == leader0)
+            .expect("node is back");
+        assert_eq!(b.rack.as_ref().map(|r| r.as_str()), Some("z"));
+        let t = c
+            .metadata
+            .topics
+            .iter()
+            .find(|t| t.name.as_ref().is_some_and(|n| n.as_str() == topic))
+            .unwrap();
+        assert!(t
+            .partitions
+            .iter()
+            .all(|p| p.isr_nodes.iter().any(|n| n.0 == leader0)));
+        // Its old address works again.
+        assert!(Conn::connect(&cluster.cluster().node_addr(leader0).unwrap().to_string()).is_ok());
+    }
+
+    #[test]
+    fn acks_all_needs_min_insync_replicas() {
+        let cluster = Embedded::start(EmbeddedCluster::builder().nodes(2));
+        let mut c = Client::new(&cluster.bootstrap()).unwrap();
+        let topic = unique_topic("isr");
+        assert_eq!(
+            c.create_topic(&topic, 1, 2, &[("min.insync.replicas", "2")])
+                .unwrap()
+                .0,
+            0
+        );
+        c.produce(&topic, 0, &[("k", "v")], Compression::None)
+            .unwrap();
+        let leader = c.leader(&topic, 0).unwrap();
+        let other = if leader == 1 { 2 } else { 1 };
+        cluster.stop_node(other);
+        c.refresh(Some(&[&topic])).unwrap();
+        let batch = records::encode_records(
+            &[records::simple_record(
+                0,
+                now_ms(),
+                Some(Bytes::from("k")),
+                Some(Bytes::from("v")),
+            )],
+            Compression::None,
+        )
+        .unwrap();
+        let (code, _) = c.produce_batch(&topic, 0, batch.clone(), -1).unwrap();
+        assert_eq!(code, ErrorCode::NotEnoughReplicas.code());
+        let (code, _) = c.produce_batch(&topic, 0, batch, 1).unwrap();
+        assert_eq!(code, 0, "acks=1 does not wait for replicas");
+    }
+
+    #[test]
+    fn a_data_directory_keeps_topics_data_offsets_and_ids_across_restarts() {
+        let dir = tempfile::tempdir().unwrap();
+        let builder = || EmbeddedCluster::builder().data_dir(dir.path()).nodes(2);
+        let topic = unique_topic("durable");
+        let (cluster_id, topic_id) = {
+            let cluster = Embedded::start(builder());
+            let mut c = Client::new(&cluster.bootstrap()).unwrap();
+            assert_eq!(
+                c.create_topic(&topic, 2, 2, &[("retention.ms", "3600000")])
+                    .unwrap()
+                    .0,
+                0
+            );
+            for p in 0..2 {
+                for i in 0..5 {
+                    c.produce(
+                        &topic,
+                        p,
+                        &[(&format!("k{i}"), &format!("v{i}"))],
+                        Compression::Zstd,
+                    )
+                    .unwrap();
+                }
+            }
+            let id = c.topic_id(&topic).unwrap();
+            scenarios::commit_simple_offset(&mut c, "durable-group", &topic, 1, 3);
+            let cid = cluster.cluster().cluster_id();
+            cluster.shutdown();
+            (cid, id)
+        };
+        let cluster = Embedded::start(builder());
+        assert_eq!(cluster.cluster().cluster_id(), cluster_id);
+        let mut c = Client::new(&cluster.bootstrap()).unwrap();
+        c.refresh(Some(&[&topic])).unwrap();
+        assert_eq!(c.topic_id(&topic), Some(topic_id));
+        for p in 0..2 {
+            let got = c.consume(&topic, p, 0, 5).unwrap();
+            let vals: Vec<String> = got
+                .iter()
+                .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap()).to_string())
+                .collect();
+            assert_eq!(vals, (0..5).map(|i| format!("v{i}")).collect::<Vec<_>>());
+        }
+        assert_eq!(
+            scenarios::fetch_committed(&mut c, "durable-group", &topic, 1),
+            3
+        );
+        assert_eq!(
+            c.produce(&topic, 0, &[("k", "after")], Compression::None)
+                .unwrap(),
+            5
+        );
+    }
+
+    #[test]
+    fn requests_above_socket_request_max_bytes_close_only_that_connection() {
+        let cluster =
+            Embedded::start(EmbeddedCluster::builder().socket_request_max_bytes(64 * 1024));
+        let mut c = Client::new(&cluster.bootstrap()).unwrap();
+        let topic = unique_topic("bigreq");
+        assert_eq!(c.create_topic(&topic, 1, 1, &[]).unwrap().0, 0);
+        let mut conn = Conn::connect(&cluster.bootstrap()).unwrap();
+        conn.send_raw(&(100_000i32).to_be_bytes()).unwrap();
+        assert!(conn.is_closed_by_peer());
+        c.produce(&topic, 0, &[("still", "served")], Compression::None)
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }

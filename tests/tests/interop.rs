@@ -39,6 +39,7 @@ on_apache_kafka!(
     cluster_and_topic_ids,
     produce_by_topic_id,
     malformed_requests,
+    static_member_rejoins_without_rebalance,
 );
 
 const KCAT_RECORDS: usize = 10_000;

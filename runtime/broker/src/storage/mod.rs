@@ -10,6 +10,8 @@ pub(crate) mod cleaner;
 pub mod log;
 pub(crate) mod producer_state;
 pub(crate) mod segment;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 use std::io;
