@@ -27,14 +27,22 @@ impl Broker {
             .spawn()
             .expect("rill starts");
         let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).expect("ready line");
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .expect("ready line");
         let bootstrap = line.trim().to_string();
-        assert!(bootstrap.starts_with("127.0.0.1:"), "first line is the bootstrap address, got {line:?}");
+        assert!(
+            bootstrap.starts_with("127.0.0.1:"),
+            "first line is the bootstrap address, got {line:?}"
+        );
         Self { child, bootstrap }
     }
 
     fn signal(&self, sig: &str) {
-        Command::new("kill").args([sig, &self.child.id().to_string()]).status().unwrap();
+        Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .unwrap();
     }
 
     fn wait(&mut self, limit: Duration) -> std::process::ExitStatus {
@@ -43,7 +51,10 @@ impl Broker {
             if let Some(s) = self.child.try_wait().unwrap() {
                 return s;
             }
-            assert!(Instant::now() < deadline, "broker did not exit within {limit:?}");
+            assert!(
+                Instant::now() < deadline,
+                "broker did not exit within {limit:?}"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -72,14 +83,28 @@ fn prints_the_bootstrap_address_and_stops_cleanly_on_sigterm() {
 #[test]
 fn bad_arguments_are_refused_with_the_setting_named() {
     let out = Command::new(env!("CARGO_BIN_EXE_rill"))
-        .args(["broker", "--listen", "127.0.0.1:0", "--nodes", "2", "--racks", "a,b,c"])
+        .args([
+            "broker",
+            "--listen",
+            "127.0.0.1:0",
+            "--nodes",
+            "2",
+            "--racks",
+            "a,b,c",
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("3 racks given for 2 nodes"), "{err}");
     let out = Command::new(env!("CARGO_BIN_EXE_rill"))
-        .args(["broker", "--listen", "127.0.0.1:0", "--topic-default", "retention.ms=soon"])
+        .args([
+            "broker",
+            "--listen",
+            "127.0.0.1:0",
+            "--topic-default",
+            "retention.ms=soon",
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());
@@ -100,7 +125,9 @@ fn every_acknowledged_record_survives_sigkill() {
             let p = i % 3;
             let key = format!("k{i}");
             let codec = [Compression::None, Compression::Lz4, Compression::Zstd][i as usize % 3];
-            let base = c.produce(topic, p, &[(&key, &format!("v{i}"))], codec).unwrap();
+            let base = c
+                .produce(topic, p, &[(&key, &format!("v{i}"))], codec)
+                .unwrap();
             acked[p as usize].push((key, base));
         }
         rill_tests::scenarios::commit_simple_offset(&mut c, "g", topic, 0, 42);
@@ -111,11 +138,33 @@ fn every_acknowledged_record_survives_sigkill() {
     let mut c = Client::new(&b.bootstrap).unwrap();
     for (p, expected) in acked.iter().enumerate() {
         let got = c.consume(topic, p as i32, 0, expected.len()).unwrap();
-        let got: Vec<(String, i64)> = got.iter().map(|r| (String::from_utf8_lossy(r.key.as_deref().unwrap()).to_string(), r.offset)).collect();
-        assert_eq!(&got, expected, "partition {p}: every acknowledged record, in order, once");
-        assert_eq!(c.list_offset(topic, p as i32, -1).unwrap().1, expected.len() as i64, "nothing extra");
+        let got: Vec<(String, i64)> = got
+            .iter()
+            .map(|r| {
+                (
+                    String::from_utf8_lossy(r.key.as_deref().unwrap()).to_string(),
+                    r.offset,
+                )
+            })
+            .collect();
+        assert_eq!(
+            &got, expected,
+            "partition {p}: every acknowledged record, in order, once"
+        );
+        assert_eq!(
+            c.list_offset(topic, p as i32, -1).unwrap().1,
+            expected.len() as i64,
+            "nothing extra"
+        );
     }
-    assert_eq!(rill_tests::scenarios::fetch_committed(&mut c, "g", topic, 0), 42);
+    assert_eq!(
+        rill_tests::scenarios::fetch_committed(&mut c, "g", topic, 0),
+        42
+    );
     // Appends continue after the recovered end.
-    assert_eq!(c.produce(topic, 0, &[("after", "restart")], Compression::None).unwrap(), 100);
+    assert_eq!(
+        c.produce(topic, 0, &[("after", "restart")], Compression::None)
+            .unwrap(),
+        100
+    );
 }

@@ -1,0 +1,203 @@
+//! Shared pieces of Rill's scenario benches: running the embedded broker as
+//! its own process (so its memory and CPU are measured apart from the
+//! harness), reading a process's peak RSS and CPU time from `/proc`, and
+//! the statistics the benchmarking notes ask for (medians of A/B rounds and
+//! of their pairwise ratios, with min and max).
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use rill_broker::EmbeddedCluster;
+
+/// Environment variable that turns a bench binary into a broker process.
+pub const SERVE_BROKER_ENV: &str = "RILL_BENCH_SERVE_BROKER";
+
+/// If this process was started as a broker (see [`spawn_broker_process`]),
+/// runs the embedded broker until stdin closes, then exits. Call first in
+/// a bench's `main`.
+pub fn serve_broker_if_requested() {
+    let Some(dir) = std::env::var_os(SERVE_BROKER_ENV) else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let cluster = EmbeddedCluster::builder()
+            .data_dir(Path::new(&dir))
+            .start()
+            .await
+            .expect("broker starts");
+        println!("{}", cluster.bootstrap_servers());
+        // Serve until the parent closes our stdin (or dies).
+        tokio::task::spawn_blocking(|| {
+            let mut sink = Vec::new();
+            let _ = std::io::stdin().read_to_end(&mut sink);
+        })
+        .await
+        .unwrap();
+        cluster.shutdown().await;
+    });
+    std::process::exit(0);
+}
+
+/// The embedded broker in a child process of this bench binary.
+pub struct BrokerProcess {
+    pub child: Child,
+    pub bootstrap: String,
+    _dir: tempfile::TempDir,
+}
+
+pub fn spawn_broker_process() -> BrokerProcess {
+    let dir = tempfile::Builder::new()
+        .prefix("rill-bench-broker-")
+        .tempdir()
+        .unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .env(SERVE_BROKER_ENV, dir.path())
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("broker process starts");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    BrokerProcess {
+        child,
+        bootstrap: line.trim().to_string(),
+        _dir: dir,
+    }
+}
+
+impl Drop for BrokerProcess {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+/// Peak resident set size (VmHWM) of a process, in KiB.
+pub fn peak_rss_kib(pid: u32) -> u64 {
+    status_field(pid, "VmHWM:")
+}
+
+/// Current resident set size (VmRSS) of a process, in KiB.
+pub fn rss_kib(pid: u32) -> u64 {
+    status_field(pid, "VmRSS:")
+}
+
+fn status_field(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// User + system CPU seconds a process has used so far.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // Fields after the parenthesised command name; utime and stime are 14 and 15.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0)
+        + f.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    ticks / hz.max(1.0)
+}
+
+/// The first child process of `pid` (the JVM under Kafka's guard shell).
+pub fn first_child(pid: u32) -> Option<u32> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
+    s.split_whitespace().next()?.parse().ok()
+}
+
+pub fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    if s.is_empty() {
+        return f64::NAN;
+    }
+    let n = s.len();
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+/// (median, min, max) of pairwise ratios a[i] / b[i].
+pub fn ratio_stats(a: &[f64], b: &[f64]) -> (f64, f64, f64) {
+    let r: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
+    let min = r.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = r.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (median(&r), min, max)
+}
+
+/// One line of machine and version facts for reports.
+pub fn machine_summary() -> String {
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let mem_kib: u64 = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .next()
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0);
+    let java = Command::new("java")
+        .arg("-version")
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stderr)
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_string()
+        })
+        .unwrap_or_default();
+    let commit = Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    format!(
+        "{cores} cores, {} GiB RAM; {java}; rill commit {commit}",
+        mem_kib / 1024 / 1024
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians_and_ratios() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert_eq!(
+            ratio_stats(&[2.0, 4.0, 9.0], &[1.0, 2.0, 3.0]),
+            (2.0, 2.0, 3.0)
+        );
+    }
+
+    #[test]
+    fn reads_own_process_stats() {
+        let me = std::process::id();
+        assert!(peak_rss_kib(me) > 0);
+        assert!(rss_kib(me) > 0);
+        assert!(cpu_seconds(me) >= 0.0);
+    }
+}
