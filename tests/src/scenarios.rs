@@ -1362,6 +1362,113 @@ pub fn static_member_rejoins_without_rebalance(bootstrap: &str) {
     );
 }
 
+fn group_request(addr: &str, key: ApiKey, want: i16, body: RequestKind) -> ResponseKind {
+    let mut conn = Conn::connect(addr).unwrap();
+    let v = conn.version(key, want);
+    conn.request(key, v, body).unwrap()
+}
+
+/// ListGroups (with a state filter), DescribeGroups of an unknown group,
+/// OffsetDelete (refused for a subscribed topic), DeleteGroups (refused
+/// while members remain, then allowed).
+pub fn group_administration(bootstrap: &str) {
+    let topic = unique_topic("gadmin");
+    let other = unique_topic("gadmin-other");
+    let group = unique_topic("gadmin-group");
+    let mut c = Client::new(bootstrap).unwrap();
+    assert_eq!(c.create_topic(&topic, 1, 1, &[]).unwrap().0, 0);
+    assert_eq!(c.create_topic(&other, 1, 1, &[]).unwrap().0, 0);
+    let node = wait_for_coordinator(&mut c, &group);
+    let b = c.metadata.brokers.iter().find(|b| b.node_id.0 == node).unwrap();
+    let addr = format!("{}:{}", b.host.as_str(), b.port);
+    commit_simple_offset(&mut c, &group, &other, 0, 5);
+    let j = join_group(&addr, &group, "", "solo", &topic);
+    assert_eq!(j.error_code, 0);
+    let s = sync_group(&addr, &group, &j.member_id, "solo", j.generation_id, vec![(j.member_id.to_string(), consumer_assignment(&topic, &[0]))]);
+    assert_eq!(s.error_code, 0);
+    commit_simple_offset_as_member(&addr, &group, &j.member_id, "solo", j.generation_id, &topic, 0, 3);
+
+    // ListGroups filtered by state.
+    let listed = |states: &[&str]| -> Vec<(String, String)> {
+        let req = ListGroupsRequest::default().with_states_filter(states.iter().map(|s| sb(s)).collect());
+        match group_request(&addr, ApiKey::ListGroups, 4, RequestKind::ListGroups(req)) {
+            ResponseKind::ListGroups(r) => {
+                assert_eq!(r.error_code, 0);
+                r.groups.iter().map(|g| (g.group_id.to_string(), g.group_state.to_string())).collect()
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert!(listed(&["Stable"]).contains(&(group.clone(), "Stable".to_string())));
+    assert!(!listed(&["Empty"]).iter().any(|(g, _)| *g == group));
+
+    // DescribeGroups of a group that does not exist.
+    let ghost = unique_topic("ghost-group");
+    let ResponseKind::DescribeGroups(d) =
+        group_request(&addr, ApiKey::DescribeGroups, 5, RequestKind::DescribeGroups(DescribeGroupsRequest::default().with_groups(vec![GroupId(sb(&ghost))])))
+    else {
+        panic!()
+    };
+    assert_eq!((d.groups[0].error_code, d.groups[0].group_state.as_str()), (0, "Dead"));
+
+    // OffsetDelete: the subscribed topic is refused, the other is deleted.
+    let req = OffsetDeleteRequest::default().with_group_id(GroupId(sb(&group))).with_topics(vec![
+        offset_delete_request::OffsetDeleteRequestTopic::default()
+            .with_name(tn(&topic))
+            .with_partitions(vec![offset_delete_request::OffsetDeleteRequestPartition::default().with_partition_index(0)]),
+        offset_delete_request::OffsetDeleteRequestTopic::default()
+            .with_name(tn(&other))
+            .with_partitions(vec![offset_delete_request::OffsetDeleteRequestPartition::default().with_partition_index(0)]),
+    ]);
+    let ResponseKind::OffsetDelete(r) = group_request(&addr, ApiKey::OffsetDelete, 0, RequestKind::OffsetDelete(req)) else { panic!() };
+    assert_eq!(r.error_code, 0);
+    let code_of = |name: &str| r.topics.iter().find(|t| t.name.as_str() == name).unwrap().partitions[0].error_code;
+    assert_code(code_of(&topic), ErrorCode::GroupSubscribedToTopic, "offset delete of a subscribed topic");
+    assert_eq!(code_of(&other), 0);
+    assert_eq!(fetch_committed(&mut c, &group, &other, 0), -1);
+    assert_eq!(fetch_committed(&mut c, &group, &topic, 0), 3);
+
+    // DeleteGroups: refused while a member remains, accepted once it left.
+    let delete = || -> i16 {
+        let req = DeleteGroupsRequest::default().with_groups_names(vec![GroupId(sb(&group))]);
+        match group_request(&addr, ApiKey::DeleteGroups, 2, RequestKind::DeleteGroups(req)) {
+            ResponseKind::DeleteGroups(r) => r.results[0].error_code,
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert_code(delete(), ErrorCode::NonEmptyGroup, "delete a group with a member");
+    let req = LeaveGroupRequest::default().with_group_id(GroupId(sb(&group))).with_members(vec![
+        leave_group_request::MemberIdentity::default().with_member_id(j.member_id.clone()).with_group_instance_id(Some(sb("solo"))),
+    ]);
+    let ResponseKind::LeaveGroup(l) = group_request(&addr, ApiKey::LeaveGroup, 5, RequestKind::LeaveGroup(req)) else { panic!() };
+    assert_eq!(l.members[0].error_code, 0);
+    // The group empties once its (now memberless) rebalance completes.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let code = delete();
+        if code == 0 {
+            break;
+        }
+        assert!(code == ErrorCode::NonEmptyGroup.code() && std::time::Instant::now() < deadline, "delete after leave: {}", err_name(code));
+        thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(fetch_committed(&mut c, &group, &topic, 0), -1, "the group's offsets went with it");
+}
+
+#[allow(clippy::too_many_arguments)]
+fn commit_simple_offset_as_member(addr: &str, group: &str, member: &str, instance: &str, generation: i32, topic: &str, partition: i32, offset: i64) {
+    let mut p = OffsetCommitRequestPartition::default().with_partition_index(partition).with_committed_offset(offset);
+    p.committed_leader_epoch = -1;
+    let req = OffsetCommitRequest::default()
+        .with_group_id(GroupId(sb(group)))
+        .with_generation_id_or_member_epoch(generation)
+        .with_member_id(sb(member))
+        .with_group_instance_id(Some(sb(instance)))
+        .with_topics(vec![OffsetCommitRequestTopic::default().with_name(tn(topic)).with_partitions(vec![p])]);
+    let ResponseKind::OffsetCommit(r) = group_request(addr, ApiKey::OffsetCommit, 9, RequestKind::OffsetCommit(req)) else { panic!() };
+    assert_eq!(r.topics[0].partitions[0].error_code, 0, "member commit: {}", err_name(r.topics[0].partitions[0].error_code));
+}
+
 /// Every scenario in this module, by name, for test targets to run.
 pub const ALL: &[(&str, fn(&str))] = &[
     ("produce_fetch_every_codec", produce_fetch_every_codec),

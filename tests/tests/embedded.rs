@@ -27,12 +27,13 @@ on_embedded!(
     produce_by_topic_id,
     malformed_requests,
     static_member_rejoins_without_rebalance,
+    group_administration,
 );
 
 #[test]
 fn every_scenario_is_run_here() {
     // Keeps this list and scenarios::ALL in step.
-    assert_eq!(scenarios::ALL.len(), 12);
+    assert_eq!(scenarios::ALL.len(), 13);
 }
 
 /// Scenarios that need the embedded cluster's controls (nodes, racks, data

@@ -40,6 +40,7 @@ on_apache_kafka!(
     produce_by_topic_id,
     malformed_requests,
     static_member_rejoins_without_rebalance,
+    group_administration,
 );
 
 const KCAT_RECORDS: usize = 10_000;

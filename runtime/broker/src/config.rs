@@ -282,6 +282,8 @@ pub struct LogSettings {
     pub flush_ms: i64,
     pub index_interval_bytes: u64,
     pub max_message_bytes: usize,
+    /// `compression.type`: `None` keeps the producer's codec.
+    pub compression: Option<rill_protocol::records::Compression>,
     pub timestamp_after_max_ms: i64,
     pub timestamp_before_max_ms: i64,
     pub log_append_time: bool,
@@ -329,6 +331,17 @@ impl LogSettings {
             flush_ms: num("flush.ms"),
             index_interval_bytes: num("index.interval.bytes").max(0) as u64,
             max_message_bytes: num("max.message.bytes").max(0) as usize,
+            compression: {
+                use rill_protocol::records::Compression;
+                match get("compression.type").as_str() {
+                    "uncompressed" => Some(Compression::None),
+                    "gzip" => Some(Compression::Gzip),
+                    "snappy" => Some(Compression::Snappy),
+                    "lz4" => Some(Compression::Lz4),
+                    "zstd" => Some(Compression::Zstd),
+                    _ => None,
+                }
+            },
             timestamp_after_max_ms: num("message.timestamp.after.max.ms"),
             timestamp_before_max_ms: num("message.timestamp.before.max.ms"),
             log_append_time: get("message.timestamp.type") == "LogAppendTime",

@@ -22,6 +22,8 @@ pub mod broker;
 pub mod cluster;
 pub mod config;
 pub mod coordinator;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod metadata;
 mod server;
 pub mod storage;

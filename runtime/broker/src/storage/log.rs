@@ -345,6 +345,11 @@ impl PartitionLog {
             Err((code, msg)) => return Err(AppendError::new(code, format!("{msg} on {tp}"))),
         }
         let base_offset = inner.next_offset;
+        if let Some(target) = settings.compression.filter(|c| Some(*c) != h.compression()) {
+            // `compression.type` names a codec: store the batch recompressed,
+            // as Kafka's LogValidator does.
+            batch = recompress(&batch, target).map_err(|e| AppendError::new(ErrorCode::CorruptMessage, format!("record batch for {tp}: {e}")))?;
+        }
         if self.should_roll(&inner, batch.len(), h.last_offset_delta, now_ms) {
             self.roll(&mut inner, now_ms).map_err(|e| io_err(&tp, e))?;
         }
@@ -796,6 +801,13 @@ pub enum ReadError {
     OutOfRange(OutOfRange),
     #[error("storage error: {0}")]
     Io(io::Error),
+}
+
+/// Re-encodes one batch with another codec, keeping offsets deltas,
+/// timestamps, headers and the producer id/epoch/sequence.
+fn recompress(batch: &[u8], codec: records::Compression) -> Result<Vec<u8>, BatchError> {
+    let recs = records::decode_records(&Bytes::copy_from_slice(batch))?;
+    Ok(records::encode_records(&recs, codec)?.to_vec())
 }
 
 fn note_epoch(epochs: &mut Vec<EpochEntry>, epoch: i32, start_offset: i64) {
