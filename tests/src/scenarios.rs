@@ -380,6 +380,14 @@ pub fn produce_rejections(bootstrap: &str) {
         ErrorCode::MessageTooLarge,
         "batch over max.message.bytes",
     );
+    // Magic byte 1 (message format v1) in a v3+ produce request.
+    let mut v1 = good.to_vec();
+    v1[16] = 1;
+    assert_code(
+        produce_raw(&mut c, &topic, 0, Bytes::from(v1), -1),
+        ErrorCode::InvalidRecord,
+        "magic 1 batch",
+    );
     // Two hours in the future (message.timestamp.after.max.ms is one hour).
     let future = batch_at(
         &keyed(1, "f"),
@@ -1379,22 +1387,47 @@ pub fn group_administration(bootstrap: &str) {
     assert_eq!(c.create_topic(&topic, 1, 1, &[]).unwrap().0, 0);
     assert_eq!(c.create_topic(&other, 1, 1, &[]).unwrap().0, 0);
     let node = wait_for_coordinator(&mut c, &group);
-    let b = c.metadata.brokers.iter().find(|b| b.node_id.0 == node).unwrap();
+    let b = c
+        .metadata
+        .brokers
+        .iter()
+        .find(|b| b.node_id.0 == node)
+        .unwrap();
     let addr = format!("{}:{}", b.host.as_str(), b.port);
     commit_simple_offset(&mut c, &group, &other, 0, 5);
     let j = join_group(&addr, &group, "", "solo", &topic);
     assert_eq!(j.error_code, 0);
-    let s = sync_group(&addr, &group, &j.member_id, "solo", j.generation_id, vec![(j.member_id.to_string(), consumer_assignment(&topic, &[0]))]);
+    let s = sync_group(
+        &addr,
+        &group,
+        &j.member_id,
+        "solo",
+        j.generation_id,
+        vec![(j.member_id.to_string(), consumer_assignment(&topic, &[0]))],
+    );
     assert_eq!(s.error_code, 0);
-    commit_simple_offset_as_member(&addr, &group, &j.member_id, "solo", j.generation_id, &topic, 0, 3);
+    commit_simple_offset_as_member(
+        &addr,
+        &group,
+        &j.member_id,
+        "solo",
+        j.generation_id,
+        &topic,
+        0,
+        3,
+    );
 
     // ListGroups filtered by state.
     let listed = |states: &[&str]| -> Vec<(String, String)> {
-        let req = ListGroupsRequest::default().with_states_filter(states.iter().map(|s| sb(s)).collect());
+        let req =
+            ListGroupsRequest::default().with_states_filter(states.iter().map(|s| sb(s)).collect());
         match group_request(&addr, ApiKey::ListGroups, 4, RequestKind::ListGroups(req)) {
             ResponseKind::ListGroups(r) => {
                 assert_eq!(r.error_code, 0);
-                r.groups.iter().map(|g| (g.group_id.to_string(), g.group_state.to_string())).collect()
+                r.groups
+                    .iter()
+                    .map(|g| (g.group_id.to_string(), g.group_state.to_string()))
+                    .collect()
             }
             other => panic!("unexpected {other:?}"),
         }
@@ -1404,26 +1437,60 @@ pub fn group_administration(bootstrap: &str) {
 
     // DescribeGroups of a group that does not exist.
     let ghost = unique_topic("ghost-group");
-    let ResponseKind::DescribeGroups(d) =
-        group_request(&addr, ApiKey::DescribeGroups, 5, RequestKind::DescribeGroups(DescribeGroupsRequest::default().with_groups(vec![GroupId(sb(&ghost))])))
-    else {
+    let ResponseKind::DescribeGroups(d) = group_request(
+        &addr,
+        ApiKey::DescribeGroups,
+        5,
+        RequestKind::DescribeGroups(
+            DescribeGroupsRequest::default().with_groups(vec![GroupId(sb(&ghost))]),
+        ),
+    ) else {
         panic!()
     };
-    assert_eq!((d.groups[0].error_code, d.groups[0].group_state.as_str()), (0, "Dead"));
+    assert_eq!(
+        (d.groups[0].error_code, d.groups[0].group_state.as_str()),
+        (0, "Dead")
+    );
 
     // OffsetDelete: the subscribed topic is refused, the other is deleted.
-    let req = OffsetDeleteRequest::default().with_group_id(GroupId(sb(&group))).with_topics(vec![
-        offset_delete_request::OffsetDeleteRequestTopic::default()
-            .with_name(tn(&topic))
-            .with_partitions(vec![offset_delete_request::OffsetDeleteRequestPartition::default().with_partition_index(0)]),
-        offset_delete_request::OffsetDeleteRequestTopic::default()
-            .with_name(tn(&other))
-            .with_partitions(vec![offset_delete_request::OffsetDeleteRequestPartition::default().with_partition_index(0)]),
-    ]);
-    let ResponseKind::OffsetDelete(r) = group_request(&addr, ApiKey::OffsetDelete, 0, RequestKind::OffsetDelete(req)) else { panic!() };
+    let req = OffsetDeleteRequest::default()
+        .with_group_id(GroupId(sb(&group)))
+        .with_topics(vec![
+            offset_delete_request::OffsetDeleteRequestTopic::default()
+                .with_name(tn(&topic))
+                .with_partitions(vec![
+                    offset_delete_request::OffsetDeleteRequestPartition::default()
+                        .with_partition_index(0),
+                ]),
+            offset_delete_request::OffsetDeleteRequestTopic::default()
+                .with_name(tn(&other))
+                .with_partitions(vec![
+                    offset_delete_request::OffsetDeleteRequestPartition::default()
+                        .with_partition_index(0),
+                ]),
+        ]);
+    let ResponseKind::OffsetDelete(r) = group_request(
+        &addr,
+        ApiKey::OffsetDelete,
+        0,
+        RequestKind::OffsetDelete(req),
+    ) else {
+        panic!()
+    };
     assert_eq!(r.error_code, 0);
-    let code_of = |name: &str| r.topics.iter().find(|t| t.name.as_str() == name).unwrap().partitions[0].error_code;
-    assert_code(code_of(&topic), ErrorCode::GroupSubscribedToTopic, "offset delete of a subscribed topic");
+    let code_of = |name: &str| {
+        r.topics
+            .iter()
+            .find(|t| t.name.as_str() == name)
+            .unwrap()
+            .partitions[0]
+            .error_code
+    };
+    assert_code(
+        code_of(&topic),
+        ErrorCode::GroupSubscribedToTopic,
+        "offset delete of a subscribed topic",
+    );
     assert_eq!(code_of(&other), 0);
     assert_eq!(fetch_committed(&mut c, &group, &other, 0), -1);
     assert_eq!(fetch_committed(&mut c, &group, &topic, 0), 3);
@@ -1431,16 +1498,31 @@ pub fn group_administration(bootstrap: &str) {
     // DeleteGroups: refused while a member remains, accepted once it left.
     let delete = || -> i16 {
         let req = DeleteGroupsRequest::default().with_groups_names(vec![GroupId(sb(&group))]);
-        match group_request(&addr, ApiKey::DeleteGroups, 2, RequestKind::DeleteGroups(req)) {
+        match group_request(
+            &addr,
+            ApiKey::DeleteGroups,
+            2,
+            RequestKind::DeleteGroups(req),
+        ) {
             ResponseKind::DeleteGroups(r) => r.results[0].error_code,
             other => panic!("unexpected {other:?}"),
         }
     };
-    assert_code(delete(), ErrorCode::NonEmptyGroup, "delete a group with a member");
-    let req = LeaveGroupRequest::default().with_group_id(GroupId(sb(&group))).with_members(vec![
-        leave_group_request::MemberIdentity::default().with_member_id(j.member_id.clone()).with_group_instance_id(Some(sb("solo"))),
-    ]);
-    let ResponseKind::LeaveGroup(l) = group_request(&addr, ApiKey::LeaveGroup, 5, RequestKind::LeaveGroup(req)) else { panic!() };
+    assert_code(
+        delete(),
+        ErrorCode::NonEmptyGroup,
+        "delete a group with a member",
+    );
+    let req = LeaveGroupRequest::default()
+        .with_group_id(GroupId(sb(&group)))
+        .with_members(vec![leave_group_request::MemberIdentity::default()
+            .with_member_id(j.member_id.clone())
+            .with_group_instance_id(Some(sb("solo")))]);
+    let ResponseKind::LeaveGroup(l) =
+        group_request(&addr, ApiKey::LeaveGroup, 5, RequestKind::LeaveGroup(req))
+    else {
+        panic!()
+    };
     assert_eq!(l.members[0].error_code, 0);
     // The group empties once its (now memberless) rebalance completes.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -1449,44 +1531,156 @@ pub fn group_administration(bootstrap: &str) {
         if code == 0 {
             break;
         }
-        assert!(code == ErrorCode::NonEmptyGroup.code() && std::time::Instant::now() < deadline, "delete after leave: {}", err_name(code));
+        assert!(
+            code == ErrorCode::NonEmptyGroup.code() && std::time::Instant::now() < deadline,
+            "delete after leave: {}",
+            err_name(code)
+        );
         thread::sleep(Duration::from_millis(200));
     }
-    assert_eq!(fetch_committed(&mut c, &group, &topic, 0), -1, "the group's offsets went with it");
+    assert_eq!(
+        fetch_committed(&mut c, &group, &topic, 0),
+        -1,
+        "the group's offsets went with it"
+    );
 }
 
 #[allow(clippy::too_many_arguments)]
-fn commit_simple_offset_as_member(addr: &str, group: &str, member: &str, instance: &str, generation: i32, topic: &str, partition: i32, offset: i64) {
-    let mut p = OffsetCommitRequestPartition::default().with_partition_index(partition).with_committed_offset(offset);
+fn commit_simple_offset_as_member(
+    addr: &str,
+    group: &str,
+    member: &str,
+    instance: &str,
+    generation: i32,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+) {
+    let mut p = OffsetCommitRequestPartition::default()
+        .with_partition_index(partition)
+        .with_committed_offset(offset);
     p.committed_leader_epoch = -1;
     let req = OffsetCommitRequest::default()
         .with_group_id(GroupId(sb(group)))
         .with_generation_id_or_member_epoch(generation)
         .with_member_id(sb(member))
         .with_group_instance_id(Some(sb(instance)))
-        .with_topics(vec![OffsetCommitRequestTopic::default().with_name(tn(topic)).with_partitions(vec![p])]);
-    let ResponseKind::OffsetCommit(r) = group_request(addr, ApiKey::OffsetCommit, 9, RequestKind::OffsetCommit(req)) else { panic!() };
-    assert_eq!(r.topics[0].partitions[0].error_code, 0, "member commit: {}", err_name(r.topics[0].partitions[0].error_code));
+        .with_topics(vec![OffsetCommitRequestTopic::default()
+            .with_name(tn(topic))
+            .with_partitions(vec![p])]);
+    let ResponseKind::OffsetCommit(r) = group_request(
+        addr,
+        ApiKey::OffsetCommit,
+        9,
+        RequestKind::OffsetCommit(req),
+    ) else {
+        panic!()
+    };
+    assert_eq!(
+        r.topics[0].partitions[0].error_code,
+        0,
+        "member commit: {}",
+        err_name(r.topics[0].partitions[0].error_code)
+    );
 }
 
-/// Every scenario in this module, by name, for test targets to run.
-pub const ALL: &[(&str, fn(&str))] = &[
-    ("produce_fetch_every_codec", produce_fetch_every_codec),
-    ("list_offsets_by_timestamp", list_offsets_by_timestamp),
-    (
-        "idempotent_producer_deduplicates",
-        idempotent_producer_deduplicates,
-    ),
-    ("produce_rejections", produce_rejections),
-    ("fetch_semantics", fetch_semantics),
-    ("topic_administration", topic_administration),
-    ("delete_records", delete_records),
-    ("simple_offset_commits", simple_offset_commits),
-    ("cluster_and_topic_ids", cluster_and_topic_ids),
-    ("produce_by_topic_id", produce_by_topic_id),
-    ("malformed_requests", malformed_requests),
-    (
-        "static_member_rejoins_without_rebalance",
-        static_member_rejoins_without_rebalance,
-    ),
-];
+/// Produce with acks=0 is written but never answered: the next response on
+/// the connection belongs to the next request.
+pub fn acks_zero_is_not_answered(bootstrap: &str) {
+    let topic = unique_topic("acks0");
+    let mut c = Client::new(bootstrap).unwrap();
+    assert_eq!(c.create_topic(&topic, 1, 1, &[]).unwrap().0, 0);
+    let leader = c.leader(&topic, 0).unwrap();
+    let conn = c.node(leader).unwrap();
+    let batch = batch_at(&keyed(3, "z"), &[now_ms(); 3], Compression::Snappy);
+    let req = ProduceRequest::default()
+        .with_acks(0)
+        .with_timeout_ms(10_000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(tn(&topic))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(0)
+                .with_records(Some(batch))])]);
+    let v = conn.version(ApiKey::Produce, 12);
+    conn.send(ApiKey::Produce, v, &RequestKind::Produce(req))
+        .unwrap();
+    let mv = conn.version(ApiKey::Metadata, 12);
+    let corr = conn
+        .send(
+            ApiKey::Metadata,
+            mv,
+            &RequestKind::Metadata(MetadataRequest::default().with_topics(Some(vec![]))),
+        )
+        .unwrap();
+    // `receive` checks the correlation id: a produce response here would fail it.
+    assert!(matches!(
+        conn.receive(ApiKey::Metadata, mv, corr).unwrap(),
+        ResponseKind::Metadata(_)
+    ));
+    let got = c.consume(&topic, 0, 0, 3).unwrap();
+    assert_eq!(got.len(), 3, "the acks=0 batch was written");
+}
+
+/// FindCoordinator v4 answers several group keys in one request.
+pub fn find_coordinator_batched(bootstrap: &str) {
+    let mut c = Client::new(bootstrap).unwrap();
+    let groups = [unique_topic("fc-a"), unique_topic("fc-b")];
+    for g in &groups {
+        wait_for_coordinator(&mut c, g);
+    }
+    let conn = c.any().unwrap();
+    if conn.version(ApiKey::FindCoordinator, 4) < 4 {
+        panic!("broker does not speak FindCoordinator v4");
+    }
+    let req = FindCoordinatorRequest::default()
+        .with_key_type(0)
+        .with_coordinator_keys(vec![sb(&groups[0]), sb(&groups[1]), sb("")]);
+    let ResponseKind::FindCoordinator(r) = conn
+        .request(
+            ApiKey::FindCoordinator,
+            4,
+            RequestKind::FindCoordinator(req),
+        )
+        .unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(r.coordinators.len(), 3);
+    for (i, co) in r.coordinators.iter().enumerate().take(2) {
+        assert_eq!(co.key.as_str(), groups[i]);
+        assert_eq!(co.error_code, 0);
+        assert!(co.node_id.0 >= 0 && co.port > 0);
+    }
+    // Kafka answers an empty group id too (the group APIs refuse it later).
+    assert_eq!(
+        r.coordinators[2].error_code,
+        0,
+        "empty group key: {}",
+        err_name(r.coordinators[2].error_code)
+    );
+}
+
+/// Calls `$m!(scenario, ...)` with every scenario of this module, so each
+/// test target runs all of them without keeping its own list.
+#[macro_export]
+macro_rules! for_each_scenario {
+    ($m:ident) => {
+        $m!(
+            produce_fetch_every_codec,
+            list_offsets_by_timestamp,
+            idempotent_producer_deduplicates,
+            produce_rejections,
+            fetch_semantics,
+            topic_administration,
+            delete_records,
+            simple_offset_commits,
+            cluster_and_topic_ids,
+            produce_by_topic_id,
+            malformed_requests,
+            static_member_rejoins_without_rebalance,
+            group_administration,
+            acks_zero_is_not_answered,
+            find_coordinator_batched,
+        );
+    };
+}

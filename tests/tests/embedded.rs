@@ -14,27 +14,7 @@ macro_rules! on_embedded {
     )*};
 }
 
-on_embedded!(
-    produce_fetch_every_codec,
-    list_offsets_by_timestamp,
-    idempotent_producer_deduplicates,
-    produce_rejections,
-    fetch_semantics,
-    topic_administration,
-    delete_records,
-    simple_offset_commits,
-    cluster_and_topic_ids,
-    produce_by_topic_id,
-    malformed_requests,
-    static_member_rejoins_without_rebalance,
-    group_administration,
-);
-
-#[test]
-fn every_scenario_is_run_here() {
-    // Keeps this list and scenarios::ALL in step.
-    assert_eq!(scenarios::ALL.len(), 13);
-}
+rill_tests::for_each_scenario!(on_embedded);
 
 /// Scenarios that need the embedded cluster's controls (nodes, racks, data
 /// directories); they have no Apache Kafka twin because the test harness

@@ -27,21 +27,7 @@ macro_rules! on_apache_kafka {
     };
 }
 
-on_apache_kafka!(
-    produce_fetch_every_codec,
-    list_offsets_by_timestamp,
-    idempotent_producer_deduplicates,
-    produce_rejections,
-    fetch_semantics,
-    topic_administration,
-    delete_records,
-    simple_offset_commits,
-    cluster_and_topic_ids,
-    produce_by_topic_id,
-    malformed_requests,
-    static_member_rejoins_without_rebalance,
-    group_administration,
-);
+rill_tests::for_each_scenario!(on_apache_kafka);
 
 const KCAT_RECORDS: usize = 10_000;
 

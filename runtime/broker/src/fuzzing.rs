@@ -36,14 +36,19 @@ pub enum Outcome {
 
 impl FuzzBroker {
     pub fn new() -> Self {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
         let config = BrokerConfig {
             offsets_topic_partitions: 1,
             group_initial_rebalance_delay_ms: 0,
             ..BrokerConfig::default()
         };
         let broker = Broker::open(config).expect("in-memory broker");
-        broker.metadata_mut().node_up(1, "127.0.0.1", 9092, Some("r1".into()));
+        broker
+            .metadata_mut()
+            .node_up(1, "127.0.0.1", 9092, Some("r1".into()));
         broker.ensure_offsets_topic().expect("offsets topic");
         broker
             .create_topic("t", 2, 1, vec![], Default::default(), false)
@@ -68,17 +73,26 @@ impl FuzzBroker {
             client_id: "fuzz",
             client_host: "127.0.0.1",
         };
-        let handled = self
-            .rt
-            .block_on(async { tokio::time::timeout(Duration::from_millis(20), api::handle(&ctx, body)).await });
+        let handled = self.rt.block_on(async {
+            tokio::time::timeout(Duration::from_millis(20), api::handle(&ctx, body)).await
+        });
         let response: ResponseKind = match handled {
             Err(_) | Ok(Ok(None)) => return Outcome::NoResponse,
             Ok(Err(_)) => return Outcome::Rejected,
             Ok(Ok(Some(r))) => r,
         };
         let mut out = BytesMut::new();
-        if let Err(e) = encode_response_frame(&mut out, req.api_key, req.header.request_api_version, req.header.correlation_id, &response) {
-            panic!("response to {:?} v{} does not encode: {e}", req.api_key, req.header.request_api_version);
+        if let Err(e) = encode_response_frame(
+            &mut out,
+            req.api_key,
+            req.header.request_api_version,
+            req.header.correlation_id,
+            &response,
+        ) {
+            panic!(
+                "response to {:?} v{} does not encode: {e}",
+                req.api_key, req.header.request_api_version
+            );
         }
         Outcome::Answered(out.len())
     }
@@ -105,16 +119,26 @@ mod tests {
             ApiKey::Metadata => RequestKind::Metadata(MetadataRequest::default()),
             ApiKey::OffsetCommit => RequestKind::OffsetCommit(OffsetCommitRequest::default()),
             ApiKey::OffsetFetch => RequestKind::OffsetFetch(OffsetFetchRequest::default()),
-            ApiKey::FindCoordinator => RequestKind::FindCoordinator(FindCoordinatorRequest::default()),
+            ApiKey::FindCoordinator => {
+                RequestKind::FindCoordinator(FindCoordinatorRequest::default())
+            }
             ApiKey::ApiVersions => RequestKind::ApiVersions(ApiVersionsRequest::default()),
             ApiKey::CreateTopics => RequestKind::CreateTopics(CreateTopicsRequest::default()),
             ApiKey::DeleteTopics => RequestKind::DeleteTopics(DeleteTopicsRequest::default()),
             ApiKey::DeleteRecords => RequestKind::DeleteRecords(DeleteRecordsRequest::default()),
             ApiKey::InitProducerId => RequestKind::InitProducerId(InitProducerIdRequest::default()),
-            ApiKey::OffsetForLeaderEpoch => RequestKind::OffsetForLeaderEpoch(OffsetForLeaderEpochRequest::default()),
-            ApiKey::DescribeConfigs => RequestKind::DescribeConfigs(DescribeConfigsRequest::default()),
-            ApiKey::CreatePartitions => RequestKind::CreatePartitions(CreatePartitionsRequest::default()),
-            ApiKey::DescribeCluster => RequestKind::DescribeCluster(DescribeClusterRequest::default()),
+            ApiKey::OffsetForLeaderEpoch => {
+                RequestKind::OffsetForLeaderEpoch(OffsetForLeaderEpochRequest::default())
+            }
+            ApiKey::DescribeConfigs => {
+                RequestKind::DescribeConfigs(DescribeConfigsRequest::default())
+            }
+            ApiKey::CreatePartitions => {
+                RequestKind::CreatePartitions(CreatePartitionsRequest::default())
+            }
+            ApiKey::DescribeCluster => {
+                RequestKind::DescribeCluster(DescribeClusterRequest::default())
+            }
             ApiKey::JoinGroup => RequestKind::JoinGroup(JoinGroupRequest::default()),
             ApiKey::SyncGroup => RequestKind::SyncGroup(SyncGroupRequest::default()),
             ApiKey::Heartbeat => RequestKind::Heartbeat(HeartbeatRequest::default()),
@@ -140,10 +164,14 @@ mod tests {
                     .with_correlation_id(1)
                     .with_client_id(Some(rill_protocol::StrBytes::from_static_str("t")));
                 let mut out = BytesMut::new();
-                encode_request_frame(&mut out, &header, &default_body(key)).unwrap_or_else(|e| panic!("{key:?} v{v}: {e}"));
+                encode_request_frame(&mut out, &header, &default_body(key))
+                    .unwrap_or_else(|e| panic!("{key:?} v{v}: {e}"));
                 match fb.handle_frame(&out[4..]) {
                     Outcome::Answered(_) => answered += 1,
-                    other => assert!(matches!(key, ApiKey::JoinGroup | ApiKey::SyncGroup), "{key:?} v{v}: {other:?}"),
+                    other => assert!(
+                        matches!(key, ApiKey::JoinGroup | ApiKey::SyncGroup),
+                        "{key:?} v{v}: {other:?}"
+                    ),
                 }
             }
         }

@@ -29,12 +29,8 @@ fn lookup(
             ))
         }
     }
-    if key.is_empty() {
-        return Err((
-            ErrorCode::InvalidRequest,
-            "group id must not be empty".into(),
-        ));
-    }
+    // An empty group id is answered too, as Kafka does (its partition is
+    // that of ""); the group APIs then refuse it with INVALID_GROUP_ID.
     let node = ctx.broker.coordinator_node(key).ok_or((
         ErrorCode::CoordinatorNotAvailable,
         format!("no live coordinator for group '{key}'"),

@@ -348,7 +348,12 @@ impl PartitionLog {
         if let Some(target) = settings.compression.filter(|c| Some(*c) != h.compression()) {
             // `compression.type` names a codec: store the batch recompressed,
             // as Kafka's LogValidator does.
-            batch = recompress(&batch, target).map_err(|e| AppendError::new(ErrorCode::CorruptMessage, format!("record batch for {tp}: {e}")))?;
+            batch = recompress(&batch, target).map_err(|e| {
+                AppendError::new(
+                    ErrorCode::CorruptMessage,
+                    format!("record batch for {tp}: {e}"),
+                )
+            })?;
         }
         if self.should_roll(&inner, batch.len(), h.last_offset_delta, now_ms) {
             self.roll(&mut inner, now_ms).map_err(|e| io_err(&tp, e))?;
@@ -414,10 +419,11 @@ impl PartitionLog {
         }
         let h = validate_batch(batch, true).map_err(|e| {
             let code = match e {
-                BatchError::UnsupportedMagic(_) => ErrorCode::UnsupportedForMessageFormat,
-                BatchError::BadRecordCount { .. } | BatchError::OffsetDeltaMismatch { .. } => {
-                    ErrorCode::InvalidRecord
-                }
+                // Kafka: "Produce requests with version 3 and above are only
+                // allowed to contain record batches with magic version 2".
+                BatchError::UnsupportedMagic(_)
+                | BatchError::BadRecordCount { .. }
+                | BatchError::OffsetDeltaMismatch { .. } => ErrorCode::InvalidRecord,
                 _ => ErrorCode::CorruptMessage,
             };
             AppendError::new(code, format!("invalid record batch for {tp}: {e}"))

@@ -400,12 +400,17 @@ fn leader_epochs_answer_offset_for_leader_epoch() {
 #[test]
 fn compression_type_recompresses_batches() {
     let log = PartitionLog::in_memory("t", 0, settings(&[("compression.type", "zstd")]), T0);
-    log.append(batch(&["a", "b", "c"], "vvvvvvvvvvvvvvvv", T0), 0, T0).unwrap();
+    log.append(batch(&["a", "b", "c"], "vvvvvvvvvvvvvvvv", T0), 0, T0)
+        .unwrap();
     let r = log.read(0, 1 << 20, true).unwrap();
     let h = records::BatchHeader::parse(&r.records).unwrap();
     assert_eq!(h.compression(), Some(Compression::Zstd));
     assert_eq!(keys(&read_all(&log)), vec!["a", "b", "c"]);
     // Producer state still works on recompressed idempotent batches.
     log.append(idempotent(3, 0, 2, T0), 0, T0).unwrap();
-    assert!(log.append(idempotent(3, 0, 2, T0), 0, T0).unwrap().duplicate);
+    assert!(
+        log.append(idempotent(3, 0, 2, T0), 0, T0)
+            .unwrap()
+            .duplicate
+    );
 }
