@@ -66,7 +66,7 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: MetadataRequest) -> MetadataResponse {
                 match t
                     .name
                     .as_ref()
-                    .filter(|n| !(n.is_empty() && !t.topic_id.is_nil()))
+                    .filter(|n| !n.is_empty() || t.topic_id.is_nil())
                 {
                     Some(name) => match meta.topic(name) {
                         Some(tm) => topic_response(v, &meta, tm),

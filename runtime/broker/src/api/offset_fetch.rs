@@ -13,6 +13,8 @@ use super::{sb, topic_name, Ctx};
 use crate::coordinator::CommittedOffset;
 
 type Fetched = Vec<(String, i32, Option<CommittedOffset>)>;
+/// A topic's partitions with their committed offsets.
+type ByTopic = Vec<(String, Vec<(i32, Option<CommittedOffset>)>)>;
 
 fn fetch(
     ctx: &Ctx<'_>,
@@ -32,8 +34,8 @@ fn fetch(
 }
 
 /// Groups fetched rows by topic, keeping first-seen order.
-fn by_topic(rows: Fetched) -> Vec<(String, Vec<(i32, Option<CommittedOffset>)>)> {
-    let mut out: Vec<(String, Vec<(i32, Option<CommittedOffset>)>)> = Vec::new();
+fn by_topic(rows: Fetched) -> ByTopic {
+    let mut out: ByTopic = Vec::new();
     for (t, p, c) in rows {
         match out.iter_mut().find(|(n, _)| *n == t) {
             Some((_, v)) => v.push((p, c)),
