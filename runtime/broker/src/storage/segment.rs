@@ -307,11 +307,7 @@ impl Segment {
         let len = end.saturating_sub(position) as usize;
         match &self.data {
             Data::Memory(v) => Ok(v[position as usize..position as usize + len].to_vec()),
-            Data::File { file, .. } => {
-                let mut buf = vec![0u8; len];
-                file.read_exact_at(&mut buf, position)?;
-                Ok(buf)
-            }
+            Data::File { file, .. } => read_exact_uninit(file, position, len),
         }
     }
 
@@ -524,6 +520,40 @@ impl<'a> SegmentReader<'a> {
         }
         Ok(())
     }
+}
+
+/// `pread`s `len` bytes into a fresh vector without zero-filling it first:
+/// fetches read up to a megabyte per partition, and the memset showed up in
+/// the fetch path's profile.
+fn read_exact_uninit(file: &File, position: u64, len: usize) -> io::Result<Vec<u8>> {
+    use std::os::fd::AsRawFd;
+    let mut buf: Vec<u8> = Vec::with_capacity(len);
+    while buf.len() < len {
+        let done = buf.len();
+        // SAFETY: pread writes at most `len - done` bytes into the spare
+        // capacity starting at `done`, which the allocation above provides.
+        let n = unsafe {
+            libc::pread(
+                file.as_raw_fd(),
+                buf.as_mut_ptr().add(done) as *mut libc::c_void,
+                len - done,
+                (position + done as u64) as libc::off_t,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "segment shorter than its recorded size"));
+        }
+        // SAFETY: the first `done + n` bytes are now initialised.
+        unsafe { buf.set_len(done + n as usize) };
+    }
+    Ok(buf)
 }
 
 fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
