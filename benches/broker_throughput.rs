@@ -230,16 +230,20 @@ fn main() {
                 median(b)
             );
         }
-        let per_cpu = |runs: &Runs| {
+        let per_cpu = |cpu: &Vec<f64>| {
             median(
-                &runs
-                    .produce_cpu
-                    .iter()
+                &cpu.iter()
                     .map(|c| records as f64 / c.max(1e-9))
                     .collect::<Vec<_>>(),
             )
         };
-        let _ = writeln!(md, "| {records} × {size} B | produce records per broker CPU-second | {:.0} | {:.0} | {:.2} |", per_cpu(r), per_cpu(k), per_cpu(r) / per_cpu(k));
+        for (what, rc, kc) in [
+            ("produce", &r.produce_cpu, &k.produce_cpu),
+            ("fetch", &r.consume_cpu, &k.consume_cpu),
+        ] {
+            let (a, b) = (per_cpu(rc), per_cpu(kc));
+            let _ = writeln!(md, "| {records} × {size} B | {what} records per broker CPU-second | {a:.0} | {b:.0} | {:.2} |", a / b);
+        }
     }
     let _ = writeln!(
         md,

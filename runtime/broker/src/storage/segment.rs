@@ -548,7 +548,10 @@ fn read_exact_uninit(file: &File, position: u64, len: usize) -> io::Result<Vec<u
             return Err(e);
         }
         if n == 0 {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "segment shorter than its recorded size"));
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "segment shorter than its recorded size",
+            ));
         }
         // SAFETY: the first `done + n` bytes are now initialised.
         unsafe { buf.set_len(done + n as usize) };
