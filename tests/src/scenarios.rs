@@ -28,7 +28,8 @@ use rill_protocol::{ApiKey, ErrorCode, RequestKind, ResponseKind};
 use crate::unique_topic;
 use crate::wire::{err_name, now_ms, sb, tn, Client, Conn};
 
-const CODECS: [Compression; 5] = [
+/// Every codec Kafka defines.
+pub const CODECS: [Compression; 5] = [
     Compression::None,
     Compression::Gzip,
     Compression::Snappy,

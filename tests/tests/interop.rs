@@ -10,6 +10,7 @@ use std::process::{Command, Stdio};
 use rill_broker::EmbeddedCluster;
 use rill_protocol::records::{BatchIter, Compression};
 use rill_tests::backend::{repo_root, shared_kafka, Embedded};
+use rill_tests::scenarios::CODECS;
 use rill_tests::wire::Client;
 use rill_tests::{scenarios, tools, unique_topic};
 
@@ -40,14 +41,6 @@ fn codec_name(c: Compression) -> &'static str {
         Compression::Zstd => "zstd",
     }
 }
-
-const CODECS: [Compression; 5] = [
-    Compression::None,
-    Compression::Gzip,
-    Compression::Snappy,
-    Compression::Lz4,
-    Compression::Zstd,
-];
 
 /// kcat produces `KCAT_RECORDS` keyed records over 3 partitions with
 /// `codec` and reads them back: every key once with its value, offsets dense

@@ -260,8 +260,25 @@ impl Broker {
             });
         }
         let settings = Arc::new(LogSettings::resolve(&configs, &self.config.topic_defaults));
+        self.open_logs(name, 0..count, &settings)?;
+        let created = meta.create_topic(name, count as usize, rf as usize, assignments, configs);
+        if created.is_err() {
+            self.logs.delete_topic(name);
+        }
+        let t = created?.clone();
+        info!(topic = name, partitions = count, replication_factor = rf, id = %t.id, "created topic");
+        Ok(t)
+    }
+
+    /// Opens (creating) the logs of the given partitions of a topic.
+    fn open_logs(
+        &self,
+        name: &str,
+        partitions: std::ops::Range<i32>,
+        settings: &Arc<LogSettings>,
+    ) -> MetaResult<()> {
         let now = now_ms();
-        for p in 0..count {
+        for p in partitions {
             self.logs
                 .open(name, p, settings.clone(), now)
                 .map_err(|e| {
@@ -271,13 +288,7 @@ impl Broker {
                     )
                 })?;
         }
-        let created = meta.create_topic(name, count as usize, rf as usize, assignments, configs);
-        if created.is_err() {
-            self.logs.delete_topic(name);
-        }
-        let t = created?.clone();
-        info!(topic = name, partitions = count, replication_factor = rf, id = %t.id, "created topic");
-        Ok(t)
+        Ok(())
     }
 
     /// Auto-creates a topic for Metadata/Produce when `auto.create.topics.enable` is on.
@@ -331,17 +342,7 @@ impl Broker {
         };
         if !validate_only && count > t.partitions.len() as i32 {
             let settings = self.log_settings(&t);
-            let now = now_ms();
-            for p in t.partitions.len() as i32..count {
-                self.logs
-                    .open(name, p, settings.clone(), now)
-                    .map_err(|e| {
-                        (
-                            ErrorCode::KafkaStorageError,
-                            format!("could not create log {name}-{p}: {e}"),
-                        )
-                    })?;
-            }
+            self.open_logs(name, t.partitions.len() as i32..count, &settings)?;
         }
         meta.add_partitions(name, count, assignments, validate_only)?;
         if !validate_only {

@@ -175,13 +175,29 @@ pub fn encode_response_frame(
     correlation_id: i32,
     body: &ResponseKind,
 ) -> Result<(), EncodeError> {
+    let header = ResponseHeader::default().with_correlation_id(correlation_id);
+    encode_frame(
+        out,
+        api_key,
+        version,
+        |out| header.encode(out, response_header_version(api_key, version)),
+        |out| body.encode(out, version),
+    )
+}
+
+/// Writes size prefix, header and body; on error `out` is left as it was.
+fn encode_frame(
+    out: &mut BytesMut,
+    api_key: ApiKey,
+    version: i16,
+    header: impl FnOnce(&mut BytesMut) -> anyhow::Result<()>,
+    body: impl FnOnce(&mut BytesMut) -> anyhow::Result<()>,
+) -> Result<(), EncodeError> {
     let start = out.len();
     let at = frame::begin_frame(out);
-    let header = ResponseHeader::default().with_correlation_id(correlation_id);
-    let result = header
-        .encode(out, response_header_version(api_key, version))
+    let result = header(out)
         .map_err(|e| ("header", e))
-        .and_then(|_| body.encode(out, version).map_err(|e| ("body", e)));
+        .and_then(|_| body(out).map_err(|e| ("body", e)));
     match result {
         Ok(()) => {
             frame::finish_frame(out, at);
@@ -212,27 +228,13 @@ pub fn encode_request_frame(
         reason: format!("unknown API key {}", header.request_api_key),
     })?;
     let version = header.request_api_version;
-    let start = out.len();
-    let at = frame::begin_frame(out);
-    let result = header
-        .encode(out, api_key.request_header_version(version))
-        .map_err(|e| ("header", e))
-        .and_then(|_| body.encode(out, version).map_err(|e| ("body", e)));
-    match result {
-        Ok(()) => {
-            frame::finish_frame(out, at);
-            Ok(())
-        }
-        Err((what, e)) => {
-            out.truncate(start);
-            Err(EncodeError {
-                api_key,
-                version,
-                what,
-                reason: e.to_string(),
-            })
-        }
-    }
+    encode_frame(
+        out,
+        api_key,
+        version,
+        |out| header.encode(out, api_key.request_header_version(version)),
+        |out| body.encode(out, version),
+    )
 }
 
 /// Why a response frame could not be decoded.

@@ -241,6 +241,15 @@ impl GroupCoordinator {
         Ok(())
     }
 
+    fn offset_key(group: &str, topic: &str, partition: i32) -> Vec<u8> {
+        let key = StoredKey::Offset {
+            group: group.to_string(),
+            topic: topic.to_string(),
+            partition,
+        };
+        serde_json::to_vec(&key).expect("keys serialize")
+    }
+
     fn group_key(group: &str) -> Vec<u8> {
         serde_json::to_vec(&StoredKey::Group {
             group: group.to_string(),
@@ -458,17 +467,7 @@ impl GroupCoordinator {
         let mut entries: Vec<(Vec<u8>, Option<Vec<u8>>)> = g
             .offsets
             .keys()
-            .map(|(t, p)| {
-                (
-                    serde_json::to_vec(&StoredKey::Offset {
-                        group: group_id.to_string(),
-                        topic: t.clone(),
-                        partition: *p,
-                    })
-                    .unwrap(),
-                    None,
-                )
-            })
+            .map(|(t, p)| (Self::offset_key(group_id, t, *p), None))
             .collect();
         entries.push((Self::group_key(group_id), None));
         self.persist(broker, group_id, entries).map_err(|e| {
@@ -531,14 +530,9 @@ impl GroupCoordinator {
         let entries = commits
             .iter()
             .map(|(t, p, c)| {
-                let key = StoredKey::Offset {
-                    group: group.to_string(),
-                    topic: t.clone(),
-                    partition: *p,
-                };
                 (
-                    serde_json::to_vec(&key).unwrap(),
-                    Some(serde_json::to_vec(c).unwrap()),
+                    Self::offset_key(group, t, *p),
+                    Some(serde_json::to_vec(c).expect("offsets serialize")),
                 )
             })
             .collect();
@@ -615,17 +609,7 @@ impl GroupCoordinator {
             .iter()
             .zip(&results)
             .filter(|(_, r)| r.is_none())
-            .map(|((t, p), _)| {
-                (
-                    serde_json::to_vec(&StoredKey::Offset {
-                        group: group.to_string(),
-                        topic: t.clone(),
-                        partition: *p,
-                    })
-                    .unwrap(),
-                    None,
-                )
-            })
+            .map(|((t, p), _)| (Self::offset_key(group, t, *p), None))
             .collect();
         self.persist(broker, group, entries)
             .map_err(|_| ErrorCode::NotCoordinator)?;
