@@ -50,6 +50,11 @@ pub fn run(args: BrokerArgs) -> Result<(), String> {
         .build()
         .map_err(|e| format!("could not start the runtime: {e}"))?;
     rt.block_on(async move {
+        // Handlers first: a signal right after the ready line must still
+        // mean a clean shutdown, not the default terminate.
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+        let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
         let mut b = EmbeddedCluster::builder()
             .nodes(args.nodes)
             .listen(args.listen)
@@ -70,20 +75,12 @@ pub fn run(args: BrokerArgs) -> Result<(), String> {
             .await
             .map_err(|e| format!("broker failed to start: {e}"))?;
         println!("{}", cluster.bootstrap_servers());
-        wait_for_signal().await?;
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
         tracing::info!("signal received; shutting down");
         cluster.shutdown().await;
         Ok(())
     })
-}
-
-async fn wait_for_signal() -> Result<(), String> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
-    let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
-    Ok(())
 }
