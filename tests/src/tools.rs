@@ -96,3 +96,123 @@ pub fn kafka_tool(main_class: &str, args: &[&str]) -> io::Result<String> {
         main_class,
     )
 }
+
+/// Which third-party client runs a group member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberClient {
+    /// confluent-kafka (librdkafka), `tests/python/confluent_member.py`.
+    Librdkafka,
+    /// The Java KafkaConsumer, `tests/java/JavaMember.java`.
+    Java,
+}
+
+/// A group member in its own process, reporting rebalance events as lines
+/// (`ASSIGN 0,1`, `REVOKE 0,1`, `LOST ..`, `ERROR ..`, `CLOSED`).
+pub struct Member {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    pub events: Vec<String>,
+    pub name: String,
+}
+
+impl Member {
+    pub fn spawn(client: MemberClient, bootstrap: &str, group: &str, topic: &str, instance: Option<&str>, protocol: &str) -> io::Result<Self> {
+        use std::io::BufRead;
+        let iid = instance.unwrap_or("-");
+        let mut cmd = match client {
+            MemberClient::Librdkafka => {
+                let mut c = Command::new(python_with_confluent_kafka()?);
+                c.arg(repo_root().join("tests/python/confluent_member.py"));
+                c
+            }
+            MemberClient::Java => {
+                let mut c = Command::new("java");
+                c.args(["-cp", &kafka_classpath()?]).arg(repo_root().join("tests/java/JavaMember.java"));
+                c
+            }
+        };
+        let mut child = cmd
+            .args([bootstrap, group, topic, iid, protocol])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()?;
+        let out = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Self {
+            child,
+            lines: rx,
+            events: Vec::new(),
+            name: format!("{client:?}/{iid}"),
+        })
+    }
+
+    /// Collects the events printed so far (waiting up to `wait`).
+    pub fn drain(&mut self, wait: std::time::Duration) {
+        let deadline = std::time::Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) if ["ASSIGN", "REVOKE", "LOST", "ERROR", "CLOSED"].iter().any(|p| l.starts_with(p)) => self.events.push(l),
+                Ok(_) => {}
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// The member's current partitions, replaying its events: an eager
+    /// (classic) ASSIGN replaces the assignment, an incremental one adds.
+    pub fn assignment(&self, incremental: bool) -> std::collections::BTreeSet<i32> {
+        let mut cur = std::collections::BTreeSet::new();
+        for e in &self.events {
+            let (kind, list) = e.split_once(' ').unwrap_or((e.as_str(), ""));
+            let ps = list.split(',').filter_map(|p| p.trim().parse::<i32>().ok());
+            match kind {
+                "ASSIGN" if incremental => cur.extend(ps),
+                "ASSIGN" => cur = ps.collect(),
+                "REVOKE" | "LOST" => {
+                    for p in ps {
+                        cur.remove(&p);
+                    }
+                }
+                _ => {}
+            }
+        }
+        cur
+    }
+
+    pub fn errors(&self) -> Vec<&String> {
+        self.events.iter().filter(|e| e.starts_with("ERROR")).collect()
+    }
+
+    /// Asks the member to close (a static member does not leave) and waits.
+    pub fn exit(mut self) -> Vec<String> {
+        use std::io::Write;
+        if let Some(mut stdin) = self.child.stdin.take() {
+            let _ = stdin.write_all(b"exit\n");
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        self.drain(std::time::Duration::from_millis(100));
+        std::mem::take(&mut self.events)
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
