@@ -1091,7 +1091,7 @@ pub fn consumer_assignment(topic: &str, partitions: &[i32]) -> Bytes {
 }
 
 /// A JoinGroup (v9) on its own connection; blocks until the join phase ends.
-fn join_group(
+pub fn join_group(
     addr: &str,
     group: &str,
     member_id: &str,
@@ -1120,7 +1120,7 @@ fn join_group(
     }
 }
 
-fn sync_group(
+pub fn sync_group(
     addr: &str,
     group: &str,
     member_id: &str,
@@ -1156,7 +1156,7 @@ fn sync_group(
     }
 }
 
-fn heartbeat(addr: &str, group: &str, member_id: &str, instance: &str, generation: i32) -> i16 {
+pub fn heartbeat(addr: &str, group: &str, member_id: &str, instance: &str, generation: i32) -> i16 {
     let mut conn = Conn::connect(addr).unwrap();
     let req = HeartbeatRequest::default()
         .with_group_id(GroupId(sb(group)))

@@ -285,3 +285,66 @@ mod embedded_only {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// Coordinator durability: a stable static group survives a broker restart
+/// with its generation, member ids and assignments; members carry on with
+/// heartbeats and need no rebalance.
+#[test]
+fn a_stable_static_group_survives_a_broker_restart_without_rebalancing() {
+    use rill_broker::EmbeddedCluster;
+    use rill_tests::backend::{free_port, Embedded};
+    use rill_tests::scenarios::{consumer_assignment, heartbeat, join_group, sync_group, wait_for_coordinator};
+    use rill_tests::wire::Client;
+
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let builder = || {
+        EmbeddedCluster::builder()
+            .data_dir(dir.path())
+            .listen(format!("127.0.0.1:{port}").parse().unwrap())
+            .config(|c| c.group_initial_rebalance_delay_ms = 0)
+    };
+    let addr = format!("127.0.0.1:{port}");
+    let topic = rill_tests::unique_topic("restart");
+    let group = rill_tests::unique_topic("restart-group");
+    let (generation, a, b) = {
+        let cluster = Embedded::start(builder());
+        let mut c = Client::new(&cluster.bootstrap()).unwrap();
+        assert_eq!(c.create_topic(&topic, 4, 1, &[]).unwrap().0, 0);
+        wait_for_coordinator(&mut c, &group);
+        let (ta, tb) = {
+            let (g1, t1, g2, t2) = (group.clone(), topic.clone(), group.clone(), topic.clone());
+            let (a1, a2) = (addr.clone(), addr.clone());
+            (
+                std::thread::spawn(move || join_group(&a1, &g1, "", "A", &t1)),
+                std::thread::spawn(move || join_group(&a2, &g2, "", "B", &t2)),
+            )
+        };
+        let (ja, jb) = (ta.join().unwrap(), tb.join().unwrap());
+        assert_eq!((ja.error_code, jb.error_code), (0, 0));
+        let generation = ja.generation_id;
+        let (leader, follower, liid, fiid) = if ja.leader == ja.member_id { (&ja, &jb, "A", "B") } else { (&jb, &ja, "B", "A") };
+        let plan = vec![
+            (leader.member_id.to_string(), consumer_assignment(&topic, &[0, 1])),
+            (follower.member_id.to_string(), consumer_assignment(&topic, &[2, 3])),
+        ];
+        let (f_id, g, f_iid) = (follower.member_id.to_string(), group.clone(), fiid.to_string());
+        let a3 = addr.clone();
+        let fs = std::thread::spawn(move || sync_group(&a3, &g, &f_id, &f_iid, generation, vec![]));
+        assert_eq!(sync_group(&addr, &group, &leader.member_id, liid, generation, plan).error_code, 0);
+        assert_eq!(fs.join().unwrap().error_code, 0);
+        cluster.shutdown();
+        (generation, ja.member_id.to_string(), jb.member_id.to_string())
+    };
+    let _cluster = Embedded::start(builder());
+    // Same generation and member ids: heartbeats succeed, nothing rebalances.
+    assert_eq!(heartbeat(&addr, &group, &a, "A", generation), 0);
+    assert_eq!(heartbeat(&addr, &group, &b, "B", generation), 0);
+    let s = sync_group(&addr, &group, &a, "A", generation, vec![]);
+    assert_eq!(s.error_code, 0);
+    assert!(!s.assignment.is_empty(), "A's assignment survived");
+    // A restarting after the broker did still rejoins without a rebalance.
+    let r = join_group(&addr, &group, "", "A", &topic);
+    assert_eq!((r.error_code, r.generation_id), (0, generation));
+    assert_eq!(heartbeat(&addr, &group, &b, "B", generation), 0);
+}
