@@ -116,7 +116,14 @@ pub struct Member {
 }
 
 impl Member {
-    pub fn spawn(client: MemberClient, bootstrap: &str, group: &str, topic: &str, instance: Option<&str>, protocol: &str) -> io::Result<Self> {
+    pub fn spawn(
+        client: MemberClient,
+        bootstrap: &str,
+        group: &str,
+        topic: &str,
+        instance: Option<&str>,
+        protocol: &str,
+    ) -> io::Result<Self> {
         use std::io::BufRead;
         let iid = instance.unwrap_or("-");
         let mut cmd = match client {
@@ -127,7 +134,8 @@ impl Member {
             }
             MemberClient::Java => {
                 let mut c = Command::new("java");
-                c.args(["-cp", &kafka_classpath()?]).arg(repo_root().join("tests/java/JavaMember.java"));
+                c.args(["-cp", &kafka_classpath()?])
+                    .arg(repo_root().join("tests/java/JavaMember.java"));
                 c
             }
         };
@@ -160,7 +168,13 @@ impl Member {
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             match self.lines.recv_timeout(left) {
-                Ok(l) if ["ASSIGN", "REVOKE", "LOST", "ERROR", "CLOSED"].iter().any(|p| l.starts_with(p)) => self.events.push(l),
+                Ok(l)
+                    if ["ASSIGN", "REVOKE", "LOST", "ERROR", "CLOSED"]
+                        .iter()
+                        .any(|p| l.starts_with(p)) =>
+                {
+                    self.events.push(l)
+                }
                 Ok(_) => {}
                 Err(_) => return,
             }
@@ -189,7 +203,10 @@ impl Member {
     }
 
     pub fn errors(&self) -> Vec<&String> {
-        self.events.iter().filter(|e| e.starts_with("ERROR")).collect()
+        self.events
+            .iter()
+            .filter(|e| e.starts_with("ERROR"))
+            .collect()
     }
 
     /// Asks the member to close (a static member does not leave) and waits.

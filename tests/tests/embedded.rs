@@ -293,7 +293,9 @@ mod embedded_only {
 fn a_stable_static_group_survives_a_broker_restart_without_rebalancing() {
     use rill_broker::EmbeddedCluster;
     use rill_tests::backend::{free_port, Embedded};
-    use rill_tests::scenarios::{consumer_assignment, heartbeat, join_group, sync_group, wait_for_coordinator};
+    use rill_tests::scenarios::{
+        consumer_assignment, heartbeat, join_group, sync_group, wait_for_coordinator,
+    };
     use rill_tests::wire::Client;
 
     let dir = tempfile::tempdir().unwrap();
@@ -323,18 +325,39 @@ fn a_stable_static_group_survives_a_broker_restart_without_rebalancing() {
         let (ja, jb) = (ta.join().unwrap(), tb.join().unwrap());
         assert_eq!((ja.error_code, jb.error_code), (0, 0));
         let generation = ja.generation_id;
-        let (leader, follower, liid, fiid) = if ja.leader == ja.member_id { (&ja, &jb, "A", "B") } else { (&jb, &ja, "B", "A") };
+        let (leader, follower, liid, fiid) = if ja.leader == ja.member_id {
+            (&ja, &jb, "A", "B")
+        } else {
+            (&jb, &ja, "B", "A")
+        };
         let plan = vec![
-            (leader.member_id.to_string(), consumer_assignment(&topic, &[0, 1])),
-            (follower.member_id.to_string(), consumer_assignment(&topic, &[2, 3])),
+            (
+                leader.member_id.to_string(),
+                consumer_assignment(&topic, &[0, 1]),
+            ),
+            (
+                follower.member_id.to_string(),
+                consumer_assignment(&topic, &[2, 3]),
+            ),
         ];
-        let (f_id, g, f_iid) = (follower.member_id.to_string(), group.clone(), fiid.to_string());
+        let (f_id, g, f_iid) = (
+            follower.member_id.to_string(),
+            group.clone(),
+            fiid.to_string(),
+        );
         let a3 = addr.clone();
         let fs = std::thread::spawn(move || sync_group(&a3, &g, &f_id, &f_iid, generation, vec![]));
-        assert_eq!(sync_group(&addr, &group, &leader.member_id, liid, generation, plan).error_code, 0);
+        assert_eq!(
+            sync_group(&addr, &group, &leader.member_id, liid, generation, plan).error_code,
+            0
+        );
         assert_eq!(fs.join().unwrap().error_code, 0);
         cluster.shutdown();
-        (generation, ja.member_id.to_string(), jb.member_id.to_string())
+        (
+            generation,
+            ja.member_id.to_string(),
+            jb.member_id.to_string(),
+        )
     };
     let _cluster = Embedded::start(builder());
     // Same generation and member ids: heartbeats succeed, nothing rebalances.

@@ -356,42 +356,83 @@ fn static_member_restart_causes_no_rebalance(bootstrap: &str, client: tools::Mem
         a.drain(Duration::from_millis(200));
         b.drain(Duration::from_millis(200));
         let (pa, pb) = (a.assignment(false), b.assignment(false));
-        if !pa.is_empty() && !pb.is_empty() && pa.is_disjoint(&pb) && pa.union(&pb).copied().collect::<BTreeSet<_>>() == all {
+        if !pa.is_empty()
+            && !pb.is_empty()
+            && pa.is_disjoint(&pb)
+            && pa.union(&pb).copied().collect::<BTreeSet<_>>() == all
+        {
             break;
         }
-        assert!(Instant::now() < deadline, "no stable split: a={:?} b={:?}", a.events, b.events);
+        assert!(
+            Instant::now() < deadline,
+            "no stable split: a={:?} b={:?}",
+            a.events,
+            b.events
+        );
     }
     b.drain(Duration::from_secs(2));
     let b_events = b.events.len();
     let a_before = a.assignment(false);
     let b_before = b.assignment(false);
     let a_events = a.exit();
-    assert!(!a_events.iter().any(|e| e.starts_with("ERROR")), "{a_events:?}");
+    assert!(
+        !a_events.iter().any(|e| e.starts_with("ERROR")),
+        "{a_events:?}"
+    );
 
     // The restart: same group.instance.id, a new process, within 30 s.
     let mut a2 = Member::spawn(client, bootstrap, &group, &topic, Some("a"), "classic").unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     while a2.assignment(false).is_empty() {
         a2.drain(Duration::from_millis(200));
-        assert!(Instant::now() < deadline, "restarted member got nothing: {:?}", a2.events);
+        assert!(
+            Instant::now() < deadline,
+            "restarted member got nothing: {:?}",
+            a2.events
+        );
     }
     b.drain(Duration::from_secs(4));
-    assert_eq!(a2.assignment(false), a_before, "the restarted member gets its old partitions");
-    assert_eq!(b.events.len(), b_events, "the other member saw a rebalance: {:?}", &b.events[b_events..]);
+    assert_eq!(
+        a2.assignment(false),
+        a_before,
+        "the restarted member gets its old partitions"
+    );
+    assert_eq!(
+        b.events.len(),
+        b_events,
+        "the other member saw a rebalance: {:?}",
+        &b.events[b_events..]
+    );
     assert_eq!(b.assignment(false), b_before);
     assert!(b.errors().is_empty(), "{:?}", b.errors());
 
     // Kafka's own group tool sees both static members and their partitions.
     let out = tools::kafka_tool(
         "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
-        &["--bootstrap-server", bootstrap, "--describe", "--group", &group, "--members", "--verbose"],
+        &[
+            "--bootstrap-server",
+            bootstrap,
+            "--describe",
+            "--group",
+            &group,
+            "--members",
+            "--verbose",
+        ],
     )
     .expect("kafka-consumer-groups --describe --members --verbose");
     eprintln!("{out}");
-    let rows: Vec<Vec<&str>> = out.lines().filter(|l| l.starts_with(&group)).map(|l| l.split_whitespace().collect()).collect();
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .filter(|l| l.starts_with(&group))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
     let mut instances: Vec<&str> = rows.iter().map(|r| r[2]).collect();
     instances.sort();
-    assert_eq!(instances, vec!["a", "b"], "GROUP-INSTANCE-ID column:\n{out}");
+    assert_eq!(
+        instances,
+        vec!["a", "b"],
+        "GROUP-INSTANCE-ID column:\n{out}"
+    );
     let assigned: usize = rows.iter().map(|r| r[5].parse::<usize>().unwrap()).sum();
     assert_eq!(assigned, 6, "#PARTITIONS column:\n{out}");
     a2.exit();
@@ -401,7 +442,10 @@ fn static_member_restart_causes_no_rebalance(bootstrap: &str, client: tools::Mem
 #[test]
 fn static_member_restart_causes_no_rebalance_librdkafka() {
     let cluster = Embedded::default_cluster();
-    static_member_restart_causes_no_rebalance(&cluster.bootstrap(), tools::MemberClient::Librdkafka);
+    static_member_restart_causes_no_rebalance(
+        &cluster.bootstrap(),
+        tools::MemberClient::Librdkafka,
+    );
     static_member_restart_causes_no_rebalance(shared_kafka(), tools::MemberClient::Librdkafka);
 }
 
@@ -420,11 +464,21 @@ fn consumer_group_command_deletes(bootstrap: &str) {
     let mut c = Client::new(bootstrap).unwrap();
     assert_eq!(c.create_topic(&topic, 1, 1, &[]).unwrap().0, 0);
     scenarios::commit_simple_offset(&mut c, &group, &topic, 0, 7);
-    let list = tools::kafka_tool("org.apache.kafka.tools.consumer.group.ConsumerGroupCommand", &["--bootstrap-server", bootstrap, "--list"]).unwrap();
+    let list = tools::kafka_tool(
+        "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+        &["--bootstrap-server", bootstrap, "--list"],
+    )
+    .unwrap();
     assert!(list.lines().any(|l| l.trim() == group), "--list:\n{list}");
     let out = tools::kafka_tool(
         "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
-        &["--bootstrap-server", bootstrap, "--delete", "--group", &group],
+        &[
+            "--bootstrap-server",
+            bootstrap,
+            "--delete",
+            "--group",
+            &group,
+        ],
     )
     .unwrap();
     assert!(out.contains("successful"), "--delete:\n{out}");

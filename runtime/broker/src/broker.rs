@@ -58,8 +58,12 @@ pub struct BrokerConfig {
     pub group_max_session_timeout_ms: i32,
     /// `group.initial.rebalance.delay.ms`.
     pub group_initial_rebalance_delay_ms: i32,
-    /// `group.max.size`.
+    /// `group.max.size` (classic) and `group.consumer.max.size`.
     pub group_max_size: usize,
+    /// `group.consumer.session.timeout.ms` (KIP-848 groups).
+    pub group_consumer_session_timeout_ms: i32,
+    /// `group.consumer.heartbeat.interval.ms` (KIP-848 groups).
+    pub group_consumer_heartbeat_interval_ms: i32,
     /// Fixed cluster id (random when `None` on first start).
     pub cluster_id: Option<String>,
 }
@@ -84,6 +88,8 @@ impl Default for BrokerConfig {
             group_max_session_timeout_ms: 1_800_000,
             group_initial_rebalance_delay_ms: 3_000,
             group_max_size: usize::MAX,
+            group_consumer_session_timeout_ms: 45_000,
+            group_consumer_heartbeat_interval_ms: 5_000,
             cluster_id: None,
         }
     }
@@ -266,6 +272,9 @@ impl Broker {
             self.logs.delete_topic(name);
         }
         let t = created?.clone();
+        drop(meta);
+        // KIP-1101: a (re)created topic changes the hash of groups subscribed to it.
+        self.coordinator.topics_changed(&[name.to_string()]);
         info!(topic = name, partitions = count, replication_factor = rf, id = %t.id, "created topic");
         Ok(t)
     }
@@ -316,6 +325,7 @@ impl Broker {
         let t = self.metadata_mut().delete_topic(name)?;
         self.logs.delete_topic(name);
         self.coordinator.topic_deleted(name);
+        self.coordinator.topics_changed(&[name.to_string()]);
         info!(topic = name, "deleted topic");
         Ok(t)
     }
@@ -345,7 +355,9 @@ impl Broker {
             self.open_logs(name, t.partitions.len() as i32..count, &settings)?;
         }
         meta.add_partitions(name, count, assignments, validate_only)?;
+        drop(meta);
         if !validate_only {
+            self.coordinator.topics_changed(&[name.to_string()]);
             info!(topic = name, partitions = count, "added partitions");
         }
         Ok(())

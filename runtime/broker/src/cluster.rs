@@ -272,9 +272,14 @@ impl EmbeddedCluster {
             node.addr
         };
         let listener = bind(addr)?;
-        self.broker
-            .metadata_mut()
-            .node_up(id, &self.broker.config.host, addr.port(), rack);
+        let changed =
+            self.broker
+                .metadata_mut()
+                .node_up(id, &self.broker.config.host, addr.port(), rack);
+        if !changed.is_empty() {
+            // KIP-1101: the replica racks of these topics changed.
+            self.broker.coordinator.topics_changed(&changed);
+        }
         let server = NodeServer::spawn(self.broker.clone(), id, listener)?;
         self.nodes().get_mut(&id).unwrap().server = Some(server);
         info!(node = id, "node restarted");

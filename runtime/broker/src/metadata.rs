@@ -162,7 +162,10 @@ impl ClusterMetadata {
 
     /// Registers or re-registers a live node; partitions it replicates regain
     /// it in their ISR, and leaderless ones elect it.
-    pub fn node_up(&mut self, id: i32, host: &str, port: u16, rack: Option<String>) {
+    /// Returns the topics whose replica racks changed (the node came back in
+    /// another rack), for KIP-1101 change detection.
+    pub fn node_up(&mut self, id: i32, host: &str, port: u16, rack: Option<String>) -> Vec<String> {
+        let rack_changed = self.nodes.get(&id).is_some_and(|n| n.rack != rack);
         self.nodes.insert(
             id,
             NodeInfo {
@@ -191,6 +194,11 @@ impl ClusterMetadata {
         }
         if changed {
             let _ = self.save();
+        }
+        if rack_changed {
+            self.topics_on_node(id)
+        } else {
+            Vec::new()
         }
     }
 
@@ -462,6 +470,53 @@ impl ClusterMetadata {
         self.producer_id_high_water += block;
         self.save()?;
         Ok((start, start + block))
+    }
+}
+
+impl ClusterMetadata {
+    /// A topic with each partition's replica racks, for the group coordinator.
+    pub fn topic_info(&self, t: &TopicMeta) -> crate::coordinator::consumer::TopicInfo {
+        crate::coordinator::consumer::TopicInfo {
+            id: t.id,
+            name: t.name.clone(),
+            partition_racks: t
+                .partitions
+                .iter()
+                .map(|p| {
+                    p.replicas
+                        .iter()
+                        .filter_map(|r| self.nodes.get(r).and_then(|n| n.rack.clone()))
+                        .collect()
+                })
+                .collect(),
+        }
+    }
+
+    /// Topics with a replica on `node` (their racks change with the node's).
+    pub fn topics_on_node(&self, node: i32) -> Vec<String> {
+        self.topics
+            .values()
+            .filter(|t| t.partitions.iter().any(|p| p.replicas.contains(&node)))
+            .map(|t| t.name.clone())
+            .collect()
+    }
+}
+
+impl crate::coordinator::consumer::TopicSource for ClusterMetadata {
+    fn info(&self, name: &str) -> Option<crate::coordinator::consumer::TopicInfo> {
+        self.topic(name).map(|t| self.topic_info(t))
+    }
+
+    fn info_by_id(&self, id: &Uuid) -> Option<crate::coordinator::consumer::TopicInfo> {
+        self.topic_by_id(id).map(|t| self.topic_info(t))
+    }
+
+    fn topic_names(&self) -> Vec<String> {
+        self.topics
+            .keys()
+            .filter(|n| n.as_str() != crate::broker::OFFSETS_TOPIC)
+            .cloned()
+            .collect()
     }
 }
 

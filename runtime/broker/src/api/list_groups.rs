@@ -1,6 +1,6 @@
 //! ListGroups (key 16), v0-v5: the groups this node coordinates (Kafka's
 //! Admin client asks every broker and merges), filtered by state (v4+,
-//! KIP-518) and type (v5+, KIP-848; every group here is `classic`).
+//! KIP-518) and type (v5+, KIP-848: `classic` or `consumer`).
 
 use rill_protocol::kafka_protocol::messages::list_groups_response::ListedGroup;
 use rill_protocol::kafka_protocol::messages::{GroupId, ListGroupsRequest, ListGroupsResponse};
@@ -20,24 +20,24 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: ListGroupsRequest) -> ListGroupsRespons
         Vec::new()
     };
     let mut resp = ListGroupsResponse::default();
-    for (id, ptype, state) in ctx.broker.coordinator.list_groups() {
-        if ctx.broker.coordinator_node(&id) != Some(ctx.node_id) {
+    for lg in ctx.broker.coordinator.list_groups() {
+        if ctx.broker.coordinator_node(&lg.group_id) != Some(ctx.node_id) {
             continue;
         }
-        if !states.is_empty() && !states.contains(&state.name().to_lowercase()) {
+        if !states.is_empty() && !states.contains(&lg.state.to_lowercase()) {
             continue;
         }
-        if !types.is_empty() && !types.iter().any(|t| t == "classic") {
+        if !types.is_empty() && !types.iter().any(|t| t == lg.group_type) {
             continue;
         }
         let mut g = ListedGroup::default()
-            .with_group_id(GroupId(sb(id)))
-            .with_protocol_type(sb(ptype));
+            .with_group_id(GroupId(sb(lg.group_id)))
+            .with_protocol_type(sb(lg.protocol_type));
         if v >= 4 {
-            g.group_state = sb(state.name());
+            g.group_state = sb(lg.state);
         }
         if v >= 5 {
-            g.group_type = sb("classic");
+            g.group_type = sb(lg.group_type);
         }
         resp.groups.push(g);
     }

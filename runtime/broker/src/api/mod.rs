@@ -12,6 +12,8 @@
 //!   never answers.
 
 mod api_versions;
+mod consumer_group_describe;
+mod consumer_group_heartbeat;
 mod create_partitions;
 mod create_topics;
 mod delete_groups;
@@ -74,6 +76,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListGroups, 0, 5),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
+    (ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    (ApiKey::ConsumerGroupDescribe, 0, 1),
 ];
 
 /// The accepted version range of an API, `None` if the API is not served.
@@ -142,6 +146,12 @@ pub(crate) async fn handle(ctx: &Ctx<'_>, body: RequestKind) -> HandlerResult {
         RequestKind::ListGroups(r) => ResponseKind::ListGroups(list_groups::handle(ctx, r)),
         RequestKind::DeleteGroups(r) => ResponseKind::DeleteGroups(delete_groups::handle(ctx, r)),
         RequestKind::OffsetDelete(r) => ResponseKind::OffsetDelete(offset_delete::handle(ctx, r)),
+        RequestKind::ConsumerGroupHeartbeat(r) => {
+            ResponseKind::ConsumerGroupHeartbeat(consumer_group_heartbeat::handle(ctx, r))
+        }
+        RequestKind::ConsumerGroupDescribe(r) => {
+            ResponseKind::ConsumerGroupDescribe(consumer_group_describe::handle(ctx, r))
+        }
         other => {
             // Unreachable: the server only decodes APIs listed in SUPPORTED.
             return Err(CloseConnection(format!("API {other:?} is not served")));

@@ -15,8 +15,12 @@
 //! All groups live under one lock; operations are short, and the only I/O
 //! under it is the append to the local offsets log.
 
+pub mod assignor;
 pub mod classic;
+pub mod consumer;
+mod modern;
 pub mod offsets;
+pub mod topic_hash;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;
@@ -39,11 +43,14 @@ pub use offsets::CommittedOffset;
 /// Kafka's `offset.metadata.max.bytes`.
 pub const OFFSET_METADATA_MAX_BYTES: usize = 4096;
 
-/// The coordinator's view of one group: offsets plus classic membership.
+/// The coordinator's view of one group: offsets plus membership, either
+/// classic (JoinGroup/SyncGroup) or KIP-848 (ConsumerGroupHeartbeat).
 pub struct Group {
     pub id: String,
     pub offsets: BTreeMap<(String, i32), CommittedOffset>,
     pub classic: ClassicGroup,
+    /// Present once a member joined with the consumer protocol.
+    pub consumer: Option<consumer::ConsumerGroup>,
 }
 
 impl Group {
@@ -52,8 +59,77 @@ impl Group {
             id: id.to_string(),
             offsets: BTreeMap::new(),
             classic: ClassicGroup::new(id),
+            consumer: None,
         }
     }
+
+    /// A consumer-protocol group with members.
+    fn is_active_consumer_group(&self) -> bool {
+        self.consumer
+            .as_ref()
+            .is_some_and(|c| !c.members.is_empty())
+    }
+}
+
+/// KIP-1101's coordinator-wide cache of topic hashes. It holds only topics
+/// some consumer group subscribes to (entries are added when a group's hash
+/// is computed and evicted when the topic's metadata changes); changes to
+/// topics nobody subscribes to never touch it.
+#[derive(Debug, Default)]
+pub struct TopicHashCache {
+    hashes: HashMap<String, u64>,
+}
+
+impl TopicHashCache {
+    /// The topic's hash (0 when the topic does not exist), computed on a miss.
+    pub fn get(&mut self, name: &str, source: &dyn consumer::TopicSource) -> u64 {
+        if let Some(h) = self.hashes.get(name) {
+            return *h;
+        }
+        let h = match source.info(name) {
+            Some(t) => {
+                let racks: Vec<Vec<&str>> = t
+                    .partition_racks
+                    .iter()
+                    .map(|r| r.iter().map(String::as_str).collect())
+                    .collect();
+                topic_hash::topic_hash(t.id, &t.name, &racks)
+            }
+            None => 0,
+        };
+        self.hashes.insert(name.to_string(), h);
+        h
+    }
+
+    /// Evicts the given topics; returns the names that were cached.
+    pub fn evict(&mut self, names: &[String]) -> Vec<String> {
+        names
+            .iter()
+            .filter(|n| self.hashes.remove(*n).is_some())
+            .cloned()
+            .collect()
+    }
+
+    pub fn len(&self) -> usize {
+        self.hashes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.hashes.is_empty()
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.hashes.contains_key(name)
+    }
+}
+
+/// A group as ListGroups shows it.
+#[derive(Debug, Clone)]
+pub struct ListedGroup {
+    pub group_id: String,
+    pub protocol_type: String,
+    pub state: &'static str,
+    pub group_type: &'static str,
 }
 
 /// A member as DescribeGroups shows it.
@@ -78,6 +154,8 @@ pub struct GroupDescription {
 
 pub struct GroupCoordinator {
     groups: Mutex<HashMap<String, Group>>,
+    hashes: Mutex<TopicHashCache>,
+    consumer_cfg: consumer::ConsumerConfig,
     offsets_partitions: i32,
     classic: ClassicConfig,
     min_session_timeout_ms: i32,
@@ -96,12 +174,28 @@ enum StoredKey {
     Group {
         group: String,
     },
+    ConsumerGroup {
+        group: String,
+    },
+    ConsumerMember {
+        group: String,
+        member: String,
+    },
 }
 
 impl GroupCoordinator {
     pub fn new(config: &BrokerConfig) -> Self {
         Self {
             groups: Mutex::new(HashMap::new()),
+            hashes: Mutex::new(TopicHashCache::default()),
+            consumer_cfg: consumer::ConsumerConfig {
+                session_timeout: Duration::from_millis(
+                    config.group_consumer_session_timeout_ms.max(1) as u64,
+                ),
+                heartbeat_interval_ms: config.group_consumer_heartbeat_interval_ms,
+                max_size: config.group_max_size,
+                default_assignor: "uniform",
+            },
             offsets_partitions: config.offsets_topic_partitions,
             classic: ClassicConfig {
                 initial_rebalance_delay: Duration::from_millis(
@@ -123,6 +217,9 @@ impl GroupCoordinator {
         let mut loaded = 0usize;
         let now = Instant::now();
         let mut groups = self.groups();
+        let mut consumer_meta: HashMap<String, Option<consumer::GroupRecord>> = HashMap::new();
+        let mut consumer_members: BTreeMap<(String, String), Option<consumer::MemberRecord>> =
+            BTreeMap::new();
         for p in 0..self.offsets_partitions {
             let Some(log) = broker.log(OFFSETS_TOPIC, p) else {
                 continue;
@@ -185,6 +282,18 @@ impl GroupCoordinator {
                                 groups.remove(&group);
                             }
                         },
+                        StoredKey::ConsumerGroup { group } => {
+                            let v = r.value.as_ref().and_then(|v| {
+                                serde_json::from_slice::<consumer::GroupRecord>(v).ok()
+                            });
+                            consumer_meta.insert(group, v);
+                        }
+                        StoredKey::ConsumerMember { group, member } => {
+                            let v = r.value.as_ref().and_then(|v| {
+                                serde_json::from_slice::<consumer::MemberRecord>(v).ok()
+                            });
+                            consumer_members.insert((group, member), v);
+                        }
                     }
                 }
                 // Compaction leaves gaps: continue after the last batch read.
@@ -194,7 +303,28 @@ impl GroupCoordinator {
                     .unwrap_or(offset + 1);
             }
         }
+        for (group, meta) in consumer_meta {
+            let Some(meta) = meta else { continue };
+            let members: Vec<consumer::MemberRecord> = consumer_members
+                .range((group.clone(), String::new())..)
+                .take_while(|((g, _), _)| *g == group)
+                .filter_map(|(_, m)| m.clone())
+                .collect();
+            let g = groups
+                .entry(group.clone())
+                .or_insert_with(|| Group::new(&group));
+            g.consumer = Some(consumer::ConsumerGroup::restore(
+                &group,
+                meta,
+                members,
+                now,
+                &self.consumer_cfg,
+            ));
+        }
         for g in groups.values() {
+            if let Some(c) = g.consumer.as_ref().filter(|c| !c.members.is_empty()) {
+                info!(group = %g.id, epoch = c.group_epoch, members = c.members.len(), "restored consumer group");
+            }
             if !g.classic.members.is_empty() {
                 info!(group = %g.id, generation = g.classic.generation_id, members = g.classic.members.len(),
                       static_members = g.classic.static_members.len(), "restored group");
@@ -390,6 +520,10 @@ impl GroupCoordinator {
     pub fn tick(&self, broker: &Broker, now: Instant) {
         let mut groups = self.groups();
         for g in groups.values_mut() {
+            if let Some(c) = g.consumer.as_mut() {
+                c.tick(now);
+                self.persist_consumer_dirty(broker, c);
+            }
             if g.classic.members.is_empty() && g.classic.state == GroupState::Empty {
                 continue;
             }
@@ -436,20 +570,30 @@ impl GroupCoordinator {
     }
 
     /// (group id, protocol type, state) of every group.
-    pub fn list_groups(&self) -> Vec<(String, String, GroupState)> {
+    /// Every group: (id, protocol type, state, group type).
+    pub fn list_groups(&self) -> Vec<ListedGroup> {
         let groups = self.groups();
-        let mut out: Vec<_> = groups
+        let mut out: Vec<ListedGroup> = groups
             .values()
             .filter(|g| g.classic.state != GroupState::Dead)
-            .map(|g| {
-                (
-                    g.id.clone(),
-                    g.classic.protocol_type.clone().unwrap_or_default(),
-                    g.classic.state,
-                )
-            })
+            .map(
+                |g| match g.consumer.as_ref().filter(|_| g.classic.members.is_empty()) {
+                    Some(c) => ListedGroup {
+                        group_id: g.id.clone(),
+                        protocol_type: "consumer".into(),
+                        state: c.state_name(),
+                        group_type: "consumer",
+                    },
+                    None => ListedGroup {
+                        group_id: g.id.clone(),
+                        protocol_type: g.classic.protocol_type.clone().unwrap_or_default(),
+                        state: g.classic.state.name(),
+                        group_type: "classic",
+                    },
+                },
+            )
             .collect();
-        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out.sort_by(|a, b| a.group_id.cmp(&b.group_id));
         out
     }
 
@@ -464,12 +608,18 @@ impl GroupCoordinator {
             | GroupState::CompletingRebalance => return Err(ErrorCode::NonEmptyGroup),
             GroupState::Empty => {}
         }
+        if g.is_active_consumer_group() {
+            return Err(ErrorCode::NonEmptyGroup);
+        }
         let mut entries: Vec<(Vec<u8>, Option<Vec<u8>>)> = g
             .offsets
             .keys()
             .map(|(t, p)| (Self::offset_key(group_id, t, *p), None))
             .collect();
         entries.push((Self::group_key(group_id), None));
+        if g.consumer.is_some() {
+            entries.push((Self::consumer_group_key(group_id), None));
+        }
         self.persist(broker, group_id, entries).map_err(|e| {
             warn!(group = group_id, error = %e, "could not persist group deletion");
             ErrorCode::NotCoordinator
@@ -499,6 +649,9 @@ impl GroupCoordinator {
                 Err(ErrorCode::IllegalGeneration)
             };
         };
+        if let Some(cg) = g.consumer.as_ref().filter(|_| g.is_active_consumer_group()) {
+            return cg.validate_offset_commit(member_id, generation_id);
+        }
         let c = &g.classic;
         if c.state == GroupState::Dead {
             return Err(ErrorCode::CoordinatorNotAvailable);
