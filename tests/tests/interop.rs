@@ -339,7 +339,11 @@ fn api_versions_match_apache_kafka() {
 /// client process; one restarts within the session timeout. It gets its old
 /// partitions back and the other member sees no revocation or assignment:
 /// no rebalance. Run on Rill and on Apache Kafka.
-fn static_member_restart_causes_no_rebalance(bootstrap: &str, client: tools::MemberClient) {
+fn static_member_restart_causes_no_rebalance(
+    bootstrap: &str,
+    client: tools::MemberClient,
+    protocol: &str,
+) {
     use std::time::{Duration, Instant};
     use tools::Member;
     let topic = unique_topic("static-restart");
@@ -348,14 +352,15 @@ fn static_member_restart_causes_no_rebalance(bootstrap: &str, client: tools::Mem
     assert_eq!(c.create_topic(&topic, 6, 1, &[]).unwrap().0, 0);
     scenarios::wait_for_coordinator(&mut c, &group);
     let all: BTreeSet<i32> = (0..6).collect();
-    let mut b = Member::spawn(client, bootstrap, &group, &topic, Some("b"), "classic").unwrap();
-    let mut a = Member::spawn(client, bootstrap, &group, &topic, Some("a"), "classic").unwrap();
+    let incremental = protocol == "consumer";
+    let mut b = Member::spawn(client, bootstrap, &group, &topic, Some("b"), protocol).unwrap();
+    let mut a = Member::spawn(client, bootstrap, &group, &topic, Some("a"), protocol).unwrap();
     // Wait for the two to split the partitions, then for a quiet moment.
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         a.drain(Duration::from_millis(200));
         b.drain(Duration::from_millis(200));
-        let (pa, pb) = (a.assignment(false), b.assignment(false));
+        let (pa, pb) = (a.assignment(incremental), b.assignment(incremental));
         if !pa.is_empty()
             && !pb.is_empty()
             && pa.is_disjoint(&pb)
@@ -372,8 +377,8 @@ fn static_member_restart_causes_no_rebalance(bootstrap: &str, client: tools::Mem
     }
     b.drain(Duration::from_secs(2));
     let b_events = b.events.len();
-    let a_before = a.assignment(false);
-    let b_before = b.assignment(false);
+    let a_before = a.assignment(incremental);
+    let b_before = b.assignment(incremental);
     let a_events = a.exit();
     assert!(
         !a_events.iter().any(|e| e.starts_with("ERROR")),
@@ -381,9 +386,9 @@ fn static_member_restart_causes_no_rebalance(bootstrap: &str, client: tools::Mem
     );
 
     // The restart: same group.instance.id, a new process, within 30 s.
-    let mut a2 = Member::spawn(client, bootstrap, &group, &topic, Some("a"), "classic").unwrap();
+    let mut a2 = Member::spawn(client, bootstrap, &group, &topic, Some("a"), protocol).unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
-    while a2.assignment(false).is_empty() {
+    while a2.assignment(incremental).is_empty() {
         a2.drain(Duration::from_millis(200));
         assert!(
             Instant::now() < deadline,
@@ -403,7 +408,7 @@ fn static_member_restart_causes_no_rebalance(bootstrap: &str, client: tools::Mem
         "the other member saw a rebalance: {:?}",
         &b.events[b_events..]
     );
-    assert_eq!(b.assignment(false), b_before);
+    assert_eq!(b.assignment(incremental), b_before);
     assert!(b.errors().is_empty(), "{:?}", b.errors());
 
     // Kafka's own group tool sees both static members and their partitions.
@@ -445,15 +450,54 @@ fn static_member_restart_causes_no_rebalance_librdkafka() {
     static_member_restart_causes_no_rebalance(
         &cluster.bootstrap(),
         tools::MemberClient::Librdkafka,
+        "classic",
     );
-    static_member_restart_causes_no_rebalance(shared_kafka(), tools::MemberClient::Librdkafka);
+    static_member_restart_causes_no_rebalance(
+        shared_kafka(),
+        tools::MemberClient::Librdkafka,
+        "classic",
+    );
+}
+
+#[test]
+fn static_member_restart_causes_no_rebalance_librdkafka_consumer_protocol() {
+    let cluster = Embedded::default_cluster();
+    static_member_restart_causes_no_rebalance(
+        &cluster.bootstrap(),
+        tools::MemberClient::Librdkafka,
+        "consumer",
+    );
+    static_member_restart_causes_no_rebalance(
+        shared_kafka(),
+        tools::MemberClient::Librdkafka,
+        "consumer",
+    );
 }
 
 #[test]
 fn static_member_restart_causes_no_rebalance_java() {
     let cluster = Embedded::default_cluster();
-    static_member_restart_causes_no_rebalance(&cluster.bootstrap(), tools::MemberClient::Java);
-    static_member_restart_causes_no_rebalance(shared_kafka(), tools::MemberClient::Java);
+    static_member_restart_causes_no_rebalance(
+        &cluster.bootstrap(),
+        tools::MemberClient::Java,
+        "classic",
+    );
+    static_member_restart_causes_no_rebalance(shared_kafka(), tools::MemberClient::Java, "classic");
+}
+
+#[test]
+fn static_member_restart_causes_no_rebalance_java_consumer_protocol() {
+    let cluster = Embedded::default_cluster();
+    static_member_restart_causes_no_rebalance(
+        &cluster.bootstrap(),
+        tools::MemberClient::Java,
+        "consumer",
+    );
+    static_member_restart_causes_no_rebalance(
+        shared_kafka(),
+        tools::MemberClient::Java,
+        "consumer",
+    );
 }
 
 /// `kafka-consumer-groups --delete` removes an empty group with its offsets
