@@ -1661,6 +1661,313 @@ pub fn find_coordinator_batched(bootstrap: &str) {
     );
 }
 
+/// A raw ConsumerGroupHeartbeat (v1) on its own connection.
+#[allow(clippy::too_many_arguments)]
+pub fn consumer_heartbeat(
+    addr: &str,
+    group: &str,
+    member_id: &str,
+    epoch: i32,
+    instance: Option<&str>,
+    topics: Option<&[&str]>,
+    owned: Option<Vec<(uuid::Uuid, Vec<i32>)>>,
+) -> ConsumerGroupHeartbeatResponse {
+    let mut conn = Conn::connect(addr).unwrap();
+    let mut req = ConsumerGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(sb(group)))
+        .with_member_id(sb(member_id))
+        .with_member_epoch(epoch)
+        .with_instance_id(instance.map(sb))
+        .with_rebalance_timeout_ms(if epoch == 0 { 30_000 } else { -1 })
+        .with_subscribed_topic_names(topics.map(|ts| ts.iter().map(|t| tn(t)).collect()))
+        .with_topic_partitions(owned.map(|o| {
+            o.into_iter()
+                .map(|(t, ps)| {
+                    consumer_group_heartbeat_request::TopicPartitions::default()
+                        .with_topic_id(t)
+                        .with_partitions(ps)
+                })
+                .collect()
+        }));
+    req.server_assignor = None;
+    let v = conn.version(ApiKey::ConsumerGroupHeartbeat, 1);
+    match conn
+        .request(
+            ApiKey::ConsumerGroupHeartbeat,
+            v,
+            RequestKind::ConsumerGroupHeartbeat(req),
+        )
+        .unwrap()
+    {
+        ResponseKind::ConsumerGroupHeartbeat(r) => r,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+pub fn owned_of(r: &ConsumerGroupHeartbeatResponse) -> Option<Vec<(uuid::Uuid, Vec<i32>)>> {
+    r.assignment.as_ref().map(|a| {
+        a.topic_partitions
+            .iter()
+            .map(|tp| (tp.topic_id, tp.partitions.clone()))
+            .collect()
+    })
+}
+
+pub fn group_epoch(addr: &str, group: &str) -> i32 {
+    let mut conn = Conn::connect(addr).unwrap();
+    let req = ConsumerGroupDescribeRequest::default().with_group_ids(vec![GroupId(sb(group))]);
+    let v = conn.version(ApiKey::ConsumerGroupDescribe, 0);
+    match conn
+        .request(
+            ApiKey::ConsumerGroupDescribe,
+            v,
+            RequestKind::ConsumerGroupDescribe(req),
+        )
+        .unwrap()
+    {
+        ResponseKind::ConsumerGroupDescribe(d) => {
+            assert_eq!(
+                d.groups[0].error_code,
+                0,
+                "describe: {}",
+                err_name(d.groups[0].error_code)
+            );
+            d.groups[0].group_epoch
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// KIP-1101 over the wire: a one-member KIP-848 group. Adding partitions to
+/// its topic bumps the group epoch exactly once and the member is assigned
+/// the new partitions; adding partitions to a topic it does not subscribe to
+/// changes nothing.
+pub fn consumer_group_sees_new_partitions_once(bootstrap: &str) {
+    let topic = unique_topic("kip1101");
+    let other = unique_topic("kip1101-other");
+    let group = unique_topic("kip1101-group");
+    let mut c = Client::new(bootstrap).unwrap();
+    assert_eq!(c.create_topic(&topic, 2, 1, &[]).unwrap().0, 0);
+    assert_eq!(c.create_topic(&other, 2, 1, &[]).unwrap().0, 0);
+    let node = wait_for_coordinator(&mut c, &group);
+    let b = c
+        .metadata
+        .brokers
+        .iter()
+        .find(|b| b.node_id.0 == node)
+        .unwrap();
+    let addr = format!("{}:{}", b.host.as_str(), b.port);
+    let member = uuid::Uuid::new_v4().to_string();
+    let mut r = consumer_heartbeat(
+        &addr,
+        &group,
+        &member,
+        0,
+        None,
+        Some(&[&topic]),
+        Some(vec![]),
+    );
+    assert_eq!(r.error_code, 0, "join: {}", err_name(r.error_code));
+    let mut owned = owned_of(&r).unwrap_or_default();
+    // Heartbeat until the member owns both partitions.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while owned.iter().map(|(_, p)| p.len()).sum::<usize>() < 2 {
+        assert!(std::time::Instant::now() < deadline, "no assignment: {r:?}");
+        thread::sleep(Duration::from_millis(200));
+        r = consumer_heartbeat(
+            &addr,
+            &group,
+            &member,
+            r.member_epoch,
+            None,
+            None,
+            Some(owned.clone()),
+        );
+        if let Some(o) = owned_of(&r) {
+            owned = o;
+        }
+    }
+    let before = group_epoch(&addr, &group);
+
+    let grow = |c: &mut Client, name: &str, count: i32| {
+        let conn = c.any().unwrap();
+        let v = conn.version(ApiKey::CreatePartitions, 3);
+        let req = CreatePartitionsRequest::default()
+            .with_timeout_ms(30_000)
+            .with_topics(vec![
+                create_partitions_request::CreatePartitionsTopic::default()
+                    .with_name(tn(name))
+                    .with_count(count)
+                    .with_assignments(None),
+            ]);
+        match conn
+            .request(
+                ApiKey::CreatePartitions,
+                v,
+                RequestKind::CreatePartitions(req),
+            )
+            .unwrap()
+        {
+            ResponseKind::CreatePartitions(r) => assert_eq!(r.results[0].error_code, 0),
+            other => panic!("unexpected {other:?}"),
+        }
+        c.wait_for_topic(name, count as usize).unwrap();
+    };
+    // A topic the group does not read: no epoch change.
+    grow(&mut c, &other, 4);
+    for _ in 0..3 {
+        thread::sleep(Duration::from_millis(300));
+        r = consumer_heartbeat(
+            &addr,
+            &group,
+            &member,
+            r.member_epoch,
+            None,
+            None,
+            Some(owned.clone()),
+        );
+        assert_eq!(r.error_code, 0);
+    }
+    assert_eq!(
+        group_epoch(&addr, &group),
+        before,
+        "an unsubscribed topic changed the group epoch"
+    );
+
+    // The subscribed topic grows: one bump, and the new partitions arrive.
+    grow(&mut c, &topic, 4);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while owned.iter().map(|(_, p)| p.len()).sum::<usize>() < 4 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "new partitions never assigned: {r:?}"
+        );
+        thread::sleep(Duration::from_millis(300));
+        r = consumer_heartbeat(
+            &addr,
+            &group,
+            &member,
+            r.member_epoch,
+            None,
+            None,
+            Some(owned.clone()),
+        );
+        assert_eq!(r.error_code, 0, "{}", err_name(r.error_code));
+        if let Some(o) = owned_of(&r) {
+            owned = o;
+        }
+    }
+    assert_eq!(group_epoch(&addr, &group), before + 1, "exactly one bump");
+    // Leave.
+    let r = consumer_heartbeat(&addr, &group, &member, -1, None, None, None);
+    assert_eq!(r.error_code, 0);
+}
+
+/// Classic-protocol bad input answered with Kafka's codes: empty group id,
+/// SyncGroup and Heartbeat before JoinGroup, a stale generation, a LeaveGroup
+/// naming nobody and one naming the same instance twice.
+pub fn group_bad_input(bootstrap: &str) {
+    let topic = unique_topic("gbad");
+    let group = unique_topic("gbad-group");
+    let mut c = Client::new(bootstrap).unwrap();
+    assert_eq!(c.create_topic(&topic, 1, 1, &[]).unwrap().0, 0);
+    let node = wait_for_coordinator(&mut c, &group);
+    let b = c
+        .metadata
+        .brokers
+        .iter()
+        .find(|b| b.node_id.0 == node)
+        .unwrap();
+    let addr = format!("{}:{}", b.host.as_str(), b.port);
+
+    let j = join_group(&addr, "", "", "x", &topic);
+    assert_code(
+        j.error_code,
+        ErrorCode::InvalidGroupId,
+        "JoinGroup with an empty group id",
+    );
+    let s = sync_group(&addr, &group, "nobody", "x", 1, vec![]);
+    assert_code(
+        s.error_code,
+        ErrorCode::UnknownMemberId,
+        "SyncGroup before JoinGroup",
+    );
+    assert_code(
+        heartbeat(&addr, &group, "nobody", "x", 1),
+        ErrorCode::UnknownMemberId,
+        "Heartbeat before JoinGroup",
+    );
+
+    let j = join_group(&addr, &group, "", "x", &topic);
+    assert_eq!(j.error_code, 0);
+    let s = sync_group(
+        &addr,
+        &group,
+        &j.member_id,
+        "x",
+        j.generation_id + 5,
+        vec![],
+    );
+    assert_code(
+        s.error_code,
+        ErrorCode::IllegalGeneration,
+        "SyncGroup with a stale generation",
+    );
+    let s = sync_group(
+        &addr,
+        &group,
+        &j.member_id,
+        "x",
+        j.generation_id,
+        vec![(j.member_id.to_string(), consumer_assignment(&topic, &[0]))],
+    );
+    assert_eq!(s.error_code, 0);
+    assert_code(
+        heartbeat(&addr, &group, &j.member_id, "x", j.generation_id - 1),
+        ErrorCode::IllegalGeneration,
+        "stale heartbeat",
+    );
+    assert_code(
+        heartbeat(&addr, &group, &j.member_id, "y", j.generation_id),
+        ErrorCode::UnknownMemberId,
+        "unknown instance id",
+    );
+
+    let mut conn = Conn::connect(&addr).unwrap();
+    let v = conn.version(ApiKey::LeaveGroup, 5);
+    let ident = |m: &str, i: Option<&str>| {
+        leave_group_request::MemberIdentity::default()
+            .with_member_id(sb(m))
+            .with_group_instance_id(i.map(sb))
+    };
+    let req = LeaveGroupRequest::default()
+        .with_group_id(GroupId(sb(&group)))
+        .with_members(vec![
+            ident("", None),
+            ident("", Some("x")),
+            ident("", Some("x")),
+        ]);
+    let ResponseKind::LeaveGroup(l) = conn
+        .request(ApiKey::LeaveGroup, v, RequestKind::LeaveGroup(req))
+        .unwrap()
+    else {
+        panic!()
+    };
+    let codes: Vec<i16> = l.members.iter().map(|m| m.error_code).collect();
+    assert_eq!(
+        codes,
+        vec![
+            ErrorCode::UnknownMemberId.code(),
+            0,
+            ErrorCode::UnknownMemberId.code()
+        ],
+        "both ids empty, then the same instance twice"
+    );
+    // The group survived all of it.
+    let j2 = join_group(&addr, &group, "", "x", &topic);
+    assert_eq!(j2.error_code, 0);
+}
+
 /// Calls `$m!(scenario, ...)` with every scenario of this module, so each
 /// test target runs all of them without keeping its own list.
 #[macro_export]
@@ -1682,6 +1989,8 @@ macro_rules! for_each_scenario {
             group_administration,
             acks_zero_is_not_answered,
             find_coordinator_batched,
+            consumer_group_sees_new_partitions_once,
+            group_bad_input,
         );
     };
 }

@@ -371,3 +371,120 @@ fn a_stable_static_group_survives_a_broker_restart_without_rebalancing() {
     assert_eq!((r.error_code, r.generation_id), (0, generation));
     assert_eq!(heartbeat(&addr, &group, &b, "B", generation), 0);
 }
+
+/// KIP-1101: a node coming back in another rack changes the racks of the
+/// partitions it replicates; a consumer group subscribed to such a topic
+/// bumps its epoch once; a group whose topics are elsewhere does not.
+#[test]
+fn a_node_restarting_in_another_rack_bumps_subscribed_groups_once() {
+    use rill_broker::EmbeddedCluster;
+    use rill_tests::backend::Embedded;
+    use rill_tests::scenarios::{consumer_heartbeat, group_epoch, owned_of, wait_for_coordinator};
+    use rill_tests::wire::Client;
+
+    let cluster = Embedded::start(EmbeddedCluster::builder().nodes(3).racks(["a", "b", "c"]));
+    let mut c = Client::new(&cluster.bootstrap()).unwrap();
+    let on_all = rill_tests::unique_topic("racks-all");
+    assert_eq!(c.create_topic(&on_all, 3, 3, &[]).unwrap().0, 0);
+    // A topic whose only replica is on node 1 (explicit assignment).
+    let on_one = rill_tests::unique_topic("racks-one");
+    {
+        use rill_protocol::kafka_protocol::messages::create_topics_request::{
+            CreatableReplicaAssignment, CreatableTopic,
+        };
+        use rill_protocol::kafka_protocol::messages::{BrokerId, CreateTopicsRequest};
+        use rill_protocol::{ApiKey, RequestKind, ResponseKind};
+        let t = CreatableTopic::default()
+            .with_name(rill_tests::wire::tn(&on_one))
+            .with_num_partitions(-1)
+            .with_replication_factor(-1)
+            .with_assignments(vec![CreatableReplicaAssignment::default()
+                .with_partition_index(0)
+                .with_broker_ids(vec![BrokerId(1)])]);
+        let conn = c.any().unwrap();
+        let ResponseKind::CreateTopics(r) = conn
+            .request(
+                ApiKey::CreateTopics,
+                7,
+                RequestKind::CreateTopics(CreateTopicsRequest::default().with_topics(vec![t])),
+            )
+            .unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(r.topics[0].error_code, 0);
+        c.wait_for_topic(&on_one, 1).unwrap();
+    }
+    let mut groups = Vec::new();
+    for topic in [&on_all, &on_one] {
+        let group = rill_tests::unique_topic("racks-group");
+        let node = wait_for_coordinator(&mut c, &group);
+        let b = c
+            .metadata
+            .brokers
+            .iter()
+            .find(|b| b.node_id.0 == node)
+            .unwrap();
+        let addr = format!("{}:{}", b.host.as_str(), b.port);
+        let member = uuid::Uuid::new_v4().to_string();
+        let r = consumer_heartbeat(
+            &addr,
+            &group,
+            &member,
+            0,
+            None,
+            Some(&[topic.as_str()]),
+            Some(vec![]),
+        );
+        assert_eq!(r.error_code, 0);
+        groups.push((
+            group,
+            addr,
+            member,
+            r.member_epoch,
+            owned_of(&r).unwrap_or_default(),
+        ));
+    }
+    let before: Vec<i32> = groups.iter().map(|(g, a, ..)| group_epoch(a, g)).collect();
+    // Node 2 (rack b, a replica of every partition of `on_all`) comes back in rack z.
+    cluster.stop_node(2);
+    cluster.start_node(2, Some("z"));
+    c.refresh(None).unwrap();
+    let mut after = Vec::new();
+    for (group, _, member, epoch, owned) in &groups {
+        let node = wait_for_coordinator(&mut c, group);
+        let b = c
+            .metadata
+            .brokers
+            .iter()
+            .find(|b| b.node_id.0 == node)
+            .unwrap();
+        let addr = format!("{}:{}", b.host.as_str(), b.port);
+        for _ in 0..2 {
+            let r = consumer_heartbeat(
+                &addr,
+                group,
+                member,
+                *epoch,
+                None,
+                None,
+                Some(owned.clone()),
+            );
+            assert!(
+                r.error_code == 0
+                    || r.error_code == rill_protocol::ErrorCode::FencedMemberEpoch.code(),
+                "{r:?}"
+            );
+        }
+        after.push(group_epoch(&addr, group));
+    }
+    assert_eq!(
+        after[0],
+        before[0] + 1,
+        "the group reading a topic replicated on the node bumps once"
+    );
+    assert_eq!(
+        after[1], before[1],
+        "the group reading a topic not on that node does not"
+    );
+}
