@@ -20,12 +20,18 @@ fn fetch(
     ctx: &Ctx<'_>,
     group: &str,
     wanted: Option<Vec<(String, Vec<i32>)>>,
+    member: Option<(&str, i32)>,
 ) -> Result<Fetched, ErrorCode> {
     if group.is_empty() {
         return Err(ErrorCode::InvalidGroupId);
     }
     if ctx.broker.coordinator_node(group) != Some(ctx.node_id) {
         return Err(ErrorCode::NotCoordinator);
+    }
+    if let Some((member, epoch)) = member {
+        // v9+: a KIP-848 member names itself; Kafka checks its epoch
+        // (STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID).
+        ctx.broker.coordinator.validate_offset_fetch(group, member, epoch)?;
     }
     Ok(ctx
         .broker
@@ -54,7 +60,7 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: OffsetFetchRequest) -> OffsetFetchRespo
                 .map(|t| (t.name.to_string(), t.partition_indexes))
                 .collect()
         });
-        match fetch(ctx, &req.group_id, wanted) {
+        match fetch(ctx, &req.group_id, wanted, None) {
             Ok(rows) => {
                 resp.topics = by_topic(rows)
                     .into_iter()
@@ -103,7 +109,8 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: OffsetFetchRequest) -> OffsetFetchRespo
                 .map(|t| (t.name.to_string(), t.partition_indexes))
                 .collect()
         });
-        match fetch(ctx, &g.group_id, wanted) {
+        let member = g.member_id.as_ref().filter(|_| ctx.version >= 9).map(|m| (m.as_str(), g.member_epoch));
+        match fetch(ctx, &g.group_id, wanted, member) {
             Ok(rows) => {
                 gr.topics = by_topic(rows)
                     .into_iter()

@@ -121,6 +121,10 @@ impl TopicHashCache {
     pub fn contains(&self, name: &str) -> bool {
         self.hashes.contains_key(name)
     }
+
+    pub fn retain(&mut self, keep: impl Fn(&str) -> bool) {
+        self.hashes.retain(|k, _| keep(k));
+    }
 }
 
 /// A group as ListGroups shows it.
@@ -518,10 +522,13 @@ impl GroupCoordinator {
 
     /// Fires expired timers of every group (sessions, joins, syncs).
     pub fn tick(&self, broker: &Broker, now: Instant) {
+        let mut pruned = false;
         let mut groups = self.groups();
         for g in groups.values_mut() {
             if let Some(c) = g.consumer.as_mut() {
+                let before = c.group_epoch;
                 c.tick(now);
+                pruned |= c.group_epoch != before;
                 self.persist_consumer_dirty(broker, c);
             }
             if g.classic.members.is_empty() && g.classic.state == GroupState::Empty {
@@ -532,6 +539,10 @@ impl GroupCoordinator {
             if before != (g.classic.state, g.classic.generation_id) {
                 self.after_change(broker, g);
             }
+        }
+        drop(groups);
+        if pruned {
+            self.prune_topic_hashes();
         }
     }
 
@@ -669,6 +680,20 @@ impl GroupCoordinator {
         }
         if c.state == GroupState::CompletingRebalance {
             return Err(ErrorCode::RebalanceInProgress);
+        }
+        Ok(())
+    }
+
+    /// OffsetFetch v9+ naming a member: Kafka's `validateOffsetFetch` for
+    /// consumer groups (the member must exist with this epoch).
+    pub fn validate_offset_fetch(&self, group_id: &str, member_id: &str, member_epoch: i32) -> Result<(), ErrorCode> {
+        let groups = self.groups();
+        let Some(cg) = groups.get(group_id).and_then(|g| g.consumer.as_ref()) else {
+            return Ok(());
+        };
+        let m = cg.members.get(member_id).ok_or(ErrorCode::UnknownMemberId)?;
+        if m.member_epoch != member_epoch {
+            return Err(ErrorCode::StaleMemberEpoch);
         }
         Ok(())
     }

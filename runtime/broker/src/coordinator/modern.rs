@@ -176,8 +176,33 @@ impl GroupCoordinator {
         }
     }
 
+    /// Drops cached topic hashes no consumer group subscribes to any more.
+    pub(super) fn prune_topic_hashes(&self) {
+        let groups = self.groups();
+        prune_hash_cache(&groups, &mut self.hashes.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+
     /// Number of topics in the KIP-1101 hash cache (for tests).
     pub fn cached_topic_hashes(&self) -> usize {
         self.hashes.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
+}
+
+/// Keeps only cache entries some consumer group member subscribes to, by
+/// name or by regex (KIP-1101: the cache holds subscribed topics only).
+fn prune_hash_cache(groups: &std::collections::HashMap<String, Group>, hashes: &mut super::TopicHashCache) {
+    if hashes.is_empty() {
+        return;
+    }
+    let mut names = std::collections::HashSet::new();
+    let mut regexes = Vec::new();
+    for cg in groups.values().filter_map(|g| g.consumer.as_ref()) {
+        for m in cg.members.values() {
+            names.extend(m.subscribed_topic_names.iter().cloned());
+            if let Some(re) = m.subscribed_topic_regex.as_ref().and_then(|r| regex::Regex::new(&format!("^(?:{r})$")).ok()) {
+                regexes.push(re);
+            }
+        }
+    }
+    hashes.retain(|t| names.contains(t) || regexes.iter().any(|r| r.is_match(t)));
 }
