@@ -147,8 +147,12 @@ mod tests {
             ApiKey::ListGroups => RequestKind::ListGroups(ListGroupsRequest::default()),
             ApiKey::DeleteGroups => RequestKind::DeleteGroups(DeleteGroupsRequest::default()),
             ApiKey::OffsetDelete => RequestKind::OffsetDelete(OffsetDeleteRequest::default()),
-            ApiKey::ConsumerGroupHeartbeat => RequestKind::ConsumerGroupHeartbeat(ConsumerGroupHeartbeatRequest::default()),
-            ApiKey::ConsumerGroupDescribe => RequestKind::ConsumerGroupDescribe(ConsumerGroupDescribeRequest::default()),
+            ApiKey::ConsumerGroupHeartbeat => {
+                RequestKind::ConsumerGroupHeartbeat(ConsumerGroupHeartbeatRequest::default())
+            }
+            ApiKey::ConsumerGroupDescribe => {
+                RequestKind::ConsumerGroupDescribe(ConsumerGroupDescribeRequest::default())
+            }
             other => panic!("{other:?} is not served"),
         }
     }

@@ -31,7 +31,9 @@ fn fetch(
     if let Some((member, epoch)) = member {
         // v9+: a KIP-848 member names itself; Kafka checks its epoch
         // (STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID).
-        ctx.broker.coordinator.validate_offset_fetch(group, member, epoch)?;
+        ctx.broker
+            .coordinator
+            .validate_offset_fetch(group, member, epoch)?;
     }
     Ok(ctx
         .broker
@@ -109,7 +111,11 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: OffsetFetchRequest) -> OffsetFetchRespo
                 .map(|t| (t.name.to_string(), t.partition_indexes))
                 .collect()
         });
-        let member = g.member_id.as_ref().filter(|_| ctx.version >= 9).map(|m| (m.as_str(), g.member_epoch));
+        let member = g
+            .member_id
+            .as_ref()
+            .filter(|_| ctx.version >= 9)
+            .map(|m| (m.as_str(), g.member_epoch));
         match fetch(ctx, &g.group_id, wanted, member) {
             Ok(rows) => {
                 gr.topics = by_topic(rows)

@@ -104,40 +104,145 @@ fn range(topics: &[TopicSpec], members: &[MemberSpec]) -> Vec<Vec<(usize, i32)>>
 
 fn uniform(topics: &[TopicSpec], members: &[MemberSpec]) -> Vec<Vec<(usize, i32)>> {
     let n = members.len();
-    let mut out: Vec<Vec<(usize, i32)>> = vec![Vec::new(); n];
     if n == 0 {
-        return out;
+        return Vec::new();
     }
-    // owner[topic][partition] = member index
+    if members
+        .iter()
+        .all(|m| m.subscribed == members[0].subscribed)
+    {
+        uniform_homogeneous(topics, members)
+    } else {
+        uniform_heterogeneous(topics, members)
+    }
+}
+
+/// Every member subscribes to the same topics: quotas of `P / N` (the first
+/// `P % N` slots one more), sticky up to the quota, the rest filled from free
+/// partitions, rack-matching first. O(P + N).
+fn uniform_homogeneous(topics: &[TopicSpec], members: &[MemberSpec]) -> Vec<Vec<(usize, i32)>> {
+    let n = members.len();
+    let subs: Vec<usize> = members[0]
+        .subscribed
+        .iter()
+        .copied()
+        .filter(|&t| t < topics.len())
+        .collect();
+    let total: usize = subs.iter().map(|&t| topics[t].partitions()).sum();
+    let (base, mut extra) = (total / n, total % n);
+    let mut owner: Vec<Vec<bool>> = topics.iter().map(|t| vec![false; t.partitions()]).collect();
+    let mut out: Vec<Vec<(usize, i32)>> = vec![Vec::new(); n];
+    let valid = |t: usize, p: i32| subs.contains(&t) && (p as usize) < topics[t].partitions();
+    // Sticky, up to the base quota.
+    let mut leftovers: Vec<Vec<(usize, i32)>> = vec![Vec::new(); n];
+    for (m, spec) in members.iter().enumerate() {
+        let mut prev = spec.previous.clone();
+        prev.sort_unstable();
+        for (t, p) in prev {
+            if !valid(t, p) || owner[t][p as usize] {
+                continue;
+            }
+            if out[m].len() < base {
+                owner[t][p as usize] = true;
+                out[m].push((t, p));
+            } else {
+                leftovers[m].push((t, p));
+            }
+        }
+    }
+    // Members with more previous partitions keep one more while extra slots last.
+    let mut quota = vec![base; n];
+    for m in 0..n {
+        if extra == 0 {
+            break;
+        }
+        if let Some(&(t, p)) = leftovers[m].iter().find(|(t, p)| !owner[*t][*p as usize]) {
+            owner[t][p as usize] = true;
+            out[m].push((t, p));
+            quota[m] = base + 1;
+            extra -= 1;
+        }
+    }
+    for q in quota.iter_mut() {
+        if extra == 0 {
+            break;
+        }
+        if *q == base {
+            *q = base + 1;
+            extra -= 1;
+        }
+    }
+    fill_free(topics, members, &subs, &mut owner, &mut out, |m, len| {
+        len < quota[m]
+    });
+    for a in &mut out {
+        a.sort_unstable();
+    }
+    out
+}
+
+/// Hands free partitions to members while `wants(member, current_len)`:
+/// rack-matching partitions first, then any.
+fn fill_free(
+    topics: &[TopicSpec],
+    members: &[MemberSpec],
+    subs: &[usize],
+    owner: &mut [Vec<bool>],
+    out: &mut [Vec<(usize, i32)>],
+    wants: impl Fn(usize, usize) -> bool,
+) {
+    let free: Vec<(usize, i32)> = subs
+        .iter()
+        .flat_map(|&t| (0..topics[t].partitions()).map(move |p| (t, p as i32)))
+        .filter(|(t, p)| !owner[*t][*p as usize])
+        .collect();
+    let mut by_rack: BTreeMap<&str, Vec<(usize, i32)>> = BTreeMap::new();
+    for &(t, p) in &free {
+        for r in &topics[t].partition_racks[p as usize] {
+            by_rack.entry(r.as_str()).or_default().push((t, p));
+        }
+    }
+    let mut cursor: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut any = 0usize;
+    for (m, spec) in members.iter().enumerate() {
+        if let Some(list) = spec.rack.as_deref().and_then(|r| by_rack.get(r)) {
+            let at = cursor.entry(spec.rack.as_deref().unwrap()).or_default();
+            while wants(m, out[m].len()) && *at < list.len() {
+                let (t, p) = list[*at];
+                *at += 1;
+                if !owner[t][p as usize] {
+                    owner[t][p as usize] = true;
+                    out[m].push((t, p));
+                }
+            }
+        }
+    }
+    for (m, _) in members.iter().enumerate() {
+        while wants(m, out[m].len()) && any < free.len() {
+            let (t, p) = free[any];
+            any += 1;
+            if !owner[t][p as usize] {
+                owner[t][p as usize] = true;
+                out[m].push((t, p));
+            }
+        }
+    }
+}
+
+/// Members subscribe to different topics: sticky where valid, then each free
+/// partition to the least-loaded member subscribed to it (rack first), then
+/// moves from the most to the least loaded member that can take one.
+fn uniform_heterogeneous(topics: &[TopicSpec], members: &[MemberSpec]) -> Vec<Vec<(usize, i32)>> {
+    let n = members.len();
     let mut owner: Vec<Vec<Option<usize>>> =
         topics.iter().map(|t| vec![None; t.partitions()]).collect();
+    let mut out: Vec<Vec<(usize, i32)>> = vec![Vec::new(); n];
     let subscribed = |m: usize, t: usize| members[m].subscribed.contains(&t);
-    // 1. Stickiness: keep valid previous partitions, capped at a fair share.
-    let total_for = |m: usize| -> usize {
-        members[m]
-            .subscribed
-            .iter()
-            .map(|&t| topics.get(t).map_or(0, |x| x.partitions()))
-            .sum()
-    };
     let total: usize = topics.iter().map(|t| t.partitions()).sum();
-    let homogeneous = members
-        .iter()
-        .all(|m| m.subscribed == members[0].subscribed);
-    let cap = |m: usize| -> usize {
-        if homogeneous {
-            total_for(m).div_ceil(n)
-        } else {
-            total.max(1)
-        }
-    };
     for m in 0..n {
         let mut prev = members[m].previous.clone();
         prev.sort_unstable();
         for (t, p) in prev {
-            if out[m].len() >= cap(m) {
-                break;
-            }
             if t < topics.len()
                 && subscribed(m, t)
                 && (p as usize) < topics[t].partitions()
@@ -148,60 +253,41 @@ fn uniform(topics: &[TopicSpec], members: &[MemberSpec]) -> Vec<Vec<(usize, i32)
             }
         }
     }
-    // 2. Free partitions go to the least loaded subscribed member, rack first.
-    for t in 0..topics.len() {
-        for p in 0..topics[t].partitions() {
-            if owner[t][p].is_some() {
+    for (t, topic) in topics.iter().enumerate() {
+        for (p, slot) in owner[t].iter_mut().enumerate() {
+            if slot.is_some() {
                 continue;
             }
             let best = (0..n).filter(|&m| subscribed(m, t)).min_by_key(|&m| {
                 (
                     out[m].len(),
-                    !rack_match(&topics[t], p as i32, members[m].rack.as_deref()),
+                    !rack_match(topic, p as i32, members[m].rack.as_deref()),
                     m,
                 )
             });
             if let Some(m) = best {
-                owner[t][p] = Some(m);
+                *slot = Some(m);
                 out[m].push((t, p as i32));
             }
         }
     }
-    // 3. Balance: move from the most to the least loaded eligible member.
-    for _ in 0..total.max(1) * 2 {
-        let mut moved = false;
-        let mut order: Vec<usize> = (0..n).collect();
-        order.sort_by_key(|&m| std::cmp::Reverse(out[m].len()));
-        'outer: for &from in &order {
-            for &to in order.iter().rev() {
-                if out[from].len() <= out[to].len() + 1 {
-                    break;
-                }
-                // A partition `to` may take; rack-matching ones first.
-                let pick = out[from]
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, (t, _))| subscribed(to, *t))
-                    .min_by_key(|(_, (t, p))| {
-                        (
-                            !rack_match(&topics[*t], *p, members[to].rack.as_deref()),
-                            *t,
-                            *p,
-                        )
-                    })
-                    .map(|(i, _)| i);
-                if let Some(i) = pick {
-                    let (t, p) = out[from].swap_remove(i);
-                    owner[t][p as usize] = Some(to);
-                    out[to].push((t, p));
-                    moved = true;
-                    break 'outer;
-                }
-            }
-        }
-        if !moved {
+    for _ in 0..total.max(1) {
+        let Some(from) = (0..n).max_by_key(|&m| (out[m].len(), std::cmp::Reverse(m))) else {
             break;
-        }
+        };
+        let candidate = (0..n)
+            .filter(|&to| out[from].len() > out[to].len() + 1)
+            .filter_map(|to| {
+                out[from]
+                    .iter()
+                    .position(|(t, _)| subscribed(to, *t))
+                    .map(|i| (to, i))
+            })
+            .min_by_key(|(to, _)| (out[*to].len(), *to));
+        let Some((to, i)) = candidate else { break };
+        let (t, p) = out[from].swap_remove(i);
+        owner[t][p as usize] = Some(to);
+        out[to].push((t, p));
     }
     for a in &mut out {
         a.sort_unstable();

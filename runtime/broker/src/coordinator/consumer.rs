@@ -143,6 +143,17 @@ pub struct HeartbeatAnswer {
     pub assignment: Option<Partitions>,
 }
 
+/// How a group remembers the metadata of the topics it subscribes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MetadataLayout {
+    /// KIP-1101: one 64-bit hash per group (the default, as in Kafka 4.1).
+    #[default]
+    TopicHash,
+    /// Before KIP-1101: every subscribed topic with every partition's racks.
+    /// Kept so the memory benchmark can build both layouts with this code.
+    PartitionRacks,
+}
+
 /// Coordinator settings for consumer groups (Kafka's `group.consumer.*`).
 #[derive(Debug, Clone)]
 pub struct ConsumerConfig {
@@ -150,6 +161,7 @@ pub struct ConsumerConfig {
     pub heartbeat_interval_ms: i32,
     pub max_size: usize,
     pub default_assignor: &'static str,
+    pub metadata_layout: MetadataLayout,
 }
 
 impl Default for ConsumerConfig {
@@ -159,6 +171,7 @@ impl Default for ConsumerConfig {
             heartbeat_interval_ms: 5_000,
             max_size: usize::MAX,
             default_assignor: "uniform",
+            metadata_layout: MetadataLayout::TopicHash,
         }
     }
 }
@@ -197,6 +210,8 @@ pub struct ConsumerGroup {
     partition_epochs: HashMap<(Uuid, i32), i32>,
     /// KIP-1101: hash of the subscribed topics' metadata.
     pub metadata_hash: u64,
+    /// The pre-KIP-1101 layout (only with `MetadataLayout::PartitionRacks`).
+    pub subscription_metadata: Option<BTreeMap<String, TopicInfo>>,
     /// Set when a subscribed topic's metadata changed (the next heartbeat recomputes the hash).
     pub metadata_refresh: bool,
     session_deadlines: HashMap<String, Instant>,
@@ -221,6 +236,7 @@ impl ConsumerGroup {
             target: HashMap::new(),
             partition_epochs: HashMap::new(),
             metadata_hash: 0,
+            subscription_metadata: None,
             metadata_refresh: false,
             session_deadlines: HashMap::new(),
             rebalance_deadlines: HashMap::new(),
@@ -495,18 +511,33 @@ impl ConsumerGroup {
         let mut bump = subscription_changed;
         if bump || self.metadata_refresh {
             let topics = self.subscribed_topics(source);
-            let topic_hashes: Vec<(String, u64)> = topics
-                .iter()
-                .map(|t| (t.clone(), hashes.get(t, source)))
-                .collect();
-            let refs: Vec<(&str, u64)> =
-                topic_hashes.iter().map(|(n, h)| (n.as_str(), *h)).collect();
-            let new_hash = topic_hash::group_hash(&refs);
-            if new_hash != self.metadata_hash {
-                debug!(group = %self.group_id, old = self.metadata_hash, new = new_hash, "group metadata hash changed");
-                self.metadata_hash = new_hash;
-                self.dirty.group = true;
-                bump = true;
+            match cfg.metadata_layout {
+                MetadataLayout::TopicHash => {
+                    let topic_hashes: Vec<(String, u64)> = topics
+                        .iter()
+                        .map(|t| (t.clone(), hashes.get(t, source)))
+                        .collect();
+                    let refs: Vec<(&str, u64)> =
+                        topic_hashes.iter().map(|(n, h)| (n.as_str(), *h)).collect();
+                    let new_hash = topic_hash::group_hash(&refs);
+                    if new_hash != self.metadata_hash {
+                        debug!(group = %self.group_id, old = self.metadata_hash, new = new_hash, "group metadata hash changed");
+                        self.metadata_hash = new_hash;
+                        self.dirty.group = true;
+                        bump = true;
+                    }
+                }
+                MetadataLayout::PartitionRacks => {
+                    let meta: BTreeMap<String, TopicInfo> = topics
+                        .iter()
+                        .filter_map(|t| source.info(t).map(|i| (t.clone(), i)))
+                        .collect();
+                    if self.subscription_metadata.as_ref() != Some(&meta) {
+                        self.subscription_metadata = Some(meta);
+                        self.dirty.group = true;
+                        bump = true;
+                    }
+                }
             }
             self.metadata_refresh = false;
         }

@@ -199,6 +199,7 @@ impl GroupCoordinator {
                 heartbeat_interval_ms: config.group_consumer_heartbeat_interval_ms,
                 max_size: config.group_max_size,
                 default_assignor: "uniform",
+                metadata_layout: consumer::MetadataLayout::TopicHash,
             },
             offsets_partitions: config.offsets_topic_partitions,
             classic: ClassicConfig {
@@ -686,12 +687,20 @@ impl GroupCoordinator {
 
     /// OffsetFetch v9+ naming a member: Kafka's `validateOffsetFetch` for
     /// consumer groups (the member must exist with this epoch).
-    pub fn validate_offset_fetch(&self, group_id: &str, member_id: &str, member_epoch: i32) -> Result<(), ErrorCode> {
+    pub fn validate_offset_fetch(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        member_epoch: i32,
+    ) -> Result<(), ErrorCode> {
         let groups = self.groups();
         let Some(cg) = groups.get(group_id).and_then(|g| g.consumer.as_ref()) else {
             return Ok(());
         };
-        let m = cg.members.get(member_id).ok_or(ErrorCode::UnknownMemberId)?;
+        let m = cg
+            .members
+            .get(member_id)
+            .ok_or(ErrorCode::UnknownMemberId)?;
         if m.member_epoch != member_epoch {
             return Err(ErrorCode::StaleMemberEpoch);
         }

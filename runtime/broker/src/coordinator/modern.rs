@@ -179,7 +179,10 @@ impl GroupCoordinator {
     /// Drops cached topic hashes no consumer group subscribes to any more.
     pub(super) fn prune_topic_hashes(&self) {
         let groups = self.groups();
-        prune_hash_cache(&groups, &mut self.hashes.lock().unwrap_or_else(|p| p.into_inner()));
+        prune_hash_cache(
+            &groups,
+            &mut self.hashes.lock().unwrap_or_else(|p| p.into_inner()),
+        );
     }
 
     /// Number of topics in the KIP-1101 hash cache (for tests).
@@ -190,7 +193,10 @@ impl GroupCoordinator {
 
 /// Keeps only cache entries some consumer group member subscribes to, by
 /// name or by regex (KIP-1101: the cache holds subscribed topics only).
-fn prune_hash_cache(groups: &std::collections::HashMap<String, Group>, hashes: &mut super::TopicHashCache) {
+fn prune_hash_cache(
+    groups: &std::collections::HashMap<String, Group>,
+    hashes: &mut super::TopicHashCache,
+) {
     if hashes.is_empty() {
         return;
     }
@@ -199,7 +205,11 @@ fn prune_hash_cache(groups: &std::collections::HashMap<String, Group>, hashes: &
     for cg in groups.values().filter_map(|g| g.consumer.as_ref()) {
         for m in cg.members.values() {
             names.extend(m.subscribed_topic_names.iter().cloned());
-            if let Some(re) = m.subscribed_topic_regex.as_ref().and_then(|r| regex::Regex::new(&format!("^(?:{r})$")).ok()) {
+            if let Some(re) = m
+                .subscribed_topic_regex
+                .as_ref()
+                .and_then(|r| regex::Regex::new(&format!("^(?:{r})$")).ok())
+            {
                 regexes.push(re);
             }
         }
