@@ -434,6 +434,14 @@ impl GroupCoordinator {
         let g = groups
             .entry(group_id.to_string())
             .or_insert_with(|| Group::new(group_id));
+        if g.is_active_consumer_group() {
+            // Kafka can host classic members in a consumer group; Rill keeps
+            // the protocols apart and says so.
+            return Pending::Now(JoinOutcome::error(
+                &req.member_id,
+                ErrorCode::InconsistentGroupProtocol,
+            ));
+        }
         let mut persist = |s: &GroupSnapshot| self.persist_snapshot(broker, group_id, s);
         let out = g
             .classic
