@@ -118,7 +118,7 @@ fn join(i: usize, names: &[String]) -> Heartbeat {
 }
 
 fn beat(g: &ConsumerGroup, id: &str) -> Heartbeat {
-    let m = &g.members[id];
+    let m = g.member(id).expect("member");
     Heartbeat {
         member_id: id.to_string(),
         member_epoch: m.member_epoch,
@@ -156,8 +156,7 @@ fn build(layout: MetadataLayout, source: &Topics) -> (ConsumerGroup, isize) {
         if g.state_name() == "Stable" {
             break;
         }
-        let ids: Vec<String> = g.members.keys().cloned().collect();
-        for id in ids {
+        for id in g.member_ids() {
             g.heartbeat(beat(&g, &id), &cfg, source, &mut hashes, now)
                 .expect("heartbeat");
             g.dirty = Default::default();
@@ -165,8 +164,8 @@ fn build(layout: MetadataLayout, source: &Topics) -> (ConsumerGroup, isize) {
     }
     assert_eq!(g.state_name(), "Stable");
     let owned: usize = g
-        .members
-        .values()
+        .members()
+        .iter()
         .map(|m| m.assigned.values().map(|s| s.len()).sum::<usize>())
         .sum();
     assert_eq!(
@@ -209,7 +208,7 @@ fn main() {
     let cfg = ConsumerConfig::default();
     let mut g = hash_group;
     let mut hashes = TopicHashCache::default();
-    let ids: Vec<String> = g.members.keys().cloned().collect();
+    let ids = g.member_ids();
     let beats: Vec<Heartbeat> = ids.iter().map(|id| beat(&g, id)).collect();
     let epoch = g.group_epoch;
     let rounds = 200;

@@ -29,6 +29,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+pub use members::new_member_id;
+use members::MemberTable;
+
 use rill_protocol::ErrorCode;
 use serde::{Deserialize, Serialize};
 use tokio::time::{Duration, Instant};
@@ -109,13 +112,6 @@ impl ConsumerMember {
 
     fn is_reconciled_to(&self, epoch: i32) -> bool {
         self.state == MemberState::Stable && self.member_epoch == epoch
-    }
-
-    fn owned(&self) -> impl Iterator<Item = (Uuid, i32)> + '_ {
-        self.assigned
-            .iter()
-            .chain(self.pending_revocation.iter())
-            .flat_map(|(t, ps)| ps.iter().map(move |p| (*t, *p)))
     }
 }
 
@@ -203,19 +199,15 @@ pub struct ConsumerGroup {
     pub group_id: String,
     pub group_epoch: i32,
     pub assignment_epoch: i32,
-    pub members: BTreeMap<String, ConsumerMember>,
-    pub static_members: HashMap<String, String>,
-    pub target: HashMap<String, Partitions>,
-    /// Owner epoch of every owned partition (assigned or pending revocation).
-    partition_epochs: HashMap<(Uuid, i32), i32>,
+    /// Members with their targets, the static-member map and partition
+    /// ownership, stored compactly (see `members.rs`).
+    members: MemberTable,
     /// KIP-1101: hash of the subscribed topics' metadata.
     pub metadata_hash: u64,
     /// The pre-KIP-1101 layout (only with `MetadataLayout::PartitionRacks`).
     pub subscription_metadata: Option<BTreeMap<String, TopicInfo>>,
     /// Set when a subscribed topic's metadata changed (the next heartbeat recomputes the hash).
     pub metadata_refresh: bool,
-    session_deadlines: HashMap<String, Instant>,
-    rebalance_deadlines: HashMap<String, (Instant, i32)>,
     pub dirty: Dirty,
 }
 
@@ -231,17 +223,91 @@ impl ConsumerGroup {
             group_id: group_id.to_string(),
             group_epoch: 0,
             assignment_epoch: 0,
-            members: BTreeMap::new(),
-            static_members: HashMap::new(),
-            target: HashMap::new(),
-            partition_epochs: HashMap::new(),
+            members: MemberTable::default(),
             metadata_hash: 0,
             subscription_metadata: None,
             metadata_refresh: false,
-            session_deadlines: HashMap::new(),
-            rebalance_deadlines: HashMap::new(),
             dirty: Dirty::default(),
         }
+    }
+
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// A member as the coordinator holds it.
+    pub fn member(&self, member_id: &str) -> Option<ConsumerMember> {
+        self.members.get(member_id)
+    }
+
+    /// Every member id, sorted.
+    pub fn member_ids(&self) -> Vec<String> {
+        self.members.sorted_ids()
+    }
+
+    /// Every member in member-id order.
+    pub fn members(&self) -> Vec<ConsumerMember> {
+        self.member_ids()
+            .iter()
+            .filter_map(|id| self.members.get(id))
+            .collect()
+    }
+
+    /// The member id the static-member map holds for an instance id.
+    pub fn static_member_id(&self, instance_id: &str) -> Option<&str> {
+        self.members.static_member(instance_id)
+    }
+
+    /// A member's target assignment (empty for unknown members).
+    pub fn target_of(&self, member_id: &str) -> Partitions {
+        self.members.target(member_id)
+    }
+
+    /// Whether any member subscribes to one of these topics (a regex
+    /// subscription counts: it may match them).
+    pub fn subscribes_to_any(&self, names: &[String]) -> bool {
+        self.members.metas().any(|m| {
+            m.subscribed_topic_regex.is_some()
+                || m.subscribed_topic_names
+                    .iter()
+                    .any(|t| names.iter().any(|n| **t == **n))
+        })
+    }
+
+    /// Subscribed topic names and regexes of all members.
+    pub fn subscription_patterns(&self) -> (BTreeSet<String>, BTreeSet<String>) {
+        let mut names = BTreeSet::new();
+        let mut regexes = BTreeSet::new();
+        for m in self.members.metas() {
+            names.extend(m.subscribed_topic_names.iter().map(|t| t.to_string()));
+            regexes.extend(m.subscribed_topic_regex.as_deref().map(str::to_string));
+        }
+        (names, regexes)
+    }
+
+    /// Server assignors requested by members, with their number of votes.
+    pub fn assignor_votes(&self) -> BTreeMap<&str, usize> {
+        let mut votes: BTreeMap<&str, usize> = BTreeMap::new();
+        for m in self.members.metas() {
+            if let Some(a) = m.server_assignor.as_deref() {
+                *votes.entry(a).or_default() += 1;
+            }
+        }
+        votes
+    }
+
+    /// The assignor the group uses: the most requested one (Kafka's
+    /// `computePreferredServerAssignor`), else the default.
+    pub fn preferred_assignor<'a>(&'a self, default: &'a str) -> &'a str {
+        self.assignor_votes()
+            .into_iter()
+            .max_by_key(|(_, c)| *c)
+            .map(|(a, _)| a)
+            .unwrap_or(default)
     }
 
     /// Kafka's consumer group states.
@@ -250,11 +316,7 @@ impl ConsumerGroup {
             "Empty"
         } else if self.group_epoch > self.assignment_epoch {
             "Assigning"
-        } else if self
-            .members
-            .values()
-            .any(|m| !m.is_reconciled_to(self.assignment_epoch))
-        {
+        } else if !self.members.all_reconciled_to(self.assignment_epoch) {
             "Reconciling"
         } else {
             "Stable"
@@ -265,8 +327,8 @@ impl ConsumerGroup {
     pub fn subscribed_topics(&self, source: &dyn TopicSource) -> BTreeSet<String> {
         let mut out = BTreeSet::new();
         let mut all_names: Option<Vec<String>> = None;
-        for m in self.members.values() {
-            out.extend(m.subscribed_topic_names.iter().cloned());
+        for m in self.members.metas() {
+            out.extend(m.subscribed_topic_names.iter().map(|t| t.to_string()));
             if let Some(re) = &m.subscribed_topic_regex {
                 if let Ok(re) = regex::Regex::new(&format!("^(?:{re})$")) {
                     let names = all_names.get_or_insert_with(|| source.topic_names());
@@ -290,51 +352,26 @@ impl ConsumerGroup {
     }
 
     fn current_partition_epoch(&self, topic: Uuid, partition: i32) -> i32 {
-        self.partition_epochs
-            .get(&(topic, partition))
-            .copied()
-            .unwrap_or(-1)
-    }
-
-    /// Updates ownership when a member's assignment changes.
-    fn update_partition_epochs(
-        &mut self,
-        old: Option<&ConsumerMember>,
-        new: Option<&ConsumerMember>,
-    ) {
-        if let Some(o) = old {
-            for tp in o.owned() {
-                self.partition_epochs.remove(&tp);
-            }
-        }
-        if let Some(n) = new {
-            for tp in n.owned() {
-                self.partition_epochs.insert(tp, n.member_epoch);
-            }
-        }
+        self.members.partition_epoch(&topic, partition)
     }
 
     fn put_member(&mut self, m: ConsumerMember) {
-        let old = self.members.remove(&m.member_id);
-        self.update_partition_epochs(old.as_ref(), Some(&m));
-        if let Some(iid) = &m.instance_id {
-            self.static_members.insert(iid.clone(), m.member_id.clone());
-        }
-        self.dirty.members.insert(m.member_id.clone());
-        self.members.insert(m.member_id.clone(), m);
+        self.members.put(&m);
+        self.dirty.members.insert(m.member_id);
+    }
+
+    /// A member that must exist (looked up by an id just found in the group).
+    fn existing(&self, member_id: &str) -> Result<ConsumerMember, Failure> {
+        self.members.get(member_id).ok_or_else(|| {
+            (
+                ErrorCode::UnknownMemberId,
+                format!("member {member_id} is not in group {}", self.group_id),
+            )
+        })
     }
 
     fn remove_member(&mut self, member_id: &str) -> Option<ConsumerMember> {
         let m = self.members.remove(member_id)?;
-        self.update_partition_epochs(Some(&m), None);
-        if let Some(iid) = &m.instance_id {
-            if self.static_members.get(iid).map(String::as_str) == Some(member_id) {
-                self.static_members.remove(iid);
-            }
-        }
-        self.target.remove(member_id);
-        self.session_deadlines.remove(member_id);
-        self.rebalance_deadlines.remove(member_id);
         self.dirty.members.remove(member_id);
         self.dirty.removed.insert(member_id.to_string());
         Some(m)
@@ -390,18 +427,19 @@ impl ConsumerGroup {
         {
             return self.leave(&hb);
         }
+        self.members.observe(now);
         let joining = hb.member_epoch == 0;
         let member_id = if hb.member_id.is_empty() {
-            Uuid::new_v4().to_string()
+            new_member_id()
         } else {
             hb.member_id.clone()
         };
-        let is_new_member = !self.members.contains_key(&member_id);
+        let is_new_member = !self.members.contains(&member_id);
         if is_new_member
-            && !hb
+            && hb
                 .instance_id
                 .as_ref()
-                .is_some_and(|i| self.static_members.contains_key(i))
+                .is_none_or(|i| self.members.static_member(i).is_none())
             && self.members.len() >= cfg.max_size
         {
             return fail(
@@ -417,8 +455,8 @@ impl ConsumerGroup {
         let member: ConsumerMember = match &hb.instance_id {
             None => match self.members.get(&member_id) {
                 Some(m) => {
-                    Self::check_epoch(m, hb.member_epoch, &hb.owned)?;
-                    m.clone()
+                    Self::check_epoch(&m, hb.member_epoch, &hb.owned)?;
+                    m
                 }
                 None if joining => ConsumerMember::new(&member_id),
                 None => {
@@ -428,7 +466,7 @@ impl ConsumerGroup {
                     )
                 }
             },
-            Some(iid) => match self.static_members.get(iid).cloned() {
+            Some(iid) => match self.members.static_member(iid).map(str::to_string) {
                 None if joining => ConsumerMember::new(&member_id),
                 None => {
                     return fail(
@@ -437,7 +475,7 @@ impl ConsumerGroup {
                     )
                 }
                 Some(existing_id) if joining => {
-                    let existing = self.members[&existing_id].clone();
+                    let existing = self.existing(&existing_id)?;
                     if existing_id == member_id {
                         Self::check_epoch(&existing, hb.member_epoch, &hb.owned)?;
                         existing
@@ -450,14 +488,14 @@ impl ConsumerGroup {
                         }
                         // Take over: same assignment and target, new member id.
                         info!(group = %self.group_id, instance_id = %iid, old = %existing_id, new = %member_id, "static member rejoined");
-                        let target = self.target.get(&existing_id).cloned().unwrap_or_default();
+                        let target = self.members.target(&existing_id);
                         self.remove_member(&existing_id);
                         let mut m = existing;
                         m.member_id = member_id.clone();
                         m.member_epoch = 0;
                         m.previous_member_epoch = 0;
                         self.put_member(m.clone());
-                        self.target.insert(member_id.clone(), target);
+                        self.members.set_target(&member_id, &target);
                         takeover = true;
                         m
                     }
@@ -469,9 +507,9 @@ impl ConsumerGroup {
                             format!("static member {member_id} with instance id {iid} was fenced by member {existing_id}"),
                         );
                     }
-                    let m = &self.members[&existing_id];
-                    Self::check_epoch(m, hb.member_epoch, &hb.owned)?;
-                    m.clone()
+                    let m = self.existing(&existing_id)?;
+                    Self::check_epoch(&m, hb.member_epoch, &hb.owned)?;
+                    m
                 }
             },
         };
@@ -503,7 +541,7 @@ impl ConsumerGroup {
         let subscription_changed = (is_new_member && !takeover)
             || updated.subscribed_topic_names != member.subscribed_topic_names
             || updated.subscribed_topic_regex != member.subscribed_topic_regex;
-        if updated != member {
+        if updated != member || is_new_member {
             self.put_member(updated.clone());
         }
 
@@ -553,21 +591,19 @@ impl ConsumerGroup {
         }
 
         // Reconcile this member toward its target.
-        let target = self.target.get(&member_id).cloned().unwrap_or_default();
-        let current = self.members[&member_id].clone();
+        let target = self.members.target(&member_id);
+        let current = self.existing(&member_id)?;
         let next = self.reconcile(&current, &target, &hb.owned)?;
         if next != current {
-            if next.state == MemberState::UnrevokedPartitions {
-                let deadline = now + Duration::from_millis(next.rebalance_timeout_ms.max(0) as u64);
-                self.rebalance_deadlines
-                    .insert(member_id.clone(), (deadline, next.member_epoch));
-            } else {
-                self.rebalance_deadlines.remove(&member_id);
-            }
             self.put_member(next.clone());
+            let deadline = (next.state == MemberState::UnrevokedPartitions).then(|| {
+                let timeout = Duration::from_millis(next.rebalance_timeout_ms.max(0) as u64);
+                (now + timeout, next.member_epoch)
+            });
+            self.members.set_rebalance_deadline(&member_id, deadline);
         }
-        self.session_deadlines
-            .insert(member_id.clone(), now + cfg.session_timeout);
+        self.members
+            .set_session_deadline(&member_id, now + cfg.session_timeout);
 
         let full = joining
             || (hb.rebalance_timeout_ms != -1
@@ -690,20 +726,16 @@ impl ConsumerGroup {
     /// Runs the preferred assignor over every member (Kafka's
     /// `TargetAssignmentBuilder`), making the group epoch the assignment epoch.
     fn compute_target_assignment(&mut self, cfg: &ConsumerConfig, source: &dyn TopicSource) {
-        let all_names = if self
-            .members
-            .values()
-            .any(|m| m.subscribed_topic_regex.is_some())
-        {
+        let views = self.members();
+        let all_names = if views.iter().any(|m| m.subscribed_topic_regex.is_some()) {
             source.topic_names()
         } else {
             Vec::new()
         };
         // Topics every member subscribes to, that exist.
         let mut names: BTreeSet<String> = BTreeSet::new();
-        let member_topics: Vec<BTreeSet<String>> = self
-            .members
-            .values()
+        let member_topics: Vec<BTreeSet<String>> = views
+            .iter()
             .map(|m| Self::member_topics(m, &all_names))
             .collect();
         for t in &member_topics {
@@ -723,9 +755,8 @@ impl ConsumerGroup {
                 partition_racks: t.partition_racks.clone(),
             })
             .collect();
-        let members: Vec<MemberSpec> = self
-            .members
-            .values()
+        let members: Vec<MemberSpec> = views
+            .iter()
             .zip(&member_topics)
             .map(|(m, topics)| MemberSpec {
                 member_id: m.member_id.clone(),
@@ -736,52 +767,35 @@ impl ConsumerGroup {
                     .filter_map(|n| by_name.get(n.as_str()).copied())
                     .collect(),
                 previous: self
-                    .target
-                    .get(&m.member_id)
-                    .map(|p| {
-                        p.iter()
-                            .filter_map(|(t, ps)| {
-                                index.get(t).map(|i| ps.iter().map(move |x| (*i, *x)))
-                            })
-                            .flatten()
-                            .collect()
-                    })
-                    .unwrap_or_default(),
+                    .members
+                    .target(&m.member_id)
+                    .iter()
+                    .filter_map(|(t, ps)| index.get(t).map(|i| ps.iter().map(move |x| (*i, *x))))
+                    .flatten()
+                    .collect(),
             })
             .collect();
-        // The most popular requested assignor wins (Kafka's computePreferredServerAssignor).
-        let mut votes: BTreeMap<&str, usize> = BTreeMap::new();
-        for m in self.members.values() {
-            if let Some(a) = m.server_assignor.as_deref() {
-                *votes.entry(a).or_default() += 1;
-            }
-        }
-        let assignor_name = votes
-            .iter()
-            .max_by_key(|(_, c)| **c)
-            .map(|(a, _)| *a)
-            .unwrap_or(cfg.default_assignor);
-        let result = assignor::assign(assignor_name, &specs, &members);
-        let ids: Vec<String> = self.members.keys().cloned().collect();
-        for (id, parts) in ids.into_iter().zip(result) {
+        let assignor_name = self.preferred_assignor(cfg.default_assignor).to_string();
+        let result = assignor::assign(&assignor_name, &specs, &members);
+        for (m, parts) in views.iter().zip(result) {
             let mut p = Partitions::new();
             for (t, part) in parts {
                 p.entry(infos[t].id).or_default().insert(part);
             }
-            if self.target.get(&id) != Some(&p) {
-                self.dirty.members.insert(id.clone());
+            if self.members.set_target(&m.member_id, &p) {
+                self.dirty.members.insert(m.member_id.clone());
             }
-            self.target.insert(id, p);
         }
+        self.members.compact_topics();
         self.assignment_epoch = self.group_epoch;
         self.dirty.group = true;
-        info!(group = %self.group_id, epoch = self.assignment_epoch, assignor = assignor_name, members = self.members.len(), "computed target assignment");
+        info!(group = %self.group_id, epoch = self.assignment_epoch, assignor = %assignor_name, members = self.members.len(), "computed target assignment");
     }
 
     fn leave(&mut self, hb: &Heartbeat) -> Result<HeartbeatAnswer, Failure> {
         let member_id = match &hb.instance_id {
             None => {
-                if !self.members.contains_key(&hb.member_id) {
+                if !self.members.contains(&hb.member_id) {
                     return fail(
                         ErrorCode::UnknownMemberId,
                         format!("member {} is not in group {}", hb.member_id, self.group_id),
@@ -790,7 +804,7 @@ impl ConsumerGroup {
                 hb.member_id.clone()
             }
             Some(iid) => {
-                let existing = self.static_members.get(iid).cloned().ok_or((
+                let existing = self.members.static_member(iid).map(str::to_string).ok_or((
                     ErrorCode::UnknownMemberId,
                     format!("instance id {iid} is unknown"),
                 ))?;
@@ -799,12 +813,12 @@ impl ConsumerGroup {
                 }
                 if hb.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH {
                     // Temporary leave: keep the member and its assignment until its session expires.
-                    let mut m = self.members[&existing].clone();
+                    let mut m = self.existing(&existing)?;
                     m.member_epoch = LEAVE_GROUP_STATIC_MEMBER_EPOCH;
                     m.pending_revocation = Partitions::new();
                     info!(group = %self.group_id, member = %existing, instance_id = %iid, "static member left temporarily");
-                    self.rebalance_deadlines.remove(&existing);
                     self.put_member(m);
+                    self.members.set_rebalance_deadline(&existing, None);
                     return Ok(HeartbeatAnswer {
                         member_id: existing,
                         member_epoch: LEAVE_GROUP_STATIC_MEMBER_EPOCH,
@@ -835,27 +849,10 @@ impl ConsumerGroup {
 
     /// Session and rebalance timeouts.
     pub fn tick(&mut self, now: Instant) {
-        let expired: Vec<String> = self
-            .session_deadlines
-            .iter()
-            .filter(|(_, d)| **d <= now)
-            .map(|(m, _)| m.clone())
-            .collect();
-        for m in expired {
+        for m in self.members.expired_sessions(now) {
             self.fence(&m, "its session expired");
         }
-        let late: Vec<String> = self
-            .rebalance_deadlines
-            .iter()
-            .filter(|(m, (d, epoch))| {
-                *d <= now
-                    && self.members.get(*m).is_some_and(|x| {
-                        x.state == MemberState::UnrevokedPartitions && x.member_epoch == *epoch
-                    })
-            })
-            .map(|(m, _)| m.clone())
-            .collect();
-        for m in late {
+        for m in self.members.late_revocations(now) {
             self.fence(
                 &m,
                 "it did not revoke its partitions within the rebalance timeout",
@@ -872,11 +869,11 @@ impl ConsumerGroup {
         if member_epoch < 0 && self.members.is_empty() {
             return Ok(());
         }
-        let m = self
+        let epoch = self
             .members
-            .get(member_id)
+            .member_epoch(member_id)
             .ok_or(ErrorCode::UnknownMemberId)?;
-        if member_epoch != m.member_epoch {
+        if member_epoch != epoch {
             return Err(ErrorCode::StaleMemberEpoch);
         }
         Ok(())
@@ -892,8 +889,8 @@ impl ConsumerGroup {
 
     pub fn member_record(&self, member_id: &str) -> Option<MemberRecord> {
         self.members.get(member_id).map(|m| MemberRecord {
-            member: m.clone(),
-            target: self.target.get(member_id).cloned().unwrap_or_default(),
+            member: m,
+            target: self.members.target(member_id),
         })
     }
 
@@ -909,17 +906,19 @@ impl ConsumerGroup {
         g.group_epoch = group.group_epoch;
         g.assignment_epoch = group.assignment_epoch;
         g.metadata_hash = group.metadata_hash;
+        g.members.observe(now);
         for r in members {
             let id = r.member.member_id.clone();
-            g.target.insert(id.clone(), r.target);
-            g.session_deadlines
-                .insert(id.clone(), now + cfg.session_timeout);
             g.put_member(r.member);
+            g.members.set_target(&id, &r.target);
+            g.members
+                .set_session_deadline(&id, now + cfg.session_timeout);
         }
         g.dirty = Dirty::default();
         g
     }
 }
 
+mod members;
 #[cfg(test)]
 mod tests;

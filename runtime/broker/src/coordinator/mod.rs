@@ -65,9 +65,7 @@ impl Group {
 
     /// A consumer-protocol group with members.
     fn is_active_consumer_group(&self) -> bool {
-        self.consumer
-            .as_ref()
-            .is_some_and(|c| !c.members.is_empty())
+        self.consumer.as_ref().is_some_and(|c| !c.is_empty())
     }
 }
 
@@ -327,8 +325,8 @@ impl GroupCoordinator {
             ));
         }
         for g in groups.values() {
-            if let Some(c) = g.consumer.as_ref().filter(|c| !c.members.is_empty()) {
-                info!(group = %g.id, epoch = c.group_epoch, members = c.members.len(), "restored consumer group");
+            if let Some(c) = g.consumer.as_ref().filter(|c| !c.is_empty()) {
+                info!(group = %g.id, epoch = c.group_epoch, members = c.len(), "restored consumer group");
             }
             if !g.classic.members.is_empty() {
                 info!(group = %g.id, generation = g.classic.generation_id, members = g.classic.members.len(),
@@ -705,10 +703,7 @@ impl GroupCoordinator {
         let Some(cg) = groups.get(group_id).and_then(|g| g.consumer.as_ref()) else {
             return Ok(());
         };
-        let m = cg
-            .members
-            .get(member_id)
-            .ok_or(ErrorCode::UnknownMemberId)?;
+        let m = cg.member(member_id).ok_or(ErrorCode::UnknownMemberId)?;
         if m.member_epoch != member_epoch {
             return Err(ErrorCode::StaleMemberEpoch);
         }

@@ -117,29 +117,19 @@ impl GroupCoordinator {
     pub fn consumer_group_describe(&self, group_id: &str) -> Option<ConsumerGroupDescription> {
         let groups = self.groups();
         let cg = groups.get(group_id)?.consumer.as_ref()?;
-        let mut votes: std::collections::BTreeMap<&str, usize> = Default::default();
-        for m in cg.members.values() {
-            if let Some(a) = m.server_assignor.as_deref() {
-                *votes.entry(a).or_default() += 1;
-            }
-        }
         Some(ConsumerGroupDescription {
             state: cg.state_name(),
             group_epoch: cg.group_epoch,
             assignment_epoch: cg.assignment_epoch,
-            assignor: votes
-                .iter()
-                .max_by_key(|(_, c)| **c)
-                .map(|(a, _)| a.to_string())
-                .unwrap_or_else(|| self.consumer_cfg.default_assignor.to_string()),
+            assignor: cg
+                .preferred_assignor(self.consumer_cfg.default_assignor)
+                .to_string(),
             members: cg
-                .members
-                .values()
+                .members()
+                .into_iter()
                 .map(|m| {
-                    (
-                        m.clone(),
-                        cg.target.get(&m.member_id).cloned().unwrap_or_default(),
-                    )
+                    let target = cg.target_of(&m.member_id);
+                    (m, target)
                 })
                 .collect(),
         })
@@ -162,11 +152,7 @@ impl GroupCoordinator {
             let Some(cg) = g.consumer.as_mut() else {
                 continue;
             };
-            let subscribes = cg.members.values().any(|m| {
-                m.subscribed_topic_regex.is_some()
-                    || m.subscribed_topic_names.iter().any(|t| names.contains(t))
-            });
-            if subscribes {
+            if cg.subscribes_to_any(names) {
                 cg.metadata_refresh = true;
                 flagged += 1;
             }
@@ -203,16 +189,13 @@ fn prune_hash_cache(
     let mut names = std::collections::HashSet::new();
     let mut regexes = Vec::new();
     for cg in groups.values().filter_map(|g| g.consumer.as_ref()) {
-        for m in cg.members.values() {
-            names.extend(m.subscribed_topic_names.iter().cloned());
-            if let Some(re) = m
-                .subscribed_topic_regex
-                .as_ref()
-                .and_then(|r| regex::Regex::new(&format!("^(?:{r})$")).ok())
-            {
-                regexes.push(re);
-            }
-        }
+        let (subscribed, patterns) = cg.subscription_patterns();
+        names.extend(subscribed);
+        regexes.extend(
+            patterns
+                .iter()
+                .filter_map(|r| regex::Regex::new(&format!("^(?:{r})$")).ok()),
+        );
     }
     hashes.retain(|t| names.contains(t) || regexes.iter().any(|r| r.is_match(t)));
 }

@@ -113,8 +113,8 @@ impl Fixture {
             }
             let members: Vec<(String, Option<String>, i32, Partitions)> = self
                 .g
-                .members
-                .values()
+                .members()
+                .into_iter()
                 .map(|m| {
                     (
                         m.member_id.clone(),
@@ -134,7 +134,9 @@ impl Fixture {
     }
 
     fn count(&self, id: &str) -> usize {
-        self.g.members[id]
+        self.g
+            .member(id)
+            .unwrap()
             .assigned
             .values()
             .map(BTreeSet::len)
@@ -157,18 +159,24 @@ fn members_join_and_partitions_move_only_after_revocation() {
             .is_none_or(|a| a.values().all(BTreeSet::is_empty)),
         "{b:?}"
     );
-    assert_eq!(f.g.members["B"].state, MemberState::UnreleasedPartitions);
+    assert_eq!(
+        f.g.member("B").unwrap().state,
+        MemberState::UnreleasedPartitions
+    );
     // A heartbeats, still owning all 6: it is asked to revoke 3.
-    let owned = f.g.members["A"].assigned.clone();
+    let owned = f.g.member("A").unwrap().assigned.clone();
     let r = f.beat("A", None, 1, &owned).unwrap();
-    assert_eq!(f.g.members["A"].state, MemberState::UnrevokedPartitions);
+    assert_eq!(
+        f.g.member("A").unwrap().state,
+        MemberState::UnrevokedPartitions
+    );
     assert_eq!(
         r.assignment.unwrap()[&f.topics.id("t")].len(),
         3,
         "A keeps 3"
     );
     // A reports it released them; it moves to epoch 2.
-    let kept = f.g.members["A"].assigned.clone();
+    let kept = f.g.member("A").unwrap().assigned.clone();
     let r = f.beat("A", None, 1, &kept).unwrap();
     assert_eq!(r.member_epoch, 2);
     // Now B gets the released partitions.
@@ -176,8 +184,8 @@ fn members_join_and_partitions_move_only_after_revocation() {
     assert_eq!(r.assignment.unwrap()[&f.topics.id("t")].len(), 3);
     assert_eq!(f.g.state_name(), "Stable");
     let all: BTreeSet<i32> =
-        f.g.members
-            .values()
+        f.g.members()
+            .iter()
             .flat_map(|m| m.assigned.values().flatten().copied())
             .collect();
     assert_eq!(all.len(), 6, "every partition owned once");
@@ -190,7 +198,7 @@ fn static_member_leaves_temporarily_and_rejoins_without_an_epoch_bump() {
     f.join("b1", Some("B"), &["t"]);
     f.settle();
     let epoch = f.g.group_epoch;
-    let a_parts = f.g.members["a1"].assigned.clone();
+    let a_parts = f.g.member("a1").unwrap().assigned.clone();
     // A shuts down with epoch -2 (KIP-848 static leave).
     let r = f
         .hb(Heartbeat {
@@ -216,8 +224,8 @@ fn static_member_leaves_temporarily_and_rejoins_without_an_epoch_bump() {
         a_parts,
         "the old assignment is taken over"
     );
-    assert!(!f.g.members.contains_key("a1"));
-    assert_eq!(f.g.static_members["A"], "a2");
+    assert!(f.g.member("a1").is_none());
+    assert_eq!(f.g.static_member_id("A").unwrap(), "a2");
     assert_eq!(f.g.state_name(), "Stable");
     // The old incarnation is fenced.
     let e = f
@@ -250,7 +258,7 @@ fn epochs_are_fenced_except_a_lost_response() {
     f.join("A", None, &["t"]);
     f.join("B", None, &["t"]);
     f.settle();
-    let m = f.g.members["A"].clone();
+    let m = f.g.member("A").unwrap().clone();
     assert_eq!(
         f.beat("A", None, m.member_epoch + 5, &m.assigned)
             .unwrap_err()
@@ -276,7 +284,7 @@ fn sessions_expire_and_leaving_rebalances() {
     f.settle();
     let epoch = f.g.group_epoch;
     f.g.tick(f.now + Duration::from_secs(46));
-    assert!(f.g.members.is_empty(), "both sessions (45 s) expired");
+    assert!(f.g.is_empty(), "both sessions (45 s) expired");
     assert!(f.g.group_epoch > epoch);
     let mut f = Fixture::new(&[("t", 4)]);
     f.join("A", None, &["t"]);
@@ -307,12 +315,12 @@ fn a_static_member_that_left_temporarily_is_removed_when_its_session_expires() {
         ..Default::default()
     })
     .unwrap();
-    let b = f.g.members["B"].clone();
+    let b = f.g.member("B").unwrap().clone();
     f.now += Duration::from_secs(30);
     f.beat("B", None, b.member_epoch, &b.assigned).unwrap();
     f.g.tick(f.now + Duration::from_secs(16));
-    assert!(!f.g.static_members.contains_key("A"));
-    assert!(f.g.members.contains_key("B"));
+    assert!(f.g.static_member_id("A").is_none());
+    assert!(f.g.member("B").is_some());
 }
 
 #[test]
@@ -331,7 +339,7 @@ fn kip_1101_metadata_changes_bump_the_epoch_once_and_only_for_subscribers() {
         .extend([vec!["a".to_string()], vec!["b".to_string()]]);
     f.hashes.evict(&["t".to_string()]);
     f.g.metadata_refresh = true;
-    let m = f.g.members["A"].clone();
+    let m = f.g.member("A").unwrap().clone();
     let r = f.beat("A", None, m.member_epoch, &m.assigned).unwrap();
     assert_eq!(f.g.group_epoch, epoch + 1, "one bump");
     assert_eq!(
@@ -339,14 +347,14 @@ fn kip_1101_metadata_changes_bump_the_epoch_once_and_only_for_subscribers() {
         6,
         "the new partitions are assigned"
     );
-    let m = f.g.members["A"].clone();
+    let m = f.g.member("A").unwrap().clone();
     f.beat("A", None, m.member_epoch, &m.assigned).unwrap();
     assert_eq!(f.g.group_epoch, epoch + 1, "no further bump");
     // A rack change on t bumps again.
     f.topics.0.get_mut("t").unwrap().partition_racks[0] = vec!["z".to_string()];
     f.hashes.evict(&["t".to_string()]);
     f.g.metadata_refresh = true;
-    let m = f.g.members["A"].clone();
+    let m = f.g.member("A").unwrap().clone();
     f.beat("A", None, m.member_epoch, &m.assigned).unwrap();
     assert_eq!(f.g.group_epoch, epoch + 2);
     // A change to a topic nobody subscribes to: nothing evicted, no refresh.
@@ -379,8 +387,8 @@ fn records_restore_the_group() {
     f.join("B", None, &["t"]);
     f.settle();
     let recs: Vec<MemberRecord> =
-        f.g.members
-            .keys()
+        f.g.member_ids()
+            .iter()
             .map(|m| f.g.member_record(m).unwrap())
             .collect();
     let json = serde_json::to_string(&recs).unwrap();
@@ -388,8 +396,11 @@ fn records_restore_the_group() {
     let g = ConsumerGroup::restore("g", f.g.group_record(), back, f.now, &f.cfg);
     assert_eq!(g.group_epoch, f.g.group_epoch);
     assert_eq!(g.state_name(), "Stable");
-    assert_eq!(g.static_members["A"], "a1");
-    assert_eq!(g.members["B"].assigned, f.g.members["B"].assigned);
+    assert_eq!(g.static_member_id("A").unwrap(), "a1");
+    assert_eq!(
+        g.member("B").unwrap().assigned,
+        f.g.member("B").unwrap().assigned
+    );
 }
 
 #[test]
