@@ -7,12 +7,14 @@
 //!    counted by a counting allocator: the live heap the group retains after
 //!    every member joined and the group is stable, not timed.
 //! 2. Heartbeat throughput of that stable group, in process.
-//! 3. Over the wire, on an embedded broker with a data directory: the time for
-//!    the 500 static members to be back (every member's next heartbeat
-//!    accepted, no epoch bump) after the broker restarts, and steady-state
-//!    heartbeats per second from 8 connections.
+//! 3. Over the wire, Rill's embedded broker and Apache Kafka 4.1 side by side
+//!    (each with a data directory, rounds alternating the order): the time
+//!    for the 500 static members to be back (every member's next heartbeat
+//!    accepted with its epoch unchanged) after the broker restarts, and
+//!    steady-state heartbeats per second from 8 connections.
 //!
-//! Command: `cargo bench -p rill-benches --bench group_state`
+//! Command: `cargo bench -p rill-benches --bench group_state` (`ROUNDS`
+//! overrides the 3 wire rounds; `RILL_ONLY=1` skips Kafka, saying so).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeMap;
@@ -231,135 +233,280 @@ fn main() {
 /// (member id, instance id, member epoch, owned partitions) of a wire client.
 type WireMember = (String, String, i32, Vec<(Uuid, Vec<i32>)>);
 
-/// Over the wire: restart and steady heartbeats on an embedded broker.
-fn wire(_source: &Topics) {
-    use rill_broker::EmbeddedCluster;
-    use rill_tests::backend::{free_port, Embedded};
+/// A broker the wire figures run on, restartable on its data directory.
+enum Peer {
+    Rill {
+        cluster: Option<rill_tests::backend::Embedded>,
+        dir: tempfile::TempDir,
+        addr: String,
+    },
+    Kafka(rill_tests::backend::ApacheKafka),
+}
+
+impl Peer {
+    fn rill() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let addr = format!("127.0.0.1:{}", rill_tests::backend::free_port());
+        let mut p = Peer::Rill {
+            cluster: None,
+            dir,
+            addr,
+        };
+        p.restart();
+        p
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Peer::Rill { .. } => "Rill",
+            Peer::Kafka(_) => "Apache Kafka",
+        }
+    }
+
+    fn addr(&self) -> String {
+        match self {
+            Peer::Rill { addr, .. } => addr.clone(),
+            Peer::Kafka(k) => k.bootstrap.clone(),
+        }
+    }
+
+    /// Stops the broker (cleanly) and starts it on the same data directory.
+    fn restart(&mut self) {
+        match self {
+            Peer::Rill { cluster, dir, addr } => {
+                if let Some(c) = cluster.take() {
+                    c.shutdown();
+                }
+                *cluster = Some(rill_tests::backend::Embedded::start(
+                    rill_broker::EmbeddedCluster::builder()
+                        .data_dir(dir.path())
+                        .listen(addr.parse().unwrap()),
+                ));
+            }
+            Peer::Kafka(k) => k.restart().expect("Kafka restarts"),
+        }
+    }
+}
+
+/// One ConsumerGroupHeartbeat, retrying while the coordinator loads (bounded).
+fn heartbeat_until_accepted(addr: &str, m: &WireMember, topics: Option<&[&str]>) -> i32 {
+    use rill_tests::scenarios::consumer_heartbeat;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let r = consumer_heartbeat(
+            addr,
+            "orders-app",
+            &m.0,
+            m.2,
+            Some(&m.1),
+            topics,
+            Some(m.3.clone()),
+        );
+        if r.error_code == 0 {
+            return r.member_epoch;
+        }
+        assert!(
+            rill_tests::wire::is_retriable(r.error_code) && Instant::now() < deadline,
+            "member {} not accepted: error {}",
+            m.1,
+            r.error_code
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Joins 500 static members over the wire and heartbeats until every
+/// partition is owned; returns the members.
+fn build_wire_group(peer: &Peer) -> Vec<WireMember> {
     use rill_tests::scenarios::{consumer_heartbeat, owned_of, wait_for_coordinator};
     use rill_tests::wire::Client;
-
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let builder = || {
-        EmbeddedCluster::builder()
-            .data_dir(dir.path())
-            .listen(addr.parse().unwrap())
-    };
-    let group = "orders-app";
+    let addr = peer.addr();
     let names: Vec<String> = (0..TOPICS).map(|i| format!("orders-{i}")).collect();
     let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut c = Client::new(&addr).unwrap();
+    for n in &names {
+        let code = c
+            .create_topic(n, PARTITIONS_PER_TOPIC as i32, 1, &[])
+            .unwrap()
+            .0;
+        assert_eq!(code, 0, "create {n} on {}", peer.name());
+    }
+    wait_for_coordinator(&mut c, "orders-app");
     let mut members: Vec<WireMember> = Vec::new();
-    {
-        let cluster = Embedded::start(builder());
-        let mut c = Client::new(&cluster.bootstrap()).unwrap();
-        for n in &names {
-            assert_eq!(
-                c.create_topic(n, PARTITIONS_PER_TOPIC as i32, 1, &[])
-                    .unwrap()
-                    .0,
-                0
-            );
-        }
-        wait_for_coordinator(&mut c, group);
-        for i in 0..MEMBERS {
-            let iid = format!("instance-{i}");
+    for i in 0..MEMBERS {
+        let iid = format!("instance-{i}");
+        let r = consumer_heartbeat(
+            &addr,
+            "orders-app",
+            &member_id(i),
+            0,
+            Some(&iid),
+            Some(&name_refs),
+            Some(vec![]),
+        );
+        assert_eq!(r.error_code, 0, "join on {}", peer.name());
+        members.push((
+            member_id(i),
+            iid,
+            r.member_epoch,
+            owned_of(&r).unwrap_or_default(),
+        ));
+    }
+    // Heartbeat until everyone owns its target (bounded).
+    for _ in 0..30 {
+        let mut changed = false;
+        for m in members.iter_mut() {
             let r = consumer_heartbeat(
                 &addr,
-                group,
-                &member_id(i),
-                0,
-                Some(&iid),
-                Some(&name_refs),
-                Some(vec![]),
+                "orders-app",
+                &m.0,
+                m.2,
+                Some(&m.1),
+                None,
+                Some(m.3.clone()),
             );
-            assert_eq!(r.error_code, 0);
-            members.push((
-                member_id(i),
-                iid,
-                r.member_epoch,
-                owned_of(&r).unwrap_or_default(),
-            ));
-        }
-        // Heartbeat until everyone owns its target (bounded).
-        for _ in 0..10 {
-            let mut changed = false;
-            for m in members.iter_mut() {
-                let r = consumer_heartbeat(
-                    &addr,
-                    group,
-                    &m.0,
-                    m.2,
-                    Some(&m.1),
-                    None,
-                    Some(m.3.clone()),
-                );
-                assert_eq!(r.error_code, 0);
-                changed |= r.member_epoch != m.2 || r.assignment.is_some();
-                m.2 = r.member_epoch;
-                if let Some(o) = owned_of(&r) {
-                    m.3 = o;
-                }
-            }
-            if !changed {
-                break;
+            assert_eq!(r.error_code, 0, "heartbeat on {}", peer.name());
+            changed |= r.member_epoch != m.2 || r.assignment.is_some();
+            m.2 = r.member_epoch;
+            if let Some(o) = owned_of(&r) {
+                m.3 = o;
             }
         }
-        let owned: usize = members
-            .iter()
-            .map(|m| m.3.iter().map(|(_, p)| p.len()).sum::<usize>())
-            .sum();
-        assert_eq!(owned, TOPICS * PARTITIONS_PER_TOPIC);
-        cluster.shutdown();
+        if !changed {
+            break;
+        }
     }
+    let owned: usize = members
+        .iter()
+        .map(|m| m.3.iter().map(|(_, p)| p.len()).sum::<usize>())
+        .sum();
+    assert_eq!(
+        owned,
+        TOPICS * PARTITIONS_PER_TOPIC,
+        "every partition owned on {}",
+        peer.name()
+    );
+    members
+}
+
+/// Restarts the broker; returns (time until it answers Metadata, time until
+/// every member's next heartbeat was accepted with its epoch unchanged).
+fn restart_round(peer: &mut Peer, members: &[WireMember]) -> (Duration, Duration) {
     let t0 = Instant::now();
-    let cluster = Embedded::start(builder());
+    peer.restart();
     let started = t0.elapsed();
-    let epoch_before = members[0].2;
-    for m in &members {
-        let r = consumer_heartbeat(&addr, group, &m.0, m.2, Some(&m.1), None, Some(m.3.clone()));
-        assert_eq!(r.error_code, 0, "member {} not accepted after restart", m.1);
+    let addr = peer.addr();
+    for m in members {
+        let epoch = heartbeat_until_accepted(&addr, m, None);
         assert_eq!(
-            r.member_epoch, epoch_before,
-            "no epoch bump after the restart"
+            epoch,
+            m.2,
+            "{}: member {} was re-epoched by the restart",
+            peer.name(),
+            m.1
         );
     }
-    let back = t0.elapsed();
-    println!("## Coordinator restart, over the wire ({MEMBERS} static members, data directory)\n");
-    println!("broker start including coordinator replay: {:.1} ms; all {MEMBERS} members' next heartbeats accepted with no epoch bump: {:.1} ms after the start began\n", started.as_secs_f64() * 1e3, back.as_secs_f64() * 1e3);
+    (started, t0.elapsed())
+}
 
-    // Steady-state heartbeats from 8 connections.
-    let per_thread = MEMBERS / 8;
+/// Steady-state heartbeats per second from 8 connections.
+fn heartbeat_round(peer: &Peer, members: &[WireMember]) -> f64 {
+    use rill_protocol::kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions;
+    use rill_protocol::kafka_protocol::messages::{ConsumerGroupHeartbeatRequest, GroupId};
+    use rill_tests::wire::sb;
+    let addr = peer.addr();
     let rounds = 5;
     let start = Instant::now();
     std::thread::scope(|s| {
-        for chunk in members.chunks(per_thread) {
+        for chunk in members.chunks(members.len().div_ceil(8)) {
             let addr = &addr;
             s.spawn(move || {
                 let mut conn = rill_tests::wire::Conn::connect(addr).unwrap();
                 for _ in 0..rounds {
                     for m in chunk {
-                        use rill_protocol::kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions;
-                        use rill_protocol::kafka_protocol::messages::{ConsumerGroupHeartbeatRequest, GroupId};
                         let req = ConsumerGroupHeartbeatRequest::default()
-                            .with_group_id(GroupId(rill_tests::wire::sb(group)))
-                            .with_member_id(rill_tests::wire::sb(&m.0))
+                            .with_group_id(GroupId(sb("orders-app")))
+                            .with_member_id(sb(&m.0))
                             .with_member_epoch(m.2)
-                            .with_instance_id(Some(rill_tests::wire::sb(&m.1)))
+                            .with_instance_id(Some(sb(&m.1)))
                             .with_rebalance_timeout_ms(-1)
-                            .with_topic_partitions(Some(m.3.iter().map(|(t, p)| TopicPartitions::default().with_topic_id(*t).with_partitions(p.clone())).collect()));
+                            .with_topic_partitions(Some(
+                                m.3.iter()
+                                    .map(|(t, p)| TopicPartitions::default().with_topic_id(*t).with_partitions(p.clone()))
+                                    .collect(),
+                            ));
                         let r = conn
-                            .request(rill_protocol::ApiKey::ConsumerGroupHeartbeat, 1, rill_protocol::RequestKind::ConsumerGroupHeartbeat(req))
+                            .request(
+                                rill_protocol::ApiKey::ConsumerGroupHeartbeat,
+                                1,
+                                rill_protocol::RequestKind::ConsumerGroupHeartbeat(req),
+                            )
                             .unwrap();
-                        assert!(matches!(r, rill_protocol::ResponseKind::ConsumerGroupHeartbeat(ref x) if x.error_code == 0));
+                        assert!(matches!(r, rill_protocol::ResponseKind::ConsumerGroupHeartbeat(ref x) if x.error_code == 0 && x.member_epoch == m.2));
                     }
                 }
             });
         }
     });
-    let el = start.elapsed();
-    let n = members.len() * rounds;
-    println!("## Heartbeats over the wire\n\n{n} heartbeats from 8 connections (one request in flight each) in {:.2} s: {:.0} heartbeats/s\n", el.as_secs_f64(), n as f64 / el.as_secs_f64());
-    drop(cluster);
-    std::thread::sleep(Duration::from_millis(10));
+    (members.len() * rounds) as f64 / start.elapsed().as_secs_f64()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Over the wire, Rill and Apache Kafka side by side: restart with 500
+/// static members, and steady-state heartbeats (rounds alternate the order).
+fn wire(_source: &Topics) {
+    let rounds: usize = std::env::var("ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(3);
+    let mut peers = vec![Peer::rill()];
+    if std::env::var_os("RILL_ONLY").is_none() {
+        peers.push(Peer::Kafka(
+            rill_tests::backend::ApacheKafka::start().expect("Apache Kafka starts"),
+        ));
+    } else {
+        eprintln!("RILL_ONLY is set: Apache Kafka is NOT measured");
+    }
+    let groups: Vec<Vec<WireMember>> = peers.iter().map(build_wire_group).collect();
+    let mut started = vec![Vec::new(); peers.len()];
+    let mut back = vec![Vec::new(); peers.len()];
+    let mut rates = vec![Vec::new(); peers.len()];
+    for round in 0..rounds {
+        let mut order: Vec<usize> = (0..peers.len()).collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for i in order {
+            let (s, b) = restart_round(&mut peers[i], &groups[i]);
+            started[i].push(s.as_secs_f64() * 1e3);
+            back[i].push((b - s).as_secs_f64() * 1e3);
+            rates[i].push(heartbeat_round(&peers[i], &groups[i]));
+        }
+    }
+    println!("## Over the wire: {MEMBERS} static members, restart and heartbeats ({rounds} rounds, medians)\n");
+    println!("| broker | restart until Metadata answers (ms) | then until all {MEMBERS} members' next heartbeats are accepted, epoch unchanged (ms) | steady heartbeats/s (8 connections) |");
+    println!("|---|---|---|---|");
+    for (i, p) in peers.iter().enumerate() {
+        println!(
+            "| {} | {:.0} | {:.0} | {:.0} |",
+            p.name(),
+            median(started[i].clone()),
+            median(back[i].clone()),
+            median(rates[i].clone())
+        );
+    }
+    if peers.len() == 2 {
+        let ratios: Vec<f64> = rates[0].iter().zip(&rates[1]).map(|(r, k)| r / k).collect();
+        let (lo, hi) = ratios
+            .iter()
+            .fold((f64::MAX, 0f64), |(lo, hi), r| (lo.min(*r), hi.max(*r)));
+        println!(
+            "\nheartbeats/s Rill/Kafka: median {:.2} (min {lo:.2}, max {hi:.2})",
+            median(ratios.clone())
+        );
+    }
 }

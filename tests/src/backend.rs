@@ -182,6 +182,8 @@ wait $pid
 /// A single-node Apache Kafka (KRaft, combined broker+controller).
 pub struct ApacheKafka {
     child: Option<Child>,
+    /// The JVM's arguments, to start it again on the same data directory.
+    java_args: Vec<String>,
     _dir: tempfile::TempDir,
     pub bootstrap: String,
     pub log: PathBuf,
@@ -299,38 +301,77 @@ impl ApacheKafka {
                 .arg(&props_path),
             "kafka StorageTool format",
         )?;
-        let log = dir.path().join("kafka.log");
-        let logfile = fs::File::create(&log)?;
-        // The JVM runs under a small shell that kills it when our end of its
-        // stdin pipe closes, so a test binary that dies (or exits without
-        // dropping a shared broker) never leaves a broker behind.
-        let child = Command::new("sh")
-            .arg("-c")
-            .arg(GUARD_SCRIPT)
-            .arg("kafka-guard")
-            .arg("java")
-            .args(&opts.heap)
-            .args([
+        let mut java_args = opts.heap.clone();
+        java_args.extend(
+            [
                 "-XX:+UseG1GC",
                 "-Djava.awt.headless=true",
                 &log4j_opt,
                 "-cp",
                 &cp,
                 "kafka.Kafka",
-            ])
-            .arg(&props_path)
+            ]
+            .map(String::from),
+        );
+        java_args.push(props_path.display().to_string());
+        let mut k = Self {
+            child: None,
+            java_args,
+            bootstrap: format!("127.0.0.1:{broker_port}"),
+            log: dir.path().join("kafka.log"),
+            _dir: dir,
+        };
+        k.child = Some(k.spawn()?);
+        k.wait_ready(Duration::from_secs(90))?;
+        Ok(k)
+    }
+
+    /// Starts the JVM, appending to the broker log.
+    fn spawn(&self) -> io::Result<Child> {
+        let logfile = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)?;
+        // The JVM runs under a small shell that kills it when our end of its
+        // stdin pipe closes, so a test binary that dies (or exits without
+        // dropping a shared broker) never leaves a broker behind.
+        Command::new("sh")
+            .arg("-c")
+            .arg(GUARD_SCRIPT)
+            .arg("kafka-guard")
+            .arg("java")
+            .args(&self.java_args)
             .stdin(Stdio::piped())
             .stdout(logfile.try_clone()?)
             .stderr(logfile)
-            .spawn()?;
-        let mut k = Self {
-            child: Some(child),
-            _dir: dir,
-            bootstrap: format!("127.0.0.1:{broker_port}"),
-            log,
-        };
-        k.wait_ready(Duration::from_secs(90))?;
-        Ok(k)
+            .spawn()
+    }
+
+    /// Stops the broker cleanly (SIGTERM, then SIGKILL after 20 s).
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(child.id().to_string())
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops the broker and starts it again on the same data directory and
+    /// ports; returns once it answers Metadata.
+    pub fn restart(&mut self) -> io::Result<()> {
+        self.stop();
+        self.child = Some(self.spawn()?);
+        self.wait_ready(Duration::from_secs(90))
     }
 
     fn wait_ready(&mut self, limit: Duration) -> io::Result<()> {
@@ -377,21 +418,7 @@ impl ApacheKafka {
 
 impl Drop for ApacheKafka {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = Command::new("kill")
-                .arg("-TERM")
-                .arg(child.id().to_string())
-                .status();
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.stop();
     }
 }
 
