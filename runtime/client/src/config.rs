@@ -1,0 +1,671 @@
+//! Client configuration under Kafka's own keys and defaults.
+//!
+//! A [`ClientConfig`] is a flat map of Kafka property names to strings, the
+//! way Java clients take `Properties`; [`ProducerConfig`], [`ConsumerConfig`]
+//! and [`AdminConfig`] read it into typed settings. Invariants:
+//! - every key must be one the client knows (an unknown key, or one that
+//!   belongs to another client, is an error naming the key; Kafka only logs a
+//!   warning, but a typo such as `group.instanse.id` would silently turn a
+//!   static member into a dynamic one);
+//! - a bad value is an error naming key, value and what was expected;
+//! - defaults are Kafka 4.x's (e.g. `linger.ms` 5, `enable.idempotence` true,
+//!   `session.timeout.ms` 45000, `partition.assignment.strategy`
+//!   `range,cooperative-sticky`), and cross-key rules are Kafka's (idempotence
+//!   needs `acks=all`; `group.protocol=consumer` refuses the classic-only keys).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use rill_protocol::records::Compression;
+
+use crate::error::{Error, Result};
+
+/// Kafka client properties.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ClientConfig {
+    entries: BTreeMap<String, String>,
+}
+
+impl ClientConfig {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets a property (builder style).
+    pub fn set(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.insert(key, value);
+        self
+    }
+
+    pub fn insert(&mut self, key: impl Into<String>, value: impl Into<String>) {
+        self.entries.insert(key.into(), value.into());
+    }
+
+    pub fn remove(&mut self, key: &str) -> Option<String> {
+        self.entries.remove(key)
+    }
+
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.entries.get(key).map(String::as_str)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.entries.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+}
+
+impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for ClientConfig {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
+        let mut c = ClientConfig::new();
+        for (k, v) in iter {
+            c.insert(k, v);
+        }
+        c
+    }
+}
+
+/// Reads typed values and remembers which keys were read, so the keys left
+/// over are reported as unknown.
+struct Reader<'a> {
+    cfg: &'a ClientConfig,
+    known: BTreeSet<&'static str>,
+    client: &'static str,
+}
+
+impl<'a> Reader<'a> {
+    fn new(cfg: &'a ClientConfig, client: &'static str) -> Self {
+        Self {
+            cfg,
+            known: BTreeSet::new(),
+            client,
+        }
+    }
+
+    fn raw(&mut self, key: &'static str) -> Option<&'a str> {
+        self.known.insert(key);
+        self.cfg.get(key).map(str::trim)
+    }
+
+    fn is_set(&self, key: &str) -> bool {
+        self.cfg.get(key).is_some()
+    }
+
+    /// Keys accepted and ignored (Java-only settings such as serializers).
+    fn accept(&mut self, key: &'static str) {
+        self.known.insert(key);
+    }
+
+    fn string(&mut self, key: &'static str, default: &str) -> String {
+        self.raw(key).unwrap_or(default).to_string()
+    }
+
+    fn optional(&mut self, key: &'static str) -> Option<String> {
+        self.raw(key).filter(|v| !v.is_empty()).map(str::to_string)
+    }
+
+    fn int<T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy>(
+        &mut self,
+        key: &'static str,
+        default: T,
+        min: T,
+        max: T,
+    ) -> Result<T> {
+        let Some(v) = self.raw(key) else {
+            return Ok(default);
+        };
+        let n: T = v
+            .parse()
+            .map_err(|_| Error::config(key, v, "expected an integer"))?;
+        if n < min || n > max {
+            return Err(Error::config(
+                key,
+                v,
+                format!("must be between {min} and {max}"),
+            ));
+        }
+        Ok(n)
+    }
+
+    fn millis(&mut self, key: &'static str, default: u64) -> Result<Duration> {
+        Ok(Duration::from_millis(self.int(
+            key,
+            default,
+            0,
+            i32::MAX as u64,
+        )?))
+    }
+
+    fn bool(&mut self, key: &'static str, default: bool) -> Result<bool> {
+        match self.raw(key) {
+            None => Ok(default),
+            Some(v) if v.eq_ignore_ascii_case("true") => Ok(true),
+            Some(v) if v.eq_ignore_ascii_case("false") => Ok(false),
+            Some(v) => Err(Error::config(key, v, "expected true or false")),
+        }
+    }
+
+    fn choice(&mut self, key: &'static str, default: &str, allowed: &[&str]) -> Result<String> {
+        let v = self.raw(key).unwrap_or(default).to_ascii_lowercase();
+        if allowed.contains(&v.as_str()) {
+            Ok(v)
+        } else {
+            Err(Error::config(
+                key,
+                self.cfg.get(key).unwrap_or(default),
+                format!("expected one of {}", allowed.join(", ")),
+            ))
+        }
+    }
+
+    fn list(&mut self, key: &'static str, default: &str) -> Vec<String> {
+        self.raw(key)
+            .unwrap_or(default)
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect()
+    }
+
+    /// Errors on the first key no reader asked for.
+    fn finish(self) -> Result<()> {
+        for (k, v) in self.cfg.iter() {
+            if !self.known.contains(k) {
+                return Err(Error::config(
+                    k,
+                    v,
+                    format!("not a {} configuration key", self.client),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Settings every client shares (Kafka's `CommonClientConfigs`).
+#[derive(Debug, Clone)]
+pub struct CommonConfig {
+    pub bootstrap_servers: Vec<String>,
+    pub client_id: String,
+    pub client_rack: Option<String>,
+    pub request_timeout: Duration,
+    pub socket_connection_setup_timeout: Duration,
+    pub reconnect_backoff: Duration,
+    pub reconnect_backoff_max: Duration,
+    pub retry_backoff: Duration,
+    pub metadata_max_age: Duration,
+    pub default_api_timeout: Duration,
+    /// Largest response frame accepted from a broker.
+    pub max_response_bytes: usize,
+}
+
+impl CommonConfig {
+    fn read(r: &mut Reader) -> Result<Self> {
+        let servers = r.list("bootstrap.servers", "");
+        if servers.is_empty() {
+            return Err(Error::config(
+                "bootstrap.servers",
+                "",
+                "required: a comma-separated list of host:port",
+            ));
+        }
+        for s in &servers {
+            let ok = s
+                .rsplit_once(':')
+                .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+            if !ok {
+                return Err(Error::config(
+                    "bootstrap.servers",
+                    s,
+                    "each server must be host:port",
+                ));
+            }
+        }
+        let client_id = r.string("client.id", "");
+        // Java-only settings accepted so shared property files work.
+        for k in [
+            "security.protocol",
+            "client.dns.lookup",
+            "connections.max.idle.ms",
+            "send.buffer.bytes",
+            "receive.buffer.bytes",
+            "metrics.sample.window.ms",
+            "metrics.num.samples",
+            "metrics.recording.level",
+            "metric.reporters",
+            "auto.include.jmx.reporter",
+            "enable.metrics.push",
+        ] {
+            r.accept(k);
+        }
+        if let Some(p) = r.raw("security.protocol") {
+            if !p.eq_ignore_ascii_case("PLAINTEXT") {
+                return Err(Error::config(
+                    "security.protocol",
+                    p,
+                    "only PLAINTEXT is supported",
+                ));
+            }
+        }
+        Ok(Self {
+            bootstrap_servers: servers,
+            client_id,
+            client_rack: r.optional("client.rack"),
+            request_timeout: r.millis("request.timeout.ms", 30_000)?,
+            socket_connection_setup_timeout: r.millis("socket.connection.setup.timeout.ms", 10_000)?,
+            reconnect_backoff: r.millis("reconnect.backoff.ms", 50)?,
+            reconnect_backoff_max: r.millis("reconnect.backoff.max.ms", 1_000)?,
+            retry_backoff: r.millis("retry.backoff.ms", 100)?,
+            metadata_max_age: r.millis("metadata.max.age.ms", 300_000)?,
+            default_api_timeout: r.millis("default.api.timeout.ms", 60_000)?,
+            max_response_bytes: r.int(
+                "rill.max.response.bytes",
+                200 * 1024 * 1024,
+                1024,
+                i32::MAX as usize,
+            )?,
+        })
+    }
+}
+
+/// `acks`: how many replicas must have a record before it counts as sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acks {
+    None,
+    Leader,
+    All,
+}
+
+impl Acks {
+    pub fn wire(self) -> i16 {
+        match self {
+            Acks::None => 0,
+            Acks::Leader => 1,
+            Acks::All => -1,
+        }
+    }
+}
+
+/// Producer settings (Kafka's `ProducerConfig`).
+#[derive(Debug, Clone)]
+pub struct ProducerConfig {
+    pub common: CommonConfig,
+    pub acks: Acks,
+    pub linger: Duration,
+    pub batch_size: usize,
+    pub buffer_memory: usize,
+    pub compression: Compression,
+    pub retries: u32,
+    pub delivery_timeout: Duration,
+    pub enable_idempotence: bool,
+    pub max_request_size: usize,
+    pub max_in_flight_requests_per_connection: usize,
+    pub max_block: Duration,
+    pub partitioner_ignore_keys: bool,
+}
+
+impl ProducerConfig {
+    pub fn from_config(cfg: &ClientConfig) -> Result<Self> {
+        let mut r = Reader::new(cfg, "producer");
+        let common = CommonConfig::read(&mut r)?;
+        for k in [
+            "key.serializer",
+            "value.serializer",
+            "partitioner.class",
+            "interceptor.classes",
+            "partitioner.adaptive.partitioning.enable",
+            "partitioner.availability.timeout.ms",
+            "compression.gzip.level",
+            "compression.lz4.level",
+            "compression.zstd.level",
+            "metadata.max.idle.ms",
+        ] {
+            r.accept(k);
+        }
+        if let Some(t) = r.optional("transactional.id") {
+            return Err(Error::config(
+                "transactional.id",
+                &t,
+                "transactions are not supported by rill-client yet",
+            ));
+        }
+        let acks = match r.choice("acks", "all", &["all", "-1", "0", "1"])?.as_str() {
+            "0" => Acks::None,
+            "1" => Acks::Leader,
+            _ => Acks::All,
+        };
+        let compression = match r
+            .choice(
+                "compression.type",
+                "none",
+                &["none", "gzip", "snappy", "lz4", "zstd"],
+            )?
+            .as_str()
+        {
+            "gzip" => Compression::Gzip,
+            "snappy" => Compression::Snappy,
+            "lz4" => Compression::Lz4,
+            "zstd" => Compression::Zstd,
+            _ => Compression::None,
+        };
+        let idempotence_set = r.is_set("enable.idempotence");
+        let mut enable_idempotence = r.bool("enable.idempotence", true)?;
+        let retries = r.int("retries", i32::MAX as u32, 0, i32::MAX as u32)?;
+        let max_in_flight = r.int("max.in.flight.requests.per.connection", 5, 1, 1_000)?;
+        let conflict = if acks != Acks::All {
+            Some(("acks", if acks == Acks::None { "0" } else { "1" }, "acks=all"))
+        } else if retries == 0 {
+            Some(("retries", "0", "retries > 0"))
+        } else if max_in_flight > 5 {
+            Some((
+                "max.in.flight.requests.per.connection",
+                "",
+                "max.in.flight.requests.per.connection <= 5",
+            ))
+        } else {
+            None
+        };
+        if let Some((key, value, needs)) = conflict {
+            if idempotence_set && enable_idempotence {
+                let v = cfg.get(key).unwrap_or(value);
+                return Err(Error::config(
+                    key,
+                    v,
+                    format!("enable.idempotence=true needs {needs}"),
+                ));
+            }
+            // As Kafka 3.2+: idempotence is on by default only when its
+            // preconditions hold.
+            enable_idempotence = false;
+        }
+        let linger = r.millis("linger.ms", 5)?;
+        let request_timeout = common.request_timeout;
+        let delivery_timeout = r.millis("delivery.timeout.ms", 120_000)?;
+        if delivery_timeout < linger + request_timeout {
+            return Err(Error::config(
+                "delivery.timeout.ms",
+                &delivery_timeout.as_millis().to_string(),
+                "must be at least linger.ms + request.timeout.ms",
+            ));
+        }
+        let out = Self {
+            acks,
+            linger,
+            batch_size: r.int("batch.size", 16_384, 0, i32::MAX as usize)?,
+            buffer_memory: r.int("buffer.memory", 33_554_432, 1, usize::MAX)?,
+            compression,
+            retries,
+            delivery_timeout,
+            enable_idempotence,
+            max_request_size: r.int("max.request.size", 1_048_576, 1, i32::MAX as usize)?,
+            max_in_flight_requests_per_connection: max_in_flight,
+            max_block: r.millis("max.block.ms", 60_000)?,
+            partitioner_ignore_keys: r.bool("partitioner.ignore.keys", false)?,
+            common,
+        };
+        r.finish()?;
+        Ok(out)
+    }
+}
+
+/// `group.protocol`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupProtocol {
+    /// JoinGroup/SyncGroup/Heartbeat, client-side assignment.
+    Classic,
+    /// KIP-848 ConsumerGroupHeartbeat, broker-side assignment.
+    Consumer,
+}
+
+/// `auto.offset.reset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OffsetReset {
+    Earliest,
+    Latest,
+    None,
+}
+
+/// Consumer settings (Kafka's `ConsumerConfig`).
+#[derive(Debug, Clone)]
+pub struct ConsumerConfig {
+    pub common: CommonConfig,
+    pub group_id: Option<String>,
+    pub group_instance_id: Option<String>,
+    pub group_protocol: GroupProtocol,
+    pub group_remote_assignor: Option<String>,
+    pub session_timeout: Duration,
+    pub heartbeat_interval: Duration,
+    pub max_poll_interval: Duration,
+    pub max_poll_records: usize,
+    pub enable_auto_commit: bool,
+    pub auto_commit_interval: Duration,
+    pub auto_offset_reset: OffsetReset,
+    /// Assignor names in preference order (`partition.assignment.strategy`).
+    pub assignment_strategies: Vec<String>,
+    pub fetch_min_bytes: i32,
+    pub fetch_max_bytes: i32,
+    pub fetch_max_wait: Duration,
+    pub max_partition_fetch_bytes: i32,
+    pub read_committed: bool,
+    pub check_crcs: bool,
+    pub allow_auto_create_topics: bool,
+    pub exclude_internal_topics: bool,
+}
+
+impl ConsumerConfig {
+    pub fn from_config(cfg: &ClientConfig) -> Result<Self> {
+        let mut r = Reader::new(cfg, "consumer");
+        let common = CommonConfig::read(&mut r)?;
+        for k in [
+            "key.deserializer",
+            "value.deserializer",
+            "interceptor.classes",
+            "client.dns.lookup",
+        ] {
+            r.accept(k);
+        }
+        let group_id = r.optional("group.id");
+        let group_instance_id = r.optional("group.instance.id");
+        if group_instance_id.is_some() && group_id.is_none() {
+            return Err(Error::config(
+                "group.instance.id",
+                cfg.get("group.instance.id").unwrap_or(""),
+                "needs group.id",
+            ));
+        }
+        let group_protocol = match r
+            .choice("group.protocol", "classic", &["classic", "consumer"])?
+            .as_str()
+        {
+            "consumer" => GroupProtocol::Consumer,
+            _ => GroupProtocol::Classic,
+        };
+        if group_protocol == GroupProtocol::Consumer {
+            // KIP-848: the broker owns these (Kafka refuses them too).
+            for k in [
+                "session.timeout.ms",
+                "heartbeat.interval.ms",
+                "partition.assignment.strategy",
+            ] {
+                if let Some(v) = cfg.get(k) {
+                    return Err(Error::config(
+                        k,
+                        v,
+                        "not allowed with group.protocol=consumer (the broker decides it)",
+                    ));
+                }
+            }
+        } else if let Some(v) = cfg.get("group.remote.assignor") {
+            return Err(Error::config(
+                "group.remote.assignor",
+                v,
+                "only allowed with group.protocol=consumer",
+            ));
+        }
+        let session_timeout = r.millis("session.timeout.ms", 45_000)?;
+        let heartbeat_interval = r.millis("heartbeat.interval.ms", 3_000)?;
+        if heartbeat_interval >= session_timeout {
+            return Err(Error::config(
+                "heartbeat.interval.ms",
+                &heartbeat_interval.as_millis().to_string(),
+                "must be lower than session.timeout.ms",
+            ));
+        }
+        let enable_auto_commit = r.bool("enable.auto.commit", group_id.is_some())?;
+        if enable_auto_commit && group_id.is_none() && r.is_set("enable.auto.commit") {
+            return Err(Error::config(
+                "enable.auto.commit",
+                "true",
+                "needs group.id",
+            ));
+        }
+        let auto_offset_reset = match r
+            .choice("auto.offset.reset", "latest", &["earliest", "latest", "none"])?
+            .as_str()
+        {
+            "earliest" => OffsetReset::Earliest,
+            "none" => OffsetReset::None,
+            _ => OffsetReset::Latest,
+        };
+        let assignment_strategies: Vec<String> = r
+            .list("partition.assignment.strategy", "range,cooperative-sticky")
+            .into_iter()
+            .map(|s| assignor_alias(&s))
+            .collect();
+        if assignment_strategies.is_empty() {
+            return Err(Error::config(
+                "partition.assignment.strategy",
+                "",
+                "needs at least one assignor",
+            ));
+        }
+        let out = Self {
+            group_remote_assignor: r.optional("group.remote.assignor"),
+            max_poll_interval: r.millis("max.poll.interval.ms", 300_000)?,
+            max_poll_records: r.int("max.poll.records", 500, 1, i32::MAX as usize)?,
+            auto_commit_interval: r.millis("auto.commit.interval.ms", 5_000)?,
+            fetch_min_bytes: r.int("fetch.min.bytes", 1, 0, i32::MAX)?,
+            fetch_max_bytes: r.int("fetch.max.bytes", 52_428_800, 0, i32::MAX)?,
+            fetch_max_wait: r.millis("fetch.max.wait.ms", 500)?,
+            max_partition_fetch_bytes: r.int("max.partition.fetch.bytes", 1_048_576, 0, i32::MAX)?,
+            read_committed: r.choice(
+                "isolation.level",
+                "read_uncommitted",
+                &["read_uncommitted", "read_committed"],
+            )? == "read_committed",
+            check_crcs: r.bool("check.crcs", true)?,
+            allow_auto_create_topics: r.bool("allow.auto.create.topics", true)?,
+            exclude_internal_topics: r.bool("exclude.internal.topics", true)?,
+            common,
+            group_id,
+            group_instance_id,
+            group_protocol,
+            session_timeout,
+            heartbeat_interval,
+            enable_auto_commit,
+            auto_offset_reset,
+            assignment_strategies,
+        };
+        r.finish()?;
+        Ok(out)
+    }
+}
+
+/// Java class names of Kafka's assignors map to their protocol names.
+fn assignor_alias(s: &str) -> String {
+    match s.rsplit('.').next().unwrap_or(s) {
+        "RangeAssignor" => "range".into(),
+        "RoundRobinAssignor" => "roundrobin".into(),
+        "CooperativeStickyAssignor" => "cooperative-sticky".into(),
+        "StickyAssignor" => "sticky".into(),
+        _ => s.to_string(),
+    }
+}
+
+/// Admin client settings.
+#[derive(Debug, Clone)]
+pub struct AdminConfig {
+    pub common: CommonConfig,
+}
+
+impl AdminConfig {
+    pub fn from_config(cfg: &ClientConfig) -> Result<Self> {
+        let mut r = Reader::new(cfg, "admin");
+        let common = CommonConfig::read(&mut r)?;
+        r.accept("retries");
+        let out = Self { common };
+        r.finish()?;
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> ClientConfig {
+        ClientConfig::new().set("bootstrap.servers", "127.0.0.1:9092")
+    }
+
+    #[test]
+    fn kafka_defaults() {
+        let p = ProducerConfig::from_config(&base()).unwrap();
+        assert_eq!(p.acks, Acks::All);
+        assert!(p.enable_idempotence);
+        assert_eq!(p.linger, Duration::from_millis(5));
+        assert_eq!(p.batch_size, 16_384);
+        let c = ConsumerConfig::from_config(&base().set("group.id", "g")).unwrap();
+        assert_eq!(c.session_timeout, Duration::from_millis(45_000));
+        assert!(c.enable_auto_commit);
+        assert_eq!(c.assignment_strategies, ["range", "cooperative-sticky"]);
+        assert_eq!(c.auto_offset_reset, OffsetReset::Latest);
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let e = ProducerConfig::from_config(&base().set("linger.mss", "5")).unwrap_err();
+        assert!(e.to_string().contains("linger.mss"), "{e}");
+        let e = ProducerConfig::from_config(&base().set("acks", "2")).unwrap_err();
+        assert!(e.to_string().contains("acks=\"2\""), "{e}");
+        let e = ConsumerConfig::from_config(&base().set("max.poll.records", "x")).unwrap_err();
+        assert!(e.to_string().contains("max.poll.records"), "{e}");
+        let e = ConsumerConfig::from_config(&base().set("group.instance.id", "a")).unwrap_err();
+        assert!(e.to_string().contains("needs group.id"), "{e}");
+        let e = ProducerConfig::from_config(&ClientConfig::new()).unwrap_err();
+        assert!(e.to_string().contains("bootstrap.servers"), "{e}");
+        let e = ProducerConfig::from_config(&base().set("group.id", "g")).unwrap_err();
+        assert!(e.to_string().contains("not a producer configuration key"), "{e}");
+    }
+
+    #[test]
+    fn idempotence_rules_follow_kafka() {
+        let p = ProducerConfig::from_config(&base().set("acks", "1")).unwrap();
+        assert!(!p.enable_idempotence, "implicitly off when acks != all");
+        let e = ProducerConfig::from_config(
+            &base().set("acks", "1").set("enable.idempotence", "true"),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("acks"), "{e}");
+    }
+
+    #[test]
+    fn consumer_protocol_refuses_classic_keys() {
+        let e = ConsumerConfig::from_config(
+            &base()
+                .set("group.id", "g")
+                .set("group.protocol", "consumer")
+                .set("session.timeout.ms", "10000"),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("session.timeout.ms"), "{e}");
+        let c = ConsumerConfig::from_config(
+            &base()
+                .set("group.id", "g")
+                .set(
+                    "partition.assignment.strategy",
+                    "org.apache.kafka.clients.consumer.RoundRobinAssignor",
+                ),
+        )
+        .unwrap();
+        assert_eq!(c.assignment_strategies, ["roundrobin"]);
+    }
+}

@@ -1,0 +1,365 @@
+//! One connection to one broker (rskafka's `Messenger` shape).
+//!
+//! Requests are written under a lock by whoever sends them; one reader task
+//! per connection reads response frames and hands each to the waiter
+//! registered under its correlation id. Invariants:
+//! - a response is matched only by correlation id, and decoded with the API
+//!   and version of the request it answers;
+//! - the first read error, undecodable response, unknown correlation id or
+//!   request timeout **poisons** the connection: every waiter gets the error,
+//!   later requests fail at once, and the owner reconnects (Kafka's
+//!   `NetworkClient` also closes a connection whose request timed out);
+//!   garbage from one broker never affects another connection;
+//! - ApiVersions is the first request (KIP-511 header v0 answer); every later
+//!   request uses the highest version both sides support, within the range
+//!   the caller can handle.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use rill_protocol::kafka_protocol::messages::{ApiVersionsRequest, RequestHeader};
+use rill_protocol::message::{decode_response, encode_request_frame, peek_correlation_id};
+use rill_protocol::{ApiKey, RequestKind, ResponseKind, StrBytes};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+use tracing::{debug, warn};
+
+use crate::error::{Error, Result};
+
+/// Where a connection goes and how it behaves.
+#[derive(Debug, Clone)]
+pub struct ConnectionSettings {
+    pub client_id: String,
+    pub connect_timeout: Duration,
+    pub request_timeout: Duration,
+    pub max_response_bytes: usize,
+}
+
+type Waiter = oneshot::Sender<Result<Bytes>>;
+
+struct Shared {
+    pending: HashMap<i32, Waiter>,
+    poisoned: Option<Error>,
+}
+
+/// A connection to one broker.
+pub struct Connection {
+    /// Broker node id, or -1 for a bootstrap address.
+    pub node_id: i32,
+    pub addr: String,
+    settings: ConnectionSettings,
+    writer: tokio::sync::Mutex<OwnedWriteHalf>,
+    shared: Arc<Mutex<Shared>>,
+    next_correlation_id: AtomicI32,
+    /// The broker's supported version range per API key.
+    versions: HashMap<i16, (i16, i16)>,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Connection(node {} at {})", self.node_id, self.addr)
+    }
+}
+
+fn lock(m: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Connection {
+    /// Connects and negotiates API versions.
+    pub async fn connect(node_id: i32, addr: &str, settings: ConnectionSettings) -> Result<Self> {
+        let broker = describe(node_id, addr);
+        let stream = tokio::time::timeout(settings.connect_timeout, TcpStream::connect(addr))
+            .await
+            .map_err(|_| Error::Connection {
+                broker: broker.clone(),
+                reason: format!(
+                    "no connection within socket.connection.setup.timeout.ms ({} ms)",
+                    settings.connect_timeout.as_millis()
+                ),
+            })?
+            .map_err(|e| Error::Connection {
+                broker: broker.clone(),
+                reason: e.to_string(),
+            })?;
+        let _ = stream.set_nodelay(true);
+        let (read, write) = stream.into_split();
+        let shared = Arc::new(Mutex::new(Shared {
+            pending: HashMap::new(),
+            poisoned: None,
+        }));
+        let reader = tokio::spawn(read_loop(
+            read,
+            shared.clone(),
+            broker.clone(),
+            settings.max_response_bytes,
+        ));
+        let mut conn = Connection {
+            node_id,
+            addr: addr.to_string(),
+            settings,
+            writer: tokio::sync::Mutex::new(write),
+            shared,
+            next_correlation_id: AtomicI32::new(0),
+            versions: HashMap::new(),
+            reader,
+        };
+        conn.versions = conn.negotiate().await?;
+        Ok(conn)
+    }
+
+    async fn negotiate(&self) -> Result<HashMap<i16, (i16, i16)>> {
+        let req = ApiVersionsRequest::default()
+            .with_client_software_name(StrBytes::from_static_str("rill-client"))
+            .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
+        let resp = match self
+            .send(ApiKey::ApiVersions, 3, RequestKind::ApiVersions(req))
+            .await?
+        {
+            ResponseKind::ApiVersions(r) => r,
+            other => return Err(self.unexpected(ApiKey::ApiVersions, &other)),
+        };
+        if resp.error_code != 0 {
+            return Err(Error::broker(
+                resp.error_code,
+                format!("ApiVersions with {}", self.broker()),
+            ));
+        }
+        Ok(resp
+            .api_keys
+            .iter()
+            .map(|k| (k.api_key, (k.min_version, k.max_version)))
+            .collect())
+    }
+
+    pub fn broker(&self) -> String {
+        describe(self.node_id, &self.addr)
+    }
+
+    /// Whether the connection can still carry requests.
+    pub fn is_healthy(&self) -> bool {
+        lock(&self.shared).poisoned.is_none() && !self.reader.is_finished()
+    }
+
+    /// The broker's version range of an API, if it has it.
+    pub fn broker_versions(&self, api: ApiKey) -> Option<(i16, i16)> {
+        self.versions.get(&(api as i16)).copied()
+    }
+
+    /// The highest version both sides support within `[min, max]`.
+    pub fn version(&self, api: ApiKey, min: i16, max: i16) -> Result<i16> {
+        let ours = api.valid_versions();
+        let (bmin, bmax) = self.broker_versions(api).unwrap_or((i16::MAX, -1));
+        let lo = min.max(ours.min).max(bmin);
+        let hi = max.min(ours.max).min(bmax);
+        if lo > hi {
+            return Err(Error::UnsupportedVersion {
+                broker: self.broker(),
+                api: format!("{api:?}"),
+                min: min.max(ours.min),
+                max: max.min(ours.max),
+            });
+        }
+        Ok(hi)
+    }
+
+    /// Sends a request at the best common version in `[min, max]` and waits
+    /// for its response.
+    pub async fn call(
+        &self,
+        api: ApiKey,
+        min: i16,
+        max: i16,
+        body: RequestKind,
+    ) -> Result<(i16, ResponseKind)> {
+        let v = self.version(api, min, max)?;
+        Ok((v, self.send(api, v, body).await?))
+    }
+
+    /// Sends a request at an exact version and waits for its response.
+    pub async fn send(&self, api: ApiKey, version: i16, body: RequestKind) -> Result<ResponseKind> {
+        let rx = self.write(api, version, &body, true).await?.expect("a waiter");
+        let frame = match tokio::time::timeout(self.settings.request_timeout, rx).await {
+            Ok(Ok(r)) => r?,
+            Ok(Err(_)) => return Err(self.poison_error()),
+            Err(_) => {
+                let e = Error::RequestTimeout {
+                    api: format!("{api:?}"),
+                    broker: self.broker(),
+                    timeout_ms: self.settings.request_timeout.as_millis() as u64,
+                };
+                self.poison(e.clone());
+                return Err(e);
+            }
+        };
+        match decode_response(frame, api, version) {
+            Ok((_, body)) => Ok(body),
+            Err(e) => {
+                let err = Error::Protocol {
+                    broker: self.broker(),
+                    reason: e.to_string(),
+                };
+                self.poison(err.clone());
+                Err(err)
+            }
+        }
+    }
+
+    /// Sends a request the broker does not answer (Produce with acks=0).
+    pub async fn send_no_response(&self, api: ApiKey, version: i16, body: RequestKind) -> Result<()> {
+        self.write(api, version, &body, false).await.map(|_| ())
+    }
+
+    async fn write(
+        &self,
+        api: ApiKey,
+        version: i16,
+        body: &RequestKind,
+        expect_response: bool,
+    ) -> Result<Option<oneshot::Receiver<Result<Bytes>>>> {
+        let correlation_id = self.next_correlation_id.fetch_add(1, Ordering::Relaxed) & i32::MAX;
+        let header = RequestHeader::default()
+            .with_request_api_key(api as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation_id)
+            .with_client_id(Some(StrBytes::from_string(self.settings.client_id.clone())));
+        let mut buf = BytesMut::new();
+        encode_request_frame(&mut buf, &header, body).map_err(|e| Error::Protocol {
+            broker: self.broker(),
+            reason: e.to_string(),
+        })?;
+        let rx = {
+            let mut s = lock(&self.shared);
+            if let Some(e) = &s.poisoned {
+                return Err(e.clone());
+            }
+            expect_response.then(|| {
+                let (tx, rx) = oneshot::channel();
+                s.pending.insert(correlation_id, tx);
+                rx
+            })
+        };
+        let mut w = self.writer.lock().await;
+        if let Err(e) = w.write_all(&buf).await {
+            drop(w);
+            let err = Error::Connection {
+                broker: self.broker(),
+                reason: format!("writing {api:?}: {e}"),
+            };
+            self.poison(err.clone());
+            return Err(err);
+        }
+        Ok(rx)
+    }
+
+    fn poison_error(&self) -> Error {
+        lock(&self.shared)
+            .poisoned
+            .clone()
+            .unwrap_or_else(|| Error::Connection {
+                broker: self.broker(),
+                reason: "closed".into(),
+            })
+    }
+
+    /// Fails every waiter and every later request with `e`.
+    pub fn poison(&self, e: Error) {
+        poison(&self.shared, e);
+    }
+
+    fn unexpected(&self, api: ApiKey, got: &ResponseKind) -> Error {
+        Error::Protocol {
+            broker: self.broker(),
+            reason: format!("{api:?} answered with {:?}", std::mem::discriminant(got)),
+        }
+    }
+}
+
+fn describe(node_id: i32, addr: &str) -> String {
+    if node_id < 0 {
+        format!("bootstrap server {addr}")
+    } else {
+        format!("broker {node_id} ({addr})")
+    }
+}
+
+fn poison(shared: &Mutex<Shared>, e: Error) {
+    let mut s = lock(shared);
+    if s.poisoned.is_none() {
+        debug!(error = %e, "connection poisoned");
+        s.poisoned = Some(e.clone());
+    }
+    for (_, w) in s.pending.drain() {
+        let _ = w.send(Err(e.clone()));
+    }
+}
+
+async fn read_loop(
+    mut read: tokio::net::tcp::OwnedReadHalf,
+    shared: Arc<Mutex<Shared>>,
+    broker: String,
+    max_frame: usize,
+) {
+    let err = loop {
+        let mut size = [0u8; 4];
+        if let Err(e) = read.read_exact(&mut size).await {
+            break Error::Connection {
+                broker: broker.clone(),
+                reason: if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                    "the broker closed the connection".into()
+                } else {
+                    e.to_string()
+                },
+            };
+        }
+        let len = i32::from_be_bytes(size);
+        if len < 4 || len as usize > max_frame {
+            break Error::Protocol {
+                broker: broker.clone(),
+                reason: format!("response frame of {len} bytes (limit {max_frame})"),
+            };
+        }
+        let mut frame = BytesMut::zeroed(len as usize);
+        if let Err(e) = read.read_exact(&mut frame).await {
+            break Error::Connection {
+                broker: broker.clone(),
+                reason: e.to_string(),
+            };
+        }
+        let frame = frame.freeze();
+        let Some(id) = peek_correlation_id(&frame) else {
+            break Error::Protocol {
+                broker: broker.clone(),
+                reason: "response without a correlation id".into(),
+            };
+        };
+        let waiter = lock(&shared).pending.remove(&id);
+        match waiter {
+            Some(w) => {
+                let _ = w.send(Ok(frame));
+            }
+            None => {
+                break Error::Protocol {
+                    broker: broker.clone(),
+                    reason: format!("response with unknown correlation id {id}"),
+                };
+            }
+        }
+    };
+    if !matches!(err, Error::Connection { .. }) {
+        warn!(%broker, error = %err, "closing connection");
+    }
+    poison(&shared, err);
+}

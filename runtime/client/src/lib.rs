@@ -1,0 +1,53 @@
+//! Rill's Kafka client, written on `kafka-protocol` (through `rill-protocol`)
+//! and tokio: a producer, a consumer and an admin client that behave like
+//! Apache Kafka's Java clients, against the embedded broker and Apache Kafka
+//! alike.
+//!
+//! Why not librdkafka: the stream runtime needs assignors that see every
+//! member's `group.instance.id` and user data, and batch LeaveGroup by
+//! instance id (KIP-345), which librdkafka does not offer.
+//!
+//! Layout: [`conn`] (one connection per broker, correlation ids, poisoning),
+//! [`cluster`] (bootstrap, metadata, coordinators), [`producer`],
+//! [`consumer`] (classic and KIP-848 group protocols, assignors, KIP-70
+//! subscription semantics), [`admin`]. Network I/O runs on tokio
+//! ([`runtime`]); the producer's `send`, the consumer's `poll` and the admin
+//! calls are plain blocking methods, so a stream thread can call them from
+//! its synchronous loop.
+//!
+//! Configuration uses Kafka's property names ([`ClientConfig`]).
+
+pub mod admin;
+pub mod cluster;
+pub mod config;
+pub mod conn;
+pub mod error;
+pub mod rpc;
+pub mod runtime;
+
+pub use admin::Admin;
+pub use config::ClientConfig;
+pub use error::{Error, Result};
+pub use rill_protocol::records::Compression;
+
+/// A topic partition.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TopicPartition {
+    pub topic: String,
+    pub partition: i32,
+}
+
+impl TopicPartition {
+    pub fn new(topic: impl Into<String>, partition: i32) -> Self {
+        Self {
+            topic: topic.into(),
+            partition,
+        }
+    }
+}
+
+impl std::fmt::Display for TopicPartition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.topic, self.partition)
+    }
+}
