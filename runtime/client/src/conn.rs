@@ -190,15 +190,30 @@ impl Connection {
 
     /// Sends a request at an exact version and waits for its response.
     pub async fn send(&self, api: ApiKey, version: i16, body: RequestKind) -> Result<ResponseKind> {
-        let rx = self.write(api, version, &body, true).await?.expect("a waiter");
-        let frame = match tokio::time::timeout(self.settings.request_timeout, rx).await {
+        self.send_timeout(api, version, body, self.settings.request_timeout)
+            .await
+    }
+
+    /// As [`Connection::send`], with its own timeout (JoinGroup waits up to
+    /// the rebalance timeout, longer than `request.timeout.ms`).
+    pub async fn send_timeout(
+        &self,
+        api: ApiKey,
+        version: i16,
+        body: RequestKind,
+        timeout: Duration,
+    ) -> Result<ResponseKind> {
+        let Some(rx) = self.write(api, version, &body, true).await? else {
+            return Err(self.poison_error());
+        };
+        let frame = match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(r)) => r?,
             Ok(Err(_)) => return Err(self.poison_error()),
             Err(_) => {
                 let e = Error::RequestTimeout {
                     api: format!("{api:?}"),
                     broker: self.broker(),
-                    timeout_ms: self.settings.request_timeout.as_millis() as u64,
+                    timeout_ms: timeout.as_millis() as u64,
                 };
                 self.poison(e.clone());
                 return Err(e);

@@ -60,6 +60,9 @@ pub enum Error {
     /// A topic that does not exist (after the metadata wait).
     #[error("topic {topic} does not exist ({detail})")]
     UnknownTopic { topic: String, detail: String },
+    /// A topic name Kafka would refuse.
+    #[error("invalid topic name {topic:?}: {reason}")]
+    InvalidTopic { topic: String, reason: String },
     /// A partition outside the topic.
     #[error("partition {partition} of topic {topic} does not exist (the topic has {count} partitions)")]
     UnknownPartition {
@@ -84,6 +87,16 @@ pub enum Error {
     /// The offset to start from is unknown and `auto.offset.reset=none`.
     #[error("no committed offset for {topic}-{partition} and auto.offset.reset is none")]
     NoOffsetForPartition { topic: String, partition: i32 },
+    /// The fetch position is outside the log and `auto.offset.reset=none`.
+    #[error("fetch offset {offset} of {topic}-{partition} is out of range and auto.offset.reset is none")]
+    OffsetOutOfRange {
+        topic: String,
+        partition: i32,
+        offset: i64,
+    },
+    /// A commit the group refused because it rebalanced (Kafka's `CommitFailedException`).
+    #[error("commit to group {group} failed: {reason}")]
+    CommitFailed { group: String, reason: String },
     /// A call that does not fit the client's state.
     #[error("illegal state: {0}")]
     IllegalState(String),

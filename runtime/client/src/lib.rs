@@ -20,14 +20,19 @@
 pub mod admin;
 pub mod cluster;
 pub mod config;
+pub mod consumer;
 pub mod conn;
 pub mod error;
+pub mod producer;
 pub mod rpc;
 pub mod runtime;
 
 pub use admin::Admin;
 pub use config::ClientConfig;
+pub use consumer::{Consumer, ConsumerRecord, RebalanceListener};
+pub use rpc::OffsetAndMetadata;
 pub use error::{Error, Result};
+pub use producer::{DeliveryFuture, Producer, ProducerRecord, RecordMetadata};
 pub use rill_protocol::records::Compression;
 
 /// A topic partition.

@@ -1,0 +1,329 @@
+//! Fetching: one Fetch request in flight per broker, answers handed from the
+//! I/O tasks to the polling thread over a crossbeam channel, records parsed
+//! on the polling thread.
+//!
+//! `poll` returns buffered records while the next fetches are already on the
+//! wire (Kafka's fetch pipelining). Invariants:
+//! - a fetched partition is used only if it is still assigned and its
+//!   position still equals the offset it was fetched from; anything else (a
+//!   seek, a revocation, a pause that dropped its buffer) is discarded, so a
+//!   stale answer never moves a position;
+//! - positions advance only as records are returned to the application;
+//! - a partition with buffered records is not fetched again until they are
+//!   returned (memory stays bounded by `max.partition.fetch.bytes` per
+//!   partition).
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use crossbeam_channel::{Receiver, Sender};
+use rill_protocol::kafka_protocol::messages::{
+    fetch_request::{FetchPartition, FetchTopic},
+    BrokerId, FetchRequest,
+};
+use rill_protocol::kafka_protocol::records::{RecordBatchDecoder, TimestampType};
+use rill_protocol::records::{validate_batch, BatchIter};
+use rill_protocol::{ApiKey, ErrorCode, RequestKind, ResponseKind};
+use tracing::debug;
+
+use super::{ConsumerRecord, Subscriptions};
+use crate::cluster::Cluster;
+use crate::config::ConsumerConfig;
+use crate::error::{needs_metadata_refresh, Error, Result};
+use crate::rpc::topic_name;
+use crate::runtime::io_handle;
+use crate::TopicPartition;
+
+/// One partition's part of a fetch answer.
+pub struct PartitionFetch {
+    pub tp: TopicPartition,
+    pub fetch_offset: i64,
+    pub error: i16,
+    pub records: Bytes,
+}
+
+/// A whole fetch answer from one broker.
+pub struct FetchAnswer {
+    pub node: i32,
+    pub result: Result<Vec<PartitionFetch>>,
+}
+
+/// What processing an answer asks the consumer to do.
+#[derive(Default)]
+pub struct FetchEffects {
+    /// Partitions whose offset is out of range (reset them).
+    pub out_of_range: Vec<TopicPartition>,
+    /// Metadata is stale (a leader moved).
+    pub refresh_metadata: bool,
+    /// An error to give the application (a corrupt batch).
+    pub error: Option<Error>,
+}
+
+pub struct Fetcher {
+    tx: Sender<FetchAnswer>,
+    rx: Receiver<FetchAnswer>,
+    in_flight: HashSet<i32>,
+    /// Parsed records per partition, in fetch order.
+    buffered: VecDeque<(TopicPartition, VecDeque<ConsumerRecord>)>,
+}
+
+impl Default for Fetcher {
+    fn default() -> Self {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        Self {
+            tx,
+            rx,
+            in_flight: HashSet::new(),
+            buffered: VecDeque::new(),
+        }
+    }
+}
+
+impl Fetcher {
+    pub fn has_buffered(&self, tp: &TopicPartition) -> bool {
+        self.buffered.iter().any(|(t, r)| t == tp && !r.is_empty())
+    }
+
+    /// Drops buffered records of partitions (seek, revoke, unsubscribe).
+    pub fn clear(&mut self, tp: Option<&TopicPartition>) {
+        match tp {
+            Some(tp) => self.buffered.retain(|(t, _)| t != tp),
+            None => self.buffered.clear(),
+        }
+    }
+
+    /// Waits up to `timeout` for a fetch answer.
+    pub fn wait(&self, timeout: std::time::Duration) -> Option<FetchAnswer> {
+        self.rx.recv_timeout(timeout).ok()
+    }
+
+    pub fn try_answer(&self) -> Option<FetchAnswer> {
+        self.rx.try_recv().ok()
+    }
+
+    /// Parses an answer into the buffer; returns what the consumer must do.
+    pub fn process(&mut self, answer: FetchAnswer, subs: &Subscriptions, cfg: &ConsumerConfig) -> FetchEffects {
+        self.in_flight.remove(&answer.node);
+        let mut fx = FetchEffects::default();
+        let parts = match answer.result {
+            Ok(p) => p,
+            Err(e) => {
+                debug!(node = answer.node, error = %e, "fetch failed");
+                fx.refresh_metadata = true;
+                return fx;
+            }
+        };
+        for pf in parts {
+            let Some(state) = subs.assignment.get(&pf.tp) else {
+                continue;
+            };
+            if state.position != Some(pf.fetch_offset) || self.has_buffered(&pf.tp) {
+                continue;
+            }
+            if pf.error != 0 {
+                if pf.error == ErrorCode::OffsetOutOfRange.code() {
+                    fx.out_of_range.push(pf.tp.clone());
+                } else if needs_metadata_refresh(pf.error) || crate::error::is_retriable_code(pf.error) {
+                    fx.refresh_metadata = true;
+                } else {
+                    fx.error = Some(Error::broker(pf.error, format!("fetch {} at offset {}", pf.tp, pf.fetch_offset)));
+                }
+                continue;
+            }
+            match parse(&pf, cfg) {
+                Ok(records) if !records.is_empty() => self.buffered.push_back((pf.tp.clone(), records)),
+                Ok(_) => {}
+                Err(e) => fx.error = Some(e),
+            }
+        }
+        fx
+    }
+
+    /// Takes up to `max` records of fetchable partitions, advancing positions.
+    pub fn take(&mut self, max: usize, subs: &mut Subscriptions) -> Vec<ConsumerRecord> {
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < self.buffered.len() && out.len() < max {
+            let (tp, records) = &mut self.buffered[i];
+            let Some(state) = subs.assignment.get_mut(tp) else {
+                self.buffered.remove(i);
+                continue;
+            };
+            if state.paused {
+                i += 1;
+                continue;
+            }
+            while out.len() < max {
+                let Some(r) = records.pop_front() else {
+                    break;
+                };
+                state.position = Some(r.offset + 1);
+                if r.leader_epoch.is_some() {
+                    state.leader_epoch = r.leader_epoch;
+                }
+                out.push(r);
+            }
+            if records.is_empty() {
+                self.buffered.remove(i);
+            } else {
+                i += 1;
+            }
+        }
+        out
+    }
+
+    /// Sends a Fetch to every leader of fetchable partitions with none in flight.
+    pub fn send_fetches(&mut self, cluster: &Arc<Cluster>, subs: &Subscriptions, cfg: &ConsumerConfig) {
+        let meta = cluster.metadata();
+        let mut by_node: BTreeMap<i32, Vec<(TopicPartition, i64, i32)>> = BTreeMap::new();
+        for (tp, st) in &subs.assignment {
+            let Some(pos) = st.position else { continue };
+            if st.paused || self.has_buffered(tp) {
+                continue;
+            }
+            let Some(leader) = meta.leader(&tp.topic, tp.partition) else {
+                continue;
+            };
+            if self.in_flight.contains(&leader) {
+                continue;
+            }
+            let epoch = meta
+                .topic(&tp.topic)
+                .and_then(|t| t.partitions.get(tp.partition as usize))
+                .map_or(-1, |p| p.leader_epoch);
+            by_node.entry(leader).or_default().push((tp.clone(), pos, epoch));
+        }
+        for (node, parts) in by_node {
+            self.in_flight.insert(node);
+            let tx = self.tx.clone();
+            let cluster = cluster.clone();
+            let cfg = cfg.clone();
+            io_handle().spawn(async move {
+                let result = fetch(&cluster, node, &parts, &cfg).await;
+                let _ = tx.send(FetchAnswer { node, result });
+            });
+        }
+    }
+}
+
+async fn fetch(
+    cluster: &Cluster,
+    node: i32,
+    parts: &[(TopicPartition, i64, i32)],
+    cfg: &ConsumerConfig,
+) -> Result<Vec<PartitionFetch>> {
+    let conn = cluster.connection(node).await?;
+    let mut topics: BTreeMap<&str, Vec<FetchPartition>> = BTreeMap::new();
+    for (tp, offset, epoch) in parts {
+        topics.entry(&tp.topic).or_default().push(
+            FetchPartition::default()
+                .with_partition(tp.partition)
+                .with_current_leader_epoch(*epoch)
+                .with_fetch_offset(*offset)
+                .with_last_fetched_epoch(-1)
+                .with_log_start_offset(-1)
+                .with_partition_max_bytes(cfg.max_partition_fetch_bytes),
+        );
+    }
+    let req = FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(cfg.fetch_max_wait.as_millis().min(i32::MAX as u128) as i32)
+        .with_min_bytes(cfg.fetch_min_bytes)
+        .with_max_bytes(cfg.fetch_max_bytes)
+        .with_isolation_level(i8::from(cfg.read_committed))
+        .with_session_id(0)
+        .with_session_epoch(-1)
+        .with_rack_id(rill_protocol::StrBytes::from_string(cfg.common.client_rack.clone().unwrap_or_default()))
+        .with_topics(
+            topics
+                .into_iter()
+                .map(|(t, ps)| FetchTopic::default().with_topic(topic_name(t)).with_partitions(ps))
+                .collect(),
+        );
+    let (_, resp) = conn.call(ApiKey::Fetch, 4, 12, RequestKind::Fetch(req)).await?;
+    let ResponseKind::Fetch(resp) = resp else {
+        return Err(Error::Protocol {
+            broker: conn.broker(),
+            reason: "Fetch answered with another response type".into(),
+        });
+    };
+    if resp.error_code != 0 {
+        return Err(Error::broker(resp.error_code, format!("Fetch from {}", conn.broker())));
+    }
+    let offsets: HashMap<(&str, i32), i64> = parts
+        .iter()
+        .map(|(tp, o, _)| ((tp.topic.as_str(), tp.partition), *o))
+        .collect();
+    let mut out = Vec::new();
+    for t in resp.responses {
+        for p in t.partitions {
+            let Some(fetch_offset) = offsets.get(&(t.topic.0.as_str(), p.partition_index)) else {
+                continue;
+            };
+            out.push(PartitionFetch {
+                tp: TopicPartition::new(t.topic.0.to_string(), p.partition_index),
+                fetch_offset: *fetch_offset,
+                error: p.error_code,
+                records: p.records.unwrap_or_default(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Parses the record batches of one partition, from the fetch offset on.
+fn parse(pf: &PartitionFetch, cfg: &ConsumerConfig) -> Result<VecDeque<ConsumerRecord>> {
+    let mut out = VecDeque::new();
+    let bytes = &pf.records;
+    let mut iter = BatchIter::new(bytes);
+    for (at, h) in iter.by_ref() {
+        if h.next_offset() <= pf.fetch_offset || h.is_control() {
+            continue;
+        }
+        let slice = bytes.slice(at..at + h.total_size());
+        if cfg.check_crcs {
+            validate_batch(&slice, false).map_err(|e| Error::Protocol {
+                broker: format!("leader of {}", pf.tp),
+                reason: format!("corrupt record batch at offset {} of {}: {e}", h.base_offset, pf.tp),
+            })?;
+        }
+        let mut buf = slice;
+        let set = RecordBatchDecoder::decode(&mut buf).map_err(|e| Error::Protocol {
+            broker: format!("leader of {}", pf.tp),
+            reason: format!("undecodable record batch at offset {} of {}: {e}", h.base_offset, pf.tp),
+        })?;
+        let epoch = (h.partition_leader_epoch >= 0).then_some(h.partition_leader_epoch);
+        for r in set.records {
+            if r.offset < pf.fetch_offset {
+                continue;
+            }
+            out.push_back(ConsumerRecord {
+                topic: pf.tp.topic.clone(),
+                partition: pf.tp.partition,
+                offset: r.offset,
+                timestamp: r.timestamp,
+                log_append_time: r.timestamp_type == TimestampType::LogAppend,
+                key: r.key,
+                value: r.value,
+                headers: r
+                    .headers
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v))
+                    .collect(),
+                leader_epoch: epoch,
+            });
+        }
+    }
+    // A batch cut off at the end of the answer is normal (max bytes); a
+    // corrupt one before any record was read is an error.
+    if let Some((_, e)) = iter.stopped_at() {
+        if out.is_empty() && !matches!(e, rill_protocol::records::BatchError::Truncated { .. }) {
+            return Err(Error::Protocol {
+                broker: format!("leader of {}", pf.tp),
+                reason: format!("bad record batch in {} at offset {}: {e}", pf.tp, pf.fetch_offset),
+            });
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,1050 @@
+//! The consumer: Kafka's `KafkaConsumer` semantics for a synchronous
+//! polling thread.
+//!
+//! Everything the application sees happens inside its own calls, as with
+//! Java's consumer: `poll` joins or reconciles the group, runs the rebalance
+//! listener, sets positions (committed offset, else `auto.offset.reset`),
+//! auto-commits, and returns records. Heartbeats and fetches run as tokio
+//! tasks meanwhile.
+//!
+//! Subscription semantics are KIP-70's (see `docs/client.md`):
+//! - `subscribe` / `subscribe_pattern` change only the subscription; the
+//!   assignment stays until the next rebalance, whose revocation callback
+//!   receives the whole previous assignment (eager protocols);
+//! - with `enable.auto.commit`, `unsubscribe` commits the consumed offsets
+//!   before it clears the assignment, as the seed specifies (Kafka reverted
+//!   this in KAFKA-4234; Rill keeps the seed's behaviour, documented).
+//!
+//! Invariants: after a fatal error (FENCED_INSTANCE_ID) every call fails
+//! with [`Error::Stopped`] and nothing more is committed; positions move only
+//! when records are returned, seeked, or reset; the listener is never called
+//! from another thread.
+
+pub mod assignor;
+mod classic;
+mod fetcher;
+mod modern;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use regex::Regex;
+use tracing::{debug, info, warn};
+
+use crate::cluster::Cluster;
+use crate::config::{ClientConfig, ConsumerConfig, GroupProtocol, OffsetReset};
+use crate::error::{Error, Result};
+use crate::rpc::{self, MemberRef, OffsetAndMetadata, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP};
+use crate::runtime::block_on;
+use crate::TopicPartition;
+use assignor::{PartitionAssignor, RebalanceProtocol};
+use classic::ClassicMember;
+use fetcher::Fetcher;
+use modern::ModernMember;
+
+/// A record as `poll` returns it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConsumerRecord {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub timestamp: i64,
+    /// Whether `timestamp` is the broker's append time (else the producer's).
+    pub log_append_time: bool,
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
+    pub headers: Vec<(String, Option<Bytes>)>,
+    pub leader_epoch: Option<i32>,
+}
+
+impl ConsumerRecord {
+    pub fn topic_partition(&self) -> TopicPartition {
+        TopicPartition::new(self.topic.clone(), self.partition)
+    }
+}
+
+/// Callbacks around rebalances (Kafka's `ConsumerRebalanceListener`), run
+/// inside `poll` (and `unsubscribe` / `close`) on the polling thread; they
+/// may use the consumer, e.g. to commit in `on_partitions_revoked`.
+pub trait RebalanceListener: Send {
+    fn on_partitions_revoked(&mut self, _consumer: &mut Consumer, _partitions: &[TopicPartition]) {}
+    fn on_partitions_assigned(&mut self, _consumer: &mut Consumer, _partitions: &[TopicPartition]) {}
+    /// Partitions taken away without a chance to commit (the member was
+    /// fenced or its session expired). Kafka's default calls `on_partitions_revoked`.
+    fn on_partitions_lost(&mut self, consumer: &mut Consumer, partitions: &[TopicPartition]) {
+        self.on_partitions_revoked(consumer, partitions)
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PartitionState {
+    /// The next offset to return; `None` until it is set.
+    pub position: Option<i64>,
+    pub leader_epoch: Option<i32>,
+    pub paused: bool,
+    /// A pending reset (seek to beginning/end, or out of range).
+    pub reset: Option<OffsetReset>,
+}
+
+/// How the consumer gets its partitions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubscriptionKind {
+    None,
+    Topics,
+    Pattern,
+    Assigned,
+}
+
+pub(crate) struct Subscriptions {
+    pub kind: SubscriptionKind,
+    /// Subscribed topic names (for a pattern: the topics it matches now).
+    pub topics: BTreeSet<String>,
+    pub pattern: Option<Regex>,
+    pub assignment: BTreeMap<TopicPartition, PartitionState>,
+}
+
+enum Group {
+    Classic(ClassicMember),
+    Modern(ModernMember),
+}
+
+#[derive(Clone, Copy)]
+enum Callback {
+    Revoked,
+    Assigned,
+    Lost,
+}
+
+/// Identity of the consumer in its group (for logging and transactional use).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupMetadata {
+    pub group_id: String,
+    pub member_id: String,
+    /// Classic generation or KIP-848 member epoch.
+    pub generation_id: i32,
+    pub group_instance_id: Option<String>,
+}
+
+type CommitCallback = Box<dyn FnOnce(Result<()>) + Send>;
+
+/// A Kafka consumer, used from one thread at a time.
+pub struct Consumer {
+    cfg: ConsumerConfig,
+    cluster: Arc<Cluster>,
+    subs: Subscriptions,
+    fetcher: Fetcher,
+    group: Option<Group>,
+    assignors: Vec<Arc<dyn PartitionAssignor>>,
+    listener: Option<Box<dyn RebalanceListener>>,
+    in_callback: bool,
+    next_auto_commit: Instant,
+    last_metadata_refresh: Option<Instant>,
+    fatal: Option<Error>,
+    closed: bool,
+    async_commits: (
+        crossbeam_channel::Sender<(CommitCallback, Result<()>)>,
+        crossbeam_channel::Receiver<(CommitCallback, Result<()>)>,
+    ),
+}
+
+fn validate_topic(t: &str) -> Result<()> {
+    let bad = |reason: &str| {
+        Err(Error::InvalidTopic {
+            topic: t.to_string(),
+            reason: reason.to_string(),
+        })
+    };
+    if t.is_empty() {
+        return bad("empty");
+    }
+    if t == "." || t == ".." {
+        return bad("'.' and '..' are not allowed");
+    }
+    if t.len() > 249 {
+        return bad("longer than 249 characters");
+    }
+    if !t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-') {
+        return bad("only ASCII letters, digits, '.', '_' and '-' are allowed");
+    }
+    Ok(())
+}
+
+impl Consumer {
+    /// A consumer with the assignors named in `partition.assignment.strategy`.
+    pub fn new(config: &ClientConfig) -> Result<Self> {
+        let cfg = ConsumerConfig::from_config(config)?;
+        let assignors = if cfg.group_protocol == GroupProtocol::Classic {
+            cfg.assignment_strategies
+                .iter()
+                .map(|n| assignor::builtin(n))
+                .collect::<Result<Vec<_>>>()?
+        } else {
+            Vec::new()
+        };
+        Ok(Self::build(cfg, assignors))
+    }
+
+    /// A consumer with custom assignors (in preference order), replacing
+    /// `partition.assignment.strategy`.
+    pub fn with_assignors(config: &ClientConfig, assignors: Vec<Arc<dyn PartitionAssignor>>) -> Result<Self> {
+        let cfg = ConsumerConfig::from_config(config)?;
+        if assignors.is_empty() {
+            return Err(Error::config("partition.assignment.strategy", "", "needs at least one assignor"));
+        }
+        Ok(Self::build(cfg, assignors))
+    }
+
+    fn build(cfg: ConsumerConfig, assignors: Vec<Arc<dyn PartitionAssignor>>) -> Self {
+        let cluster = Cluster::new(cfg.common.clone());
+        let group = cfg.group_id.as_deref().map(|g| match cfg.group_protocol {
+            GroupProtocol::Classic => Group::Classic(ClassicMember::new(&cfg, g, &assignors)),
+            GroupProtocol::Consumer => Group::Modern(ModernMember::new(&cfg, g)),
+        });
+        Self {
+            next_auto_commit: Instant::now() + cfg.auto_commit_interval,
+            cfg,
+            cluster,
+            subs: Subscriptions {
+                kind: SubscriptionKind::None,
+                topics: BTreeSet::new(),
+                pattern: None,
+                assignment: BTreeMap::new(),
+            },
+            fetcher: Fetcher::default(),
+            group,
+            assignors,
+            listener: None,
+            in_callback: false,
+            last_metadata_refresh: None,
+            fatal: None,
+            closed: false,
+            async_commits: crossbeam_channel::unbounded(),
+        }
+    }
+
+    fn usable(&self, what: &str) -> Result<()> {
+        if self.closed {
+            return Err(Error::Closed("consumer"));
+        }
+        if let Some(e) = &self.fatal {
+            return Err(Error::Stopped(e.to_string()));
+        }
+        if self.in_callback && what == "poll" {
+            return Err(Error::IllegalState(
+                "poll() called from a rebalance listener".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn group_id(&self) -> Result<&str> {
+        self.cfg.group_id.as_deref().ok_or_else(|| {
+            Error::config("group.id", "", "required to subscribe or commit (use assign() without a group)")
+        })
+    }
+
+    /// Sets the rebalance listener.
+    pub fn set_rebalance_listener(&mut self, listener: impl RebalanceListener + 'static) {
+        self.listener = Some(Box::new(listener));
+    }
+
+    /// Subscribes to topics (KIP-70: the assignment changes only at the next
+    /// rebalance). An empty list unsubscribes.
+    pub fn subscribe(&mut self, topics: &[&str]) -> Result<()> {
+        self.usable("subscribe")?;
+        self.group_id()?;
+        if topics.is_empty() {
+            return self.unsubscribe();
+        }
+        if self.subs.kind == SubscriptionKind::Assigned {
+            return Err(Error::IllegalState(
+                "subscribe() after assign(): subscriptions to topics, patterns and assigned partitions are mutually exclusive".into(),
+            ));
+        }
+        for t in topics {
+            validate_topic(t)?;
+        }
+        let new: BTreeSet<String> = topics.iter().map(|t| t.to_string()).collect();
+        self.cluster.add_interest(topics.iter().copied());
+        let changed = self.subs.kind != SubscriptionKind::Topics || self.subs.topics != new;
+        self.subs.kind = SubscriptionKind::Topics;
+        self.subs.pattern = None;
+        self.subs.topics = new;
+        if changed {
+            self.request_rejoin();
+        }
+        Ok(())
+    }
+
+    /// Subscribes to every topic whose whole name matches `pattern`,
+    /// re-evaluated as topics come and go (every `metadata.max.age.ms`).
+    pub fn subscribe_pattern(&mut self, pattern: &str) -> Result<()> {
+        self.usable("subscribe")?;
+        self.group_id()?;
+        if self.subs.kind == SubscriptionKind::Assigned {
+            return Err(Error::IllegalState(
+                "subscribe_pattern() after assign(): subscriptions are mutually exclusive".into(),
+            ));
+        }
+        let re = Regex::new(&format!("^(?:{pattern})$"))
+            .map_err(|e| Error::config("subscription pattern", pattern, e.to_string()))?;
+        self.subs.kind = SubscriptionKind::Pattern;
+        self.subs.pattern = Some(re);
+        // The topics are resolved at the next poll; until then the old set stays.
+        self.refresh_pattern(true)?;
+        Ok(())
+    }
+
+    /// Assigns partitions by hand (no group membership).
+    pub fn assign(&mut self, partitions: &[TopicPartition]) -> Result<()> {
+        self.usable("assign")?;
+        if matches!(self.subs.kind, SubscriptionKind::Topics | SubscriptionKind::Pattern) {
+            return Err(Error::IllegalState(
+                "assign() after subscribe(): subscriptions are mutually exclusive".into(),
+            ));
+        }
+        if partitions.is_empty() {
+            return self.unsubscribe();
+        }
+        for tp in partitions {
+            validate_topic(&tp.topic)?;
+        }
+        let wanted: BTreeSet<&TopicPartition> = partitions.iter().collect();
+        let removed: Vec<TopicPartition> = self
+            .subs
+            .assignment
+            .keys()
+            .filter(|tp| !wanted.contains(tp))
+            .cloned()
+            .collect();
+        for tp in removed {
+            self.subs.assignment.remove(&tp);
+            self.fetcher.clear(Some(&tp));
+        }
+        for tp in partitions {
+            self.subs.assignment.entry(tp.clone()).or_default();
+        }
+        self.subs.kind = SubscriptionKind::Assigned;
+        self.subs.topics = partitions.iter().map(|tp| tp.topic.clone()).collect();
+        self.cluster.add_interest(self.subs.topics.iter().map(String::as_str));
+        Ok(())
+    }
+
+    /// Stops consuming: with auto-commit the consumed offsets are committed
+    /// first (the seed's KIP-70 behaviour), the listener sees the partitions
+    /// revoked, and a dynamic member leaves its group.
+    pub fn unsubscribe(&mut self) -> Result<()> {
+        self.usable("unsubscribe")?;
+        if self.cfg.enable_auto_commit && self.group.is_some() && !self.subs.assignment.is_empty() {
+            if let Err(e) = self.commit_consumed(None) {
+                warn!(error = %e, "committing consumed offsets on unsubscribe failed");
+            }
+        }
+        let owned: Vec<TopicPartition> = self.subs.assignment.keys().cloned().collect();
+        if matches!(self.subs.kind, SubscriptionKind::Topics | SubscriptionKind::Pattern) && !owned.is_empty() {
+            self.callback(Callback::Revoked, &owned);
+        }
+        match self.group.as_mut() {
+            Some(Group::Classic(m)) if matches!(self.subs.kind, SubscriptionKind::Topics | SubscriptionKind::Pattern) => {
+                if m.instance_id.is_none() {
+                    m.leave(&self.cluster, "the consumer unsubscribed");
+                } else {
+                    // KIP-345: a static member keeps its id and membership;
+                    // it only stops heartbeating (no self-fencing on rejoin).
+                    m.stop();
+                }
+            }
+            Some(Group::Modern(m)) if matches!(self.subs.kind, SubscriptionKind::Topics | SubscriptionKind::Pattern) => {
+                m.leave(false);
+            }
+            _ => {}
+        }
+        self.subs.assignment.clear();
+        self.subs.topics.clear();
+        self.subs.pattern = None;
+        self.subs.kind = SubscriptionKind::None;
+        self.fetcher.clear(None);
+        Ok(())
+    }
+
+    /// The subscribed topics (a pattern's current matches).
+    pub fn subscription(&self) -> BTreeSet<String> {
+        match self.subs.kind {
+            SubscriptionKind::Topics | SubscriptionKind::Pattern => self.subs.topics.clone(),
+            _ => BTreeSet::new(),
+        }
+    }
+
+    /// The partitions currently assigned.
+    pub fn assignment(&self) -> Vec<TopicPartition> {
+        self.subs.assignment.keys().cloned().collect()
+    }
+
+    /// The consumer's group identity.
+    pub fn group_metadata(&self) -> Option<GroupMetadata> {
+        let group_id = self.cfg.group_id.clone()?;
+        let r = self.member_ref();
+        Some(GroupMetadata {
+            group_id,
+            member_id: r.member_id,
+            generation_id: r.generation_or_epoch,
+            group_instance_id: self.cfg.group_instance_id.clone(),
+        })
+    }
+
+    fn member_ref(&self) -> MemberRef {
+        match (&self.group, self.subs.kind) {
+            (Some(Group::Classic(m)), SubscriptionKind::Topics | SubscriptionKind::Pattern) => m.member_ref(),
+            (Some(Group::Modern(m)), SubscriptionKind::Topics | SubscriptionKind::Pattern) => m.member_ref(),
+            _ => MemberRef::none(),
+        }
+    }
+
+    fn request_rejoin(&mut self) {
+        if let Some(Group::Classic(m)) = &self.group {
+            m.request_rejoin();
+        }
+    }
+
+    fn callback(&mut self, which: Callback, parts: &[TopicPartition]) {
+        let Some(mut l) = self.listener.take() else {
+            return;
+        };
+        self.in_callback = true;
+        match which {
+            Callback::Revoked => l.on_partitions_revoked(self, parts),
+            Callback::Assigned => l.on_partitions_assigned(self, parts),
+            Callback::Lost => l.on_partitions_lost(self, parts),
+        }
+        self.in_callback = false;
+        if self.listener.is_none() {
+            self.listener = Some(l);
+        }
+    }
+
+    /// Returns records, at most `max.poll.records`, waiting up to `timeout`.
+    pub fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>> {
+        self.usable("poll")?;
+        if self.subs.kind == SubscriptionKind::None {
+            return Err(Error::IllegalState(
+                "the consumer is not subscribed to any topics or assigned any partitions".into(),
+            ));
+        }
+        let deadline = Instant::now() + timeout;
+        self.run_async_commit_callbacks();
+        loop {
+            self.update_group()?;
+            self.maybe_auto_commit();
+            self.ensure_metadata();
+            self.update_positions()?;
+            while let Some(a) = self.fetcher.try_answer() {
+                self.handle_answer(a)?;
+            }
+            let records = self.fetcher.take(self.cfg.max_poll_records, &mut self.subs);
+            self.fetcher.send_fetches(&self.cluster, &self.subs, &self.cfg);
+            if !records.is_empty() {
+                return Ok(records);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(Vec::new());
+            }
+            let wait = (deadline - now).min(Duration::from_millis(100));
+            if let Some(a) = self.fetcher.wait(wait) {
+                self.handle_answer(a)?;
+            }
+        }
+    }
+
+    fn handle_answer(&mut self, a: fetcher::FetchAnswer) -> Result<()> {
+        let fx = self.fetcher.process(a, &self.subs, &self.cfg);
+        for tp in fx.out_of_range {
+            let Some(st) = self.subs.assignment.get_mut(&tp) else { continue };
+            if self.cfg.auto_offset_reset == OffsetReset::None {
+                return Err(Error::OffsetOutOfRange {
+                    topic: tp.topic.clone(),
+                    partition: tp.partition,
+                    offset: st.position.unwrap_or(-1),
+                });
+            }
+            info!(partition = %tp, offset = ?st.position, "fetch offset out of range; resetting");
+            st.position = None;
+            st.reset = Some(self.cfg.auto_offset_reset);
+        }
+        if fx.refresh_metadata {
+            self.last_metadata_refresh = None;
+            self.ensure_metadata();
+        }
+        match fx.error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Refreshes metadata when an assigned partition has no known leader or
+    /// the snapshot is old (throttled by `retry.backoff.ms`).
+    fn ensure_metadata(&mut self) {
+        let meta = self.cluster.metadata();
+        let missing = self
+            .subs
+            .assignment
+            .keys()
+            .any(|tp| meta.leader(&tp.topic, tp.partition).is_none());
+        if !missing && !self.cluster.metadata_is_stale() {
+            return;
+        }
+        if self
+            .last_metadata_refresh
+            .is_some_and(|t| t.elapsed() < self.cfg.common.retry_backoff)
+        {
+            return;
+        }
+        self.last_metadata_refresh = Some(Instant::now());
+        let topics: Vec<String> = self.subs.assignment.keys().map(|tp| tp.topic.clone()).collect();
+        let auto = self.cfg.allow_auto_create_topics;
+        let _ = block_on("Consumer::poll", self.cluster.refresh(Some(&topics), auto));
+    }
+
+    /// Re-resolves a pattern subscription; requests a rejoin when its topics changed.
+    fn refresh_pattern(&mut self, force: bool) -> Result<()> {
+        let Some(re) = self.subs.pattern.clone() else {
+            return Ok(());
+        };
+        if !force && !self.cluster.metadata_is_stale() && self.cluster.metadata().complete {
+            return Ok(());
+        }
+        let meta = block_on("Consumer::poll", self.cluster.refresh(None, false))??;
+        let matched: BTreeSet<String> = meta
+            .topics
+            .values()
+            .filter(|t| !(self.cfg.exclude_internal_topics && t.internal))
+            .map(|t| t.name.clone())
+            .filter(|n| re.is_match(n))
+            .collect();
+        if matched != self.subs.topics {
+            debug!(?matched, "pattern subscription changed");
+            self.cluster.add_interest(matched.iter().map(String::as_str));
+            self.subs.topics = matched;
+            self.request_rejoin();
+        }
+        Ok(())
+    }
+
+    fn update_group(&mut self) -> Result<()> {
+        if !matches!(self.subs.kind, SubscriptionKind::Topics | SubscriptionKind::Pattern) {
+            return Ok(());
+        }
+        if self.subs.kind == SubscriptionKind::Pattern {
+            self.refresh_pattern(false)?;
+        }
+        match self.group.as_ref() {
+            Some(Group::Classic(_)) => self.update_classic(),
+            Some(Group::Modern(_)) => self.update_modern(),
+            None => Ok(()),
+        }
+    }
+
+    fn fail(&mut self, e: Error) -> Error {
+        if e.is_fatal() {
+            warn!(error = %e, "consumer stopped");
+            self.fatal = Some(e.clone());
+        }
+        e
+    }
+
+    fn update_classic(&mut self) -> Result<()> {
+        let Some(Group::Classic(m)) = self.group.as_ref() else {
+            return Ok(());
+        };
+        if let Some(e) = m.fatal() {
+            return Err(self.fail(e));
+        }
+        m.touch_poll();
+        let lost = m.take_lost();
+        let needs_join = m.needs_join();
+        let cooperative = m.rebalance_protocol == RebalanceProtocol::Cooperative;
+        if lost && !self.subs.assignment.is_empty() {
+            let parts = self.assignment();
+            self.subs.assignment.clear();
+            self.fetcher.clear(None);
+            self.callback(Callback::Lost, &parts);
+        }
+        if !needs_join {
+            return Ok(());
+        }
+        // Kafka's onJoinPrepare: commit, then (eager) revoke everything.
+        if self.cfg.enable_auto_commit && !self.subs.assignment.is_empty() {
+            if let Err(e) = self.commit_consumed(None) {
+                warn!(error = %e, "auto-commit before rebalance failed");
+            }
+        }
+        if !cooperative && !self.subs.assignment.is_empty() {
+            let parts = self.assignment();
+            self.callback(Callback::Revoked, &parts);
+            self.subs.assignment.clear();
+            self.fetcher.clear(None);
+        }
+        let owned = self.assignment();
+        let topics = self.subs.topics.clone();
+        let assignors = self.assignors.clone();
+        let cluster = self.cluster.clone();
+        let joined = {
+            let Some(Group::Classic(m)) = self.group.as_mut() else {
+                return Ok(());
+            };
+            m.join(&cluster, &self.cfg, &topics, &owned, &assignors)
+        };
+        let joined = match joined {
+            Ok(j) => j,
+            Err(e) => return Err(self.fail(e)),
+        };
+        // Kafka's onJoinComplete.
+        let new: BTreeSet<TopicPartition> = joined.assigned.iter().cloned().collect();
+        let old: BTreeSet<TopicPartition> = owned.iter().cloned().collect();
+        if cooperative {
+            let revoked: Vec<TopicPartition> = old.difference(&new).cloned().collect();
+            if !revoked.is_empty() {
+                self.callback(Callback::Revoked, &revoked);
+                for tp in &revoked {
+                    self.subs.assignment.remove(tp);
+                    self.fetcher.clear(Some(tp));
+                }
+                // KIP-429: rejoin so the revoked partitions can move.
+                self.request_rejoin();
+            }
+            let added: Vec<TopicPartition> = new.difference(&old).cloned().collect();
+            for tp in &added {
+                self.subs.assignment.entry(tp.clone()).or_default();
+            }
+            self.callback(Callback::Assigned, &added);
+        } else {
+            for tp in &new {
+                self.subs.assignment.entry(tp.clone()).or_default();
+            }
+            let all: Vec<TopicPartition> = new.into_iter().collect();
+            self.callback(Callback::Assigned, &all);
+        }
+        self.cluster
+            .add_interest(self.subs.assignment.keys().map(|tp| tp.topic.as_str()));
+        Ok(())
+    }
+
+    fn update_modern(&mut self) -> Result<()> {
+        let topics = self.subs.topics.clone();
+        let cluster = self.cluster.clone();
+        let Some(Group::Modern(m)) = self.group.as_mut() else {
+            return Ok(());
+        };
+        if let Some(e) = m.fatal() {
+            return Err(self.fail(e));
+        }
+        m.touch_poll();
+        m.subscribe(&cluster, &self.cfg, &topics);
+        let lost = m.take_lost();
+        let target = m.take_target();
+        if lost && !self.subs.assignment.is_empty() {
+            let parts = self.assignment();
+            self.subs.assignment.clear();
+            self.fetcher.clear(None);
+            self.callback(Callback::Lost, &parts);
+            if let Some(Group::Modern(m)) = self.group.as_ref() {
+                m.ack_owned(Vec::new());
+            }
+        }
+        let Some(target) = target else {
+            return Ok(());
+        };
+        // Topic ids to names (refreshing metadata for ids not known yet).
+        let mut meta = self.cluster.metadata();
+        if target.iter().any(|(id, _)| meta.topic_by_id(id).is_none()) {
+            let wanted: Vec<String> = topics.iter().cloned().collect();
+            meta = block_on("Consumer::poll", self.cluster.refresh(Some(&wanted), false))??;
+        }
+        let mut new = BTreeSet::new();
+        for (id, ps) in &target {
+            match meta.topic_by_id(id) {
+                Some(t) => new.extend(ps.iter().map(|p| TopicPartition::new(t.name.clone(), *p))),
+                None => warn!(topic_id = %id, "assigned a topic id the metadata does not know yet"),
+            }
+        }
+        let old: BTreeSet<TopicPartition> = self.subs.assignment.keys().cloned().collect();
+        let revoked: Vec<TopicPartition> = old.difference(&new).cloned().collect();
+        let added: Vec<TopicPartition> = new.difference(&old).cloned().collect();
+        if !revoked.is_empty() {
+            if self.cfg.enable_auto_commit {
+                if let Err(e) = self.commit_consumed(Some(&revoked)) {
+                    warn!(error = %e, "auto-commit of revoked partitions failed");
+                }
+            }
+            self.callback(Callback::Revoked, &revoked);
+            for tp in &revoked {
+                self.subs.assignment.remove(tp);
+                self.fetcher.clear(Some(tp));
+            }
+        }
+        for tp in &added {
+            self.subs.assignment.entry(tp.clone()).or_default();
+        }
+        if !added.is_empty() {
+            self.callback(Callback::Assigned, &added);
+        }
+        let meta = self.cluster.metadata();
+        let mut owned: BTreeMap<uuid::Uuid, Vec<i32>> = BTreeMap::new();
+        for tp in self.subs.assignment.keys() {
+            if let Some(t) = meta.topic(&tp.topic) {
+                owned.entry(t.id).or_default().push(tp.partition);
+            }
+        }
+        if let Some(Group::Modern(m)) = self.group.as_ref() {
+            m.ack_owned(owned.into_iter().collect());
+        }
+        Ok(())
+    }
+
+    /// Sets positions of partitions that have none: the committed offset,
+    /// else `auto.offset.reset` (or a pending seek to beginning/end).
+    fn update_positions(&mut self) -> Result<()> {
+        let missing: Vec<TopicPartition> = self
+            .subs
+            .assignment
+            .iter()
+            .filter(|(_, s)| s.position.is_none())
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let timeout = self.cfg.common.default_api_timeout;
+        let mut to_reset: BTreeMap<TopicPartition, i64> = BTreeMap::new();
+        let need_committed: Vec<TopicPartition> = missing
+            .iter()
+            .filter(|tp| self.subs.assignment[*tp].reset.is_none())
+            .cloned()
+            .collect();
+        let committed = match (&self.cfg.group_id, need_committed.is_empty()) {
+            (Some(g), false) => {
+                let member = self.member_ref();
+                block_on(
+                    "Consumer::poll",
+                    rpc::fetch_committed(&self.cluster, g, Some(&need_committed), &member, timeout),
+                )??
+            }
+            _ => BTreeMap::new(),
+        };
+        for tp in missing {
+            let st = self.subs.assignment.get_mut(&tp).expect("listed above");
+            if st.reset.is_none() {
+                if let Some(c) = committed.get(&tp) {
+                    st.position = Some(c.offset);
+                    st.leader_epoch = c.leader_epoch;
+                    continue;
+                }
+            }
+            let strategy = st.reset.unwrap_or(self.cfg.auto_offset_reset);
+            let ts = match strategy {
+                OffsetReset::Earliest => EARLIEST_TIMESTAMP,
+                OffsetReset::Latest => LATEST_TIMESTAMP,
+                OffsetReset::None => {
+                    return Err(Error::NoOffsetForPartition {
+                        topic: tp.topic.clone(),
+                        partition: tp.partition,
+                    })
+                }
+            };
+            to_reset.insert(tp, ts);
+        }
+        if to_reset.is_empty() {
+            return Ok(());
+        }
+        let offsets = block_on(
+            "Consumer::poll",
+            rpc::list_offsets(&self.cluster, self.cfg.read_committed, &to_reset, timeout),
+        )??;
+        for (tp, (offset, _, epoch)) in offsets {
+            if let Some(st) = self.subs.assignment.get_mut(&tp) {
+                if st.position.is_none() {
+                    debug!(partition = %tp, offset, "position reset");
+                    st.position = Some(offset);
+                    st.leader_epoch = epoch;
+                    st.reset = None;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn maybe_auto_commit(&mut self) {
+        if !self.cfg.enable_auto_commit || self.group.is_none() || Instant::now() < self.next_auto_commit {
+            return;
+        }
+        self.next_auto_commit = Instant::now() + self.cfg.auto_commit_interval;
+        if let Err(e) = self.commit_consumed(None) {
+            warn!(error = %e, "auto-commit failed");
+        }
+    }
+
+    fn consumed_offsets(&self, only: Option<&[TopicPartition]>) -> BTreeMap<TopicPartition, OffsetAndMetadata> {
+        self.subs
+            .assignment
+            .iter()
+            .filter(|(tp, _)| only.is_none_or(|o| o.contains(tp)))
+            .filter_map(|(tp, s)| {
+                s.position.map(|p| {
+                    (
+                        tp.clone(),
+                        OffsetAndMetadata {
+                            offset: p,
+                            leader_epoch: s.leader_epoch,
+                            metadata: String::new(),
+                        },
+                    )
+                })
+            })
+            .collect()
+    }
+
+    fn commit_consumed(&mut self, only: Option<&[TopicPartition]>) -> Result<()> {
+        let offsets = self.consumed_offsets(only);
+        if offsets.is_empty() {
+            return Ok(());
+        }
+        self.commit_offsets_inner(&offsets)
+    }
+
+    fn commit_offsets_inner(&mut self, offsets: &BTreeMap<TopicPartition, OffsetAndMetadata>) -> Result<()> {
+        let group = self.group_id()?.to_string();
+        let member = self.member_ref();
+        let results = block_on(
+            "Consumer::commit_sync",
+            rpc::commit(&self.cluster, &group, &member, offsets, self.cfg.common.default_api_timeout),
+        )?;
+        let results = match results {
+            Ok(r) => r,
+            Err(e) => return Err(self.fail(commit_error(&group, e))),
+        };
+        for (_, r) in results {
+            if let Err(e) = r {
+                return Err(self.fail(commit_error(&group, e)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Commits the positions of every assigned partition (what `poll` returned).
+    pub fn commit_sync(&mut self) -> Result<()> {
+        self.usable("commit")?;
+        self.commit_consumed(None)
+    }
+
+    /// Commits the given offsets (the next offset to read, per partition).
+    pub fn commit_offsets_sync(&mut self, offsets: &BTreeMap<TopicPartition, OffsetAndMetadata>) -> Result<()> {
+        self.usable("commit")?;
+        self.commit_offsets_inner(offsets)
+    }
+
+    /// Commits the consumed positions in the background; `callback` runs
+    /// inside a later `poll` (or `close`) with the outcome.
+    pub fn commit_async(&mut self, callback: impl FnOnce(Result<()>) + Send + 'static) -> Result<()> {
+        self.usable("commit")?;
+        let group = self.group_id()?.to_string();
+        let member = self.member_ref();
+        let offsets = self.consumed_offsets(None);
+        let cluster = self.cluster.clone();
+        let timeout = self.cfg.common.default_api_timeout;
+        let tx = self.async_commits.0.clone();
+        let cb: CommitCallback = Box::new(callback);
+        crate::runtime::io_handle().spawn(async move {
+            let r = if offsets.is_empty() {
+                Ok(())
+            } else {
+                match rpc::commit(&cluster, &group, &member, &offsets, timeout).await {
+                    Ok(results) => results
+                        .into_values()
+                        .find_map(|r| r.err())
+                        .map_or(Ok(()), |e| Err(commit_error(&group, e))),
+                    Err(e) => Err(commit_error(&group, e)),
+                }
+            };
+            let _ = tx.send((cb, r));
+        });
+        Ok(())
+    }
+
+    fn run_async_commit_callbacks(&mut self) {
+        while let Ok((cb, r)) = self.async_commits.1.try_recv() {
+            if let Err(e) = &r {
+                if e.is_fatal() {
+                    self.fatal = Some(e.clone());
+                }
+            }
+            cb(r);
+        }
+    }
+
+    /// Committed offsets of partitions.
+    pub fn committed(&mut self, partitions: &[TopicPartition]) -> Result<BTreeMap<TopicPartition, OffsetAndMetadata>> {
+        self.usable("committed")?;
+        let group = self.group_id()?.to_string();
+        let member = self.member_ref();
+        block_on(
+            "Consumer::committed",
+            rpc::fetch_committed(&self.cluster, &group, Some(partitions), &member, self.cfg.common.default_api_timeout),
+        )?
+    }
+
+    fn assigned_state(&mut self, tp: &TopicPartition) -> Result<&mut PartitionState> {
+        self.subs
+            .assignment
+            .get_mut(tp)
+            .ok_or_else(|| Error::IllegalState(format!("partition {tp} is not assigned to this consumer")))
+    }
+
+    /// Sets the next offset `poll` returns for a partition.
+    pub fn seek(&mut self, tp: &TopicPartition, offset: i64) -> Result<()> {
+        self.usable("seek")?;
+        if offset < 0 {
+            return Err(Error::IllegalState(format!("seek to negative offset {offset} for {tp}")));
+        }
+        let st = self.assigned_state(tp)?;
+        st.position = Some(offset);
+        st.leader_epoch = None;
+        st.reset = None;
+        self.fetcher.clear(Some(tp));
+        Ok(())
+    }
+
+    /// Seeks partitions to their first offset (evaluated at the next poll or position).
+    pub fn seek_to_beginning(&mut self, partitions: &[TopicPartition]) -> Result<()> {
+        self.seek_reset(partitions, OffsetReset::Earliest)
+    }
+
+    /// Seeks partitions to their end (evaluated at the next poll or position).
+    pub fn seek_to_end(&mut self, partitions: &[TopicPartition]) -> Result<()> {
+        self.seek_reset(partitions, OffsetReset::Latest)
+    }
+
+    fn seek_reset(&mut self, partitions: &[TopicPartition], how: OffsetReset) -> Result<()> {
+        self.usable("seek")?;
+        for tp in partitions {
+            let st = self.assigned_state(tp)?;
+            st.position = None;
+            st.reset = Some(how);
+            self.fetcher.clear(Some(tp));
+        }
+        Ok(())
+    }
+
+    /// The next offset `poll` returns for a partition (resolving it if needed).
+    pub fn position(&mut self, tp: &TopicPartition) -> Result<i64> {
+        self.usable("position")?;
+        self.assigned_state(tp)?;
+        self.update_positions()?;
+        self.subs.assignment[tp]
+            .position
+            .ok_or_else(|| Error::IllegalState(format!("no position for {tp}")))
+    }
+
+    /// Stops fetching from partitions (they stay assigned).
+    pub fn pause(&mut self, partitions: &[TopicPartition]) -> Result<()> {
+        for tp in partitions {
+            self.assigned_state(tp)?.paused = true;
+        }
+        Ok(())
+    }
+
+    pub fn resume(&mut self, partitions: &[TopicPartition]) -> Result<()> {
+        for tp in partitions {
+            self.assigned_state(tp)?.paused = false;
+        }
+        Ok(())
+    }
+
+    pub fn paused(&self) -> Vec<TopicPartition> {
+        self.subs
+            .assignment
+            .iter()
+            .filter(|(_, s)| s.paused)
+            .map(|(tp, _)| tp.clone())
+            .collect()
+    }
+
+    /// Closes the consumer: commits consumed offsets (auto-commit), revokes
+    /// the partitions in the listener, and leaves the group if it is a
+    /// dynamic member. A static member leaves only with [`Consumer::close_and_leave`].
+    pub fn close(mut self) -> Result<()> {
+        self.close_inner(false)
+    }
+
+    /// Closes and leaves the group even as a static member (KIP-345 / KIP-1092).
+    pub fn close_and_leave(mut self) -> Result<()> {
+        self.close_inner(true)
+    }
+
+    fn close_inner(&mut self, leave: bool) -> Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        let subscribed = matches!(self.subs.kind, SubscriptionKind::Topics | SubscriptionKind::Pattern);
+        if self.fatal.is_none() {
+            if self.cfg.enable_auto_commit && self.group.is_some() && !self.subs.assignment.is_empty() {
+                if let Err(e) = self.commit_consumed(None) {
+                    warn!(error = %e, "commit on close failed");
+                }
+            }
+            self.run_async_commit_callbacks();
+            if subscribed && !self.subs.assignment.is_empty() {
+                let parts = self.assignment();
+                self.callback(Callback::Revoked, &parts);
+            }
+        }
+        let cluster = self.cluster.clone();
+        match self.group.as_mut() {
+            Some(Group::Classic(m)) if subscribed => {
+                if (m.instance_id.is_none() || leave) && self.fatal.is_none() {
+                    m.leave(&cluster, if leave { "the consumer closed and left the group" } else { "the consumer is closing" });
+                } else {
+                    m.stop();
+                }
+            }
+            Some(Group::Modern(m)) if subscribed => {
+                if self.fatal.is_none() {
+                    m.leave(leave);
+                } else {
+                    m.stop();
+                }
+            }
+            _ => {}
+        }
+        self.closed = true;
+        Ok(())
+    }
+}
+
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        if !self.closed && tokio::runtime::Handle::try_current().is_err() {
+            let _ = self.close_inner(false);
+        }
+    }
+}
+
+/// Maps rebalance-related commit errors to Kafka's `CommitFailedException`.
+fn commit_error(group: &str, e: Error) -> Error {
+    use rill_protocol::ErrorCode;
+    match e.code() {
+        Some(ErrorCode::RebalanceInProgress | ErrorCode::IllegalGeneration | ErrorCode::UnknownMemberId | ErrorCode::StaleMemberEpoch) => {
+            Error::CommitFailed {
+                group: group.to_string(),
+                reason: format!("{e}; the group rebalanced and the partitions may now belong to another member"),
+            }
+        }
+        Some(ErrorCode::FencedInstanceId) => Error::FencedInstanceId {
+            group: group.to_string(),
+            instance_id: String::new(),
+            detail: e.to_string(),
+        },
+        _ => e,
+    }
+}

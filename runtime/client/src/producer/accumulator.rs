@@ -1,0 +1,412 @@
+//! The record accumulator: per-partition queues of batches being filled or
+//! waiting to be sent, buffer-memory accounting, and the per-batch outcome
+//! every record's future or callback reads.
+//!
+//! Invariants: `buffer_used` is the sum of `reserved` over batches not yet
+//! completed; `incomplete` holds exactly the ids of those batches; a queue's
+//! `in_flight` is true while its front batch's request is outstanding (the
+//! batch is then out of the queue, owned by the request).
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use rill_protocol::records::{BatchBuilder, BATCH_HEADER_LEN};
+
+use super::partitioner::StickyPartitioner;
+use super::{DeliveryCallback, RecordMetadata};
+use crate::config::ProducerConfig;
+use crate::error::{Error, Result};
+use crate::TopicPartition;
+
+enum OutcomeState {
+    Pending {
+        wakers: Vec<Waker>,
+        callbacks: Vec<(u32, i64, DeliveryCallback)>,
+    },
+    /// (base offset, log append time) or the batch's error.
+    Done(Result<(i64, i64)>),
+}
+
+/// The outcome of one batch, shared by its records' futures.
+pub struct Outcome {
+    tp: TopicPartition,
+    state: Mutex<OutcomeState>,
+    cond: Condvar,
+}
+
+impl Outcome {
+    fn new(tp: TopicPartition) -> Self {
+        Self {
+            tp,
+            state: Mutex::new(OutcomeState::Pending {
+                wakers: Vec::new(),
+                callbacks: Vec::new(),
+            }),
+            cond: Condvar::new(),
+        }
+    }
+
+    fn metadata(&self, r: &Result<(i64, i64)>, index: u32, timestamp: i64) -> Result<RecordMetadata> {
+        match r {
+            Ok((base, append_time)) => Ok(RecordMetadata {
+                topic: self.tp.topic.clone(),
+                partition: self.tp.partition,
+                offset: if *base < 0 { -1 } else { base + index as i64 },
+                timestamp: if *append_time >= 0 { *append_time } else { timestamp },
+            }),
+            Err(e) => Err(e.clone()),
+        }
+    }
+
+    fn add_callback(&self, index: u32, timestamp: i64, cb: DeliveryCallback) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        match &mut *s {
+            OutcomeState::Pending { callbacks, .. } => callbacks.push((index, timestamp, cb)),
+            OutcomeState::Done(r) => {
+                let md = self.metadata(r, index, timestamp);
+                drop(s);
+                cb(md);
+            }
+        }
+    }
+
+    pub fn complete(&self, result: Result<(i64, i64)>) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if matches!(*s, OutcomeState::Done(_)) {
+            return;
+        }
+        let prev = std::mem::replace(&mut *s, OutcomeState::Done(result.clone()));
+        drop(s);
+        self.cond.notify_all();
+        if let OutcomeState::Pending { wakers, callbacks } = prev {
+            for w in wakers {
+                w.wake();
+            }
+            for (i, ts, cb) in callbacks {
+                cb(self.metadata(&result, i, ts));
+            }
+        }
+    }
+
+    pub fn get(&self, index: u32, timestamp: i64) -> Option<Result<RecordMetadata>> {
+        match &*self.state.lock().unwrap_or_else(|p| p.into_inner()) {
+            OutcomeState::Done(r) => Some(self.metadata(r, index, timestamp)),
+            OutcomeState::Pending { .. } => None,
+        }
+    }
+
+    pub fn wait(&self, index: u32, timestamp: i64) -> Result<RecordMetadata> {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let OutcomeState::Done(r) = &*s {
+                return self.metadata(r, index, timestamp);
+            }
+            s = self.cond.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    pub fn poll(&self, index: u32, timestamp: i64, cx: &mut Context<'_>) -> Poll<Result<RecordMetadata>> {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        match &mut *s {
+            OutcomeState::Done(r) => Poll::Ready(self.metadata(r, index, timestamp)),
+            OutcomeState::Pending { wakers, .. } => {
+                if !wakers.iter().any(|w| w.will_wake(cx.waker())) {
+                    wakers.push(cx.waker().clone());
+                }
+                Poll::Pending
+            }
+        }
+    }
+}
+
+/// A batch of one partition.
+pub struct ProducerBatch {
+    pub id: u64,
+    pub tp: TopicPartition,
+    pub builder: BatchBuilder,
+    pub created: Instant,
+    pub deadline: Instant,
+    pub attempts: u32,
+    pub retry_at: Option<Instant>,
+    pub reserved: usize,
+    /// (producer id, epoch, base sequence) once the batch was first drained.
+    pub stamp: Option<(i64, i16, i32)>,
+    /// The encoded batch, kept for retries (same bytes, same sequence).
+    pub encoded: Option<Bytes>,
+    pub outcome: Arc<Outcome>,
+    /// Whether the batch was ever sent (it may have been written).
+    pub sent: bool,
+}
+
+#[derive(Default)]
+pub struct PartitionQueue {
+    pub batches: VecDeque<ProducerBatch>,
+    pub in_flight: bool,
+    pub next_sequence: i32,
+}
+
+/// What the sender drains: batches ready to go, per leader.
+pub struct Drained {
+    pub by_leader: HashMap<i32, Vec<ProducerBatch>>,
+    pub expired: Vec<ProducerBatch>,
+    pub next_wakeup: Option<Instant>,
+    pub needs_metadata: bool,
+}
+
+pub struct Accumulator {
+    pub queues: HashMap<TopicPartition, PartitionQueue>,
+    pub buffer_used: usize,
+    incomplete: BTreeSet<u64>,
+    next_id: u64,
+    flush_up_to: u64,
+    pub closed: bool,
+    pub sticky: StickyPartitioner,
+    pub idempotent: bool,
+    /// Producer id and epoch (idempotence), once known.
+    pub producer: Option<(i64, i16)>,
+    /// Set when an idempotent batch failed for good: take a new producer id.
+    pub reset_producer: bool,
+}
+
+impl Accumulator {
+    pub fn new(idempotent: bool) -> Self {
+        Self {
+            queues: HashMap::new(),
+            buffer_used: 0,
+            incomplete: BTreeSet::new(),
+            next_id: 1,
+            flush_up_to: 0,
+            closed: false,
+            sticky: StickyPartitioner::default(),
+            idempotent,
+            producer: None,
+            reset_producer: false,
+        }
+    }
+
+    /// Appends a record; returns its batch outcome, index in the batch, and
+    /// whether the sender should wake (a new or a full batch).
+    #[allow(clippy::too_many_arguments)]
+    pub fn append(
+        &mut self,
+        tp: &TopicPartition,
+        timestamp: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: &[(&str, Option<&[u8]>)],
+        callback: Option<DeliveryCallback>,
+        cfg: &ProducerConfig,
+    ) -> (Arc<Outcome>, u32, bool) {
+        let size = BatchBuilder::record_size_upper_bound(key, value, headers);
+        let q = self.queues.entry(tp.clone()).or_default();
+        // As Kafka: a record joins the open batch if it still fits in
+        // batch.size; a record larger than batch.size gets a batch of its own.
+        let fits = q.batches.back().is_some_and(|b| {
+            b.stamp.is_none() && b.builder.size_in_bytes() + size <= cfg.batch_size
+        });
+        let mut wake = false;
+        if !fits {
+            let now = Instant::now();
+            let id = self.next_id;
+            self.next_id += 1;
+            self.incomplete.insert(id);
+            q.batches.push_back(ProducerBatch {
+                id,
+                tp: tp.clone(),
+                builder: BatchBuilder::with_capacity(cfg.batch_size.max(size + BATCH_HEADER_LEN).min(1 << 20)),
+                created: now,
+                deadline: now + cfg.delivery_timeout,
+                attempts: 0,
+                retry_at: None,
+                reserved: BATCH_HEADER_LEN,
+                stamp: None,
+                encoded: None,
+                outcome: Arc::new(Outcome::new(tp.clone())),
+                sent: false,
+            });
+            self.buffer_used += BATCH_HEADER_LEN;
+            wake = true;
+        }
+        let b = q.batches.back_mut().expect("a batch was just ensured");
+        let index = b.builder.record_count() as u32;
+        let added = b.builder.append(timestamp, key, value, headers);
+        b.reserved += added;
+        self.buffer_used += added;
+        if b.builder.size_in_bytes() >= cfg.batch_size {
+            wake = true;
+        }
+        let outcome = b.outcome.clone();
+        if let Some(cb) = callback {
+            outcome.add_callback(index, timestamp, cb);
+        }
+        (outcome, index, wake)
+    }
+
+    /// Makes every batch created so far ready now; returns the mark to wait for.
+    pub fn flush_mark(&mut self) -> u64 {
+        self.flush_up_to = self.next_id - 1;
+        self.flush_up_to
+    }
+
+    pub fn has_incomplete_up_to(&self, mark: u64) -> bool {
+        self.incomplete.first().is_some_and(|id| *id <= mark)
+    }
+
+    pub fn in_flight(&self) -> bool {
+        self.queues.values().any(|q| q.in_flight)
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.incomplete.is_empty()
+    }
+
+    /// Takes the batches that should be sent now.
+    pub fn drain(
+        &mut self,
+        now: Instant,
+        cfg: &ProducerConfig,
+        leader_of: impl Fn(&TopicPartition) -> Option<i32>,
+    ) -> Drained {
+        let mut out = Drained {
+            by_leader: HashMap::new(),
+            expired: Vec::new(),
+            next_wakeup: None,
+            needs_metadata: false,
+        };
+        let mut request_bytes: HashMap<i32, usize> = HashMap::new();
+        let producer = if self.idempotent { self.producer } else { None };
+        if self.idempotent && (producer.is_none() || self.reset_producer) {
+            // Nothing is sent until the producer id is (re)initialised.
+            return out;
+        }
+        let closed = self.closed;
+        let flush_up_to = self.flush_up_to;
+        for (tp, q) in self.queues.iter_mut() {
+            if q.in_flight {
+                continue;
+            }
+            // Expire what waited past delivery.timeout.ms.
+            while q.batches.front().is_some_and(|b| b.deadline <= now) {
+                if let Some(b) = q.batches.pop_front() {
+                    out.expired.push(b);
+                }
+            }
+            let Some(b) = q.batches.front() else {
+                continue;
+            };
+            let full = q.batches.len() > 1 || b.builder.size_in_bytes() >= cfg.batch_size;
+            let linger_done = b.created + cfg.linger;
+            let ready_at = match b.retry_at {
+                Some(r) => r,
+                None if closed || b.id <= flush_up_to || full => now,
+                None => linger_done,
+            };
+            if ready_at > now {
+                out.next_wakeup = Some(out.next_wakeup.map_or(ready_at, |w: Instant| w.min(ready_at)));
+                continue;
+            }
+            let Some(leader) = leader_of(tp) else {
+                out.needs_metadata = true;
+                continue;
+            };
+            let size = b.encoded.as_ref().map_or(b.builder.size_in_bytes(), Bytes::len);
+            let used = request_bytes.entry(leader).or_default();
+            if *used > 0 && *used + size > cfg.max_request_size {
+                out.next_wakeup = Some(now);
+                continue;
+            }
+            *used += size;
+            let mut b = q.batches.pop_front().expect("front exists");
+            if b.stamp.is_none() {
+                let seq = if let Some((pid, epoch)) = producer {
+                    let s = q.next_sequence;
+                    q.next_sequence = q.next_sequence.wrapping_add(b.builder.record_count()) & i32::MAX;
+                    (pid, epoch, s)
+                } else {
+                    (-1, -1, -1)
+                };
+                b.stamp = Some(seq);
+            }
+            q.in_flight = true;
+            out.by_leader.entry(leader).or_default().push(b);
+        }
+        out
+    }
+
+    /// A batch is done (written or failed for good).
+    pub fn finish(&mut self, b: &ProducerBatch, result: Result<(i64, i64)>) {
+        if let Some(q) = self.queues.get_mut(&b.tp) {
+            q.in_flight = false;
+        }
+        if result.is_err() && self.idempotent && b.stamp.is_some_and(|s| s.0 >= 0) {
+            self.reset_producer = true;
+        }
+        self.release(b);
+        b.outcome.complete(result);
+    }
+
+    /// A batch expired before it was sent.
+    pub fn expire(&mut self, b: &ProducerBatch, delivery_timeout: Duration) {
+        let age = b.created.elapsed().as_millis();
+        if b.sent && self.idempotent {
+            self.reset_producer = true;
+        }
+        self.release(b);
+        b.outcome.complete(Err(Error::Timeout {
+            what: format!(
+                "expiring {} record(s) for {}: {age} ms has passed since batch creation (delivery.timeout.ms {})",
+                b.builder.record_count(),
+                b.tp,
+                delivery_timeout.as_millis()
+            ),
+            timeout_ms: delivery_timeout.as_millis() as u64,
+        }));
+    }
+
+    /// Puts a batch back at the front of its queue to be retried.
+    pub fn requeue(&mut self, mut b: ProducerBatch, backoff: Duration) {
+        b.attempts += 1;
+        b.retry_at = Some(Instant::now() + backoff);
+        let q = self.queues.entry(b.tp.clone()).or_default();
+        q.in_flight = false;
+        q.batches.push_front(b);
+    }
+
+    fn release(&mut self, b: &ProducerBatch) {
+        self.buffer_used = self.buffer_used.saturating_sub(b.reserved);
+        self.incomplete.remove(&b.id);
+    }
+
+    /// A new producer id: sequences restart; batches not yet acknowledged
+    /// are stamped again when next drained.
+    pub fn reset_to(&mut self, producer_id: i64, epoch: i16) {
+        self.producer = Some((producer_id, epoch));
+        self.reset_producer = false;
+        for q in self.queues.values_mut() {
+            q.next_sequence = 0;
+            for b in q.batches.iter_mut() {
+                b.stamp = None;
+                b.encoded = None;
+            }
+        }
+    }
+
+    /// Fails every batch still queued (close with a timeout); returns the record count.
+    pub fn abort_all(&mut self, why: &str) -> usize {
+        let mut n = 0;
+        let batches: Vec<ProducerBatch> = self
+            .queues
+            .values_mut()
+            .flat_map(|q| q.batches.drain(..))
+            .collect();
+        for b in batches {
+            n += b.builder.record_count() as usize;
+            self.release(&b);
+            b.outcome.complete(Err(Error::IllegalState(why.to_string())));
+        }
+        n
+    }
+}

@@ -1,0 +1,389 @@
+//! The producer: Kafka's `KafkaProducer` semantics on a record accumulator
+//! and one tokio sender task.
+//!
+//! `send` runs on the caller's thread: it waits for the topic's metadata
+//! (up to `max.block.ms`), picks the partition (murmur2 for keys, KIP-794
+//! sticky otherwise), and appends the record to the partition's open batch,
+//! blocking while `buffer.memory` is used up. The sender task drains batches
+//! that are full, have lingered `linger.ms`, or are flushed, groups them by
+//! leader into Produce requests of at most `max.request.size`, and completes
+//! every record's [`DeliveryFuture`] (or callback) with its offset or error.
+//!
+//! Invariants:
+//! - per partition at most one batch is in flight, so records are written in
+//!   send order even across retries; with idempotence (the default) every
+//!   batch carries the producer id, epoch and the partition's next sequence
+//!   number (InitProducerId at start), so a retried batch the broker already
+//!   wrote is not written twice;
+//! - a batch is retried on retriable errors until `retries` or
+//!   `delivery.timeout.ms` runs out, then fails with the error; a batch that
+//!   fails for good while idempotent makes the sender take a new producer id
+//!   before the next batch, so later batches never hit a sequence gap
+//!   (Kafka's epoch bump, KIP-360);
+//! - every record gets exactly one outcome; nothing is dropped silently.
+
+mod accumulator;
+pub mod partitioner;
+mod sender;
+
+use std::sync::{Arc, Condvar, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tracing::warn;
+
+use crate::cluster::Cluster;
+use crate::config::{ClientConfig, ProducerConfig};
+use crate::error::{Error, Result};
+use crate::runtime::{block_on, io_handle};
+use crate::TopicPartition;
+use accumulator::{Accumulator, Outcome};
+
+/// A record to send.
+#[derive(Debug, Clone, Default)]
+pub struct ProducerRecord {
+    pub topic: String,
+    /// `None`: the partitioner decides.
+    pub partition: Option<i32>,
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
+    /// `None`: the time of `send`.
+    pub timestamp: Option<i64>,
+    pub headers: Vec<(String, Option<Bytes>)>,
+}
+
+impl ProducerRecord {
+    pub fn new(topic: impl Into<String>) -> Self {
+        Self {
+            topic: topic.into(),
+            ..Default::default()
+        }
+    }
+
+    pub fn key(mut self, key: impl Into<Bytes>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    pub fn value(mut self, value: impl Into<Bytes>) -> Self {
+        self.value = Some(value.into());
+        self
+    }
+
+    pub fn partition(mut self, partition: i32) -> Self {
+        self.partition = Some(partition);
+        self
+    }
+
+    pub fn timestamp(mut self, ts: i64) -> Self {
+        self.timestamp = Some(ts);
+        self
+    }
+
+    pub fn header(mut self, key: impl Into<String>, value: Option<Bytes>) -> Self {
+        self.headers.push((key.into(), value));
+        self
+    }
+}
+
+/// Where a record was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordMetadata {
+    pub topic: String,
+    pub partition: i32,
+    /// -1 with `acks=0` (the broker does not answer).
+    pub offset: i64,
+    /// The log append time if the topic uses it, else the record's timestamp.
+    pub timestamp: i64,
+}
+
+/// A callback run once with a record's outcome (on the producer's I/O thread:
+/// it must be quick and must not block).
+pub type DeliveryCallback = Box<dyn FnOnce(Result<RecordMetadata>) + Send>;
+
+/// The outcome of one sent record: `wait()` from a thread, or `.await`.
+#[must_use = "a record's delivery outcome should be checked"]
+pub struct DeliveryFuture {
+    outcome: Arc<Outcome>,
+    index: u32,
+    timestamp: i64,
+}
+
+impl DeliveryFuture {
+    /// Blocks until the record is written or failed.
+    pub fn wait(self) -> Result<RecordMetadata> {
+        if tokio::runtime::Handle::try_current().is_ok() {
+            return Err(Error::BlockingInAsyncContext("DeliveryFuture::wait"));
+        }
+        self.outcome.wait(self.index, self.timestamp)
+    }
+
+    /// The outcome if the record is done.
+    pub fn try_result(&self) -> Option<Result<RecordMetadata>> {
+        self.outcome.get(self.index, self.timestamp)
+    }
+}
+
+impl std::future::Future for DeliveryFuture {
+    type Output = Result<RecordMetadata>;
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.outcome.poll(self.index, self.timestamp, cx)
+    }
+}
+
+pub(crate) struct Inner {
+    pub cfg: ProducerConfig,
+    pub cluster: Arc<Cluster>,
+    pub acc: Mutex<Accumulator>,
+    /// Signalled when buffer memory is freed or batches complete.
+    pub changed: Condvar,
+    /// Wakes the sender task.
+    pub wake: tokio::sync::Notify,
+}
+
+impl Inner {
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, Accumulator> {
+        self.acc.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A Kafka producer; cheap to clone and safe to share between threads.
+#[derive(Clone)]
+pub struct Producer {
+    inner: Arc<Inner>,
+    _closer: Arc<Closer>,
+}
+
+/// Closes the producer when the last clone is dropped.
+struct Closer(Arc<Inner>);
+
+impl Drop for Closer {
+    fn drop(&mut self) {
+        self.0.lock().closed = true;
+        self.0.wake.notify_one();
+    }
+}
+
+impl Producer {
+    pub fn new(config: &ClientConfig) -> Result<Self> {
+        let cfg = ProducerConfig::from_config(config)?;
+        let cluster = Cluster::new(cfg.common.clone());
+        let inner = Arc::new(Inner {
+            acc: Mutex::new(Accumulator::new(cfg.enable_idempotence)),
+            cfg,
+            cluster,
+            changed: Condvar::new(),
+            wake: tokio::sync::Notify::new(),
+        });
+        io_handle().spawn(sender::run(inner.clone()));
+        Ok(Self {
+            _closer: Arc::new(Closer(inner.clone())),
+            inner,
+        })
+    }
+
+    /// Sends a record; the returned future completes when it is written.
+    pub fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture> {
+        let (outcome, index, timestamp) = self.append(record, None)?;
+        Ok(DeliveryFuture {
+            outcome,
+            index,
+            timestamp,
+        })
+    }
+
+    /// Sends a record and runs `callback` with its outcome.
+    pub fn send_with_callback(
+        &self,
+        record: ProducerRecord,
+        callback: impl FnOnce(Result<RecordMetadata>) + Send + 'static,
+    ) -> Result<()> {
+        self.append(record, Some(Box::new(callback))).map(|_| ())
+    }
+
+    fn append(
+        &self,
+        record: ProducerRecord,
+        callback: Option<DeliveryCallback>,
+    ) -> Result<(Arc<Outcome>, u32, i64)> {
+        let cfg = &self.inner.cfg;
+        let headers: Vec<(&str, Option<&[u8]>)> = record
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_deref()))
+            .collect();
+        let size = rill_protocol::records::BatchBuilder::record_size_upper_bound(
+            record.key.as_deref(),
+            record.value.as_deref(),
+            &headers,
+        ) + rill_protocol::records::BATCH_HEADER_LEN;
+        if size > cfg.max_request_size {
+            return Err(Error::RecordTooLarge {
+                topic: record.topic.clone(),
+                size,
+                max: cfg.max_request_size,
+            });
+        }
+        if size > cfg.buffer_memory {
+            return Err(Error::config(
+                "buffer.memory",
+                &cfg.buffer_memory.to_string(),
+                format!("a record of {size} bytes for {} does not fit", record.topic),
+            ));
+        }
+        if record.topic.is_empty() {
+            return Err(Error::UnknownTopic {
+                topic: String::new(),
+                detail: "empty topic name".into(),
+            });
+        }
+        let started = Instant::now();
+        let topic = {
+            let meta = self.inner.cluster.metadata();
+            match meta.topic(&record.topic) {
+                Some(t) => t.clone(),
+                None => block_on(
+                    "Producer::send",
+                    self.inner
+                        .cluster
+                        .wait_for_topic(&record.topic, true, cfg.max_block),
+                )??,
+            }
+        };
+        let count = topic.partitions.len();
+        let timestamp = record.timestamp.unwrap_or_else(now_ms);
+        let mut acc = self.inner.lock();
+        if acc.closed {
+            return Err(Error::Closed("producer"));
+        }
+        let partition = match record.partition {
+            Some(p) if p < 0 || p as usize >= count => {
+                return Err(Error::UnknownPartition {
+                    topic: record.topic.clone(),
+                    partition: p,
+                    count,
+                })
+            }
+            Some(p) => p,
+            None => match record.key.as_deref().filter(|_| !cfg.partitioner_ignore_keys) {
+                Some(k) => partitioner::partition_for_key(k, count),
+                None => {
+                    let available: Vec<i32> = topic
+                        .partitions
+                        .iter()
+                        .filter(|p| p.leader >= 0)
+                        .map(|p| p.partition)
+                        .collect();
+                    acc.sticky
+                        .partition(&record.topic, count, &available, size, cfg.batch_size)
+                }
+            },
+        };
+        // Back-pressure: wait for buffer memory up to max.block.ms.
+        let deadline = started + cfg.max_block;
+        while acc.buffer_used + size > cfg.buffer_memory {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::Timeout {
+                    what: format!(
+                        "waiting for buffer.memory ({} bytes) to send to {}",
+                        cfg.buffer_memory, record.topic
+                    ),
+                    timeout_ms: cfg.max_block.as_millis() as u64,
+                });
+            }
+            acc = self
+                .inner
+                .changed
+                .wait_timeout(acc, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+            if acc.closed {
+                return Err(Error::Closed("producer"));
+            }
+        }
+        let tp = TopicPartition::new(record.topic.clone(), partition);
+        let (outcome, index, wake) = acc.append(
+            &tp,
+            timestamp,
+            record.key.as_deref(),
+            record.value.as_deref(),
+            &headers,
+            callback,
+            cfg,
+        );
+        drop(acc);
+        if wake {
+            self.inner.wake.notify_one();
+        }
+        Ok((outcome, index, timestamp))
+    }
+
+    /// Sends every buffered record now and waits until each has an outcome.
+    pub fn flush(&self) -> Result<()> {
+        let mut acc = self.inner.lock();
+        let mark = acc.flush_mark();
+        drop(acc);
+        self.inner.wake.notify_one();
+        acc = self.inner.lock();
+        while acc.has_incomplete_up_to(mark) {
+            acc = self
+                .inner
+                .changed
+                .wait_timeout(acc, Duration::from_millis(100))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        Ok(())
+    }
+
+    /// Sends what is buffered, waits for it (at most `timeout`), and stops.
+    /// Records still pending at the timeout fail with a timeout error.
+    pub fn close(self, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        {
+            let mut acc = self.inner.lock();
+            acc.flush_mark();
+            acc.closed = true;
+        }
+        self.inner.wake.notify_one();
+        let mut acc = self.inner.lock();
+        while acc.has_incomplete_up_to(u64::MAX) {
+            let now = Instant::now();
+            if now >= deadline {
+                let n = acc.abort_all(&format!(
+                    "the producer was closed with a timeout of {} ms",
+                    timeout.as_millis()
+                ));
+                warn!(records = n, "producer closed before every record was sent");
+                break;
+            }
+            acc = self
+                .inner
+                .changed
+                .wait_timeout(acc, (deadline - now).min(Duration::from_millis(100)))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        Ok(())
+    }
+
+    /// Partitions of a topic (waiting for its metadata up to `max.block.ms`).
+    pub fn partitions_for(&self, topic: &str) -> Result<Vec<crate::cluster::PartitionMetadata>> {
+        let t = block_on(
+            "Producer::partitions_for",
+            self.inner
+                .cluster
+                .wait_for_topic(topic, true, self.inner.cfg.max_block),
+        )??;
+        Ok(t.partitions)
+    }
+}
+
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,277 @@
+//! The producer's sender task: drains ready batches, sends them to their
+//! leaders (at most `max.in.flight.requests.per.connection` requests per
+//! broker), and completes, retries or fails each batch from the answer.
+//! It exits once the producer is closed and every batch has an outcome.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rill_protocol::kafka_protocol::messages::{
+    produce_request::{PartitionProduceData, TopicProduceData},
+    InitProducerIdRequest, ProduceRequest, ProducerId,
+};
+use rill_protocol::records::{ProducerStamp, NO_SEQUENCE};
+use rill_protocol::{ApiKey, ErrorCode, RequestKind, ResponseKind};
+use tokio::sync::Semaphore;
+use tracing::{debug, warn};
+
+use super::accumulator::ProducerBatch;
+use super::Inner;
+use crate::config::Acks;
+use crate::error::{needs_metadata_refresh, Error, Result};
+use crate::rpc::topic_name;
+
+pub(super) async fn run(inner: Arc<Inner>) {
+    let cfg = &inner.cfg;
+    let mut limits: HashMap<i32, Arc<Semaphore>> = HashMap::new();
+    let mut last_refresh: Option<Instant> = None;
+    loop {
+        let need_producer_id = {
+            let acc = inner.lock();
+            acc.idempotent
+                && (acc.producer.is_none() || acc.reset_producer)
+                && !acc.in_flight()
+                && !acc.is_idle()
+        };
+        if need_producer_id {
+            match init_producer_id(&inner).await {
+                Ok((pid, epoch)) => {
+                    debug!(producer_id = pid, epoch, "producer id initialised");
+                    inner.lock().reset_to(pid, epoch);
+                }
+                Err(e) => {
+                    warn!(error = %e, "InitProducerId failed; retrying");
+                    tokio::time::sleep(cfg.common.retry_backoff).await;
+                    continue;
+                }
+            }
+        }
+        let meta = inner.cluster.metadata();
+        let drained = inner
+            .lock()
+            .drain(Instant::now(), cfg, |tp| meta.leader(&tp.topic, tp.partition));
+        if !drained.expired.is_empty() {
+            let mut acc = inner.lock();
+            for b in &drained.expired {
+                acc.expire(b, cfg.delivery_timeout);
+            }
+            drop(acc);
+            inner.changed.notify_all();
+        }
+        if drained.needs_metadata
+            && last_refresh.is_none_or(|t| t.elapsed() >= cfg.common.retry_backoff)
+        {
+            last_refresh = Some(Instant::now());
+            let _ = inner.cluster.refresh(Some(&[]), true).await;
+        }
+        for (leader, batches) in drained.by_leader {
+            let limit = limits
+                .entry(leader)
+                .or_insert_with(|| Arc::new(Semaphore::new(cfg.max_in_flight_requests_per_connection)))
+                .clone();
+            let permit = match limit.acquire_owned().await {
+                Ok(p) => p,
+                Err(_) => continue,
+            };
+            let inner2 = inner.clone();
+            tokio::spawn(async move {
+                send_request(&inner2, leader, batches).await;
+                drop(permit);
+                inner2.changed.notify_all();
+                inner2.wake.notify_one();
+            });
+        }
+        {
+            let acc = inner.lock();
+            if acc.closed && acc.is_idle() {
+                break;
+            }
+        }
+        let wait = drained
+            .next_wakeup
+            .map(|w| w.saturating_duration_since(Instant::now()))
+            .unwrap_or(Duration::from_secs(1))
+            .min(if drained.needs_metadata {
+                cfg.common.retry_backoff
+            } else {
+                Duration::from_secs(1)
+            });
+        tokio::select! {
+            _ = inner.wake.notified() => {}
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+    debug!("producer sender stopped");
+}
+
+async fn init_producer_id(inner: &Inner) -> Result<(i64, i16)> {
+    let conn = inner.cluster.any_connection().await?;
+    let req = InitProducerIdRequest::default()
+        .with_transactional_id(None)
+        .with_transaction_timeout_ms(i32::MAX)
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    let (_, resp) = conn
+        .call(ApiKey::InitProducerId, 0, 5, RequestKind::InitProducerId(req))
+        .await?;
+    let ResponseKind::InitProducerId(r) = resp else {
+        return Err(Error::Protocol {
+            broker: conn.broker(),
+            reason: "InitProducerId answered with another response type".into(),
+        });
+    };
+    if r.error_code != 0 {
+        return Err(Error::broker(r.error_code, "InitProducerId"));
+    }
+    Ok((r.producer_id.0, r.producer_epoch))
+}
+
+/// Retries a batch if its error and budget allow, else fails it.
+fn retry_or_fail(inner: &Inner, b: ProducerBatch, e: Error) {
+    let cfg = &inner.cfg;
+    let mut acc = inner.lock();
+    if e.is_retriable() && b.attempts < cfg.retries && Instant::now() < b.deadline {
+        debug!(partition = %b.tp, attempt = b.attempts + 1, error = %e, "retrying batch");
+        acc.requeue(b, cfg.common.retry_backoff);
+    } else {
+        acc.finish(&b, Err(e));
+    }
+}
+
+async fn send_request(inner: &Inner, leader: i32, mut batches: Vec<ProducerBatch>) {
+    let cfg = &inner.cfg;
+    // Encode (once: retries resend the same bytes with the same sequence).
+    let mut ready = Vec::with_capacity(batches.len());
+    for mut b in batches.drain(..) {
+        if b.encoded.is_none() {
+            let (pid, epoch, seq) = b.stamp.unwrap_or((-1, -1, NO_SEQUENCE));
+            let stamp = ProducerStamp {
+                producer_id: pid,
+                producer_epoch: epoch,
+                base_sequence: seq,
+            };
+            match b.builder.build(cfg.compression, stamp) {
+                Ok(bytes) => b.encoded = Some(bytes),
+                Err(e) => {
+                    let err = Error::Protocol {
+                        broker: format!("broker {leader}"),
+                        reason: format!("encoding a batch for {}: {e}", b.tp),
+                    };
+                    inner.lock().finish(&b, Err(err));
+                    continue;
+                }
+            }
+        }
+        ready.push(b);
+    }
+    if ready.is_empty() {
+        return;
+    }
+    let conn = match inner.cluster.connection(leader).await {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = inner.cluster.refresh(Some(&[]), false).await;
+            for b in ready {
+                retry_or_fail(inner, b, e.clone());
+            }
+            return;
+        }
+    };
+    let mut topics: BTreeMap<&str, Vec<PartitionProduceData>> = BTreeMap::new();
+    for b in &ready {
+        topics.entry(&b.tp.topic).or_default().push(
+            PartitionProduceData::default()
+                .with_index(b.tp.partition)
+                .with_records(b.encoded.clone()),
+        );
+    }
+    let req = ProduceRequest::default()
+        .with_acks(cfg.acks.wire())
+        .with_timeout_ms(cfg.common.request_timeout.as_millis().min(i32::MAX as u128) as i32)
+        .with_topic_data(
+            topics
+                .into_iter()
+                .map(|(t, ps)| TopicProduceData::default().with_name(topic_name(t)).with_partition_data(ps))
+                .collect(),
+        );
+    for b in ready.iter_mut() {
+        b.sent = true;
+    }
+    let version = match conn.version(ApiKey::Produce, 3, 12) {
+        Ok(v) => v,
+        Err(e) => {
+            for b in ready {
+                inner.lock().finish(&b, Err(e.clone()));
+            }
+            return;
+        }
+    };
+    if cfg.acks == Acks::None {
+        let r = conn
+            .send_no_response(ApiKey::Produce, version, RequestKind::Produce(req))
+            .await;
+        let mut acc = inner.lock();
+        for b in &ready {
+            acc.finish(b, r.clone().map(|_| (-1, -1)));
+        }
+        return;
+    }
+    let resp = match conn.send(ApiKey::Produce, version, RequestKind::Produce(req)).await {
+        Ok(ResponseKind::Produce(r)) => r,
+        Ok(_) => {
+            let e = Error::Protocol {
+                broker: conn.broker(),
+                reason: "Produce answered with another response type".into(),
+            };
+            for b in ready {
+                retry_or_fail(inner, b, e.clone());
+            }
+            return;
+        }
+        Err(e) => {
+            for b in ready {
+                retry_or_fail(inner, b, e.clone());
+            }
+            return;
+        }
+    };
+    let mut answers = HashMap::new();
+    for t in resp.responses {
+        for p in t.partition_responses {
+            answers.insert((t.name.0.to_string(), p.index), p);
+        }
+    }
+    let mut refresh = false;
+    for b in ready {
+        let Some(p) = answers.remove(&(b.tp.topic.clone(), b.tp.partition)) else {
+            let e = Error::Protocol {
+                broker: conn.broker(),
+                reason: format!("Produce response has no answer for {}", b.tp),
+            };
+            retry_or_fail(inner, b, e);
+            continue;
+        };
+        if p.error_code == 0 {
+            inner.lock().finish(&b, Ok((p.base_offset, p.log_append_time_ms)));
+        } else if p.error_code == ErrorCode::DuplicateSequenceNumber.code() {
+            // Written before (a retry of an acknowledged batch): Kafka treats it as success.
+            inner.lock().finish(&b, Ok((-1, -1)));
+        } else {
+            refresh |= needs_metadata_refresh(p.error_code);
+            let mut context = format!("produce to {}", b.tp);
+            if let Some(m) = p.error_message.as_ref().filter(|m| !m.is_empty()) {
+                context.push_str(&format!(" ({m})"));
+            }
+            for re in &p.record_errors {
+                if let Some(m) = &re.batch_index_error_message {
+                    context.push_str(&format!("; record {}: {m}", re.batch_index));
+                }
+            }
+            retry_or_fail(inner, b, Error::broker(p.error_code, context));
+        }
+    }
+    if refresh {
+        let _ = inner.cluster.refresh(Some(&[]), false).await;
+    }
+}
