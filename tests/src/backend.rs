@@ -133,6 +133,15 @@ impl Embedded {
         Self::start(EmbeddedCluster::builder())
     }
 
+    /// A cluster with the group settings client scenarios use on both
+    /// backends: no initial rebalance delay, a 500 ms KIP-848 heartbeat.
+    pub fn for_clients() -> Self {
+        Self::start(EmbeddedCluster::builder().config(|c| {
+            c.group_initial_rebalance_delay_ms = 0;
+            c.group_consumer_heartbeat_interval_ms = 500;
+        }))
+    }
+
     pub fn bootstrap(&self) -> String {
         self.cluster().bootstrap_servers()
     }
@@ -249,6 +258,12 @@ impl ApacheKafka {
                 "1".into(),
             ),
             ("share.coordinator.state.topic.min.isr", "1".into()),
+            // As Kafka's own integration tests: groups form at once, and
+            // KIP-848 members heartbeat every 500 ms (Embedded::for_clients
+            // sets the same).
+            ("group.initial.rebalance.delay.ms", "0".into()),
+            ("group.consumer.min.heartbeat.interval.ms", "100".into()),
+            ("group.consumer.heartbeat.interval.ms", "500".into()),
         ];
         for (k, v) in &opts.properties {
             props.retain(|(pk, _)| pk != k);

@@ -8,6 +8,8 @@
 //! runs third-party clients (kcat, confluent-kafka, the Java clients).
 
 pub mod backend;
+pub mod client_scenarios;
+pub mod proxy;
 pub mod scenarios;
 pub mod tools;
 pub mod wire;

@@ -16,6 +16,25 @@ macro_rules! on_embedded {
 
 rill_tests::for_each_scenario!(on_embedded);
 
+/// Rill's client on the embedded cluster (the same scenarios run on Apache
+/// Kafka in `interop`).
+mod client {
+    use rill_tests::backend::Embedded;
+    use rill_tests::client_scenarios;
+
+    macro_rules! client_on_embedded {
+        ($($name:ident),* $(,)?) => {$(
+            #[test]
+            fn $name() {
+                let cluster = Embedded::for_clients();
+                client_scenarios::$name(&cluster.bootstrap());
+            }
+        )*};
+    }
+
+    rill_tests::for_each_client_scenario!(client_on_embedded);
+}
+
 /// Scenarios that need the embedded cluster's controls (nodes, racks, data
 /// directories); they have no Apache Kafka twin because the test harness
 /// runs a single Kafka node.

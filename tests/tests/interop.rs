@@ -30,6 +30,22 @@ macro_rules! on_apache_kafka {
 
 rill_tests::for_each_scenario!(on_apache_kafka);
 
+macro_rules! client_on_apache_kafka {
+    ($($name:ident),* $(,)?) => {
+        mod client_on_apache_kafka {
+            use super::*;
+            $(
+                #[test]
+                fn $name() {
+                    rill_tests::client_scenarios::$name(shared_kafka());
+                }
+            )*
+        }
+    };
+}
+
+rill_tests::for_each_client_scenario!(client_on_apache_kafka);
+
 const KCAT_RECORDS: usize = 10_000;
 
 fn codec_name(c: Compression) -> &'static str {

@@ -248,7 +248,8 @@ impl Admin {
                 .with_timeout_ms(self.timeout.as_millis() as i32)
                 .with_topics(vec![CreatePartitionsTopic::default()
                     .with_name(topic_name(topic))
-                    .with_count(total)]);
+                    .with_count(total)
+                    .with_assignments(None)]);
             let (_, resp) = conn
                 .call(ApiKey::CreatePartitions, 0, 3, RequestKind::CreatePartitions(req))
                 .await?;

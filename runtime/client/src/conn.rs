@@ -222,9 +222,11 @@ impl Connection {
         match decode_response(frame, api, version) {
             Ok((_, body)) => Ok(body),
             Err(e) => {
-                let err = Error::Protocol {
+                // As Kafka's NetworkClient: a broken answer closes the
+                // connection and the request fails as a (retriable) network error.
+                let err = Error::Connection {
                     broker: self.broker(),
-                    reason: e.to_string(),
+                    reason: format!("closed after an undecodable answer: {e}"),
                 };
                 self.poison(err.clone());
                 Err(err)
@@ -373,8 +375,15 @@ async fn read_loop(
             }
         }
     };
-    if !matches!(err, Error::Connection { .. }) {
-        warn!(%broker, error = %err, "closing connection");
-    }
+    let err = match err {
+        Error::Protocol { broker, reason } => {
+            warn!(%broker, %reason, "closing connection after a protocol error");
+            Error::Connection {
+                broker,
+                reason: format!("closed after a protocol error: {reason}"),
+            }
+        }
+        other => other,
+    };
     poison(&shared, err);
 }

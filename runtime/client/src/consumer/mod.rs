@@ -580,7 +580,9 @@ impl Consumer {
                 warn!(error = %e, "auto-commit before rebalance failed");
             }
         }
-        if !cooperative && !self.subs.assignment.is_empty() {
+        if !cooperative {
+            // Eager: everything is revoked before the join; the listener hears
+            // it even when nothing is owned (the seed's KIP-70 examples).
             let parts = self.assignment();
             self.callback(Callback::Revoked, &parts);
             self.subs.assignment.clear();

@@ -1,0 +1,774 @@
+//! Scenarios for Rill's own client (`rill-client`), written once against a
+//! bootstrap address and run on the embedded cluster (`embedded` target) and
+//! on Apache Kafka 4.x (`interop` target). Brokers for these scenarios run
+//! with `group.initial.rebalance.delay.ms=0` and a 500 ms KIP-848 heartbeat
+//! interval (see `backend`), as Kafka's own integration tests do.
+//!
+//! Consumers in a group each poll on their own thread ([`Polling`]): a
+//! classic JoinGroup waits for every member, so members must poll
+//! concurrently, as real applications do. Waits are bounded in time.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use rill_client::admin::NewTopic;
+use rill_client::producer::partitioner::partition_for_key;
+use rill_client::{
+    Admin, ClientConfig, Consumer, ConsumerRecord, Error, Producer, ProducerRecord,
+    RebalanceListener, TopicPartition,
+};
+use rill_protocol::ApiKey;
+
+use crate::proxy::{Fault, FaultProxy};
+use crate::unique_topic;
+
+/// Group settings that keep scenarios fast and within Kafka's limits
+/// (`group.min.session.timeout.ms` is 6 s).
+const GROUP: &[(&str, &str)] = &[
+    ("session.timeout.ms", "10000"),
+    ("heartbeat.interval.ms", "200"),
+    ("max.poll.interval.ms", "20000"),
+    ("auto.offset.reset", "earliest"),
+];
+
+pub fn config(bootstrap: &str, extra: &[(&str, &str)]) -> ClientConfig {
+    let mut c = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("client.id", "rill-scenario")
+        .set("default.api.timeout.ms", "30000");
+    for (k, v) in extra {
+        c.insert(*k, *v);
+    }
+    c
+}
+
+pub fn admin(bootstrap: &str) -> Admin {
+    Admin::new(&config(bootstrap, &[])).expect("admin client")
+}
+
+pub fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
+    admin(bootstrap)
+        .create_topic(NewTopic::new(topic, partitions, 1))
+        .unwrap_or_else(|e| panic!("create {topic}: {e}"));
+}
+
+fn producer(bootstrap: &str, extra: &[(&str, &str)]) -> Producer {
+    Producer::new(&config(bootstrap, extra)).expect("producer")
+}
+
+fn group_config(bootstrap: &str, group: &str, extra: &[(&str, &str)]) -> ClientConfig {
+    let mut c = config(bootstrap, GROUP).set("group.id", group);
+    for (k, v) in extra {
+        c.insert(*k, *v);
+    }
+    c
+}
+
+/// Waits (bounded) until `cond` holds.
+pub fn wait_until(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Polls until `n` records arrived (bounded).
+pub fn poll_n(c: &mut Consumer, n: usize, within: Duration) -> Vec<ConsumerRecord> {
+    let deadline = Instant::now() + within;
+    let mut out = Vec::new();
+    while out.len() < n && Instant::now() < deadline {
+        out.extend(c.poll(Duration::from_millis(100)).expect("poll"));
+    }
+    out
+}
+
+/// Rebalance callbacks, in order: ("revoked" | "assigned" | "lost", partitions).
+#[derive(Clone, Default)]
+pub struct Events(pub Arc<Mutex<Vec<(String, Vec<TopicPartition>)>>>);
+
+impl Events {
+    pub fn list(&self) -> Vec<(String, Vec<TopicPartition>)> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+pub struct Recorder(pub Events);
+
+impl RebalanceListener for Recorder {
+    fn on_partitions_revoked(&mut self, _c: &mut Consumer, p: &[TopicPartition]) {
+        let mut p = p.to_vec();
+        p.sort();
+        self.0 .0.lock().unwrap().push(("revoked".into(), p));
+    }
+    fn on_partitions_assigned(&mut self, _c: &mut Consumer, p: &[TopicPartition]) {
+        let mut p = p.to_vec();
+        p.sort();
+        self.0 .0.lock().unwrap().push(("assigned".into(), p));
+    }
+    fn on_partitions_lost(&mut self, _c: &mut Consumer, p: &[TopicPartition]) {
+        let mut p = p.to_vec();
+        p.sort();
+        self.0 .0.lock().unwrap().push(("lost".into(), p));
+    }
+}
+
+/// What a polling consumer thread shows.
+#[derive(Default)]
+pub struct PollState {
+    pub assignment: BTreeSet<TopicPartition>,
+    pub generation: i32,
+    pub member_id: String,
+    pub records: Vec<ConsumerRecord>,
+    pub error: Option<Error>,
+    pub polls: u64,
+}
+
+type Command = Box<dyn FnOnce(&mut Consumer) + Send>;
+
+/// A consumer polling on its own thread every 50 ms.
+pub struct Polling {
+    pub state: Arc<Mutex<PollState>>,
+    pub events: Events,
+    commands: crossbeam_channel::Sender<Command>,
+    stop: crossbeam_channel::Sender<bool>,
+    handle: Option<thread::JoinHandle<()>>,
+}
+
+impl Polling {
+    /// Creates, subscribes and starts polling.
+    pub fn start(cfg: ClientConfig, topics: &[&str]) -> Self {
+        let mut c = Consumer::new(&cfg).expect("consumer");
+        let events = Events::default();
+        c.set_rebalance_listener(Recorder(events.clone()));
+        c.subscribe(topics).expect("subscribe");
+        Self::run(c, events)
+    }
+
+    pub fn run(mut c: Consumer, events: Events) -> Self {
+        let state: Arc<Mutex<PollState>> = Arc::default();
+        let (tx, rx) = crossbeam_channel::unbounded::<Command>();
+        let (stop_tx, stop_rx) = crossbeam_channel::bounded::<bool>(1);
+        let st = state.clone();
+        let handle = thread::spawn(move || {
+            loop {
+                if let Ok(leave) = stop_rx.try_recv() {
+                    let _ = if leave { c.close_and_leave() } else { c.close() };
+                    return;
+                }
+                while let Ok(cmd) = rx.try_recv() {
+                    cmd(&mut c);
+                }
+                let failed = st.lock().unwrap().error.is_some();
+                if failed {
+                    thread::sleep(Duration::from_millis(20));
+                    continue;
+                }
+                let r = c.poll(Duration::from_millis(50));
+                let mut s = st.lock().unwrap();
+                s.polls += 1;
+                match r {
+                    Ok(recs) => s.records.extend(recs),
+                    Err(e) => s.error = Some(e),
+                }
+                s.assignment = c.assignment().into_iter().collect();
+                if let Some(g) = c.group_metadata() {
+                    s.generation = g.generation_id;
+                    s.member_id = g.member_id;
+                }
+            }
+        });
+        Self {
+            state,
+            events,
+            commands: tx,
+            stop: stop_tx,
+            handle: Some(handle),
+        }
+    }
+
+    /// Runs `f` on the consumer's thread between polls.
+    pub fn exec(&self, f: impl FnOnce(&mut Consumer) + Send + 'static) {
+        let _ = self.commands.send(Box::new(f));
+    }
+
+    pub fn assignment(&self) -> BTreeSet<TopicPartition> {
+        self.state.lock().unwrap().assignment.clone()
+    }
+
+    pub fn generation(&self) -> i32 {
+        self.state.lock().unwrap().generation
+    }
+
+    pub fn error(&self) -> Option<Error> {
+        self.state.lock().unwrap().error.clone()
+    }
+
+    pub fn record_count(&self) -> usize {
+        self.state.lock().unwrap().records.len()
+    }
+
+    /// Closes (a static member leaves only when `leave`) and waits.
+    pub fn close(mut self, leave: bool) {
+        let _ = self.stop.send(leave);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Polling {
+    fn drop(&mut self) {
+        let _ = self.stop.try_send(false);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn tps(topic: &str, parts: impl IntoIterator<Item = i32>) -> BTreeSet<TopicPartition> {
+    parts.into_iter().map(|p| TopicPartition::new(topic, p)).collect()
+}
+
+// --- scenarios ---------------------------------------------------------------
+
+/// Produce 2,000 keyed records per codec with the Rill producer, read them
+/// back with the Rill consumer: same content, dense offsets, each key in
+/// Kafka's murmur2 partition.
+pub fn client_round_trip_every_codec(bootstrap: &str) {
+    for codec in ["none", "gzip", "snappy", "lz4", "zstd"] {
+        let topic = unique_topic(&format!("client-codec-{codec}"));
+        create_topic(bootstrap, &topic, 3);
+        let p = producer(bootstrap, &[("compression.type", codec), ("linger.ms", "10")]);
+        let futures: Vec<_> = (0..2_000)
+            .map(|i| {
+                p.send(
+                    ProducerRecord::new(&topic)
+                        .key(format!("key-{}", i % 97))
+                        .value(format!("value-{i}-{}", "x".repeat(i % 40)))
+                        .header("i", Some(Bytes::from(i.to_string()))),
+                )
+                .expect("send")
+            })
+            .collect();
+        let mut offsets: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
+        for f in futures {
+            let md = f.wait().expect("delivered");
+            offsets.entry(md.partition).or_default().push(md.offset);
+        }
+        for (part, offs) in &offsets {
+            let want: Vec<i64> = (0..offs.len() as i64).collect();
+            assert_eq!(offs, &want, "{codec}: dense offsets in partition {part}");
+        }
+        p.close(Duration::from_secs(10)).unwrap();
+        let mut c = Consumer::new(&config(bootstrap, &[("auto.offset.reset", "earliest")])).unwrap();
+        c.assign(&(0..3).map(|p| TopicPartition::new(&topic, p)).collect::<Vec<_>>())
+            .unwrap();
+        let recs = poll_n(&mut c, 2_000, Duration::from_secs(30));
+        assert_eq!(recs.len(), 2_000, "{codec}: every record read");
+        let mut seen = BTreeSet::new();
+        for r in &recs {
+            let key = r.key.as_ref().unwrap();
+            assert_eq!(r.partition, partition_for_key(key, 3), "{codec}: murmur2 partition");
+            let i: usize = std::str::from_utf8(r.headers[0].1.as_ref().unwrap()).unwrap().parse().unwrap();
+            assert_eq!(r.value.as_deref(), Some(format!("value-{i}-{}", "x".repeat(i % 40)).as_bytes()));
+            assert!(seen.insert(i), "{codec}: record {i} read twice");
+        }
+        c.close().unwrap();
+    }
+}
+
+/// The first Produce answer is lost (the proxy closes the connection after
+/// the broker wrote the batch): the idempotent producer retries with the
+/// same sequence and every record is in the log exactly once.
+pub fn client_idempotent_retry_has_no_duplicates(bootstrap: &str) {
+    let topic = unique_topic("client-idem");
+    create_topic(bootstrap, &topic, 1);
+    let proxy = FaultProxy::start(bootstrap).unwrap();
+    proxy.inject(ApiKey::Produce, Fault::DropAndClose, 2);
+    let p = producer(&proxy.addr, &[("linger.ms", "0"), ("retry.backoff.ms", "50")]);
+    let futures: Vec<_> = (0..50)
+        .map(|i| p.send(ProducerRecord::new(&topic).partition(0).value(format!("r{i}"))).unwrap())
+        .collect();
+    for f in futures {
+        f.wait().expect("delivered despite lost answers");
+    }
+    assert!(proxy.applied(ApiKey::Produce) >= 1, "the fault was applied");
+    p.close(Duration::from_secs(5)).unwrap();
+    let mut c = Consumer::new(&config(bootstrap, &[("auto.offset.reset", "earliest")])).unwrap();
+    c.assign(&[TopicPartition::new(&topic, 0)]).unwrap();
+    let recs = poll_n(&mut c, 50, Duration::from_secs(20));
+    // Anything beyond 50 would be a duplicate; wait a little for stragglers.
+    let extra = c.poll(Duration::from_millis(500)).unwrap();
+    let values: Vec<String> = recs
+        .iter()
+        .chain(&extra)
+        .map(|r| String::from_utf8(r.value.clone().unwrap().to_vec()).unwrap())
+        .collect();
+    let want: Vec<String> = (0..50).map(|i| format!("r{i}")).collect();
+    assert_eq!(values, want, "every record once, in order");
+}
+
+/// Two dynamic members split 6 partitions; when one leaves the other gets
+/// all six; committed offsets let a new member resume where the group was.
+pub fn client_group_rebalances_and_resumes(bootstrap: &str) {
+    let topic = unique_topic("client-group");
+    let group = unique_topic("client-group-g");
+    create_topic(bootstrap, &topic, 6);
+    let p = producer(bootstrap, &[]);
+    for i in 0..600 {
+        let _ = p.send(ProducerRecord::new(&topic).key(format!("k{i}")).value(format!("v{i}"))).unwrap();
+    }
+    p.flush().unwrap();
+    let cfg = group_config(bootstrap, &group, &[("enable.auto.commit", "false")]);
+    let a = Polling::start(cfg.clone(), &[&topic]);
+    assert!(wait_until(Duration::from_secs(30), || a.assignment().len() == 6), "a alone owns 6");
+    let b = Polling::start(cfg.clone(), &[&topic]);
+    assert!(
+        wait_until(Duration::from_secs(30), || a.assignment().len() == 3 && b.assignment().len() == 3),
+        "3/3 after b joins: a={:?} b={:?}",
+        a.assignment(),
+        b.assignment()
+    );
+    assert!(a.assignment().is_disjoint(&b.assignment()));
+    assert!(wait_until(Duration::from_secs(30), || a.record_count() + b.record_count() >= 600));
+    // Commit what each consumed, then b leaves.
+    let done = Arc::new(Mutex::new(0));
+    for m in [&a, &b] {
+        let d = done.clone();
+        m.exec(move |c| {
+            c.commit_sync().expect("commit");
+            *d.lock().unwrap() += 1;
+        });
+    }
+    assert!(wait_until(Duration::from_secs(20), || *done.lock().unwrap() == 2));
+    b.close(false);
+    assert!(wait_until(Duration::from_secs(30), || a.assignment().len() == 6), "a owns 6 after b left");
+    a.close(false);
+    // A new member resumes from the committed offsets: nothing is re-read.
+    for i in 600..610 {
+        let _ = p.send(ProducerRecord::new(&topic).key(format!("k{i}")).value(format!("v{i}"))).unwrap();
+    }
+    p.flush().unwrap();
+    let c = Polling::start(cfg, &[&topic]);
+    assert!(wait_until(Duration::from_secs(30), || c.record_count() >= 10));
+    thread::sleep(Duration::from_millis(300));
+    let values: BTreeSet<String> = c
+        .state
+        .lock()
+        .unwrap()
+        .records
+        .iter()
+        .map(|r| String::from_utf8(r.value.clone().unwrap().to_vec()).unwrap())
+        .collect();
+    let want: BTreeSet<String> = (600..610).map(|i| format!("v{i}")).collect();
+    assert_eq!(values, want, "only the new records after resuming");
+}
+
+fn static_member(bootstrap: &str, group: &str, instance: &str, topic: &str, extra: &[(&str, &str)]) -> Polling {
+    let mut cfg = group_config(
+        bootstrap,
+        group,
+        &[("group.instance.id", instance), ("partition.assignment.strategy", "range")],
+    );
+    for (k, v) in extra {
+        cfg.insert(*k, *v);
+    }
+    Polling::start(cfg, &[topic])
+}
+
+/// The seed's KIP-345 example with Rill consumers: static members A, B, C on
+/// 9 partitions with the range assignor; A restarts (new process, same
+/// instance id) within the session timeout: no rebalance, same generation,
+/// and every member keeps its partitions.
+pub fn client_static_members_restart_without_rebalance(bootstrap: &str) {
+    let topic = unique_topic("client-static");
+    let group = unique_topic("client-static-g");
+    create_topic(bootstrap, &topic, 9);
+    let a = static_member(bootstrap, &group, "A", &topic, &[]);
+    let b = static_member(bootstrap, &group, "B", &topic, &[]);
+    let c = static_member(bootstrap, &group, "C", &topic, &[]);
+    let settled = || {
+        a.assignment() == tps(&topic, 0..3)
+            && b.assignment() == tps(&topic, 3..6)
+            && c.assignment() == tps(&topic, 6..9)
+            && a.generation() == b.generation()
+            && b.generation() == c.generation()
+    };
+    assert!(
+        wait_until(Duration::from_secs(40), settled),
+        "range by instance id: A={:?} B={:?} C={:?}",
+        a.assignment(),
+        b.assignment(),
+        c.assignment()
+    );
+    let generation = b.generation();
+    let b_events = b.events.list().len();
+    let c_events = c.events.list().len();
+    a.close(false);
+    let a2 = static_member(bootstrap, &group, "A", &topic, &[]);
+    assert!(
+        wait_until(Duration::from_secs(20), || a2.assignment() == tps(&topic, 0..3)),
+        "A is back with its partitions: {:?}",
+        a2.assignment()
+    );
+    thread::sleep(Duration::from_millis(1_500));
+    assert_eq!(a2.generation(), generation, "A rejoined into the same generation");
+    assert_eq!(b.generation(), generation, "no rebalance for B");
+    assert_eq!(c.generation(), generation, "no rebalance for C");
+    assert_eq!(b.events.list().len(), b_events, "B saw no revocation or assignment");
+    assert_eq!(c.events.list().len(), c_events, "C saw no revocation or assignment");
+    assert_eq!(b.assignment(), tps(&topic, 3..6));
+    assert_eq!(c.assignment(), tps(&topic, 6..9));
+    assert!(a2.error().is_none() && b.error().is_none() && c.error().is_none());
+}
+
+/// A second consumer with the same group.instance.id takes over; the first
+/// gets FENCED_INSTANCE_ID (fatal) and every later call fails; the group
+/// keeps its generation.
+pub fn client_duplicate_instance_id_is_fenced(bootstrap: &str) {
+    let topic = unique_topic("client-dup");
+    let group = unique_topic("client-dup-g");
+    create_topic(bootstrap, &topic, 2);
+    let first = static_member(bootstrap, &group, "dup", &topic, &[]);
+    assert!(wait_until(Duration::from_secs(30), || first.assignment().len() == 2));
+    let generation = first.generation();
+    let second = static_member(bootstrap, &group, "dup", &topic, &[]);
+    assert!(wait_until(Duration::from_secs(30), || second.assignment().len() == 2));
+    assert!(
+        wait_until(Duration::from_secs(20), || first.error().is_some()),
+        "the older member is fenced"
+    );
+    let e = first.error().unwrap();
+    assert!(matches!(e, Error::FencedInstanceId { .. }), "{e}");
+    assert!(e.is_fatal());
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    first.exec(move |c| {
+        let _ = tx.send((c.poll(Duration::from_millis(10)).err(), c.commit_sync().err()));
+    });
+    let (poll_err, commit_err) = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(matches!(poll_err, Some(Error::Stopped(_))), "{poll_err:?}");
+    assert!(matches!(commit_err, Some(Error::Stopped(_))), "nothing is committed after fencing: {commit_err:?}");
+    assert_eq!(second.generation(), generation, "the group kept its generation");
+    assert!(second.error().is_none());
+}
+
+fn kip70_consumer(bootstrap: &str, group: &str) -> (Consumer, Events) {
+    let mut c = Consumer::new(&group_config(bootstrap, group, &[("partition.assignment.strategy", "range")])).unwrap();
+    let events = Events::default();
+    c.set_rebalance_listener(Recorder(events.clone()));
+    (c, events)
+}
+
+fn take_events(e: &Events) -> Vec<(String, Vec<TopicPartition>)> {
+    std::mem::take(&mut *e.0.lock().unwrap())
+}
+
+fn sorted(v: Vec<TopicPartition>) -> Vec<TopicPartition> {
+    let mut v = v;
+    v.sort();
+    v
+}
+
+/// KIP-70, the seed's topic example step by step (topics foo and bar with
+/// one partition each).
+pub fn client_kip70_topic_subscription(bootstrap: &str) {
+    let base = unique_topic("kip70");
+    let (foo, bar) = (format!("{base}-foo"), format!("{base}-bar"));
+    create_topic(bootstrap, &foo, 1);
+    create_topic(bootstrap, &bar, 1);
+    let (mut c, ev) = kip70_consumer(bootstrap, &format!("{base}-g"));
+    let f0 = TopicPartition::new(&foo, 0);
+    let b0 = TopicPartition::new(&bar, 0);
+    c.subscribe(&[&foo, &bar]).unwrap();
+    assert_eq!(c.assignment(), vec![], "prints []");
+    c.poll(Duration::ZERO).unwrap();
+    assert_eq!(
+        take_events(&ev),
+        vec![("revoked".into(), vec![]), ("assigned".into(), sorted(vec![f0.clone(), b0.clone()]))]
+    );
+    assert_eq!(sorted(c.assignment()), sorted(vec![f0.clone(), b0.clone()]));
+    c.subscribe(&[&foo]).unwrap();
+    assert_eq!(sorted(c.assignment()), sorted(vec![f0.clone(), b0.clone()]), "KIP-70: unchanged until the rebalance");
+    c.poll(Duration::ZERO).unwrap();
+    assert_eq!(
+        take_events(&ev),
+        vec![
+            ("revoked".into(), sorted(vec![f0.clone(), b0.clone()])),
+            ("assigned".into(), vec![f0.clone()])
+        ],
+        "the revocation carries the whole previous assignment"
+    );
+    assert_eq!(c.assignment(), vec![f0]);
+    c.close().unwrap();
+}
+
+/// KIP-70, the seed's regex example step by step.
+pub fn client_kip70_regex_subscription(bootstrap: &str) {
+    let base = unique_topic("kip70re").replace('-', "_");
+    let (foo, bar) = (format!("{base}_foo"), format!("{base}_bar"));
+    create_topic(bootstrap, &foo, 1);
+    create_topic(bootstrap, &bar, 1);
+    let (mut c, ev) = kip70_consumer(bootstrap, &format!("{base}-g"));
+    let f0 = TopicPartition::new(&foo, 0);
+    let b0 = TopicPartition::new(&bar, 0);
+    c.subscribe_pattern(&format!("{base}_..."))
+        .unwrap();
+    assert_eq!(c.assignment(), vec![], "prints []");
+    c.poll(Duration::ZERO).unwrap();
+    assert_eq!(
+        take_events(&ev),
+        vec![("revoked".into(), vec![]), ("assigned".into(), sorted(vec![f0.clone(), b0.clone()]))]
+    );
+    c.subscribe_pattern(&format!("{base}_f..")).unwrap();
+    assert_eq!(sorted(c.assignment()), sorted(vec![f0.clone(), b0.clone()]), "KIP-70: unchanged until the rebalance");
+    c.poll(Duration::ZERO).unwrap();
+    assert_eq!(
+        take_events(&ev),
+        vec![
+            ("revoked".into(), sorted(vec![f0.clone(), b0.clone()])),
+            ("assigned".into(), vec![f0.clone()])
+        ]
+    );
+    assert_eq!(c.assignment(), vec![f0]);
+    c.close().unwrap();
+}
+
+/// KIP-70 as the seed specifies: with auto-commit, unsubscribe commits the
+/// consumed offsets before clearing the assignment.
+pub fn client_unsubscribe_commits_consumed_offsets(bootstrap: &str) {
+    let topic = unique_topic("client-unsub");
+    let group = unique_topic("client-unsub-g");
+    create_topic(bootstrap, &topic, 1);
+    let p = producer(bootstrap, &[]);
+    for i in 0..20 {
+        let _ = p.send(ProducerRecord::new(&topic).partition(0).value(format!("v{i}"))).unwrap();
+    }
+    p.flush().unwrap();
+    let mut c = Consumer::new(&group_config(
+        bootstrap,
+        &group,
+        &[("enable.auto.commit", "true"), ("auto.commit.interval.ms", "600000"), ("max.poll.records", "7")],
+    ))
+    .unwrap();
+    c.subscribe(&[&topic]).unwrap();
+    let got = poll_n(&mut c, 7, Duration::from_secs(20));
+    assert_eq!(got.len(), 7);
+    let tp = TopicPartition::new(&topic, 0);
+    assert!(c.committed(&[tp.clone()]).unwrap().is_empty(), "nothing committed yet");
+    c.unsubscribe().unwrap();
+    assert!(c.assignment().is_empty());
+    let committed = admin(bootstrap).list_consumer_group_offsets(&group).unwrap();
+    assert_eq!(committed.get(&tp).map(|o| o.offset), Some(7), "consumed offset committed by unsubscribe");
+    c.close().unwrap();
+}
+
+/// KIP-345 batch removal: two static members go offline; removing them by
+/// instance id (one LeaveGroup) reassigns their partitions at once, long
+/// before their 60 s session timeout.
+pub fn client_remove_offline_static_members(bootstrap: &str) {
+    let topic = unique_topic("client-remove");
+    let group = unique_topic("client-remove-g");
+    create_topic(bootstrap, &topic, 6);
+    let long = [("session.timeout.ms", "60000")];
+    let a = static_member(bootstrap, &group, "A", &topic, &long);
+    let b = static_member(bootstrap, &group, "B", &topic, &long);
+    let c = static_member(bootstrap, &group, "C", &topic, &long);
+    assert!(wait_until(Duration::from_secs(40), || {
+        a.assignment().len() == 2 && b.assignment().len() == 2 && c.assignment().len() == 2
+    }));
+    a.close(false);
+    b.close(false);
+    let admin = admin(bootstrap);
+    let described = admin.describe_groups(&[&group]).unwrap().remove(&group).unwrap().unwrap();
+    let instances: BTreeSet<String> = described.members.iter().filter_map(|m| m.group_instance_id.clone()).collect();
+    assert_eq!(instances, ["A", "B", "C"].map(String::from).into(), "offline static members stay in the group");
+    let started = Instant::now();
+    let results = admin.remove_members_from_group(&group, &["A", "B"]).unwrap();
+    assert_eq!(results.len(), 2);
+    for (id, r) in &results {
+        assert!(r.is_ok(), "{id}: {r:?}");
+    }
+    assert!(
+        wait_until(Duration::from_secs(25), || c.assignment().len() == 6),
+        "C gets all six partitions: {:?}",
+        c.assignment()
+    );
+    assert!(started.elapsed() < Duration::from_secs(50), "reassigned before the session timeout");
+    let unknown = admin.remove_members_from_group(&group, &["nobody"]).unwrap();
+    assert!(unknown["nobody"].as_ref().is_err_and(|e| e.to_string().contains("UNKNOWN_MEMBER_ID")));
+}
+
+/// KIP-848 (`group.protocol=consumer`) static member: it gets every
+/// partition, leaves with epoch -2 on close, and a new consumer with the
+/// same instance id takes the assignment over without an epoch bump.
+pub fn client_consumer_protocol_static_restart(bootstrap: &str) {
+    let topic = unique_topic("client-848");
+    let group = unique_topic("client-848-g");
+    create_topic(bootstrap, &topic, 4);
+    let cfg = config(bootstrap, &[("auto.offset.reset", "earliest"), ("max.poll.interval.ms", "20000")])
+        .set("group.id", group.as_str())
+        .set("group.protocol", "consumer")
+        .set("group.instance.id", "s1");
+    let first = Polling::start(cfg.clone(), &[&topic]);
+    assert!(
+        wait_until(Duration::from_secs(30), || first.assignment().len() == 4),
+        "{:?} {:?}",
+        first.assignment(),
+        first.error()
+    );
+    assert!(wait_until(Duration::from_secs(10), || first.generation() > 0));
+    let epoch = first.generation();
+    first.close(false);
+    let second = Polling::start(cfg, &[&topic]);
+    assert!(wait_until(Duration::from_secs(30), || second.assignment().len() == 4));
+    assert!(wait_until(Duration::from_secs(10), || second.generation() == epoch), "epoch {epoch} kept: {}", second.generation());
+    let admin = admin(bootstrap);
+    let d = admin.describe_groups(&[&group]).unwrap().remove(&group).unwrap().unwrap();
+    assert!(d.consumer_protocol);
+    assert_eq!(d.members.len(), 1);
+    assert_eq!(d.members[0].group_instance_id.as_deref(), Some("s1"));
+    assert_eq!(d.members[0].assignment.len(), 4);
+    second.close(true);
+}
+
+/// Bad input gets clear errors, and nothing is lost.
+pub fn client_bad_input(bootstrap: &str) {
+    // Unreachable bootstrap servers: an error naming them, within the bound.
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let a = Admin::new(&config(&dead, &[("default.api.timeout.ms", "1500"), ("socket.connection.setup.timeout.ms", "300")])).unwrap();
+    let started = Instant::now();
+    let e = a.list_topics().unwrap_err();
+    assert!(matches!(e, Error::Bootstrap { .. }) && e.to_string().contains(&dead), "{e}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    // A record larger than max.request.size is refused before sending.
+    let topic = unique_topic("client-bad");
+    create_topic(bootstrap, &topic, 2);
+    let p = producer(bootstrap, &[("max.request.size", "1000")]);
+    let e = p.send(ProducerRecord::new(&topic).value(vec![0u8; 2_000])).err().expect("too large");
+    assert!(matches!(e, Error::RecordTooLarge { .. }) && e.to_string().contains(&topic), "{e}");
+    // A partition outside the topic.
+    let e = p.send(ProducerRecord::new(&topic).partition(7).value("x")).err().expect("bad partition");
+    assert!(e.to_string().contains("partition 7"), "{e}");
+    // Invalid topic names and configs name what is wrong.
+    let mut c = Consumer::new(&group_config(bootstrap, "g-bad", &[])).unwrap();
+    let e = c.subscribe(&["bad topic!"]).unwrap_err();
+    assert!(e.to_string().contains("bad topic!"), "{e}");
+    let e = Consumer::new(&config(bootstrap, &[("group.instanse.id", "x")])).err().unwrap();
+    assert!(e.to_string().contains("group.instanse.id"), "{e}");
+    assert!(matches!(c.poll(Duration::ZERO), Err(Error::IllegalState(_))), "poll before subscribe");
+    // Garbage from the broker poisons only that connection: the client
+    // reconnects and the record is delivered exactly once.
+    let proxy = FaultProxy::start(bootstrap).unwrap();
+    let p2 = producer(&proxy.addr, &[("linger.ms", "0")]);
+    p2.send(ProducerRecord::new(&topic).partition(0).value("before")).unwrap().wait().unwrap();
+    proxy.inject(ApiKey::Produce, Fault::Garbage, 1);
+    let md = p2.send(ProducerRecord::new(&topic).partition(0).value("after")).unwrap().wait().unwrap();
+    assert_eq!(proxy.applied(ApiKey::Produce), 1);
+    assert_eq!(md.offset, 1, "written once, after a reconnect");
+    // The other connection (the producer above, direct) is unaffected.
+    p.send(ProducerRecord::new(&topic).partition(0).value("direct")).unwrap().wait().unwrap();
+}
+
+/// The admin client: topics, partitions, cluster, groups, offsets, records.
+pub fn client_admin_operations(bootstrap: &str) {
+    let admin = admin(bootstrap);
+    let topic = unique_topic("client-admin");
+    let group = unique_topic("client-admin-g");
+    admin.create_topic(NewTopic::new(&topic, 2, 1).config("retention.ms", "3600000")).unwrap();
+    let e = admin.create_topic(NewTopic::new(&topic, 2, 1)).unwrap_err();
+    assert!(e.to_string().contains("TOPIC_ALREADY_EXISTS"), "{e}");
+    assert!(admin.list_topics().unwrap().contains(&topic));
+    admin.create_partitions(&topic, 4).unwrap();
+    let d = admin.describe_topics(&[&topic]).unwrap();
+    assert_eq!(d[0].partitions.len(), 4);
+    let cluster = admin.describe_cluster().unwrap();
+    assert!(!cluster.brokers.is_empty() && cluster.cluster_id.is_some());
+    let p = producer(bootstrap, &[]);
+    for i in 0..10 {
+        let _ = p.send(ProducerRecord::new(&topic).partition(0).value(format!("v{i}"))).unwrap();
+    }
+    p.flush().unwrap();
+    let tp = TopicPartition::new(&topic, 0);
+    let low = admin.delete_records(&BTreeMap::from([(tp.clone(), 4)])).unwrap();
+    assert_eq!(low[&tp].as_ref().copied().unwrap(), 4);
+    let ends = admin
+        .list_offsets(&BTreeMap::from([(tp.clone(), rill_client::rpc::LATEST_TIMESTAMP), (TopicPartition::new(&topic, 1), rill_client::rpc::EARLIEST_TIMESTAMP)]))
+        .unwrap();
+    assert_eq!(ends[&tp].0, 10);
+    // Offsets of a group with no members.
+    let r = admin.alter_consumer_group_offsets(&group, &BTreeMap::from([(tp.clone(), 6)])).unwrap();
+    assert!(r[&tp].is_ok());
+    assert_eq!(admin.list_consumer_group_offsets(&group).unwrap()[&tp].offset, 6);
+    assert!(admin.list_groups().unwrap().iter().any(|g| g.group_id == group));
+    let r = admin.delete_consumer_group_offsets(&group, &[tp.clone()]).unwrap();
+    assert!(r[&tp].is_ok(), "{r:?}");
+    assert!(admin.list_consumer_group_offsets(&group).unwrap().is_empty());
+    let r = admin.delete_groups(&[&group]).unwrap();
+    assert!(r[&group].is_ok(), "{r:?}");
+    let r = admin.delete_topics(&[&topic]).unwrap();
+    assert!(r[&topic].is_ok(), "{r:?}");
+    let missing = admin.delete_topics(&[&topic]).unwrap();
+    assert!(missing[&topic].as_ref().is_err_and(|e| e.to_string().contains("UNKNOWN_TOPIC_OR_PARTITION")));
+}
+
+/// Cooperative rebalancing (KIP-429): a member joining a cooperative-sticky
+/// group takes partitions without the first member revoking the ones it keeps.
+pub fn client_cooperative_rebalance_keeps_partitions(bootstrap: &str) {
+    let topic = unique_topic("client-coop");
+    let group = unique_topic("client-coop-g");
+    create_topic(bootstrap, &topic, 4);
+    let cfg = group_config(bootstrap, &group, &[("partition.assignment.strategy", "cooperative-sticky")]);
+    let a = Polling::start(cfg.clone(), &[&topic]);
+    assert!(wait_until(Duration::from_secs(30), || a.assignment().len() == 4));
+    let before = a.events.list().len();
+    let b = Polling::start(cfg, &[&topic]);
+    assert!(
+        wait_until(Duration::from_secs(40), || a.assignment().len() == 2 && b.assignment().len() == 2),
+        "2/2: a={:?} b={:?}",
+        a.assignment(),
+        b.assignment()
+    );
+    let revoked: Vec<Vec<TopicPartition>> = a.events.list()[before..]
+        .iter()
+        .filter(|(k, _)| k == "revoked")
+        .map(|(_, p)| p.clone())
+        .collect();
+    assert_eq!(revoked.len(), 1, "one incremental revocation: {revoked:?}");
+    assert_eq!(revoked[0].len(), 2, "only the two partitions that moved");
+    let kept = a.assignment();
+    assert!(revoked[0].iter().all(|tp| !kept.contains(tp)));
+}
+
+/// Lists every client scenario; `$m!(names...)` generates one test per name.
+#[macro_export]
+macro_rules! for_each_client_scenario {
+    ($m:ident) => {
+        $m!(
+            client_round_trip_every_codec,
+            client_idempotent_retry_has_no_duplicates,
+            client_group_rebalances_and_resumes,
+            client_static_members_restart_without_rebalance,
+            client_duplicate_instance_id_is_fenced,
+            client_kip70_topic_subscription,
+            client_kip70_regex_subscription,
+            client_unsubscribe_commits_consumed_offsets,
+            client_remove_offline_static_members,
+            client_consumer_protocol_static_restart,
+            client_bad_input,
+            client_admin_operations,
+            client_cooperative_rebalance_keeps_partitions,
+        );
+    };
+}
