@@ -265,7 +265,17 @@ impl Admin {
                     ));
                 }
             }
-            let _ = self.cluster.refresh(Some(&[topic.to_string()]), false).await;
+            // The new partitions reach metadata shortly after; wait for them
+            // (bounded) so the caller sees the topic as it asked for it.
+            let deadline = std::time::Instant::now() + self.timeout;
+            while std::time::Instant::now() < deadline {
+                let m = self.cluster.refresh(Some(&[topic.to_string()]), false).await?;
+                let t = m.topic(topic);
+                if t.is_some_and(|t| t.partitions.len() >= total as usize && t.partitions.iter().all(|p| p.leader >= 0)) {
+                    break;
+                }
+                tokio::time::sleep(self.cluster.cfg.retry_backoff).await;
+            }
             Ok(())
         })
     }
