@@ -551,3 +551,74 @@ fn consumer_group_command_deletes_groups() {
     consumer_group_command_deletes(&cluster.bootstrap());
     consumer_group_command_deletes(shared_kafka());
 }
+
+/// A Rill consumer and a confluent-kafka (librdkafka) consumer in one classic
+/// group with the range assignor: they split the partitions without overlap,
+/// the Rill member reads only its own partitions, and when it leaves the
+/// librdkafka member gets everything. Run on Rill and on Apache Kafka.
+fn rill_and_librdkafka_share_a_group(bootstrap: &str) {
+    use rill_client::{Producer, ProducerRecord};
+    use rill_tests::client_scenarios::{config, create_topic, wait_until, Polling};
+    use std::time::{Duration, Instant};
+    let topic = unique_topic("mixed-group");
+    let group = unique_topic("mixed-group-g");
+    create_topic(bootstrap, &topic, 4);
+    let all: BTreeSet<i32> = (0..4).collect();
+    let mut py =
+        tools::Member::spawn(tools::MemberClient::Librdkafka, bootstrap, &group, &topic, None, "classic").unwrap();
+    let rill = Polling::start(
+        config(
+            bootstrap,
+            &[
+                ("group.id", group.as_str()),
+                ("partition.assignment.strategy", "range"),
+                ("session.timeout.ms", "10000"),
+                ("heartbeat.interval.ms", "200"),
+                ("auto.offset.reset", "earliest"),
+            ],
+        ),
+        &[&topic],
+    );
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        py.drain(Duration::from_millis(200));
+        let p = py.assignment(false);
+        let r: BTreeSet<i32> = rill.assignment().iter().map(|tp| tp.partition).collect();
+        if !p.is_empty() && !r.is_empty() && p.is_disjoint(&r) && p.union(&r).copied().collect::<BTreeSet<_>>() == all {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no split: librdkafka {:?}, rill {r:?}", py.events);
+    }
+    let mine: BTreeSet<i32> = rill.assignment().iter().map(|tp| tp.partition).collect();
+    let producer = Producer::new(&config(bootstrap, &[])).unwrap();
+    for i in 0..400 {
+        let _ = producer.send(ProducerRecord::new(&topic).partition(i % 4).value(format!("v{i}"))).unwrap();
+    }
+    producer.flush().unwrap();
+    assert!(wait_until(Duration::from_secs(30), || rill.record_count() >= 100 * mine.len()));
+    std::thread::sleep(Duration::from_millis(500));
+    {
+        let s = rill.state.lock().unwrap();
+        assert_eq!(s.records.len(), 100 * mine.len(), "each of its partitions' records once");
+        assert!(s.records.iter().all(|r| mine.contains(&r.partition)), "only its own partitions");
+    }
+    rill.close(false);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while py.assignment(false) != all {
+        py.drain(Duration::from_millis(200));
+        assert!(Instant::now() < deadline, "librdkafka did not take over: {:?}", py.events);
+    }
+    let events = py.exit();
+    assert!(!events.iter().any(|e| e.starts_with("ERROR")), "{events:?}");
+}
+
+#[test]
+fn rill_and_librdkafka_share_a_group_on_rill() {
+    let cluster = Embedded::for_clients();
+    rill_and_librdkafka_share_a_group(&cluster.bootstrap());
+}
+
+#[test]
+fn rill_and_librdkafka_share_a_group_on_kafka() {
+    rill_and_librdkafka_share_a_group(shared_kafka());
+}
