@@ -59,6 +59,17 @@ fn producer(bootstrap: &str, extra: &[(&str, &str)]) -> Producer {
     Producer::new(&config(bootstrap, extra)).expect("producer")
 }
 
+/// Sends records and waits until every one is written (panics on a failure).
+pub fn send_and_wait(p: &Producer, records: impl IntoIterator<Item = ProducerRecord>) {
+    let pending: Vec<_> = records
+        .into_iter()
+        .map(|r| p.send(r).expect("send"))
+        .collect();
+    for f in pending {
+        f.wait().expect("delivered");
+    }
+}
+
 fn group_config(bootstrap: &str, group: &str, extra: &[(&str, &str)]) -> ClientConfig {
     let mut c = config(bootstrap, GROUP).set("group.id", group);
     for (k, v) in extra {
@@ -93,7 +104,10 @@ pub fn poll_n(c: &mut Consumer, n: usize, within: Duration) -> Vec<ConsumerRecor
 
 /// Rebalance callbacks, in order: ("revoked" | "assigned" | "lost", partitions).
 #[derive(Clone, Default)]
-pub struct Events(pub Arc<Mutex<Vec<(String, Vec<TopicPartition>)>>>);
+pub struct Events(pub Arc<Mutex<Vec<Event>>>);
+
+/// ("revoked" | "assigned" | "lost", partitions).
+pub type Event = (String, Vec<TopicPartition>);
 
 impl Events {
     pub fn list(&self) -> Vec<(String, Vec<TopicPartition>)> {
@@ -158,32 +172,34 @@ impl Polling {
         let (tx, rx) = crossbeam_channel::unbounded::<Command>();
         let (stop_tx, stop_rx) = crossbeam_channel::bounded::<bool>(1);
         let st = state.clone();
-        let handle = thread::spawn(move || {
-            loop {
-                if let Ok(leave) = stop_rx.try_recv() {
-                    let _ = if leave { c.close_and_leave() } else { c.close() };
-                    return;
-                }
-                while let Ok(cmd) = rx.try_recv() {
-                    cmd(&mut c);
-                }
-                let failed = st.lock().unwrap().error.is_some();
-                if failed {
-                    thread::sleep(Duration::from_millis(20));
-                    continue;
-                }
-                let r = c.poll(Duration::from_millis(50));
-                let mut s = st.lock().unwrap();
-                s.polls += 1;
-                match r {
-                    Ok(recs) => s.records.extend(recs),
-                    Err(e) => s.error = Some(e),
-                }
-                s.assignment = c.assignment().into_iter().collect();
-                if let Some(g) = c.group_metadata() {
-                    s.generation = g.generation_id;
-                    s.member_id = g.member_id;
-                }
+        let handle = thread::spawn(move || loop {
+            if let Ok(leave) = stop_rx.try_recv() {
+                let _ = if leave {
+                    c.close_and_leave()
+                } else {
+                    c.close()
+                };
+                return;
+            }
+            while let Ok(cmd) = rx.try_recv() {
+                cmd(&mut c);
+            }
+            let failed = st.lock().unwrap().error.is_some();
+            if failed {
+                thread::sleep(Duration::from_millis(20));
+                continue;
+            }
+            let r = c.poll(Duration::from_millis(50));
+            let mut s = st.lock().unwrap();
+            s.polls += 1;
+            match r {
+                Ok(recs) => s.records.extend(recs),
+                Err(e) => s.error = Some(e),
+            }
+            s.assignment = c.assignment().into_iter().collect();
+            if let Some(g) = c.group_metadata() {
+                s.generation = g.generation_id;
+                s.member_id = g.member_id;
             }
         });
         Self {
@@ -235,7 +251,10 @@ impl Drop for Polling {
 }
 
 fn tps(topic: &str, parts: impl IntoIterator<Item = i32>) -> BTreeSet<TopicPartition> {
-    parts.into_iter().map(|p| TopicPartition::new(topic, p)).collect()
+    parts
+        .into_iter()
+        .map(|p| TopicPartition::new(topic, p))
+        .collect()
 }
 
 // --- scenarios ---------------------------------------------------------------
@@ -247,7 +266,10 @@ pub fn client_round_trip_every_codec(bootstrap: &str) {
     for codec in ["none", "gzip", "snappy", "lz4", "zstd"] {
         let topic = unique_topic(&format!("client-codec-{codec}"));
         create_topic(bootstrap, &topic, 3);
-        let p = producer(bootstrap, &[("compression.type", codec), ("linger.ms", "10")]);
+        let p = producer(
+            bootstrap,
+            &[("compression.type", codec), ("linger.ms", "10")],
+        );
         let futures: Vec<_> = (0..2_000)
             .map(|i| {
                 p.send(
@@ -269,17 +291,32 @@ pub fn client_round_trip_every_codec(bootstrap: &str) {
             assert_eq!(offs, &want, "{codec}: dense offsets in partition {part}");
         }
         p.close(Duration::from_secs(10)).unwrap();
-        let mut c = Consumer::new(&config(bootstrap, &[("auto.offset.reset", "earliest")])).unwrap();
-        c.assign(&(0..3).map(|p| TopicPartition::new(&topic, p)).collect::<Vec<_>>())
-            .unwrap();
+        let mut c =
+            Consumer::new(&config(bootstrap, &[("auto.offset.reset", "earliest")])).unwrap();
+        c.assign(
+            &(0..3)
+                .map(|p| TopicPartition::new(&topic, p))
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
         let recs = poll_n(&mut c, 2_000, Duration::from_secs(30));
         assert_eq!(recs.len(), 2_000, "{codec}: every record read");
         let mut seen = BTreeSet::new();
         for r in &recs {
             let key = r.key.as_ref().unwrap();
-            assert_eq!(r.partition, partition_for_key(key, 3), "{codec}: murmur2 partition");
-            let i: usize = std::str::from_utf8(r.headers[0].1.as_ref().unwrap()).unwrap().parse().unwrap();
-            assert_eq!(r.value.as_deref(), Some(format!("value-{i}-{}", "x".repeat(i % 40)).as_bytes()));
+            assert_eq!(
+                r.partition,
+                partition_for_key(key, 3),
+                "{codec}: murmur2 partition"
+            );
+            let i: usize = std::str::from_utf8(r.headers[0].1.as_ref().unwrap())
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert_eq!(
+                r.value.as_deref(),
+                Some(format!("value-{i}-{}", "x".repeat(i % 40)).as_bytes())
+            );
             assert!(seen.insert(i), "{codec}: record {i} read twice");
         }
         c.close().unwrap();
@@ -294,9 +331,19 @@ pub fn client_idempotent_retry_has_no_duplicates(bootstrap: &str) {
     create_topic(bootstrap, &topic, 1);
     let proxy = FaultProxy::start(bootstrap).unwrap();
     proxy.inject(ApiKey::Produce, Fault::DropAndClose, 2);
-    let p = producer(&proxy.addr, &[("linger.ms", "0"), ("retry.backoff.ms", "50")]);
+    let p = producer(
+        &proxy.addr,
+        &[("linger.ms", "0"), ("retry.backoff.ms", "50")],
+    );
     let futures: Vec<_> = (0..50)
-        .map(|i| p.send(ProducerRecord::new(&topic).partition(0).value(format!("r{i}"))).unwrap())
+        .map(|i| {
+            p.send(
+                ProducerRecord::new(&topic)
+                    .partition(0)
+                    .value(format!("r{i}")),
+            )
+            .unwrap()
+        })
         .collect();
     for f in futures {
         f.wait().expect("delivered despite lost answers");
@@ -324,22 +371,32 @@ pub fn client_group_rebalances_and_resumes(bootstrap: &str) {
     let group = unique_topic("client-group-g");
     create_topic(bootstrap, &topic, 6);
     let p = producer(bootstrap, &[]);
-    for i in 0..600 {
-        let _ = p.send(ProducerRecord::new(&topic).key(format!("k{i}")).value(format!("v{i}"))).unwrap();
-    }
-    p.flush().unwrap();
+    send_and_wait(
+        &p,
+        (0..600).map(|i| {
+            ProducerRecord::new(&topic)
+                .key(format!("k{i}"))
+                .value(format!("v{i}"))
+        }),
+    );
     let cfg = group_config(bootstrap, &group, &[("enable.auto.commit", "false")]);
     let a = Polling::start(cfg.clone(), &[&topic]);
-    assert!(wait_until(Duration::from_secs(30), || a.assignment().len() == 6), "a alone owns 6");
+    assert!(
+        wait_until(Duration::from_secs(30), || a.assignment().len() == 6),
+        "a alone owns 6"
+    );
     let b = Polling::start(cfg.clone(), &[&topic]);
     assert!(
-        wait_until(Duration::from_secs(30), || a.assignment().len() == 3 && b.assignment().len() == 3),
+        wait_until(Duration::from_secs(30), || a.assignment().len() == 3
+            && b.assignment().len() == 3),
         "3/3 after b joins: a={:?} b={:?}",
         a.assignment(),
         b.assignment()
     );
     assert!(a.assignment().is_disjoint(&b.assignment()));
-    assert!(wait_until(Duration::from_secs(30), || a.record_count() + b.record_count() >= 600));
+    assert!(wait_until(Duration::from_secs(30), || a.record_count()
+        + b.record_count()
+        >= 600));
     // Commit what each consumed, then b leaves.
     let done = Arc::new(Mutex::new(0));
     for m in [&a, &b] {
@@ -349,15 +406,25 @@ pub fn client_group_rebalances_and_resumes(bootstrap: &str) {
             *d.lock().unwrap() += 1;
         });
     }
-    assert!(wait_until(Duration::from_secs(20), || *done.lock().unwrap() == 2));
+    assert!(wait_until(Duration::from_secs(20), || *done
+        .lock()
+        .unwrap()
+        == 2));
     b.close(false);
-    assert!(wait_until(Duration::from_secs(30), || a.assignment().len() == 6), "a owns 6 after b left");
+    assert!(
+        wait_until(Duration::from_secs(30), || a.assignment().len() == 6),
+        "a owns 6 after b left"
+    );
     a.close(false);
     // A new member resumes from the committed offsets: nothing is re-read.
-    for i in 600..610 {
-        let _ = p.send(ProducerRecord::new(&topic).key(format!("k{i}")).value(format!("v{i}"))).unwrap();
-    }
-    p.flush().unwrap();
+    send_and_wait(
+        &p,
+        (600..610).map(|i| {
+            ProducerRecord::new(&topic)
+                .key(format!("k{i}"))
+                .value(format!("v{i}"))
+        }),
+    );
     let c = Polling::start(cfg, &[&topic]);
     assert!(wait_until(Duration::from_secs(30), || c.record_count() >= 10));
     thread::sleep(Duration::from_millis(300));
@@ -373,11 +440,20 @@ pub fn client_group_rebalances_and_resumes(bootstrap: &str) {
     assert_eq!(values, want, "only the new records after resuming");
 }
 
-fn static_member(bootstrap: &str, group: &str, instance: &str, topic: &str, extra: &[(&str, &str)]) -> Polling {
+fn static_member(
+    bootstrap: &str,
+    group: &str,
+    instance: &str,
+    topic: &str,
+    extra: &[(&str, &str)],
+) -> Polling {
     let mut cfg = group_config(
         bootstrap,
         group,
-        &[("group.instance.id", instance), ("partition.assignment.strategy", "range")],
+        &[
+            ("group.instance.id", instance),
+            ("partition.assignment.strategy", "range"),
+        ],
     );
     for (k, v) in extra {
         cfg.insert(*k, *v);
@@ -416,16 +492,29 @@ pub fn client_static_members_restart_without_rebalance(bootstrap: &str) {
     a.close(false);
     let a2 = static_member(bootstrap, &group, "A", &topic, &[]);
     assert!(
-        wait_until(Duration::from_secs(20), || a2.assignment() == tps(&topic, 0..3)),
+        wait_until(Duration::from_secs(20), || a2.assignment()
+            == tps(&topic, 0..3)),
         "A is back with its partitions: {:?}",
         a2.assignment()
     );
     thread::sleep(Duration::from_millis(1_500));
-    assert_eq!(a2.generation(), generation, "A rejoined into the same generation");
+    assert_eq!(
+        a2.generation(),
+        generation,
+        "A rejoined into the same generation"
+    );
     assert_eq!(b.generation(), generation, "no rebalance for B");
     assert_eq!(c.generation(), generation, "no rebalance for C");
-    assert_eq!(b.events.list().len(), b_events, "B saw no revocation or assignment");
-    assert_eq!(c.events.list().len(), c_events, "C saw no revocation or assignment");
+    assert_eq!(
+        b.events.list().len(),
+        b_events,
+        "B saw no revocation or assignment"
+    );
+    assert_eq!(
+        c.events.list().len(),
+        c_events,
+        "C saw no revocation or assignment"
+    );
     assert_eq!(b.assignment(), tps(&topic, 3..6));
     assert_eq!(c.assignment(), tps(&topic, 6..9));
     assert!(a2.error().is_none() && b.error().is_none() && c.error().is_none());
@@ -439,10 +528,16 @@ pub fn client_duplicate_instance_id_is_fenced(bootstrap: &str) {
     let group = unique_topic("client-dup-g");
     create_topic(bootstrap, &topic, 2);
     let first = static_member(bootstrap, &group, "dup", &topic, &[]);
-    assert!(wait_until(Duration::from_secs(30), || first.assignment().len() == 2));
+    assert!(wait_until(Duration::from_secs(30), || first
+        .assignment()
+        .len()
+        == 2));
     let generation = first.generation();
     let second = static_member(bootstrap, &group, "dup", &topic, &[]);
-    assert!(wait_until(Duration::from_secs(30), || second.assignment().len() == 2));
+    assert!(wait_until(Duration::from_secs(30), || second
+        .assignment()
+        .len()
+        == 2));
     assert!(
         wait_until(Duration::from_secs(20), || first.error().is_some()),
         "the older member is fenced"
@@ -452,17 +547,32 @@ pub fn client_duplicate_instance_id_is_fenced(bootstrap: &str) {
     assert!(e.is_fatal());
     let (tx, rx) = crossbeam_channel::bounded(1);
     first.exec(move |c| {
-        let _ = tx.send((c.poll(Duration::from_millis(10)).err(), c.commit_sync().err()));
+        let _ = tx.send((
+            c.poll(Duration::from_millis(10)).err(),
+            c.commit_sync().err(),
+        ));
     });
     let (poll_err, commit_err) = rx.recv_timeout(Duration::from_secs(10)).unwrap();
     assert!(matches!(poll_err, Some(Error::Stopped(_))), "{poll_err:?}");
-    assert!(matches!(commit_err, Some(Error::Stopped(_))), "nothing is committed after fencing: {commit_err:?}");
-    assert_eq!(second.generation(), generation, "the group kept its generation");
+    assert!(
+        matches!(commit_err, Some(Error::Stopped(_))),
+        "nothing is committed after fencing: {commit_err:?}"
+    );
+    assert_eq!(
+        second.generation(),
+        generation,
+        "the group kept its generation"
+    );
     assert!(second.error().is_none());
 }
 
 fn kip70_consumer(bootstrap: &str, group: &str) -> (Consumer, Events) {
-    let mut c = Consumer::new(&group_config(bootstrap, group, &[("partition.assignment.strategy", "range")])).unwrap();
+    let mut c = Consumer::new(&group_config(
+        bootstrap,
+        group,
+        &[("partition.assignment.strategy", "range")],
+    ))
+    .unwrap();
     let events = Events::default();
     c.set_rebalance_listener(Recorder(events.clone()));
     (c, events)
@@ -482,22 +592,29 @@ fn sorted(v: Vec<TopicPartition>) -> Vec<TopicPartition> {
 /// one partition each).
 pub fn client_kip70_topic_subscription(bootstrap: &str) {
     let base = unique_topic("kip70");
-    let (foo, bar) = (format!("{base}-foo"), format!("{base}-bar"));
-    create_topic(bootstrap, &foo, 1);
-    create_topic(bootstrap, &bar, 1);
+    let (foo_topic, bar_topic) = (format!("{base}-foo"), format!("{base}-bar"));
+    create_topic(bootstrap, &foo_topic, 1);
+    create_topic(bootstrap, &bar_topic, 1);
     let (mut c, ev) = kip70_consumer(bootstrap, &format!("{base}-g"));
-    let f0 = TopicPartition::new(&foo, 0);
-    let b0 = TopicPartition::new(&bar, 0);
-    c.subscribe(&[&foo, &bar]).unwrap();
+    let f0 = TopicPartition::new(&foo_topic, 0);
+    let b0 = TopicPartition::new(&bar_topic, 0);
+    c.subscribe(&[&foo_topic, &bar_topic]).unwrap();
     assert_eq!(c.assignment(), vec![], "prints []");
     c.poll(Duration::ZERO).unwrap();
     assert_eq!(
         take_events(&ev),
-        vec![("revoked".into(), vec![]), ("assigned".into(), sorted(vec![f0.clone(), b0.clone()]))]
+        vec![
+            ("revoked".into(), vec![]),
+            ("assigned".into(), sorted(vec![f0.clone(), b0.clone()]))
+        ]
     );
     assert_eq!(sorted(c.assignment()), sorted(vec![f0.clone(), b0.clone()]));
-    c.subscribe(&[&foo]).unwrap();
-    assert_eq!(sorted(c.assignment()), sorted(vec![f0.clone(), b0.clone()]), "KIP-70: unchanged until the rebalance");
+    c.subscribe(&[&foo_topic]).unwrap();
+    assert_eq!(
+        sorted(c.assignment()),
+        sorted(vec![f0.clone(), b0.clone()]),
+        "KIP-70: unchanged until the rebalance"
+    );
     c.poll(Duration::ZERO).unwrap();
     assert_eq!(
         take_events(&ev),
@@ -514,22 +631,28 @@ pub fn client_kip70_topic_subscription(bootstrap: &str) {
 /// KIP-70, the seed's regex example step by step.
 pub fn client_kip70_regex_subscription(bootstrap: &str) {
     let base = unique_topic("kip70re").replace('-', "_");
-    let (foo, bar) = (format!("{base}_foo"), format!("{base}_bar"));
-    create_topic(bootstrap, &foo, 1);
-    create_topic(bootstrap, &bar, 1);
+    let (foo_topic, bar_topic) = (format!("{base}_foo"), format!("{base}_bar"));
+    create_topic(bootstrap, &foo_topic, 1);
+    create_topic(bootstrap, &bar_topic, 1);
     let (mut c, ev) = kip70_consumer(bootstrap, &format!("{base}-g"));
-    let f0 = TopicPartition::new(&foo, 0);
-    let b0 = TopicPartition::new(&bar, 0);
-    c.subscribe_pattern(&format!("{base}_..."))
-        .unwrap();
+    let f0 = TopicPartition::new(&foo_topic, 0);
+    let b0 = TopicPartition::new(&bar_topic, 0);
+    c.subscribe_pattern(&format!("{base}_...")).unwrap();
     assert_eq!(c.assignment(), vec![], "prints []");
     c.poll(Duration::ZERO).unwrap();
     assert_eq!(
         take_events(&ev),
-        vec![("revoked".into(), vec![]), ("assigned".into(), sorted(vec![f0.clone(), b0.clone()]))]
+        vec![
+            ("revoked".into(), vec![]),
+            ("assigned".into(), sorted(vec![f0.clone(), b0.clone()]))
+        ]
     );
     c.subscribe_pattern(&format!("{base}_f..")).unwrap();
-    assert_eq!(sorted(c.assignment()), sorted(vec![f0.clone(), b0.clone()]), "KIP-70: unchanged until the rebalance");
+    assert_eq!(
+        sorted(c.assignment()),
+        sorted(vec![f0.clone(), b0.clone()]),
+        "KIP-70: unchanged until the rebalance"
+    );
     c.poll(Duration::ZERO).unwrap();
     assert_eq!(
         take_events(&ev),
@@ -549,25 +672,42 @@ pub fn client_unsubscribe_commits_consumed_offsets(bootstrap: &str) {
     let group = unique_topic("client-unsub-g");
     create_topic(bootstrap, &topic, 1);
     let p = producer(bootstrap, &[]);
-    for i in 0..20 {
-        let _ = p.send(ProducerRecord::new(&topic).partition(0).value(format!("v{i}"))).unwrap();
-    }
-    p.flush().unwrap();
+    send_and_wait(
+        &p,
+        (0..20).map(|i| {
+            ProducerRecord::new(&topic)
+                .partition(0)
+                .value(format!("v{i}"))
+        }),
+    );
     let mut c = Consumer::new(&group_config(
         bootstrap,
         &group,
-        &[("enable.auto.commit", "true"), ("auto.commit.interval.ms", "600000"), ("max.poll.records", "7")],
+        &[
+            ("enable.auto.commit", "true"),
+            ("auto.commit.interval.ms", "600000"),
+            ("max.poll.records", "7"),
+        ],
     ))
     .unwrap();
     c.subscribe(&[&topic]).unwrap();
     let got = poll_n(&mut c, 7, Duration::from_secs(20));
     assert_eq!(got.len(), 7);
     let tp = TopicPartition::new(&topic, 0);
-    assert!(c.committed(&[tp.clone()]).unwrap().is_empty(), "nothing committed yet");
+    assert!(
+        c.committed(std::slice::from_ref(&tp)).unwrap().is_empty(),
+        "nothing committed yet"
+    );
     c.unsubscribe().unwrap();
     assert!(c.assignment().is_empty());
-    let committed = admin(bootstrap).list_consumer_group_offsets(&group).unwrap();
-    assert_eq!(committed.get(&tp).map(|o| o.offset), Some(7), "consumed offset committed by unsubscribe");
+    let committed = admin(bootstrap)
+        .list_consumer_group_offsets(&group)
+        .unwrap();
+    assert_eq!(
+        committed.get(&tp).map(|o| o.offset),
+        Some(7),
+        "consumed offset committed by unsubscribe"
+    );
     c.close().unwrap();
 }
 
@@ -588,11 +728,26 @@ pub fn client_remove_offline_static_members(bootstrap: &str) {
     a.close(false);
     b.close(false);
     let admin = admin(bootstrap);
-    let described = admin.describe_groups(&[&group]).unwrap().remove(&group).unwrap().unwrap();
-    let instances: BTreeSet<String> = described.members.iter().filter_map(|m| m.group_instance_id.clone()).collect();
-    assert_eq!(instances, ["A", "B", "C"].map(String::from).into(), "offline static members stay in the group");
+    let described = admin
+        .describe_groups(&[&group])
+        .unwrap()
+        .remove(&group)
+        .unwrap()
+        .unwrap();
+    let instances: BTreeSet<String> = described
+        .members
+        .iter()
+        .filter_map(|m| m.group_instance_id.clone())
+        .collect();
+    assert_eq!(
+        instances,
+        ["A", "B", "C"].map(String::from).into(),
+        "offline static members stay in the group"
+    );
     let started = Instant::now();
-    let results = admin.remove_members_from_group(&group, &["A", "B"]).unwrap();
+    let results = admin
+        .remove_members_from_group(&group, &["A", "B"])
+        .unwrap();
     assert_eq!(results.len(), 2);
     for (id, r) in &results {
         assert!(r.is_ok(), "{id}: {r:?}");
@@ -602,9 +757,16 @@ pub fn client_remove_offline_static_members(bootstrap: &str) {
         "C gets all six partitions: {:?}",
         c.assignment()
     );
-    assert!(started.elapsed() < Duration::from_secs(50), "reassigned before the session timeout");
-    let unknown = admin.remove_members_from_group(&group, &["nobody"]).unwrap();
-    assert!(unknown["nobody"].as_ref().is_err_and(|e| e.to_string().contains("UNKNOWN_MEMBER_ID")));
+    assert!(
+        started.elapsed() < Duration::from_secs(50),
+        "reassigned before the session timeout"
+    );
+    let unknown = admin
+        .remove_members_from_group(&group, &["nobody"])
+        .unwrap();
+    assert!(unknown["nobody"]
+        .as_ref()
+        .is_err_and(|e| e.to_string().contains("UNKNOWN_MEMBER_ID")));
 }
 
 /// KIP-848 (`group.protocol=consumer`) static member: it gets every
@@ -614,10 +776,16 @@ pub fn client_consumer_protocol_static_restart(bootstrap: &str) {
     let topic = unique_topic("client-848");
     let group = unique_topic("client-848-g");
     create_topic(bootstrap, &topic, 4);
-    let cfg = config(bootstrap, &[("auto.offset.reset", "earliest"), ("max.poll.interval.ms", "20000")])
-        .set("group.id", group.as_str())
-        .set("group.protocol", "consumer")
-        .set("group.instance.id", "s1");
+    let cfg = config(
+        bootstrap,
+        &[
+            ("auto.offset.reset", "earliest"),
+            ("max.poll.interval.ms", "20000"),
+        ],
+    )
+    .set("group.id", group.as_str())
+    .set("group.protocol", "consumer")
+    .set("group.instance.id", "s1");
     let first = Polling::start(cfg.clone(), &[&topic]);
     assert!(
         wait_until(Duration::from_secs(30), || first.assignment().len() == 4),
@@ -629,10 +797,22 @@ pub fn client_consumer_protocol_static_restart(bootstrap: &str) {
     let epoch = first.generation();
     first.close(false);
     let second = Polling::start(cfg, &[&topic]);
-    assert!(wait_until(Duration::from_secs(30), || second.assignment().len() == 4));
-    assert!(wait_until(Duration::from_secs(10), || second.generation() == epoch), "epoch {epoch} kept: {}", second.generation());
+    assert!(wait_until(Duration::from_secs(30), || second
+        .assignment()
+        .len()
+        == 4));
+    assert!(
+        wait_until(Duration::from_secs(10), || second.generation() == epoch),
+        "epoch {epoch} kept: {}",
+        second.generation()
+    );
     let admin = admin(bootstrap);
-    let d = admin.describe_groups(&[&group]).unwrap().remove(&group).unwrap().unwrap();
+    let d = admin
+        .describe_groups(&[&group])
+        .unwrap()
+        .remove(&group)
+        .unwrap()
+        .unwrap();
     assert!(d.consumer_protocol);
     assert_eq!(d.members.len(), 1);
     assert_eq!(d.members[0].group_instance_id.as_deref(), Some("s1"));
@@ -647,38 +827,72 @@ pub fn client_bad_input(bootstrap: &str) {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().to_string()
     };
-    let a = Admin::new(&config(&dead, &[("default.api.timeout.ms", "1500"), ("socket.connection.setup.timeout.ms", "300")])).unwrap();
+    let a = Admin::new(&config(
+        &dead,
+        &[
+            ("default.api.timeout.ms", "1500"),
+            ("socket.connection.setup.timeout.ms", "300"),
+        ],
+    ))
+    .unwrap();
     let started = Instant::now();
     let e = a.list_topics().unwrap_err();
-    assert!(matches!(e, Error::Bootstrap { .. }) && e.to_string().contains(&dead), "{e}");
+    assert!(
+        matches!(e, Error::Bootstrap { .. }) && e.to_string().contains(&dead),
+        "{e}"
+    );
     assert!(started.elapsed() < Duration::from_secs(10));
     // A record larger than max.request.size is refused before sending.
     let topic = unique_topic("client-bad");
     create_topic(bootstrap, &topic, 2);
     let p = producer(bootstrap, &[("max.request.size", "1000")]);
-    let e = p.send(ProducerRecord::new(&topic).value(vec![0u8; 2_000])).err().expect("too large");
-    assert!(matches!(e, Error::RecordTooLarge { .. }) && e.to_string().contains(&topic), "{e}");
+    let e = p
+        .send(ProducerRecord::new(&topic).value(vec![0u8; 2_000]))
+        .err()
+        .expect("too large");
+    assert!(
+        matches!(e, Error::RecordTooLarge { .. }) && e.to_string().contains(&topic),
+        "{e}"
+    );
     // A partition outside the topic.
-    let e = p.send(ProducerRecord::new(&topic).partition(7).value("x")).err().expect("bad partition");
+    let e = p
+        .send(ProducerRecord::new(&topic).partition(7).value("x"))
+        .err()
+        .expect("bad partition");
     assert!(e.to_string().contains("partition 7"), "{e}");
     // Invalid topic names and configs name what is wrong.
     let mut c = Consumer::new(&group_config(bootstrap, "g-bad", &[])).unwrap();
     let e = c.subscribe(&["bad topic!"]).unwrap_err();
     assert!(e.to_string().contains("bad topic!"), "{e}");
-    let e = Consumer::new(&config(bootstrap, &[("group.instanse.id", "x")])).err().unwrap();
+    let e = Consumer::new(&config(bootstrap, &[("group.instanse.id", "x")]))
+        .err()
+        .unwrap();
     assert!(e.to_string().contains("group.instanse.id"), "{e}");
-    assert!(matches!(c.poll(Duration::ZERO), Err(Error::IllegalState(_))), "poll before subscribe");
+    assert!(
+        matches!(c.poll(Duration::ZERO), Err(Error::IllegalState(_))),
+        "poll before subscribe"
+    );
     // Garbage from the broker poisons only that connection: the client
     // reconnects and the record is delivered exactly once.
     let proxy = FaultProxy::start(bootstrap).unwrap();
     let p2 = producer(&proxy.addr, &[("linger.ms", "0")]);
-    p2.send(ProducerRecord::new(&topic).partition(0).value("before")).unwrap().wait().unwrap();
+    p2.send(ProducerRecord::new(&topic).partition(0).value("before"))
+        .unwrap()
+        .wait()
+        .unwrap();
     proxy.inject(ApiKey::Produce, Fault::Garbage, 1);
-    let md = p2.send(ProducerRecord::new(&topic).partition(0).value("after")).unwrap().wait().unwrap();
+    let md = p2
+        .send(ProducerRecord::new(&topic).partition(0).value("after"))
+        .unwrap()
+        .wait()
+        .unwrap();
     assert_eq!(proxy.applied(ApiKey::Produce), 1);
     assert_eq!(md.offset, 1, "written once, after a reconnect");
     // The other connection (the producer above, direct) is unaffected.
-    p.send(ProducerRecord::new(&topic).partition(0).value("direct")).unwrap().wait().unwrap();
+    p.send(ProducerRecord::new(&topic).partition(0).value("direct"))
+        .unwrap()
+        .wait()
+        .unwrap();
 }
 
 /// The admin client: topics, partitions, cluster, groups, offsets, records.
@@ -686,7 +900,9 @@ pub fn client_admin_operations(bootstrap: &str) {
     let admin = admin(bootstrap);
     let topic = unique_topic("client-admin");
     let group = unique_topic("client-admin-g");
-    admin.create_topic(NewTopic::new(&topic, 2, 1).config("retention.ms", "3600000")).unwrap();
+    admin
+        .create_topic(NewTopic::new(&topic, 2, 1).config("retention.ms", "3600000"))
+        .unwrap();
     let e = admin.create_topic(NewTopic::new(&topic, 2, 1)).unwrap_err();
     assert!(e.to_string().contains("TOPIC_ALREADY_EXISTS"), "{e}");
     assert!(admin.list_topics().unwrap().contains(&topic));
@@ -696,31 +912,59 @@ pub fn client_admin_operations(bootstrap: &str) {
     let cluster = admin.describe_cluster().unwrap();
     assert!(!cluster.brokers.is_empty() && cluster.cluster_id.is_some());
     let p = producer(bootstrap, &[]);
-    for i in 0..10 {
-        let _ = p.send(ProducerRecord::new(&topic).partition(0).value(format!("v{i}"))).unwrap();
-    }
-    p.flush().unwrap();
+    send_and_wait(
+        &p,
+        (0..10).map(|i| {
+            ProducerRecord::new(&topic)
+                .partition(0)
+                .value(format!("v{i}"))
+        }),
+    );
     let tp = TopicPartition::new(&topic, 0);
-    let low = admin.delete_records(&BTreeMap::from([(tp.clone(), 4)])).unwrap();
+    let low = admin
+        .delete_records(&BTreeMap::from([(tp.clone(), 4)]))
+        .unwrap();
     assert_eq!(low[&tp].as_ref().copied().unwrap(), 4);
     let ends = admin
-        .list_offsets(&BTreeMap::from([(tp.clone(), rill_client::rpc::LATEST_TIMESTAMP), (TopicPartition::new(&topic, 1), rill_client::rpc::EARLIEST_TIMESTAMP)]))
+        .list_offsets(&BTreeMap::from([
+            (tp.clone(), rill_client::rpc::LATEST_TIMESTAMP),
+            (
+                TopicPartition::new(&topic, 1),
+                rill_client::rpc::EARLIEST_TIMESTAMP,
+            ),
+        ]))
         .unwrap();
-    assert_eq!(ends[&tp].0, 10);
+    assert_eq!(ends[&tp].offset, 10);
     // Offsets of a group with no members.
-    let r = admin.alter_consumer_group_offsets(&group, &BTreeMap::from([(tp.clone(), 6)])).unwrap();
+    let r = admin
+        .alter_consumer_group_offsets(&group, &BTreeMap::from([(tp.clone(), 6)]))
+        .unwrap();
     assert!(r[&tp].is_ok());
-    assert_eq!(admin.list_consumer_group_offsets(&group).unwrap()[&tp].offset, 6);
-    assert!(admin.list_groups().unwrap().iter().any(|g| g.group_id == group));
-    let r = admin.delete_consumer_group_offsets(&group, &[tp.clone()]).unwrap();
+    assert_eq!(
+        admin.list_consumer_group_offsets(&group).unwrap()[&tp].offset,
+        6
+    );
+    assert!(admin
+        .list_groups()
+        .unwrap()
+        .iter()
+        .any(|g| g.group_id == group));
+    let r = admin
+        .delete_consumer_group_offsets(&group, std::slice::from_ref(&tp))
+        .unwrap();
     assert!(r[&tp].is_ok(), "{r:?}");
-    assert!(admin.list_consumer_group_offsets(&group).unwrap().is_empty());
+    assert!(admin
+        .list_consumer_group_offsets(&group)
+        .unwrap()
+        .is_empty());
     let r = admin.delete_groups(&[&group]).unwrap();
     assert!(r[&group].is_ok(), "{r:?}");
     let r = admin.delete_topics(&[&topic]).unwrap();
     assert!(r[&topic].is_ok(), "{r:?}");
     let missing = admin.delete_topics(&[&topic]).unwrap();
-    assert!(missing[&topic].as_ref().is_err_and(|e| e.to_string().contains("UNKNOWN_TOPIC_OR_PARTITION")));
+    assert!(missing[&topic]
+        .as_ref()
+        .is_err_and(|e| e.to_string().contains("UNKNOWN_TOPIC_OR_PARTITION")));
 }
 
 /// Cooperative rebalancing (KIP-429): a member joining a cooperative-sticky
@@ -729,13 +973,18 @@ pub fn client_cooperative_rebalance_keeps_partitions(bootstrap: &str) {
     let topic = unique_topic("client-coop");
     let group = unique_topic("client-coop-g");
     create_topic(bootstrap, &topic, 4);
-    let cfg = group_config(bootstrap, &group, &[("partition.assignment.strategy", "cooperative-sticky")]);
+    let cfg = group_config(
+        bootstrap,
+        &group,
+        &[("partition.assignment.strategy", "cooperative-sticky")],
+    );
     let a = Polling::start(cfg.clone(), &[&topic]);
     assert!(wait_until(Duration::from_secs(30), || a.assignment().len() == 4));
     let before = a.events.list().len();
     let b = Polling::start(cfg, &[&topic]);
     assert!(
-        wait_until(Duration::from_secs(40), || a.assignment().len() == 2 && b.assignment().len() == 2),
+        wait_until(Duration::from_secs(40), || a.assignment().len() == 2
+            && b.assignment().len() == 2),
         "2/2: a={:?} b={:?}",
         a.assignment(),
         b.assignment()

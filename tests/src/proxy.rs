@@ -88,7 +88,13 @@ impl FaultProxy {
 
     /// How many answers of `api` were faulted so far.
     pub fn applied(&self, api: ApiKey) -> usize {
-        self.state.applied.lock().unwrap().get(&api).copied().unwrap_or(0)
+        self.state
+            .applied
+            .lock()
+            .unwrap()
+            .get(&api)
+            .copied()
+            .unwrap_or(0)
     }
 }
 
@@ -168,11 +174,13 @@ fn serve(mut client: TcpStream, state: Arc<State>) -> io::Result<()> {
             }
         }
         let out = match api {
-            ApiKey::Metadata | ApiKey::FindCoordinator => rewrite(&frame, api, version, corr, &state).unwrap_or_else(|| {
-                let mut o = BytesMut::new();
-                rill_protocol::frame::encode_frame(&mut o, &frame);
-                o
-            }),
+            ApiKey::Metadata | ApiKey::FindCoordinator => {
+                rewrite(&frame, api, version, corr, &state).unwrap_or_else(|| {
+                    let mut o = BytesMut::new();
+                    rill_protocol::frame::encode_frame(&mut o, &frame);
+                    o
+                })
+            }
             _ => {
                 let mut o = BytesMut::new();
                 rill_protocol::frame::encode_frame(&mut o, &frame);

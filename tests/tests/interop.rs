@@ -558,14 +558,21 @@ fn consumer_group_command_deletes_groups() {
 /// librdkafka member gets everything. Run on Rill and on Apache Kafka.
 fn rill_and_librdkafka_share_a_group(bootstrap: &str) {
     use rill_client::{Producer, ProducerRecord};
-    use rill_tests::client_scenarios::{config, create_topic, wait_until, Polling};
+    use rill_tests::client_scenarios::{config, create_topic, send_and_wait, wait_until, Polling};
     use std::time::{Duration, Instant};
     let topic = unique_topic("mixed-group");
     let group = unique_topic("mixed-group-g");
     create_topic(bootstrap, &topic, 4);
     let all: BTreeSet<i32> = (0..4).collect();
-    let mut py =
-        tools::Member::spawn(tools::MemberClient::Librdkafka, bootstrap, &group, &topic, None, "classic").unwrap();
+    let mut py = tools::Member::spawn(
+        tools::MemberClient::Librdkafka,
+        bootstrap,
+        &group,
+        &topic,
+        None,
+        "classic",
+    )
+    .unwrap();
     let rill = Polling::start(
         config(
             bootstrap,
@@ -584,29 +591,53 @@ fn rill_and_librdkafka_share_a_group(bootstrap: &str) {
         py.drain(Duration::from_millis(200));
         let p = py.assignment(false);
         let r: BTreeSet<i32> = rill.assignment().iter().map(|tp| tp.partition).collect();
-        if !p.is_empty() && !r.is_empty() && p.is_disjoint(&r) && p.union(&r).copied().collect::<BTreeSet<_>>() == all {
+        if !p.is_empty()
+            && !r.is_empty()
+            && p.is_disjoint(&r)
+            && p.union(&r).copied().collect::<BTreeSet<_>>() == all
+        {
             break;
         }
-        assert!(Instant::now() < deadline, "no split: librdkafka {:?}, rill {r:?}", py.events);
+        assert!(
+            Instant::now() < deadline,
+            "no split: librdkafka {:?}, rill {r:?}",
+            py.events
+        );
     }
     let mine: BTreeSet<i32> = rill.assignment().iter().map(|tp| tp.partition).collect();
     let producer = Producer::new(&config(bootstrap, &[])).unwrap();
-    for i in 0..400 {
-        let _ = producer.send(ProducerRecord::new(&topic).partition(i % 4).value(format!("v{i}"))).unwrap();
-    }
-    producer.flush().unwrap();
-    assert!(wait_until(Duration::from_secs(30), || rill.record_count() >= 100 * mine.len()));
+    send_and_wait(
+        &producer,
+        (0..400).map(|i| {
+            ProducerRecord::new(&topic)
+                .partition(i % 4)
+                .value(format!("v{i}"))
+        }),
+    );
+    assert!(wait_until(Duration::from_secs(30), || rill.record_count()
+        >= 100 * mine.len()));
     std::thread::sleep(Duration::from_millis(500));
     {
         let s = rill.state.lock().unwrap();
-        assert_eq!(s.records.len(), 100 * mine.len(), "each of its partitions' records once");
-        assert!(s.records.iter().all(|r| mine.contains(&r.partition)), "only its own partitions");
+        assert_eq!(
+            s.records.len(),
+            100 * mine.len(),
+            "each of its partitions' records once"
+        );
+        assert!(
+            s.records.iter().all(|r| mine.contains(&r.partition)),
+            "only its own partitions"
+        );
     }
     rill.close(false);
     let deadline = Instant::now() + Duration::from_secs(60);
     while py.assignment(false) != all {
         py.drain(Duration::from_millis(200));
-        assert!(Instant::now() < deadline, "librdkafka did not take over: {:?}", py.events);
+        assert!(
+            Instant::now() < deadline,
+            "librdkafka did not take over: {:?}",
+            py.events
+        );
     }
     let events = py.exit();
     assert!(!events.iter().any(|e| e.starts_with("ERROR")), "{events:?}");

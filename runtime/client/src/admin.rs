@@ -24,8 +24,8 @@ use rill_protocol::kafka_protocol::messages::{
     leave_group_request::MemberIdentity,
     offset_delete_request::{OffsetDeleteRequestPartition, OffsetDeleteRequestTopic},
     ConsumerGroupDescribeRequest, CreatePartitionsRequest, CreateTopicsRequest,
-    DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest, DescribeGroupsRequest,
-    GroupId, LeaveGroupRequest, ListGroupsRequest, OffsetDeleteRequest,
+    DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest, DescribeGroupsRequest, GroupId,
+    LeaveGroupRequest, ListGroupsRequest, OffsetDeleteRequest,
 };
 use rill_protocol::kafka_protocol::protocol::Decodable;
 use rill_protocol::{ApiKey, ErrorCode, RequestKind, ResponseKind};
@@ -135,7 +135,11 @@ impl Admin {
         &self.cluster
     }
 
-    fn run<T>(&self, what: &'static str, f: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    fn run<T>(
+        &self,
+        what: &'static str,
+        f: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
         block_on(what, f)?
     }
 
@@ -179,7 +183,10 @@ impl Admin {
                     Ok(())
                 } else {
                     let msg = t.error_message.map(|m| m.to_string()).unwrap_or_default();
-                    Err(Error::broker(t.error_code, format!("create topic {name}: {msg}")))
+                    Err(Error::broker(
+                        t.error_code,
+                        format!("create topic {name}: {msg}"),
+                    ))
                 };
                 out.insert(name, r);
             }
@@ -199,7 +206,11 @@ impl Admin {
         let name = topic.name.clone();
         self.create_topics(&[topic])?
             .remove(&name)
-            .unwrap_or_else(|| Err(Error::IllegalState(format!("CreateTopics did not answer for {name}"))))
+            .unwrap_or_else(|| {
+                Err(Error::IllegalState(format!(
+                    "CreateTopics did not answer for {name}"
+                )))
+            })
     }
 
     /// Deletes topics by name; one outcome per topic.
@@ -207,7 +218,8 @@ impl Admin {
         self.run("Admin::delete_topics", async {
             let conn = self.cluster.any_connection().await?;
             let v = conn.version(ApiKey::DeleteTopics, 1, 6)?;
-            let mut req = DeleteTopicsRequest::default().with_timeout_ms(self.timeout.as_millis() as i32);
+            let mut req =
+                DeleteTopicsRequest::default().with_timeout_ms(self.timeout.as_millis() as i32);
             if v >= 6 {
                 req = req.with_topics(
                     names
@@ -251,7 +263,12 @@ impl Admin {
                     .with_count(total)
                     .with_assignments(None)]);
             let (_, resp) = conn
-                .call(ApiKey::CreatePartitions, 0, 3, RequestKind::CreatePartitions(req))
+                .call(
+                    ApiKey::CreatePartitions,
+                    0,
+                    3,
+                    RequestKind::CreatePartitions(req),
+                )
                 .await?;
             let ResponseKind::CreatePartitions(resp) = resp else {
                 return Err(unexpected("CreatePartitions"));
@@ -269,9 +286,15 @@ impl Admin {
             // (bounded) so the caller sees the topic as it asked for it.
             let deadline = std::time::Instant::now() + self.timeout;
             while std::time::Instant::now() < deadline {
-                let m = self.cluster.refresh(Some(&[topic.to_string()]), false).await?;
+                let m = self
+                    .cluster
+                    .refresh(Some(&[topic.to_string()]), false)
+                    .await?;
                 let t = m.topic(topic);
-                if t.is_some_and(|t| t.partitions.len() >= total as usize && t.partitions.iter().all(|p| p.leader >= 0)) {
+                if t.is_some_and(|t| {
+                    t.partitions.len() >= total as usize
+                        && t.partitions.iter().all(|p| p.leader >= 0)
+                }) {
                     break;
                 }
                 tokio::time::sleep(self.cluster.cfg.retry_backoff).await;
@@ -296,7 +319,11 @@ impl Admin {
     pub fn list_topics(&self) -> Result<Vec<String>> {
         self.run("Admin::list_topics", async {
             let m = self.cluster.refresh(None, false).await?;
-            Ok(m.topics.values().filter(|t| !t.internal).map(|t| t.name.clone()).collect())
+            Ok(m.topics
+                .values()
+                .filter(|t| !t.internal)
+                .map(|t| t.name.clone())
+                .collect())
         })
     }
 
@@ -330,19 +357,35 @@ impl Admin {
             for node in m.brokers.keys() {
                 let conn = self.cluster.connection(*node).await?;
                 let (v, resp) = conn
-                    .call(ApiKey::ListGroups, 0, 5, RequestKind::ListGroups(ListGroupsRequest::default()))
+                    .call(
+                        ApiKey::ListGroups,
+                        0,
+                        5,
+                        RequestKind::ListGroups(ListGroupsRequest::default()),
+                    )
                     .await?;
                 let ResponseKind::ListGroups(resp) = resp else {
                     return Err(unexpected("ListGroups"));
                 };
                 if resp.error_code != 0 {
-                    return Err(Error::broker(resp.error_code, format!("ListGroups on {}", conn.broker())));
+                    return Err(Error::broker(
+                        resp.error_code,
+                        format!("ListGroups on {}", conn.broker()),
+                    ));
                 }
                 out.extend(resp.groups.into_iter().map(|g| GroupListing {
                     group_id: g.group_id.0.to_string(),
                     protocol_type: g.protocol_type.to_string(),
-                    state: if v >= 4 { g.group_state.to_string() } else { String::new() },
-                    group_type: if v >= 5 { g.group_type.to_string() } else { String::new() },
+                    state: if v >= 4 {
+                        g.group_state.to_string()
+                    } else {
+                        String::new()
+                    },
+                    group_type: if v >= 5 {
+                        g.group_type.to_string()
+                    } else {
+                        String::new()
+                    },
                 }));
             }
             out.sort_by(|a, b| a.group_id.cmp(&b.group_id));
@@ -351,7 +394,10 @@ impl Admin {
     }
 
     /// Describes groups, whichever protocol they use.
-    pub fn describe_groups(&self, groups: &[&str]) -> Result<BTreeMap<String, Result<GroupDescription>>> {
+    pub fn describe_groups(
+        &self,
+        groups: &[&str],
+    ) -> Result<BTreeMap<String, Result<GroupDescription>>> {
         self.run("Admin::describe_groups", async {
             let mut out = BTreeMap::new();
             for g in groups {
@@ -365,12 +411,21 @@ impl Admin {
         // KIP-848 groups first (as Kafka's Admin does); a classic group
         // answers GROUP_ID_NOT_FOUND there and is described classically.
         let modern = rpc::with_coordinator(&self.cluster, group, self.timeout, |conn| async move {
-            if conn.broker_versions(ApiKey::ConsumerGroupDescribe).is_none() {
+            if conn
+                .broker_versions(ApiKey::ConsumerGroupDescribe)
+                .is_none()
+            {
                 return Ok(None);
             }
-            let req = ConsumerGroupDescribeRequest::default().with_group_ids(vec![GroupId(sb(group))]);
+            let req =
+                ConsumerGroupDescribeRequest::default().with_group_ids(vec![GroupId(sb(group))]);
             let (_, resp) = conn
-                .call(ApiKey::ConsumerGroupDescribe, 0, 1, RequestKind::ConsumerGroupDescribe(req))
+                .call(
+                    ApiKey::ConsumerGroupDescribe,
+                    0,
+                    1,
+                    RequestKind::ConsumerGroupDescribe(req),
+                )
                 .await?;
             let ResponseKind::ConsumerGroupDescribe(resp) = resp else {
                 return Err(unexpected("ConsumerGroupDescribe"));
@@ -382,7 +437,10 @@ impl Admin {
                 return Ok(None);
             }
             if d.error_code != 0 {
-                return Err(Error::broker(d.error_code, format!("ConsumerGroupDescribe of {group}")));
+                return Err(Error::broker(
+                    d.error_code,
+                    format!("ConsumerGroupDescribe of {group}"),
+                ));
             }
             Ok(Some(GroupDescription {
                 group_id: group.to_string(),
@@ -403,7 +461,11 @@ impl Admin {
                             .assignment
                             .topic_partitions
                             .iter()
-                            .flat_map(|t| t.partitions.iter().map(|p| TopicPartition::new(t.topic_name.0.to_string(), *p)))
+                            .flat_map(|t| {
+                                t.partitions
+                                    .iter()
+                                    .map(|p| TopicPartition::new(t.topic_name.0.to_string(), *p))
+                            })
                             .collect(),
                     })
                     .collect(),
@@ -416,7 +478,12 @@ impl Admin {
         rpc::with_coordinator(&self.cluster, group, self.timeout, |conn| async move {
             let req = DescribeGroupsRequest::default().with_groups(vec![GroupId(sb(group))]);
             let (_, resp) = conn
-                .call(ApiKey::DescribeGroups, 0, 5, RequestKind::DescribeGroups(req))
+                .call(
+                    ApiKey::DescribeGroups,
+                    0,
+                    5,
+                    RequestKind::DescribeGroups(req),
+                )
                 .await?;
             let ResponseKind::DescribeGroups(resp) = resp else {
                 return Err(unexpected("DescribeGroups"));
@@ -425,7 +492,10 @@ impl Admin {
                 return Err(unexpected("DescribeGroups (no group)"));
             };
             if d.error_code != 0 {
-                return Err(Error::broker(d.error_code, format!("DescribeGroups of {group}")));
+                return Err(Error::broker(
+                    d.error_code,
+                    format!("DescribeGroups of {group}"),
+                ));
             }
             let consumer = d.protocol_type.as_str() == "consumer";
             Ok(GroupDescription {
@@ -461,7 +531,8 @@ impl Admin {
             let mut out = BTreeMap::new();
             for g in groups {
                 let r = rpc::with_coordinator(&self.cluster, g, self.timeout, |conn| async move {
-                    let req = DeleteGroupsRequest::default().with_groups_names(vec![GroupId(sb(g))]);
+                    let req =
+                        DeleteGroupsRequest::default().with_groups_names(vec![GroupId(sb(g))]);
                     let (_, resp) = conn
                         .call(ApiKey::DeleteGroups, 0, 2, RequestKind::DeleteGroups(req))
                         .await?;
@@ -469,7 +540,9 @@ impl Admin {
                         return Err(unexpected("DeleteGroups"));
                     };
                     match resp.results.first() {
-                        Some(r) if r.error_code != 0 => Err(Error::broker(r.error_code, format!("delete group {g}"))),
+                        Some(r) if r.error_code != 0 => {
+                            Err(Error::broker(r.error_code, format!("delete group {g}")))
+                        }
                         _ => Ok(()),
                     }
                 })
@@ -481,7 +554,10 @@ impl Admin {
     }
 
     /// A group's committed offsets.
-    pub fn list_consumer_group_offsets(&self, group: &str) -> Result<BTreeMap<TopicPartition, OffsetAndMetadata>> {
+    pub fn list_consumer_group_offsets(
+        &self,
+        group: &str,
+    ) -> Result<BTreeMap<TopicPartition, OffsetAndMetadata>> {
         self.run("Admin::list_consumer_group_offsets", async {
             rpc::fetch_committed(&self.cluster, group, None, &MemberRef::none(), self.timeout).await
         })
@@ -498,7 +574,14 @@ impl Admin {
                 .iter()
                 .map(|(tp, o)| (tp.clone(), OffsetAndMetadata::new(*o)))
                 .collect();
-            rpc::commit(&self.cluster, group, &MemberRef::none(), &offsets, self.timeout).await
+            rpc::commit(
+                &self.cluster,
+                group,
+                &MemberRef::none(),
+                &offsets,
+                self.timeout,
+            )
+            .await
         })
     }
 
@@ -520,11 +603,16 @@ impl Admin {
                         by_topic
                             .into_iter()
                             .map(|(t, ps)| {
-                                OffsetDeleteRequestTopic::default().with_name(topic_name(t)).with_partitions(
-                                    ps.into_iter()
-                                        .map(|p| OffsetDeleteRequestPartition::default().with_partition_index(p))
-                                        .collect(),
-                                )
+                                OffsetDeleteRequestTopic::default()
+                                    .with_name(topic_name(t))
+                                    .with_partitions(
+                                        ps.into_iter()
+                                            .map(|p| {
+                                                OffsetDeleteRequestPartition::default()
+                                                    .with_partition_index(p)
+                                            })
+                                            .collect(),
+                                    )
                             })
                             .collect(),
                     );
@@ -535,7 +623,10 @@ impl Admin {
                     return Err(unexpected("OffsetDelete"));
                 };
                 if resp.error_code != 0 {
-                    return Err(Error::broker(resp.error_code, format!("delete offsets of group {group}")));
+                    return Err(Error::broker(
+                        resp.error_code,
+                        format!("delete offsets of group {group}"),
+                    ));
                 }
                 let mut out = BTreeMap::new();
                 for t in resp.topics {
@@ -544,7 +635,10 @@ impl Admin {
                         let r = if p.error_code == 0 {
                             Ok(())
                         } else {
-                            Err(Error::broker(p.error_code, format!("delete offset of group {group} for {tp}")))
+                            Err(Error::broker(
+                                p.error_code,
+                                format!("delete offset of group {group} for {tp}"),
+                            ))
                         };
                         out.insert(tp, r);
                     }
@@ -556,11 +650,11 @@ impl Admin {
     }
 
     /// Offsets for timestamps (`rpc::LATEST_TIMESTAMP`, `rpc::EARLIEST_TIMESTAMP`
-    /// or a time in ms): (offset, timestamp, leader epoch) per partition.
+    /// or a time in ms), per partition.
     pub fn list_offsets(
         &self,
         wanted: &BTreeMap<TopicPartition, i64>,
-    ) -> Result<BTreeMap<TopicPartition, (i64, i64, Option<i32>)>> {
+    ) -> Result<BTreeMap<TopicPartition, rpc::ListedOffset>> {
         self.run("Admin::list_offsets", async {
             let topics: Vec<String> = wanted.keys().map(|tp| tp.topic.clone()).collect();
             self.cluster.refresh(Some(&topics), false).await?;
@@ -597,7 +691,9 @@ impl Admin {
                 let mut topics: BTreeMap<&str, Vec<DeleteRecordsPartition>> = BTreeMap::new();
                 for (tp, o) in parts {
                     topics.entry(&tp.topic).or_default().push(
-                        DeleteRecordsPartition::default().with_partition_index(tp.partition).with_offset(o),
+                        DeleteRecordsPartition::default()
+                            .with_partition_index(tp.partition)
+                            .with_offset(o),
                     );
                 }
                 let req = DeleteRecordsRequest::default()
@@ -605,7 +701,11 @@ impl Admin {
                     .with_topics(
                         topics
                             .into_iter()
-                            .map(|(t, ps)| DeleteRecordsTopic::default().with_name(topic_name(t)).with_partitions(ps))
+                            .map(|(t, ps)| {
+                                DeleteRecordsTopic::default()
+                                    .with_name(topic_name(t))
+                                    .with_partitions(ps)
+                            })
                             .collect(),
                     );
                 let (_, resp) = conn
@@ -620,7 +720,10 @@ impl Admin {
                         let r = if p.error_code == 0 {
                             Ok(p.low_watermark)
                         } else {
-                            Err(Error::broker(p.error_code, format!("delete records of {tp}")))
+                            Err(Error::broker(
+                                p.error_code,
+                                format!("delete records of {tp}"),
+                            ))
                         };
                         out.insert(tp, r);
                     }
@@ -665,11 +768,17 @@ impl Admin {
                     return Err(unexpected("LeaveGroup"));
                 };
                 if resp.error_code != 0 {
-                    return Err(Error::broker(resp.error_code, format!("remove members from group {group}")));
+                    return Err(Error::broker(
+                        resp.error_code,
+                        format!("remove members from group {group}"),
+                    ));
                 }
                 let mut out = BTreeMap::new();
                 for m in resp.members {
-                    let iid = m.group_instance_id.map(|i| i.to_string()).unwrap_or_default();
+                    let iid = m
+                        .group_instance_id
+                        .map(|i| i.to_string())
+                        .unwrap_or_default();
                     let r = if m.error_code == 0 {
                         Ok(())
                     } else {
@@ -700,7 +809,11 @@ pub fn decode_assignment(bytes: &Bytes) -> Vec<TopicPartition> {
         Ok(a) => a
             .assigned_partitions
             .iter()
-            .flat_map(|t| t.partitions.iter().map(|p| TopicPartition::new(t.topic.0.to_string(), *p)))
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .map(|p| TopicPartition::new(t.topic.0.to_string(), *p))
+            })
             .collect(),
         Err(_) => Vec::new(),
     }

@@ -267,7 +267,11 @@ impl Cluster {
 
     /// Refreshes metadata for the topics of interest plus `topics` (`None`:
     /// every topic in the cluster).
-    pub async fn refresh(&self, topics: Option<&[String]>, auto_create: bool) -> Result<Arc<Metadata>> {
+    pub async fn refresh(
+        &self,
+        topics: Option<&[String]>,
+        auto_create: bool,
+    ) -> Result<Arc<Metadata>> {
         let wanted: Option<Vec<String>> = topics.map(|t| {
             let mut all = self
                 .interest
@@ -359,13 +363,22 @@ impl Cluster {
         let next = Arc::new(next);
         *self.meta.write().unwrap_or_else(|p| p.into_inner()) = next.clone();
         *self.refreshed_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
-        debug!(brokers = next.brokers.len(), topics = next.topics.len(), "metadata refreshed");
+        debug!(
+            brokers = next.brokers.len(),
+            topics = next.topics.len(),
+            "metadata refreshed"
+        );
         Ok(next)
     }
 
     /// Waits (refreshing) until a topic's metadata is known with a leader
     /// for every partition, or the deadline passes.
-    pub async fn wait_for_topic(&self, topic: &str, auto_create: bool, within: Duration) -> Result<TopicMetadata> {
+    pub async fn wait_for_topic(
+        &self,
+        topic: &str,
+        auto_create: bool,
+        within: Duration,
+    ) -> Result<TopicMetadata> {
         self.add_interest([topic]);
         let deadline = Instant::now() + within;
         let mut last_error = None;
@@ -419,7 +432,11 @@ impl Cluster {
                 req = req.with_key(StrBytes::from_string(key.to_string()));
             }
             let outcome = match conn
-                .send(ApiKey::FindCoordinator, v, RequestKind::FindCoordinator(req))
+                .send(
+                    ApiKey::FindCoordinator,
+                    v,
+                    RequestKind::FindCoordinator(req),
+                )
                 .await
             {
                 Ok(ResponseKind::FindCoordinator(r)) => {
@@ -486,7 +503,11 @@ impl Cluster {
     /// Adds a broker address learned outside Metadata (FindCoordinator).
     fn learn_broker(&self, node: i32, host: String, port: i32) {
         let meta = self.metadata();
-        if meta.brokers.get(&node).is_some_and(|b| b.host == host && b.port == port) {
+        if meta
+            .brokers
+            .get(&node)
+            .is_some_and(|b| b.host == host && b.port == port)
+        {
             return;
         }
         let mut next = (*meta).clone();

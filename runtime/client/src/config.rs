@@ -251,7 +251,8 @@ impl CommonConfig {
             client_id,
             client_rack: r.optional("client.rack"),
             request_timeout: r.millis("request.timeout.ms", 30_000)?,
-            socket_connection_setup_timeout: r.millis("socket.connection.setup.timeout.ms", 10_000)?,
+            socket_connection_setup_timeout: r
+                .millis("socket.connection.setup.timeout.ms", 10_000)?,
             reconnect_backoff: r.millis("reconnect.backoff.ms", 50)?,
             reconnect_backoff_max: r.millis("reconnect.backoff.max.ms", 1_000)?,
             retry_backoff: r.millis("retry.backoff.ms", 100)?,
@@ -352,7 +353,11 @@ impl ProducerConfig {
         let retries = r.int("retries", i32::MAX as u32, 0, i32::MAX as u32)?;
         let max_in_flight = r.int("max.in.flight.requests.per.connection", 5, 1, 1_000)?;
         let conflict = if acks != Acks::All {
-            Some(("acks", if acks == Acks::None { "0" } else { "1" }, "acks=all"))
+            Some((
+                "acks",
+                if acks == Acks::None { "0" } else { "1" },
+                "acks=all",
+            ))
         } else if retries == 0 {
             Some(("retries", "0", "retries > 0"))
         } else if max_in_flight > 5 {
@@ -519,7 +524,11 @@ impl ConsumerConfig {
             ));
         }
         let auto_offset_reset = match r
-            .choice("auto.offset.reset", "latest", &["earliest", "latest", "none"])?
+            .choice(
+                "auto.offset.reset",
+                "latest",
+                &["earliest", "latest", "none"],
+            )?
             .as_str()
         {
             "earliest" => OffsetReset::Earliest,
@@ -546,7 +555,12 @@ impl ConsumerConfig {
             fetch_min_bytes: r.int("fetch.min.bytes", 1, 0, i32::MAX)?,
             fetch_max_bytes: r.int("fetch.max.bytes", 52_428_800, 0, i32::MAX)?,
             fetch_max_wait: r.millis("fetch.max.wait.ms", 500)?,
-            max_partition_fetch_bytes: r.int("max.partition.fetch.bytes", 1_048_576, 0, i32::MAX)?,
+            max_partition_fetch_bytes: r.int(
+                "max.partition.fetch.bytes",
+                1_048_576,
+                0,
+                i32::MAX,
+            )?,
             read_committed: r.choice(
                 "isolation.level",
                 "read_uncommitted",
@@ -633,17 +647,19 @@ mod tests {
         let e = ProducerConfig::from_config(&ClientConfig::new()).unwrap_err();
         assert!(e.to_string().contains("bootstrap.servers"), "{e}");
         let e = ProducerConfig::from_config(&base().set("group.id", "g")).unwrap_err();
-        assert!(e.to_string().contains("not a producer configuration key"), "{e}");
+        assert!(
+            e.to_string().contains("not a producer configuration key"),
+            "{e}"
+        );
     }
 
     #[test]
     fn idempotence_rules_follow_kafka() {
         let p = ProducerConfig::from_config(&base().set("acks", "1")).unwrap();
         assert!(!p.enable_idempotence, "implicitly off when acks != all");
-        let e = ProducerConfig::from_config(
-            &base().set("acks", "1").set("enable.idempotence", "true"),
-        )
-        .unwrap_err();
+        let e =
+            ProducerConfig::from_config(&base().set("acks", "1").set("enable.idempotence", "true"))
+                .unwrap_err();
         assert!(e.to_string().contains("acks"), "{e}");
     }
 
@@ -657,14 +673,10 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("session.timeout.ms"), "{e}");
-        let c = ConsumerConfig::from_config(
-            &base()
-                .set("group.id", "g")
-                .set(
-                    "partition.assignment.strategy",
-                    "org.apache.kafka.clients.consumer.RoundRobinAssignor",
-                ),
-        )
+        let c = ConsumerConfig::from_config(&base().set("group.id", "g").set(
+            "partition.assignment.strategy",
+            "org.apache.kafka.clients.consumer.RoundRobinAssignor",
+        ))
         .unwrap();
         assert_eq!(c.assignment_strategies, ["roundrobin"]);
     }

@@ -235,7 +235,12 @@ impl Connection {
     }
 
     /// Sends a request the broker does not answer (Produce with acks=0).
-    pub async fn send_no_response(&self, api: ApiKey, version: i16, body: RequestKind) -> Result<()> {
+    pub async fn send_no_response(
+        &self,
+        api: ApiKey,
+        version: i16,
+        body: RequestKind,
+    ) -> Result<()> {
         self.write(api, version, &body, false).await.map(|_| ())
     }
 

@@ -56,7 +56,11 @@ pub enum Error {
     },
     /// A record that can never be sent.
     #[error("record of {size} bytes for {topic} is larger than max.request.size ({max} bytes)")]
-    RecordTooLarge { topic: String, size: usize, max: usize },
+    RecordTooLarge {
+        topic: String,
+        size: usize,
+        max: usize,
+    },
     /// A topic that does not exist (after the metadata wait).
     #[error("topic {topic} does not exist ({detail})")]
     UnknownTopic { topic: String, detail: String },
@@ -64,7 +68,9 @@ pub enum Error {
     #[error("invalid topic name {topic:?}: {reason}")]
     InvalidTopic { topic: String, reason: String },
     /// A partition outside the topic.
-    #[error("partition {partition} of topic {topic} does not exist (the topic has {count} partitions)")]
+    #[error(
+        "partition {partition} of topic {topic} does not exist (the topic has {count} partitions)"
+    )]
     UnknownPartition {
         topic: String,
         partition: i32,

@@ -20,8 +20,8 @@
 pub mod admin;
 pub mod cluster;
 pub mod config;
-pub mod consumer;
 pub mod conn;
+pub mod consumer;
 pub mod error;
 pub mod producer;
 pub mod rpc;
@@ -30,10 +30,10 @@ pub mod runtime;
 pub use admin::Admin;
 pub use config::ClientConfig;
 pub use consumer::{Consumer, ConsumerRecord, RebalanceListener};
-pub use rpc::OffsetAndMetadata;
 pub use error::{Error, Result};
 pub use producer::{DeliveryFuture, Producer, ProducerRecord, RecordMetadata};
 pub use rill_protocol::records::Compression;
+pub use rpc::OffsetAndMetadata;
 
 /// A topic partition.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 use rill_protocol::kafka_protocol::messages::{
     list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic},
     offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic},
-    offset_fetch_request::{OffsetFetchRequestGroup, OffsetFetchRequestTopic, OffsetFetchRequestTopics},
+    offset_fetch_request::{
+        OffsetFetchRequestGroup, OffsetFetchRequestTopic, OffsetFetchRequestTopics,
+    },
     BrokerId, GroupId, ListOffsetsRequest, OffsetCommitRequest, OffsetFetchRequest, TopicName,
 };
 use rill_protocol::{ApiKey, ErrorCode, RequestKind, ResponseKind, StrBytes};
@@ -166,16 +168,18 @@ pub async fn fetch_committed(
                 }));
                 req = req.with_groups(vec![g]);
             } else {
-                req = req.with_group_id(GroupId(sb(group))).with_topics(partitions.map(|_| {
-                    by_topic
-                        .iter()
-                        .map(|(t, ps)| {
-                            OffsetFetchRequestTopic::default()
-                                .with_name(topic_name(t))
-                                .with_partition_indexes(ps.clone())
-                        })
-                        .collect()
-                }));
+                req = req
+                    .with_group_id(GroupId(sb(group)))
+                    .with_topics(partitions.map(|_| {
+                        by_topic
+                            .iter()
+                            .map(|(t, ps)| {
+                                OffsetFetchRequestTopic::default()
+                                    .with_name(topic_name(t))
+                                    .with_partition_indexes(ps.clone())
+                            })
+                            .collect()
+                    }));
             }
             let ResponseKind::OffsetFetch(resp) = conn
                 .send(ApiKey::OffsetFetch, v, RequestKind::OffsetFetch(req))
@@ -187,7 +191,13 @@ pub async fn fetch_committed(
                 });
             };
             let mut out = BTreeMap::new();
-            let mut push = |topic: &str, p: i32, offset: i64, epoch: i32, meta: Option<&StrBytes>, code: i16| -> Result<()> {
+            let mut push = |topic: &str,
+                            p: i32,
+                            offset: i64,
+                            epoch: i32,
+                            meta: Option<&StrBytes>,
+                            code: i16|
+             -> Result<()> {
                 if code != 0 {
                     return Err(Error::broker(
                         code,
@@ -214,20 +224,40 @@ pub async fn fetch_committed(
                     });
                 };
                 if g.error_code != 0 {
-                    return Err(Error::broker(g.error_code, format!("OffsetFetch for group {group}")));
+                    return Err(Error::broker(
+                        g.error_code,
+                        format!("OffsetFetch for group {group}"),
+                    ));
                 }
                 for t in &g.topics {
                     for p in &t.partitions {
-                        push(&t.name.0, p.partition_index, p.committed_offset, p.committed_leader_epoch, p.metadata.as_ref(), p.error_code)?;
+                        push(
+                            &t.name.0,
+                            p.partition_index,
+                            p.committed_offset,
+                            p.committed_leader_epoch,
+                            p.metadata.as_ref(),
+                            p.error_code,
+                        )?;
                     }
                 }
             } else {
                 if resp.error_code != 0 {
-                    return Err(Error::broker(resp.error_code, format!("OffsetFetch for group {group}")));
+                    return Err(Error::broker(
+                        resp.error_code,
+                        format!("OffsetFetch for group {group}"),
+                    ));
                 }
                 for t in &resp.topics {
                     for p in &t.partitions {
-                        push(&t.name.0, p.partition_index, p.committed_offset, p.committed_leader_epoch, p.metadata.as_ref(), p.error_code)?;
+                        push(
+                            &t.name.0,
+                            p.partition_index,
+                            p.committed_offset,
+                            p.committed_leader_epoch,
+                            p.metadata.as_ref(),
+                            p.error_code,
+                        )?;
                     }
                 }
             }
@@ -248,7 +278,10 @@ pub async fn commit(
 ) -> Result<BTreeMap<TopicPartition, Result<()>>> {
     let mut by_topic: BTreeMap<&str, Vec<(i32, &OffsetAndMetadata)>> = BTreeMap::new();
     for (tp, o) in offsets {
-        by_topic.entry(&tp.topic).or_default().push((tp.partition, o));
+        by_topic
+            .entry(&tp.topic)
+            .or_default()
+            .push((tp.partition, o));
     }
     with_coordinator(cluster, group, within, |conn| {
         let by_topic = &by_topic;
@@ -274,7 +307,9 @@ pub async fn commit(
                                             OffsetCommitRequestPartition::default()
                                                 .with_partition_index(*p)
                                                 .with_committed_offset(o.offset)
-                                                .with_committed_leader_epoch(o.leader_epoch.unwrap_or(-1))
+                                                .with_committed_leader_epoch(
+                                                    o.leader_epoch.unwrap_or(-1),
+                                                )
                                                 .with_committed_metadata(Some(sb(&o.metadata)))
                                         })
                                         .collect(),
@@ -298,7 +333,10 @@ pub async fn commit(
                     let r = if p.error_code == 0 {
                         Ok(())
                     } else {
-                        let e = Error::broker(p.error_code, format!("OffsetCommit for group {group}, {tp}"));
+                        let e = Error::broker(
+                            p.error_code,
+                            format!("OffsetCommit for group {group}, {tp}"),
+                        );
                         // Coordinator errors fail the whole request, so it is retried.
                         if is_coordinator_error(&e) {
                             return Err(e);
@@ -314,6 +352,14 @@ pub async fn commit(
     .await
 }
 
+/// What ListOffsets found for a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListedOffset {
+    pub offset: i64,
+    pub timestamp: i64,
+    pub leader_epoch: Option<i32>,
+}
+
 /// Special ListOffsets timestamps.
 pub const LATEST_TIMESTAMP: i64 = -1;
 pub const EARLIEST_TIMESTAMP: i64 = -2;
@@ -325,7 +371,7 @@ pub async fn list_offsets(
     read_committed: bool,
     wanted: &BTreeMap<TopicPartition, i64>,
     within: Duration,
-) -> Result<BTreeMap<TopicPartition, (i64, i64, Option<i32>)>> {
+) -> Result<BTreeMap<TopicPartition, ListedOffset>> {
     let deadline = Instant::now() + within;
     let mut out = BTreeMap::new();
     let mut remaining: BTreeMap<TopicPartition, i64> = wanted.clone();
@@ -359,7 +405,11 @@ pub async fn list_offsets(
                     .with_topics(
                         topics
                             .into_iter()
-                            .map(|(t, ps)| ListOffsetsTopic::default().with_name(topic_name(t)).with_partitions(ps))
+                            .map(|(t, ps)| {
+                                ListOffsetsTopic::default()
+                                    .with_name(topic_name(t))
+                                    .with_partitions(ps)
+                            })
                             .collect(),
                     );
                 let ResponseKind::ListOffsets(resp) = conn
@@ -376,7 +426,14 @@ pub async fn list_offsets(
                         let tp = TopicPartition::new(t.name.0.to_string(), p.partition_index);
                         if p.error_code == 0 {
                             remaining.remove(&tp);
-                            out.insert(tp, (p.offset, p.timestamp, (p.leader_epoch >= 0).then_some(p.leader_epoch)));
+                            out.insert(
+                                tp,
+                                ListedOffset {
+                                    offset: p.offset,
+                                    timestamp: p.timestamp,
+                                    leader_epoch: (p.leader_epoch >= 0).then_some(p.leader_epoch),
+                                },
+                            );
                         } else {
                             let e = Error::broker(p.error_code, format!("ListOffsets for {tp}"));
                             if !e.is_retriable() {
@@ -402,7 +459,11 @@ pub async fn list_offsets(
             if let Some(tp) = unknown.first() {
                 return Err(Error::UnknownTopic {
                     topic: tp.topic.clone(),
-                    detail: format!("no leader for partition {} within {} ms", tp.partition, within.as_millis()),
+                    detail: format!(
+                        "no leader for partition {} within {} ms",
+                        tp.partition,
+                        within.as_millis()
+                    ),
                 });
             }
             return Err(retry_err.unwrap_or(Error::Timeout {

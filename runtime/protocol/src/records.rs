@@ -531,7 +531,11 @@ impl BatchBuilder {
     }
 
     /// The finished batch: header, (compressed) records, CRC-32C.
-    pub fn build(&self, compression: Compression, stamp: ProducerStamp) -> Result<Bytes, BatchError> {
+    pub fn build(
+        &self,
+        compression: Compression,
+        stamp: ProducerStamp,
+    ) -> Result<Bytes, BatchError> {
         use bytes::BufMut;
         use kafka_protocol::compression::Compressor;
         let mut out = BytesMut::with_capacity(BATCH_HEADER_LEN + self.records.len());
@@ -738,7 +742,10 @@ mod tests {
                 assert_eq!(r.offset, i);
                 assert_eq!(r.timestamp, 1_700_000_000_000 + (i % 7) - 3);
                 assert_eq!(r.key.is_some(), i % 5 != 0);
-                assert_eq!(r.value.as_ref().map(|v| v.len()), (i % 11 != 0).then_some(i as usize));
+                assert_eq!(
+                    r.value.as_ref().map(|v| v.len()),
+                    (i % 11 != 0).then_some(i as usize)
+                );
                 assert_eq!(r.headers.len(), if i % 2 == 0 { 2 } else { 0 });
                 assert_eq!(r.producer_id, 42);
                 assert_eq!(r.sequence, 100 + i as i32);

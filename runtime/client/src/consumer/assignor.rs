@@ -94,7 +94,9 @@ fn member_order(subs: &BTreeMap<String, Subscription>) -> Vec<&Subscription> {
 }
 
 fn empty_assignments(subs: &BTreeMap<String, Subscription>) -> BTreeMap<String, Assignment> {
-    subs.keys().map(|m| (m.clone(), Assignment::default())).collect()
+    subs.keys()
+        .map(|m| (m.clone(), Assignment::default()))
+        .collect()
 }
 
 /// Kafka's `RangeAssignor`.
@@ -114,7 +116,8 @@ impl PartitionAssignor for RangeAssignor {
         let mut out = empty_assignments(subscriptions);
         let order = member_order(subscriptions);
         for (topic, &count) in partitions_per_topic {
-            let members: Vec<&&Subscription> = order.iter().filter(|s| s.topics.contains(topic)).collect();
+            let members: Vec<&&Subscription> =
+                order.iter().filter(|s| s.topics.contains(topic)).collect();
             if members.is_empty() || count <= 0 {
                 continue;
             }
@@ -125,7 +128,9 @@ impl PartitionAssignor for RangeAssignor {
                 let i = i as i32;
                 let start = per * i + i.min(extra);
                 let len = per + i32::from(i < extra);
-                let a = out.get_mut(&m.member_id).expect("every member has an entry");
+                let a = out
+                    .get_mut(&m.member_id)
+                    .expect("every member has an entry");
                 a.partitions
                     .extend((start..start + len).map(|p| TopicPartition::new(topic.clone(), p)));
             }
@@ -228,8 +233,10 @@ fn sticky_assign(
     subscriptions: &BTreeMap<String, Subscription>,
 ) -> BTreeMap<String, Vec<TopicPartition>> {
     let members: Vec<&Subscription> = member_order(subscriptions);
-    let mut assigned: BTreeMap<String, Vec<TopicPartition>> =
-        subscriptions.keys().map(|m| (m.clone(), Vec::new())).collect();
+    let mut assigned: BTreeMap<String, Vec<TopicPartition>> = subscriptions
+        .keys()
+        .map(|m| (m.clone(), Vec::new()))
+        .collect();
     let eligible = |tp: &TopicPartition| -> Vec<&str> {
         members
             .iter()
@@ -282,14 +289,18 @@ fn sticky_assign(
             .filter(|m| m.topics.contains(&tp.topic))
             .min_by_key(|m| assigned[&m.member_id].len());
         if let Some(m) = choice {
-            assigned.get_mut(&m.member_id).expect("member exists").push(tp.clone());
+            assigned
+                .get_mut(&m.member_id)
+                .expect("member exists")
+                .push(tp.clone());
         }
     }
     // 3. Level: move partitions from the most to the least loaded eligible
     //    member while they differ by more than one (bounded).
     for _ in 0..total * 2 {
         let mut moved = false;
-        let loads: Vec<(String, usize)> = assigned.iter().map(|(m, p)| (m.clone(), p.len())).collect();
+        let loads: Vec<(String, usize)> =
+            assigned.iter().map(|(m, p)| (m.clone(), p.len())).collect();
         let Some((rich, rich_n)) = loads.iter().max_by_key(|(_, n)| *n).cloned() else {
             break;
         };
@@ -303,7 +314,10 @@ fn sticky_assign(
                 if assigned[&p.member_id].len() + 1 < rich_n {
                     let r = assigned.get_mut(&rich).expect("member exists");
                     r.retain(|x| x != tp);
-                    assigned.get_mut(&p.member_id).expect("member exists").push(tp.clone());
+                    assigned
+                        .get_mut(&p.member_id)
+                        .expect("member exists")
+                        .push(tp.clone());
                     moved = true;
                     break;
                 }
@@ -370,7 +384,11 @@ mod tests {
             ("m-2".to_string(), sub("m-2", Some("C"), &["t"])),
         ]);
         let b = RangeAssignor.assign(&topics, &after).unwrap();
-        assert_eq!(parts(&b["m-9"]), [0, 1, 2], "A keeps its partitions under a new member id");
+        assert_eq!(
+            parts(&b["m-9"]),
+            [0, 1, 2],
+            "A keeps its partitions under a new member id"
+        );
         assert_eq!(parts(&b["m-1"]), [3, 4, 5]);
     }
 
@@ -416,7 +434,10 @@ mod tests {
         let mut a2 = sub("a", None, &["t"]);
         a2.owned_partitions = first["a"].partitions.clone();
         a2.generation_id = 2;
-        let subs = BTreeMap::from([("a".to_string(), a2), ("b".to_string(), sub("b", None, &["t"]))]);
+        let subs = BTreeMap::from([
+            ("a".to_string(), a2),
+            ("b".to_string(), sub("b", None, &["t"])),
+        ]);
         let second = CooperativeStickyAssignor.assign(&topics, &subs).unwrap();
         assert_eq!(second["a"].partitions, first["a"].partitions, "sticky");
         assert_eq!(second["b"].partitions.len(), 3);

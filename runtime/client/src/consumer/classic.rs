@@ -83,11 +83,16 @@ fn lock(s: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
 }
 
 impl ClassicMember {
-    pub fn new(cfg: &ConsumerConfig, group_id: &str, assignors: &[Arc<dyn PartitionAssignor>]) -> Self {
+    pub fn new(
+        cfg: &ConsumerConfig,
+        group_id: &str,
+        assignors: &[Arc<dyn PartitionAssignor>],
+    ) -> Self {
         // Kafka: cooperative only if every configured assignor supports it.
-        let cooperative = assignors
-            .iter()
-            .all(|a| a.supported_protocols().contains(&RebalanceProtocol::Cooperative));
+        let cooperative = assignors.iter().all(|a| {
+            a.supported_protocols()
+                .contains(&RebalanceProtocol::Cooperative)
+        });
         Self {
             group_id: group_id.to_string(),
             instance_id: cfg.group_instance_id.clone(),
@@ -162,7 +167,10 @@ impl ClassicMember {
         assignors: &[Arc<dyn PartitionAssignor>],
     ) -> Result<Joined> {
         self.stop_heartbeat();
-        let result = block_on("Consumer::poll", self.join_async(cluster, cfg, topics, owned, assignors))?;
+        let result = block_on(
+            "Consumer::poll",
+            self.join_async(cluster, cfg, topics, owned, assignors),
+        )?;
         match &result {
             Ok(j) => {
                 self.joined = true;
@@ -219,7 +227,8 @@ impl ClassicMember {
             if Instant::now() >= deadline {
                 return Err(Error::Timeout {
                     what: format!("joining group {group}"),
-                    timeout_ms: (cfg.max_poll_interval + cfg.common.request_timeout).as_millis() as u64,
+                    timeout_ms: (cfg.max_poll_interval + cfg.common.request_timeout).as_millis()
+                        as u64,
                 });
             }
             let member_id = lock(&self.shared).member_id.clone();
@@ -273,7 +282,9 @@ impl ClassicMember {
             if code == ErrorCode::FencedInstanceId.code() {
                 return Err(self.fenced("JoinGroup"));
             }
-            if rpc::is_coordinator_error(&Error::broker(code, "")) || code == ErrorCode::RebalanceInProgress.code() {
+            if rpc::is_coordinator_error(&Error::broker(code, ""))
+                || code == ErrorCode::RebalanceInProgress.code()
+            {
                 cluster.forget_coordinator(&group);
                 tokio::time::sleep(cfg.common.retry_backoff).await;
                 continue;
@@ -283,19 +294,25 @@ impl ClassicMember {
             }
             let member_id = resp.member_id.to_string();
             let generation = resp.generation_id;
-            let protocol = resp.protocol_name.as_ref().map(|p| p.to_string()).unwrap_or_default();
+            let protocol = resp
+                .protocol_name
+                .as_ref()
+                .map(|p| p.to_string())
+                .unwrap_or_default();
             lock(&self.shared).member_id = member_id.clone();
             debug!(%group, %member_id, generation, %protocol, leader = %resp.leader, "joined group");
-            let assignments: Vec<SyncGroupRequestAssignment> =
-                if resp.leader.as_str() == member_id && !resp.skip_assignment {
-                    let assignor = assignors
+            let assignments: Vec<SyncGroupRequestAssignment> = if resp.leader.as_str() == member_id
+                && !resp.skip_assignment
+            {
+                let assignor = assignors
                         .iter()
                         .find(|a| a.name() == protocol)
                         .ok_or_else(|| Error::IllegalState(format!("the coordinator chose assignor {protocol:?}, which this consumer does not have")))?;
-                    self.lead(cluster, assignor.as_ref(), &resp.members, generation).await?
-                } else {
-                    Vec::new()
-                };
+                self.lead(cluster, assignor.as_ref(), &resp.members, generation)
+                    .await?
+            } else {
+                Vec::new()
+            };
             let v = conn.version(ApiKey::SyncGroup, 3, 5)?;
             let req = SyncGroupRequest::default()
                 .with_group_id(GroupId(sb(&group)))
@@ -305,7 +322,10 @@ impl ClassicMember {
                 .with_protocol_type(Some(sb("consumer")))
                 .with_protocol_name(Some(sb(&protocol)))
                 .with_assignments(assignments);
-            let resp = match conn.send(ApiKey::SyncGroup, v, RequestKind::SyncGroup(req)).await {
+            let resp = match conn
+                .send(ApiKey::SyncGroup, v, RequestKind::SyncGroup(req))
+                .await
+            {
                 Ok(ResponseKind::SyncGroup(r)) => r,
                 Ok(_) => {
                     return Err(Error::Protocol {
@@ -327,7 +347,9 @@ impl ClassicMember {
                 lock(&self.shared).member_id.clear();
                 continue;
             }
-            if code == ErrorCode::RebalanceInProgress.code() || code == ErrorCode::IllegalGeneration.code() {
+            if code == ErrorCode::RebalanceInProgress.code()
+                || code == ErrorCode::IllegalGeneration.code()
+            {
                 continue;
             }
             if rpc::is_coordinator_error(&Error::broker(code, "")) {
@@ -371,7 +393,10 @@ impl ClassicMember {
         for m in members {
             let s = decode_subscription(&m.metadata).map_err(|e| Error::Protocol {
                 broker: "coordinator".into(),
-                reason: format!("member {} sent an undecodable subscription: {e}", m.member_id),
+                reason: format!(
+                    "member {} sent an undecodable subscription: {e}",
+                    m.member_id
+                ),
             })?;
             subs.insert(
                 m.member_id.to_string(),
@@ -383,7 +408,11 @@ impl ClassicMember {
                     owned_partitions: s
                         .owned_partitions
                         .iter()
-                        .flat_map(|t| t.partitions.iter().map(|p| TopicPartition::new(t.topic.0.to_string(), *p)))
+                        .flat_map(|t| {
+                            t.partitions
+                                .iter()
+                                .map(|p| TopicPartition::new(t.topic.0.to_string(), *p))
+                        })
                         .collect(),
                     generation_id: s.generation_id,
                     rack_id: s.rack_id.map(|r| r.to_string()),
@@ -463,9 +492,10 @@ impl ClassicMember {
                         .call(ApiKey::LeaveGroup, 3, 5, RequestKind::LeaveGroup(req))
                         .await?;
                     match resp {
-                        ResponseKind::LeaveGroup(r) if r.error_code != 0 => {
-                            Err(Error::broker(r.error_code, format!("LeaveGroup of {group}")))
-                        }
+                        ResponseKind::LeaveGroup(r) if r.error_code != 0 => Err(Error::broker(
+                            r.error_code,
+                            format!("LeaveGroup of {group}"),
+                        )),
                         _ => Ok(()),
                     }
                 }
@@ -527,7 +557,13 @@ async fn heartbeat_loop(
         if poll_timeout {
             if instance.is_none() {
                 // A dynamic member leaves so the group rebalances now.
-                let _ = send_leave(&cluster, &group, &member_id, "consumer poll timeout has expired").await;
+                let _ = send_leave(
+                    &cluster,
+                    &group,
+                    &member_id,
+                    "consumer poll timeout has expired",
+                )
+                .await;
             }
             return;
         }
@@ -615,7 +651,11 @@ fn owned_topics(owned: &[TopicPartition]) -> Vec<OwnedTopic> {
         by.entry(&tp.topic).or_default().push(tp.partition);
     }
     by.into_iter()
-        .map(|(t, ps)| OwnedTopic::default().with_topic(topic_name(t)).with_partitions(ps))
+        .map(|(t, ps)| {
+            OwnedTopic::default()
+                .with_topic(topic_name(t))
+                .with_partitions(ps)
+        })
         .collect()
 }
 
@@ -639,7 +679,11 @@ fn encode_assignment(a: &Assignment) -> Bytes {
     let msg = ConsumerProtocolAssignment::default()
         .with_assigned_partitions(
             by.into_iter()
-                .map(|(t, ps)| AssignedTopic::default().with_topic(topic_name(t)).with_partitions(ps))
+                .map(|(t, ps)| {
+                    AssignedTopic::default()
+                        .with_topic(topic_name(t))
+                        .with_partitions(ps)
+                })
                 .collect(),
         )
         .with_user_data(a.user_data.clone());
@@ -656,7 +700,8 @@ fn decode_subscription(bytes: &Bytes) -> std::result::Result<ConsumerProtocolSub
         return Err(format!("version {v}"));
     }
     // Newer versions only add fields at the end: read what we know.
-    ConsumerProtocolSubscription::decode(&mut b, v.min(SUBSCRIPTION_VERSION)).map_err(|e| e.to_string())
+    ConsumerProtocolSubscription::decode(&mut b, v.min(SUBSCRIPTION_VERSION))
+        .map_err(|e| e.to_string())
 }
 
 fn decode_assignment(bytes: &Bytes) -> std::result::Result<Vec<TopicPartition>, String> {
@@ -671,9 +716,14 @@ fn decode_assignment(bytes: &Bytes) -> std::result::Result<Vec<TopicPartition>, 
     if v < 0 {
         return Err(format!("version {v}"));
     }
-    let a = ConsumerProtocolAssignment::decode(&mut b, v.min(ASSIGNMENT_VERSION)).map_err(|e| e.to_string())?;
+    let a = ConsumerProtocolAssignment::decode(&mut b, v.min(ASSIGNMENT_VERSION))
+        .map_err(|e| e.to_string())?;
     Ok(a.assigned_partitions
         .iter()
-        .flat_map(|t| t.partitions.iter().map(|p| TopicPartition::new(t.topic.0.to_string(), *p)))
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(|p| TopicPartition::new(t.topic.0.to_string(), *p))
+        })
         .collect())
 }

@@ -103,7 +103,12 @@ impl Fetcher {
     }
 
     /// Parses an answer into the buffer; returns what the consumer must do.
-    pub fn process(&mut self, answer: FetchAnswer, subs: &Subscriptions, cfg: &ConsumerConfig) -> FetchEffects {
+    pub fn process(
+        &mut self,
+        answer: FetchAnswer,
+        subs: &Subscriptions,
+        cfg: &ConsumerConfig,
+    ) -> FetchEffects {
         self.in_flight.remove(&answer.node);
         let mut fx = FetchEffects::default();
         let parts = match answer.result {
@@ -124,15 +129,22 @@ impl Fetcher {
             if pf.error != 0 {
                 if pf.error == ErrorCode::OffsetOutOfRange.code() {
                     fx.out_of_range.push(pf.tp.clone());
-                } else if needs_metadata_refresh(pf.error) || crate::error::is_retriable_code(pf.error) {
+                } else if needs_metadata_refresh(pf.error)
+                    || crate::error::is_retriable_code(pf.error)
+                {
                     fx.refresh_metadata = true;
                 } else {
-                    fx.error = Some(Error::broker(pf.error, format!("fetch {} at offset {}", pf.tp, pf.fetch_offset)));
+                    fx.error = Some(Error::broker(
+                        pf.error,
+                        format!("fetch {} at offset {}", pf.tp, pf.fetch_offset),
+                    ));
                 }
                 continue;
             }
             match parse(&pf, cfg) {
-                Ok(records) if !records.is_empty() => self.buffered.push_back((pf.tp.clone(), records)),
+                Ok(records) if !records.is_empty() => {
+                    self.buffered.push_back((pf.tp.clone(), records))
+                }
                 Ok(_) => {}
                 Err(e) => fx.error = Some(e),
             }
@@ -174,7 +186,12 @@ impl Fetcher {
     }
 
     /// Sends a Fetch to every leader of fetchable partitions with none in flight.
-    pub fn send_fetches(&mut self, cluster: &Arc<Cluster>, subs: &Subscriptions, cfg: &ConsumerConfig) {
+    pub fn send_fetches(
+        &mut self,
+        cluster: &Arc<Cluster>,
+        subs: &Subscriptions,
+        cfg: &ConsumerConfig,
+    ) {
         let meta = cluster.metadata();
         let mut by_node: BTreeMap<i32, Vec<(TopicPartition, i64, i32)>> = BTreeMap::new();
         for (tp, st) in &subs.assignment {
@@ -192,7 +209,10 @@ impl Fetcher {
                 .topic(&tp.topic)
                 .and_then(|t| t.partitions.get(tp.partition as usize))
                 .map_or(-1, |p| p.leader_epoch);
-            by_node.entry(leader).or_default().push((tp.clone(), pos, epoch));
+            by_node
+                .entry(leader)
+                .or_default()
+                .push((tp.clone(), pos, epoch));
         }
         for (node, parts) in by_node {
             self.in_flight.insert(node);
@@ -234,14 +254,22 @@ async fn fetch(
         .with_isolation_level(i8::from(cfg.read_committed))
         .with_session_id(0)
         .with_session_epoch(-1)
-        .with_rack_id(rill_protocol::StrBytes::from_string(cfg.common.client_rack.clone().unwrap_or_default()))
+        .with_rack_id(rill_protocol::StrBytes::from_string(
+            cfg.common.client_rack.clone().unwrap_or_default(),
+        ))
         .with_topics(
             topics
                 .into_iter()
-                .map(|(t, ps)| FetchTopic::default().with_topic(topic_name(t)).with_partitions(ps))
+                .map(|(t, ps)| {
+                    FetchTopic::default()
+                        .with_topic(topic_name(t))
+                        .with_partitions(ps)
+                })
                 .collect(),
         );
-    let (_, resp) = conn.call(ApiKey::Fetch, 4, 12, RequestKind::Fetch(req)).await?;
+    let (_, resp) = conn
+        .call(ApiKey::Fetch, 4, 12, RequestKind::Fetch(req))
+        .await?;
     let ResponseKind::Fetch(resp) = resp else {
         return Err(Error::Protocol {
             broker: conn.broker(),
@@ -249,7 +277,10 @@ async fn fetch(
         });
     };
     if resp.error_code != 0 {
-        return Err(Error::broker(resp.error_code, format!("Fetch from {}", conn.broker())));
+        return Err(Error::broker(
+            resp.error_code,
+            format!("Fetch from {}", conn.broker()),
+        ));
     }
     let offsets: HashMap<(&str, i32), i64> = parts
         .iter()
@@ -285,13 +316,19 @@ fn parse(pf: &PartitionFetch, cfg: &ConsumerConfig) -> Result<VecDeque<ConsumerR
         if cfg.check_crcs {
             validate_batch(&slice, false).map_err(|e| Error::Protocol {
                 broker: format!("leader of {}", pf.tp),
-                reason: format!("corrupt record batch at offset {} of {}: {e}", h.base_offset, pf.tp),
+                reason: format!(
+                    "corrupt record batch at offset {} of {}: {e}",
+                    h.base_offset, pf.tp
+                ),
             })?;
         }
         let mut buf = slice;
         let set = RecordBatchDecoder::decode(&mut buf).map_err(|e| Error::Protocol {
             broker: format!("leader of {}", pf.tp),
-            reason: format!("undecodable record batch at offset {} of {}: {e}", h.base_offset, pf.tp),
+            reason: format!(
+                "undecodable record batch at offset {} of {}: {e}",
+                h.base_offset, pf.tp
+            ),
         })?;
         let epoch = (h.partition_leader_epoch >= 0).then_some(h.partition_leader_epoch);
         for r in set.records {
@@ -321,7 +358,10 @@ fn parse(pf: &PartitionFetch, cfg: &ConsumerConfig) -> Result<VecDeque<ConsumerR
         if out.is_empty() && !matches!(e, rill_protocol::records::BatchError::Truncated { .. }) {
             return Err(Error::Protocol {
                 broker: format!("leader of {}", pf.tp),
-                reason: format!("bad record batch in {} at offset {}: {e}", pf.tp, pf.fetch_offset),
+                reason: format!(
+                    "bad record batch in {} at offset {}: {e}",
+                    pf.tp, pf.fetch_offset
+                ),
             });
         }
     }

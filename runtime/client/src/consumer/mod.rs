@@ -70,7 +70,8 @@ impl ConsumerRecord {
 /// may use the consumer, e.g. to commit in `on_partitions_revoked`.
 pub trait RebalanceListener: Send {
     fn on_partitions_revoked(&mut self, _consumer: &mut Consumer, _partitions: &[TopicPartition]) {}
-    fn on_partitions_assigned(&mut self, _consumer: &mut Consumer, _partitions: &[TopicPartition]) {}
+    fn on_partitions_assigned(&mut self, _consumer: &mut Consumer, _partitions: &[TopicPartition]) {
+    }
     /// Partitions taken away without a chance to commit (the member was
     /// fenced or its session expired). Kafka's default calls `on_partitions_revoked`.
     fn on_partitions_lost(&mut self, consumer: &mut Consumer, partitions: &[TopicPartition]) {
@@ -128,6 +129,7 @@ pub struct GroupMetadata {
 }
 
 type CommitCallback = Box<dyn FnOnce(Result<()>) + Send>;
+type CommitOutcome = (CommitCallback, Result<()>);
 
 /// A Kafka consumer, used from one thread at a time.
 pub struct Consumer {
@@ -144,8 +146,8 @@ pub struct Consumer {
     fatal: Option<Error>,
     closed: bool,
     async_commits: (
-        crossbeam_channel::Sender<(CommitCallback, Result<()>)>,
-        crossbeam_channel::Receiver<(CommitCallback, Result<()>)>,
+        crossbeam_channel::Sender<CommitOutcome>,
+        crossbeam_channel::Receiver<CommitOutcome>,
     ),
 }
 
@@ -165,7 +167,10 @@ fn validate_topic(t: &str) -> Result<()> {
     if t.len() > 249 {
         return bad("longer than 249 characters");
     }
-    if !t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-') {
+    if !t
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+    {
         return bad("only ASCII letters, digits, '.', '_' and '-' are allowed");
     }
     Ok(())
@@ -188,10 +193,17 @@ impl Consumer {
 
     /// A consumer with custom assignors (in preference order), replacing
     /// `partition.assignment.strategy`.
-    pub fn with_assignors(config: &ClientConfig, assignors: Vec<Arc<dyn PartitionAssignor>>) -> Result<Self> {
+    pub fn with_assignors(
+        config: &ClientConfig,
+        assignors: Vec<Arc<dyn PartitionAssignor>>,
+    ) -> Result<Self> {
         let cfg = ConsumerConfig::from_config(config)?;
         if assignors.is_empty() {
-            return Err(Error::config("partition.assignment.strategy", "", "needs at least one assignor"));
+            return Err(Error::config(
+                "partition.assignment.strategy",
+                "",
+                "needs at least one assignor",
+            ));
         }
         Ok(Self::build(cfg, assignors))
     }
@@ -241,7 +253,11 @@ impl Consumer {
 
     fn group_id(&self) -> Result<&str> {
         self.cfg.group_id.as_deref().ok_or_else(|| {
-            Error::config("group.id", "", "required to subscribe or commit (use assign() without a group)")
+            Error::config(
+                "group.id",
+                "",
+                "required to subscribe or commit (use assign() without a group)",
+            )
         })
     }
 
@@ -300,7 +316,10 @@ impl Consumer {
     /// Assigns partitions by hand (no group membership).
     pub fn assign(&mut self, partitions: &[TopicPartition]) -> Result<()> {
         self.usable("assign")?;
-        if matches!(self.subs.kind, SubscriptionKind::Topics | SubscriptionKind::Pattern) {
+        if matches!(
+            self.subs.kind,
+            SubscriptionKind::Topics | SubscriptionKind::Pattern
+        ) {
             return Err(Error::IllegalState(
                 "assign() after subscribe(): subscriptions are mutually exclusive".into(),
             ));
@@ -328,7 +347,8 @@ impl Consumer {
         }
         self.subs.kind = SubscriptionKind::Assigned;
         self.subs.topics = partitions.iter().map(|tp| tp.topic.clone()).collect();
-        self.cluster.add_interest(self.subs.topics.iter().map(String::as_str));
+        self.cluster
+            .add_interest(self.subs.topics.iter().map(String::as_str));
         Ok(())
     }
 
@@ -343,11 +363,20 @@ impl Consumer {
             }
         }
         let owned: Vec<TopicPartition> = self.subs.assignment.keys().cloned().collect();
-        if matches!(self.subs.kind, SubscriptionKind::Topics | SubscriptionKind::Pattern) && !owned.is_empty() {
+        if matches!(
+            self.subs.kind,
+            SubscriptionKind::Topics | SubscriptionKind::Pattern
+        ) && !owned.is_empty()
+        {
             self.callback(Callback::Revoked, &owned);
         }
         match self.group.as_mut() {
-            Some(Group::Classic(m)) if matches!(self.subs.kind, SubscriptionKind::Topics | SubscriptionKind::Pattern) => {
+            Some(Group::Classic(m))
+                if matches!(
+                    self.subs.kind,
+                    SubscriptionKind::Topics | SubscriptionKind::Pattern
+                ) =>
+            {
                 if m.instance_id.is_none() {
                     m.leave(&self.cluster, "the consumer unsubscribed");
                 } else {
@@ -356,7 +385,12 @@ impl Consumer {
                     m.stop();
                 }
             }
-            Some(Group::Modern(m)) if matches!(self.subs.kind, SubscriptionKind::Topics | SubscriptionKind::Pattern) => {
+            Some(Group::Modern(m))
+                if matches!(
+                    self.subs.kind,
+                    SubscriptionKind::Topics | SubscriptionKind::Pattern
+                ) =>
+            {
                 m.leave(false);
             }
             _ => {}
@@ -396,8 +430,12 @@ impl Consumer {
 
     fn member_ref(&self) -> MemberRef {
         match (&self.group, self.subs.kind) {
-            (Some(Group::Classic(m)), SubscriptionKind::Topics | SubscriptionKind::Pattern) => m.member_ref(),
-            (Some(Group::Modern(m)), SubscriptionKind::Topics | SubscriptionKind::Pattern) => m.member_ref(),
+            (Some(Group::Classic(m)), SubscriptionKind::Topics | SubscriptionKind::Pattern) => {
+                m.member_ref()
+            }
+            (Some(Group::Modern(m)), SubscriptionKind::Topics | SubscriptionKind::Pattern) => {
+                m.member_ref()
+            }
             _ => MemberRef::none(),
         }
     }
@@ -443,7 +481,8 @@ impl Consumer {
                 self.handle_answer(a)?;
             }
             let records = self.fetcher.take(self.cfg.max_poll_records, &mut self.subs);
-            self.fetcher.send_fetches(&self.cluster, &self.subs, &self.cfg);
+            self.fetcher
+                .send_fetches(&self.cluster, &self.subs, &self.cfg);
             if !records.is_empty() {
                 return Ok(records);
             }
@@ -461,7 +500,9 @@ impl Consumer {
     fn handle_answer(&mut self, a: fetcher::FetchAnswer) -> Result<()> {
         let fx = self.fetcher.process(a, &self.subs, &self.cfg);
         for tp in fx.out_of_range {
-            let Some(st) = self.subs.assignment.get_mut(&tp) else { continue };
+            let Some(st) = self.subs.assignment.get_mut(&tp) else {
+                continue;
+            };
             if self.cfg.auto_offset_reset == OffsetReset::None {
                 return Err(Error::OffsetOutOfRange {
                     topic: tp.topic.clone(),
@@ -502,7 +543,12 @@ impl Consumer {
             return;
         }
         self.last_metadata_refresh = Some(Instant::now());
-        let topics: Vec<String> = self.subs.assignment.keys().map(|tp| tp.topic.clone()).collect();
+        let topics: Vec<String> = self
+            .subs
+            .assignment
+            .keys()
+            .map(|tp| tp.topic.clone())
+            .collect();
         let auto = self.cfg.allow_auto_create_topics;
         let _ = block_on("Consumer::poll", self.cluster.refresh(Some(&topics), auto));
     }
@@ -525,7 +571,8 @@ impl Consumer {
             .collect();
         if matched != self.subs.topics {
             debug!(?matched, "pattern subscription changed");
-            self.cluster.add_interest(matched.iter().map(String::as_str));
+            self.cluster
+                .add_interest(matched.iter().map(String::as_str));
             self.subs.topics = matched;
             self.request_rejoin();
         }
@@ -533,7 +580,10 @@ impl Consumer {
     }
 
     fn update_group(&mut self) -> Result<()> {
-        if !matches!(self.subs.kind, SubscriptionKind::Topics | SubscriptionKind::Pattern) {
+        if !matches!(
+            self.subs.kind,
+            SubscriptionKind::Topics | SubscriptionKind::Pattern
+        ) {
             return Ok(());
         }
         if self.subs.kind == SubscriptionKind::Pattern {
@@ -764,7 +814,8 @@ impl Consumer {
             "Consumer::poll",
             rpc::list_offsets(&self.cluster, self.cfg.read_committed, &to_reset, timeout),
         )??;
-        for (tp, (offset, _, epoch)) in offsets {
+        for (tp, found) in offsets {
+            let (offset, epoch) = (found.offset, found.leader_epoch);
             if let Some(st) = self.subs.assignment.get_mut(&tp) {
                 if st.position.is_none() {
                     debug!(partition = %tp, offset, "position reset");
@@ -778,7 +829,10 @@ impl Consumer {
     }
 
     fn maybe_auto_commit(&mut self) {
-        if !self.cfg.enable_auto_commit || self.group.is_none() || Instant::now() < self.next_auto_commit {
+        if !self.cfg.enable_auto_commit
+            || self.group.is_none()
+            || Instant::now() < self.next_auto_commit
+        {
             return;
         }
         self.next_auto_commit = Instant::now() + self.cfg.auto_commit_interval;
@@ -787,7 +841,10 @@ impl Consumer {
         }
     }
 
-    fn consumed_offsets(&self, only: Option<&[TopicPartition]>) -> BTreeMap<TopicPartition, OffsetAndMetadata> {
+    fn consumed_offsets(
+        &self,
+        only: Option<&[TopicPartition]>,
+    ) -> BTreeMap<TopicPartition, OffsetAndMetadata> {
         self.subs
             .assignment
             .iter()
@@ -815,12 +872,21 @@ impl Consumer {
         self.commit_offsets_inner(&offsets)
     }
 
-    fn commit_offsets_inner(&mut self, offsets: &BTreeMap<TopicPartition, OffsetAndMetadata>) -> Result<()> {
+    fn commit_offsets_inner(
+        &mut self,
+        offsets: &BTreeMap<TopicPartition, OffsetAndMetadata>,
+    ) -> Result<()> {
         let group = self.group_id()?.to_string();
         let member = self.member_ref();
         let results = block_on(
             "Consumer::commit_sync",
-            rpc::commit(&self.cluster, &group, &member, offsets, self.cfg.common.default_api_timeout),
+            rpc::commit(
+                &self.cluster,
+                &group,
+                &member,
+                offsets,
+                self.cfg.common.default_api_timeout,
+            ),
         )?;
         let results = match results {
             Ok(r) => r,
@@ -841,14 +907,20 @@ impl Consumer {
     }
 
     /// Commits the given offsets (the next offset to read, per partition).
-    pub fn commit_offsets_sync(&mut self, offsets: &BTreeMap<TopicPartition, OffsetAndMetadata>) -> Result<()> {
+    pub fn commit_offsets_sync(
+        &mut self,
+        offsets: &BTreeMap<TopicPartition, OffsetAndMetadata>,
+    ) -> Result<()> {
         self.usable("commit")?;
         self.commit_offsets_inner(offsets)
     }
 
     /// Commits the consumed positions in the background; `callback` runs
     /// inside a later `poll` (or `close`) with the outcome.
-    pub fn commit_async(&mut self, callback: impl FnOnce(Result<()>) + Send + 'static) -> Result<()> {
+    pub fn commit_async(
+        &mut self,
+        callback: impl FnOnce(Result<()>) + Send + 'static,
+    ) -> Result<()> {
         self.usable("commit")?;
         let group = self.group_id()?.to_string();
         let member = self.member_ref();
@@ -886,28 +958,38 @@ impl Consumer {
     }
 
     /// Committed offsets of partitions.
-    pub fn committed(&mut self, partitions: &[TopicPartition]) -> Result<BTreeMap<TopicPartition, OffsetAndMetadata>> {
+    pub fn committed(
+        &mut self,
+        partitions: &[TopicPartition],
+    ) -> Result<BTreeMap<TopicPartition, OffsetAndMetadata>> {
         self.usable("committed")?;
         let group = self.group_id()?.to_string();
         let member = self.member_ref();
         block_on(
             "Consumer::committed",
-            rpc::fetch_committed(&self.cluster, &group, Some(partitions), &member, self.cfg.common.default_api_timeout),
+            rpc::fetch_committed(
+                &self.cluster,
+                &group,
+                Some(partitions),
+                &member,
+                self.cfg.common.default_api_timeout,
+            ),
         )?
     }
 
     fn assigned_state(&mut self, tp: &TopicPartition) -> Result<&mut PartitionState> {
-        self.subs
-            .assignment
-            .get_mut(tp)
-            .ok_or_else(|| Error::IllegalState(format!("partition {tp} is not assigned to this consumer")))
+        self.subs.assignment.get_mut(tp).ok_or_else(|| {
+            Error::IllegalState(format!("partition {tp} is not assigned to this consumer"))
+        })
     }
 
     /// Sets the next offset `poll` returns for a partition.
     pub fn seek(&mut self, tp: &TopicPartition, offset: i64) -> Result<()> {
         self.usable("seek")?;
         if offset < 0 {
-            return Err(Error::IllegalState(format!("seek to negative offset {offset} for {tp}")));
+            return Err(Error::IllegalState(format!(
+                "seek to negative offset {offset} for {tp}"
+            )));
         }
         let st = self.assigned_state(tp)?;
         st.position = Some(offset);
@@ -988,9 +1070,15 @@ impl Consumer {
         if self.closed {
             return Ok(());
         }
-        let subscribed = matches!(self.subs.kind, SubscriptionKind::Topics | SubscriptionKind::Pattern);
+        let subscribed = matches!(
+            self.subs.kind,
+            SubscriptionKind::Topics | SubscriptionKind::Pattern
+        );
         if self.fatal.is_none() {
-            if self.cfg.enable_auto_commit && self.group.is_some() && !self.subs.assignment.is_empty() {
+            if self.cfg.enable_auto_commit
+                && self.group.is_some()
+                && !self.subs.assignment.is_empty()
+            {
                 if let Err(e) = self.commit_consumed(None) {
                     warn!(error = %e, "commit on close failed");
                 }
@@ -1005,7 +1093,14 @@ impl Consumer {
         match self.group.as_mut() {
             Some(Group::Classic(m)) if subscribed => {
                 if (m.instance_id.is_none() || leave) && self.fatal.is_none() {
-                    m.leave(&cluster, if leave { "the consumer closed and left the group" } else { "the consumer is closing" });
+                    m.leave(
+                        &cluster,
+                        if leave {
+                            "the consumer closed and left the group"
+                        } else {
+                            "the consumer is closing"
+                        },
+                    );
                 } else {
                     m.stop();
                 }
@@ -1036,12 +1131,17 @@ impl Drop for Consumer {
 fn commit_error(group: &str, e: Error) -> Error {
     use rill_protocol::ErrorCode;
     match e.code() {
-        Some(ErrorCode::RebalanceInProgress | ErrorCode::IllegalGeneration | ErrorCode::UnknownMemberId | ErrorCode::StaleMemberEpoch) => {
-            Error::CommitFailed {
-                group: group.to_string(),
-                reason: format!("{e}; the group rebalanced and the partitions may now belong to another member"),
-            }
-        }
+        Some(
+            ErrorCode::RebalanceInProgress
+            | ErrorCode::IllegalGeneration
+            | ErrorCode::UnknownMemberId
+            | ErrorCode::StaleMemberEpoch,
+        ) => Error::CommitFailed {
+            group: group.to_string(),
+            reason: format!(
+                "{e}; the group rebalanced and the partitions may now belong to another member"
+            ),
+        },
         Some(ErrorCode::FencedInstanceId) => Error::FencedInstanceId {
             group: group.to_string(),
             instance_id: String::new(),

@@ -133,7 +133,12 @@ impl ModernMember {
     }
 
     /// Sets the subscription and starts heartbeating if needed.
-    pub fn subscribe(&mut self, cluster: &Arc<Cluster>, cfg: &ConsumerConfig, topics: &BTreeSet<String>) {
+    pub fn subscribe(
+        &mut self,
+        cluster: &Arc<Cluster>,
+        cfg: &ConsumerConfig,
+        topics: &BTreeSet<String>,
+    ) {
         let mut changed = false;
         {
             let mut s = lock(&self.shared);
@@ -190,7 +195,11 @@ impl ModernMember {
     /// Leaves the group (epoch -1, or -2 for a static member unless
     /// `permanently`) and stops heartbeating.
     pub fn leave(&mut self, permanently: bool) {
-        let epoch = if self.instance_id.is_some() && !permanently { -2 } else { -1 };
+        let epoch = if self.instance_id.is_some() && !permanently {
+            -2
+        } else {
+            -1
+        };
         lock(&self.shared).leave = Some(epoch);
         self.wake.notify_one();
         if let Some(t) = self.task.take() {
@@ -250,10 +259,16 @@ async fn heartbeat_loop(
                 .with_member_id(sb(&s.member_id))
                 .with_member_epoch(epoch)
                 .with_instance_id(instance.as_deref().map(sb))
-                .with_rebalance_timeout_ms(if joining { cfg.max_poll_interval.as_millis() as i32 } else { -1 });
+                .with_rebalance_timeout_ms(if joining {
+                    cfg.max_poll_interval.as_millis() as i32
+                } else {
+                    -1
+                });
             if leaving.is_none() {
                 if joining || !s.subscription_sent {
-                    req = req.with_subscribed_topic_names(Some(s.subscribed.iter().map(|t| topic_name(t)).collect()));
+                    req = req.with_subscribed_topic_names(Some(
+                        s.subscribed.iter().map(|t| topic_name(t)).collect(),
+                    ));
                     req = req.with_server_assignor(cfg.group_remote_assignor.as_deref().map(sb));
                     req = req.with_rack_id(cfg.common.client_rack.as_deref().map(sb));
                 }
@@ -261,7 +276,11 @@ async fn heartbeat_loop(
                     req = req.with_topic_partitions(Some(
                         s.owned
                             .iter()
-                            .map(|(t, ps)| TopicPartitions::default().with_topic_id(*t).with_partitions(ps.clone()))
+                            .map(|(t, ps)| {
+                                TopicPartitions::default()
+                                    .with_topic_id(*t)
+                                    .with_partitions(ps.clone())
+                            })
                             .collect(),
                     ));
                 }
@@ -273,7 +292,12 @@ async fn heartbeat_loop(
         let r: Result<_> = async {
             let conn = rpc::coordinator(&cluster, &group).await?;
             let (_, resp) = conn
-                .call(ApiKey::ConsumerGroupHeartbeat, 0, 1, RequestKind::ConsumerGroupHeartbeat(req))
+                .call(
+                    ApiKey::ConsumerGroupHeartbeat,
+                    0,
+                    1,
+                    RequestKind::ConsumerGroupHeartbeat(req),
+                )
                 .await?;
             match resp {
                 ResponseKind::ConsumerGroupHeartbeat(r) => Ok(r),
@@ -314,17 +338,27 @@ async fn heartbeat_loop(
                 }
                 Ok(resp) => {
                     let code = resp.error_code;
-                    let msg = resp.error_message.map(|m| m.to_string()).unwrap_or_default();
-                    if code == ErrorCode::FencedInstanceId.code() || code == ErrorCode::UnreleasedInstanceId.code() {
+                    let msg = resp
+                        .error_message
+                        .map(|m| m.to_string())
+                        .unwrap_or_default();
+                    if code == ErrorCode::FencedInstanceId.code()
+                        || code == ErrorCode::UnreleasedInstanceId.code()
+                    {
                         let e = Error::FencedInstanceId {
                             group: group.clone(),
                             instance_id: instance.clone().unwrap_or_default(),
-                            detail: format!("ConsumerGroupHeartbeat answered {}: {msg}", rill_protocol::error::name(code)),
+                            detail: format!(
+                                "ConsumerGroupHeartbeat answered {}: {msg}",
+                                rill_protocol::error::name(code)
+                            ),
                         };
                         warn!(%group, error = %e, "fatal");
                         s.fatal = Some(e);
                         return;
-                    } else if code == ErrorCode::FencedMemberEpoch.code() || code == ErrorCode::UnknownMemberId.code() {
+                    } else if code == ErrorCode::FencedMemberEpoch.code()
+                        || code == ErrorCode::UnknownMemberId.code()
+                    {
                         warn!(%group, error = %rill_protocol::error::name(code), "fenced; partitions lost, rejoining");
                         s.epoch = 0;
                         s.lost = true;
@@ -340,7 +374,10 @@ async fn heartbeat_loop(
                         cluster.forget_coordinator(&group);
                         retry_soon = true;
                     } else {
-                        let e = Error::broker(code, format!("ConsumerGroupHeartbeat to group {group}: {msg}"));
+                        let e = Error::broker(
+                            code,
+                            format!("ConsumerGroupHeartbeat to group {group}: {msg}"),
+                        );
                         warn!(%group, error = %e, "fatal heartbeat error");
                         s.fatal = Some(e);
                         return;

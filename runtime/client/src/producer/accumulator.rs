@@ -49,13 +49,22 @@ impl Outcome {
         }
     }
 
-    fn metadata(&self, r: &Result<(i64, i64)>, index: u32, timestamp: i64) -> Result<RecordMetadata> {
+    fn metadata(
+        &self,
+        r: &Result<(i64, i64)>,
+        index: u32,
+        timestamp: i64,
+    ) -> Result<RecordMetadata> {
         match r {
             Ok((base, append_time)) => Ok(RecordMetadata {
                 topic: self.tp.topic.clone(),
                 partition: self.tp.partition,
                 offset: if *base < 0 { -1 } else { base + index as i64 },
-                timestamp: if *append_time >= 0 { *append_time } else { timestamp },
+                timestamp: if *append_time >= 0 {
+                    *append_time
+                } else {
+                    timestamp
+                },
             }),
             Err(e) => Err(e.clone()),
         }
@@ -108,7 +117,12 @@ impl Outcome {
         }
     }
 
-    pub fn poll(&self, index: u32, timestamp: i64, cx: &mut Context<'_>) -> Poll<Result<RecordMetadata>> {
+    pub fn poll(
+        &self,
+        index: u32,
+        timestamp: i64,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<RecordMetadata>> {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         match &mut *s {
             OutcomeState::Done(r) => Poll::Ready(self.metadata(r, index, timestamp)),
@@ -216,7 +230,9 @@ impl Accumulator {
             q.batches.push_back(ProducerBatch {
                 id,
                 tp: tp.clone(),
-                builder: BatchBuilder::with_capacity(cfg.batch_size.max(size + BATCH_HEADER_LEN).min(1 << 20)),
+                builder: BatchBuilder::with_capacity(
+                    cfg.batch_size.max(size + BATCH_HEADER_LEN).min(1 << 20),
+                ),
                 created: now,
                 deadline: now + cfg.delivery_timeout,
                 attempts: 0,
@@ -305,14 +321,20 @@ impl Accumulator {
                 None => linger_done,
             };
             if ready_at > now {
-                out.next_wakeup = Some(out.next_wakeup.map_or(ready_at, |w: Instant| w.min(ready_at)));
+                out.next_wakeup = Some(
+                    out.next_wakeup
+                        .map_or(ready_at, |w: Instant| w.min(ready_at)),
+                );
                 continue;
             }
             let Some(leader) = leader_of(tp) else {
                 out.needs_metadata = true;
                 continue;
             };
-            let size = b.encoded.as_ref().map_or(b.builder.size_in_bytes(), Bytes::len);
+            let size = b
+                .encoded
+                .as_ref()
+                .map_or(b.builder.size_in_bytes(), Bytes::len);
             let used = request_bytes.entry(leader).or_default();
             if *used > 0 && *used + size > cfg.max_request_size {
                 out.next_wakeup = Some(now);
@@ -323,7 +345,8 @@ impl Accumulator {
             if b.stamp.is_none() {
                 let seq = if let Some((pid, epoch)) = producer {
                     let s = q.next_sequence;
-                    q.next_sequence = q.next_sequence.wrapping_add(b.builder.record_count()) & i32::MAX;
+                    q.next_sequence =
+                        q.next_sequence.wrapping_add(b.builder.record_count()) & i32::MAX;
                     (pid, epoch, s)
                 } else {
                     (-1, -1, -1)
@@ -405,7 +428,8 @@ impl Accumulator {
         for b in batches {
             n += b.builder.record_count() as usize;
             self.release(&b);
-            b.outcome.complete(Err(Error::IllegalState(why.to_string())));
+            b.outcome
+                .complete(Err(Error::IllegalState(why.to_string())));
         }
         n
     }

@@ -266,7 +266,11 @@ impl Producer {
                 })
             }
             Some(p) => p,
-            None => match record.key.as_deref().filter(|_| !cfg.partitioner_ignore_keys) {
+            None => match record
+                .key
+                .as_deref()
+                .filter(|_| !cfg.partitioner_ignore_keys)
+            {
                 Some(k) => partitioner::partition_for_key(k, count),
                 None => {
                     let available: Vec<i32> = topic

@@ -108,7 +108,10 @@ mod tests {
             (b"foobar", -790_332_482),
             (b"a-little-bit-long-string", -985_981_536),
             (b"a-little-bit-longer-string", -1_486_304_829),
-            (b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58_897_971),
+            (
+                b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8",
+                -58_897_971,
+            ),
             (b"abc", 479_470_107),
         ];
         for (input, want) in cases {
@@ -127,6 +130,10 @@ mod tests {
         for _ in 0..100 {
             assert!((0..6).contains(&p.partition("t", 6, &[], 100, 1000)));
         }
-        assert_eq!(p.partition("u", 6, &[4], 10, 1000), 4, "only available partitions");
+        assert_eq!(
+            p.partition("u", 6, &[4], 10, 1000),
+            4,
+            "only available partitions"
+        );
     }
 }

@@ -48,9 +48,9 @@ pub(super) async fn run(inner: Arc<Inner>) {
             }
         }
         let meta = inner.cluster.metadata();
-        let drained = inner
-            .lock()
-            .drain(Instant::now(), cfg, |tp| meta.leader(&tp.topic, tp.partition));
+        let drained = inner.lock().drain(Instant::now(), cfg, |tp| {
+            meta.leader(&tp.topic, tp.partition)
+        });
         if !drained.expired.is_empty() {
             let mut acc = inner.lock();
             for b in &drained.expired {
@@ -68,7 +68,9 @@ pub(super) async fn run(inner: Arc<Inner>) {
         for (leader, batches) in drained.by_leader {
             let limit = limits
                 .entry(leader)
-                .or_insert_with(|| Arc::new(Semaphore::new(cfg.max_in_flight_requests_per_connection)))
+                .or_insert_with(|| {
+                    Arc::new(Semaphore::new(cfg.max_in_flight_requests_per_connection))
+                })
                 .clone();
             let permit = match limit.acquire_owned().await {
                 Ok(p) => p,
@@ -113,7 +115,12 @@ async fn init_producer_id(inner: &Inner) -> Result<(i64, i16)> {
         .with_producer_id(ProducerId(-1))
         .with_producer_epoch(-1);
     let (_, resp) = conn
-        .call(ApiKey::InitProducerId, 0, 5, RequestKind::InitProducerId(req))
+        .call(
+            ApiKey::InitProducerId,
+            0,
+            5,
+            RequestKind::InitProducerId(req),
+        )
         .await?;
     let ResponseKind::InitProducerId(r) = resp else {
         return Err(Error::Protocol {
@@ -192,7 +199,11 @@ async fn send_request(inner: &Inner, leader: i32, mut batches: Vec<ProducerBatch
         .with_topic_data(
             topics
                 .into_iter()
-                .map(|(t, ps)| TopicProduceData::default().with_name(topic_name(t)).with_partition_data(ps))
+                .map(|(t, ps)| {
+                    TopicProduceData::default()
+                        .with_name(topic_name(t))
+                        .with_partition_data(ps)
+                })
                 .collect(),
         );
     for b in ready.iter_mut() {
@@ -217,7 +228,10 @@ async fn send_request(inner: &Inner, leader: i32, mut batches: Vec<ProducerBatch
         }
         return;
     }
-    let resp = match conn.send(ApiKey::Produce, version, RequestKind::Produce(req)).await {
+    let resp = match conn
+        .send(ApiKey::Produce, version, RequestKind::Produce(req))
+        .await
+    {
         Ok(ResponseKind::Produce(r)) => r,
         Ok(_) => {
             let e = Error::Protocol {
@@ -253,7 +267,9 @@ async fn send_request(inner: &Inner, leader: i32, mut batches: Vec<ProducerBatch
             continue;
         };
         if p.error_code == 0 {
-            inner.lock().finish(&b, Ok((p.base_offset, p.log_append_time_ms)));
+            inner
+                .lock()
+                .finish(&b, Ok((p.base_offset, p.log_append_time_ms)));
         } else if p.error_code == ErrorCode::DuplicateSequenceNumber.code() {
             // Written before (a retry of an acknowledged batch): Kafka treats it as success.
             inner.lock().finish(&b, Ok((-1, -1)));
