@@ -170,8 +170,26 @@ pub struct Drained {
     pub needs_metadata: bool,
 }
 
+/// A partition's queue, created on first use (no allocation when it exists).
+fn queue_in<'a>(
+    queues: &'a mut HashMap<String, Vec<PartitionQueue>>,
+    topic: &str,
+    partition: i32,
+) -> &'a mut PartitionQueue {
+    if !queues.contains_key(topic) {
+        queues.insert(topic.to_string(), Vec::new());
+    }
+    let qs = queues.get_mut(topic).expect("inserted above");
+    let i = partition.max(0) as usize;
+    if qs.len() <= i {
+        qs.resize_with(i + 1, PartitionQueue::default);
+    }
+    &mut qs[i]
+}
+
 pub struct Accumulator {
-    pub queues: HashMap<TopicPartition, PartitionQueue>,
+    /// Queues by topic, then partition (looked up without allocating).
+    queues: HashMap<String, Vec<PartitionQueue>>,
     pub buffer_used: usize,
     incomplete: BTreeSet<u64>,
     next_id: u64,
@@ -206,7 +224,8 @@ impl Accumulator {
     #[allow(clippy::too_many_arguments)]
     pub fn append(
         &mut self,
-        tp: &TopicPartition,
+        topic: &str,
+        partition: i32,
         timestamp: i64,
         key: Option<&[u8]>,
         value: Option<&[u8]>,
@@ -215,7 +234,7 @@ impl Accumulator {
         cfg: &ProducerConfig,
     ) -> (Arc<Outcome>, u32, bool) {
         let size = BatchBuilder::record_size_upper_bound(key, value, headers);
-        let q = self.queues.entry(tp.clone()).or_default();
+        let q = queue_in(&mut self.queues, topic, partition);
         // As Kafka: a record joins the open batch if it still fits in
         // batch.size; a record larger than batch.size gets a batch of its own.
         let fits = q.batches.back().is_some_and(|b| {
@@ -229,7 +248,7 @@ impl Accumulator {
             self.incomplete.insert(id);
             q.batches.push_back(ProducerBatch {
                 id,
-                tp: tp.clone(),
+                tp: TopicPartition::new(topic, partition),
                 builder: BatchBuilder::with_capacity(
                     cfg.batch_size.max(size + BATCH_HEADER_LEN).min(1 << 20),
                 ),
@@ -240,7 +259,7 @@ impl Accumulator {
                 reserved: BATCH_HEADER_LEN,
                 stamp: None,
                 encoded: None,
-                outcome: Arc::new(Outcome::new(tp.clone())),
+                outcome: Arc::new(Outcome::new(TopicPartition::new(topic, partition))),
                 sent: false,
             });
             self.buffer_used += BATCH_HEADER_LEN;
@@ -261,6 +280,12 @@ impl Accumulator {
         (outcome, index, wake)
     }
 
+    fn queue_mut(&mut self, tp: &TopicPartition) -> Option<&mut PartitionQueue> {
+        self.queues
+            .get_mut(&tp.topic)?
+            .get_mut(tp.partition.max(0) as usize)
+    }
+
     /// Makes every batch created so far ready now; returns the mark to wait for.
     pub fn flush_mark(&mut self) -> u64 {
         self.flush_up_to = self.next_id - 1;
@@ -272,7 +297,7 @@ impl Accumulator {
     }
 
     pub fn in_flight(&self) -> bool {
-        self.queues.values().any(|q| q.in_flight)
+        self.queues.values().flatten().any(|q| q.in_flight)
     }
 
     pub fn is_idle(&self) -> bool {
@@ -284,7 +309,7 @@ impl Accumulator {
         &mut self,
         now: Instant,
         cfg: &ProducerConfig,
-        leader_of: impl Fn(&TopicPartition) -> Option<i32>,
+        leader_of: impl Fn(&str, i32) -> Option<i32>,
     ) -> Drained {
         let mut out = Drained {
             by_leader: HashMap::new(),
@@ -300,68 +325,70 @@ impl Accumulator {
         }
         let closed = self.closed;
         let flush_up_to = self.flush_up_to;
-        for (tp, q) in self.queues.iter_mut() {
-            if q.in_flight {
-                continue;
-            }
-            // Expire what waited past delivery.timeout.ms.
-            while q.batches.front().is_some_and(|b| b.deadline <= now) {
-                if let Some(b) = q.batches.pop_front() {
-                    out.expired.push(b);
+        for (topic, qs) in self.queues.iter_mut() {
+            for (partition, q) in qs.iter_mut().enumerate() {
+                if q.in_flight {
+                    continue;
                 }
-            }
-            let Some(b) = q.batches.front() else {
-                continue;
-            };
-            let full = q.batches.len() > 1 || b.builder.size_in_bytes() >= cfg.batch_size;
-            let linger_done = b.created + cfg.linger;
-            let ready_at = match b.retry_at {
-                Some(r) => r,
-                None if closed || b.id <= flush_up_to || full => now,
-                None => linger_done,
-            };
-            if ready_at > now {
-                out.next_wakeup = Some(
-                    out.next_wakeup
-                        .map_or(ready_at, |w: Instant| w.min(ready_at)),
-                );
-                continue;
-            }
-            let Some(leader) = leader_of(tp) else {
-                out.needs_metadata = true;
-                continue;
-            };
-            let size = b
-                .encoded
-                .as_ref()
-                .map_or(b.builder.size_in_bytes(), Bytes::len);
-            let used = request_bytes.entry(leader).or_default();
-            if *used > 0 && *used + size > cfg.max_request_size {
-                out.next_wakeup = Some(now);
-                continue;
-            }
-            *used += size;
-            let mut b = q.batches.pop_front().expect("front exists");
-            if b.stamp.is_none() {
-                let seq = if let Some((pid, epoch)) = producer {
-                    let s = q.next_sequence;
-                    q.next_sequence =
-                        q.next_sequence.wrapping_add(b.builder.record_count()) & i32::MAX;
-                    (pid, epoch, s)
-                } else {
-                    (-1, -1, -1)
+                // Expire what waited past delivery.timeout.ms.
+                while q.batches.front().is_some_and(|b| b.deadline <= now) {
+                    if let Some(b) = q.batches.pop_front() {
+                        out.expired.push(b);
+                    }
+                }
+                let Some(b) = q.batches.front() else {
+                    continue;
                 };
-                b.stamp = Some(seq);
+                let full = q.batches.len() > 1 || b.builder.size_in_bytes() >= cfg.batch_size;
+                let linger_done = b.created + cfg.linger;
+                let ready_at = match b.retry_at {
+                    Some(r) => r,
+                    None if closed || b.id <= flush_up_to || full => now,
+                    None => linger_done,
+                };
+                if ready_at > now {
+                    out.next_wakeup = Some(
+                        out.next_wakeup
+                            .map_or(ready_at, |w: Instant| w.min(ready_at)),
+                    );
+                    continue;
+                }
+                let Some(leader) = leader_of(topic, partition as i32) else {
+                    out.needs_metadata = true;
+                    continue;
+                };
+                let size = b
+                    .encoded
+                    .as_ref()
+                    .map_or(b.builder.size_in_bytes(), Bytes::len);
+                let used = request_bytes.entry(leader).or_default();
+                if *used > 0 && *used + size > cfg.max_request_size {
+                    out.next_wakeup = Some(now);
+                    continue;
+                }
+                *used += size;
+                let mut b = q.batches.pop_front().expect("front exists");
+                if b.stamp.is_none() {
+                    let seq = if let Some((pid, epoch)) = producer {
+                        let s = q.next_sequence;
+                        q.next_sequence =
+                            q.next_sequence.wrapping_add(b.builder.record_count()) & i32::MAX;
+                        (pid, epoch, s)
+                    } else {
+                        (-1, -1, -1)
+                    };
+                    b.stamp = Some(seq);
+                }
+                q.in_flight = true;
+                out.by_leader.entry(leader).or_default().push(b);
             }
-            q.in_flight = true;
-            out.by_leader.entry(leader).or_default().push(b);
         }
         out
     }
 
     /// A batch is done (written or failed for good).
     pub fn finish(&mut self, b: &ProducerBatch, result: Result<(i64, i64)>) {
-        if let Some(q) = self.queues.get_mut(&b.tp) {
+        if let Some(q) = self.queue_mut(&b.tp) {
             q.in_flight = false;
         }
         if result.is_err() && self.idempotent && b.stamp.is_some_and(|s| s.0 >= 0) {
@@ -393,7 +420,7 @@ impl Accumulator {
     pub fn requeue(&mut self, mut b: ProducerBatch, backoff: Duration) {
         b.attempts += 1;
         b.retry_at = Some(Instant::now() + backoff);
-        let q = self.queues.entry(b.tp.clone()).or_default();
+        let q = queue_in(&mut self.queues, &b.tp.topic, b.tp.partition);
         q.in_flight = false;
         q.batches.push_front(b);
     }
@@ -408,7 +435,7 @@ impl Accumulator {
     pub fn reset_to(&mut self, producer_id: i64, epoch: i16) {
         self.producer = Some((producer_id, epoch));
         self.reset_producer = false;
-        for q in self.queues.values_mut() {
+        for q in self.queues.values_mut().flatten() {
             q.next_sequence = 0;
             for b in q.batches.iter_mut() {
                 b.stamp = None;
@@ -423,6 +450,7 @@ impl Accumulator {
         let batches: Vec<ProducerBatch> = self
             .queues
             .values_mut()
+            .flatten()
             .flat_map(|q| q.batches.drain(..))
             .collect();
         for b in batches {

@@ -37,7 +37,6 @@ use crate::cluster::Cluster;
 use crate::config::{ClientConfig, ProducerConfig};
 use crate::error::{Error, Result};
 use crate::runtime::{block_on, io_handle};
-use crate::TopicPartition;
 use accumulator::{Accumulator, Outcome};
 
 /// A record to send.
@@ -239,17 +238,23 @@ impl Producer {
             });
         }
         let started = Instant::now();
-        let topic = {
-            let meta = self.inner.cluster.metadata();
-            match meta.topic(&record.topic) {
-                Some(t) => t.clone(),
-                None => block_on(
-                    "Producer::send",
-                    self.inner
-                        .cluster
-                        .wait_for_topic(&record.topic, true, cfg.max_block),
-                )??,
-            }
+        // The metadata snapshot is shared, not copied: sending must not
+        // allocate per record beyond the record itself.
+        let mut meta = self.inner.cluster.metadata();
+        if meta.topic(&record.topic).is_none() {
+            block_on(
+                "Producer::send",
+                self.inner
+                    .cluster
+                    .wait_for_topic(&record.topic, true, cfg.max_block),
+            )??;
+            meta = self.inner.cluster.metadata();
+        }
+        let Some(topic) = meta.topic(&record.topic) else {
+            return Err(Error::UnknownTopic {
+                topic: record.topic.clone(),
+                detail: "gone from metadata while sending".into(),
+            });
         };
         let count = topic.partitions.len();
         let timestamp = record.timestamp.unwrap_or_else(now_ms);
@@ -272,16 +277,16 @@ impl Producer {
                 .filter(|_| !cfg.partitioner_ignore_keys)
             {
                 Some(k) => partitioner::partition_for_key(k, count),
-                None => {
-                    let available: Vec<i32> = topic
-                        .partitions
-                        .iter()
-                        .filter(|p| p.leader >= 0)
-                        .map(|p| p.partition)
-                        .collect();
-                    acc.sticky
-                        .partition(&record.topic, count, &available, size, cfg.batch_size)
-                }
+                None => acc
+                    .sticky
+                    .partition(&record.topic, count, size, cfg.batch_size, || {
+                        topic
+                            .partitions
+                            .iter()
+                            .filter(|p| p.leader >= 0)
+                            .map(|p| p.partition)
+                            .collect()
+                    }),
             },
         };
         // Back-pressure: wait for buffer memory up to max.block.ms.
@@ -307,9 +312,9 @@ impl Producer {
                 return Err(Error::Closed("producer"));
             }
         }
-        let tp = TopicPartition::new(record.topic.clone(), partition);
         let (outcome, index, wake) = acc.append(
-            &tp,
+            &record.topic,
+            partition,
             timestamp,
             record.key.as_deref(),
             record.value.as_deref(),

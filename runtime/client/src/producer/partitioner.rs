@@ -66,17 +66,18 @@ pub struct StickyPartitioner {
 }
 
 impl StickyPartitioner {
-    /// The partition for a keyless record of `size` bytes; `available` lists
-    /// partitions with a leader (all partitions when empty).
+    /// The partition for a keyless record of `size` bytes; `available`
+    /// lists partitions with a leader (all partitions when empty) and is
+    /// asked only when the producer moves to another partition.
     pub fn partition(
         &mut self,
         topic: &str,
         partitions: usize,
-        available: &[i32],
         size: usize,
         batch_size: usize,
+        available: impl FnOnce() -> Vec<i32>,
     ) -> i32 {
-        let choose = || -> i32 {
+        let choose = |available: Vec<i32>| -> i32 {
             let mut rng = rand::thread_rng();
             if available.is_empty() {
                 rng.gen_range(0..partitions.max(1)) as i32
@@ -84,12 +85,12 @@ impl StickyPartitioner {
                 available[rng.gen_range(0..available.len())]
             }
         };
-        let entry = self
-            .current
-            .entry(topic.to_string())
-            .or_insert_with(|| (choose(), 0));
-        if entry.0 as usize >= partitions || entry.1 >= batch_size.max(1) {
-            *entry = (choose(), 0);
+        let entry = match self.current.get_mut(topic) {
+            Some(e) => e,
+            None => self.current.entry(topic.to_string()).or_insert((-1, 0)),
+        };
+        if entry.0 < 0 || entry.0 as usize >= partitions || entry.1 >= batch_size.max(1) {
+            *entry = (choose(available()), 0);
         }
         entry.1 += size;
         entry.0

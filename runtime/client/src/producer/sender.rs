@@ -48,9 +48,9 @@ pub(super) async fn run(inner: Arc<Inner>) {
             }
         }
         let meta = inner.cluster.metadata();
-        let drained = inner.lock().drain(Instant::now(), cfg, |tp| {
-            meta.leader(&tp.topic, tp.partition)
-        });
+        let drained = inner
+            .lock()
+            .drain(Instant::now(), cfg, |topic, p| meta.leader(topic, p));
         if !drained.expired.is_empty() {
             let mut acc = inner.lock();
             for b in &drained.expired {
