@@ -123,16 +123,16 @@ mod tests {
     #[test]
     fn sticky_partitioner_switches_after_a_batch() {
         let mut p = StickyPartitioner::default();
-        let first = p.partition("t", 6, &[], 100, 1000);
+        let first = p.partition("t", 6, 100, 1000, Vec::new);
         for _ in 0..9 {
-            assert_eq!(p.partition("t", 6, &[], 100, 1000), first);
+            assert_eq!(p.partition("t", 6, 100, 1000, Vec::new), first);
         }
         // 1,000 bytes sent: the next record may move; it is always in range.
         for _ in 0..100 {
-            assert!((0..6).contains(&p.partition("t", 6, &[], 100, 1000)));
+            assert!((0..6).contains(&p.partition("t", 6, 100, 1000, Vec::new)));
         }
         assert_eq!(
-            p.partition("u", 6, &[4], 10, 1000),
+            p.partition("u", 6, 10, 1000, || vec![4]),
             4,
             "only available partitions"
         );
