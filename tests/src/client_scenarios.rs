@@ -1000,6 +1000,157 @@ pub fn client_cooperative_rebalance_keeps_partitions(bootstrap: &str) {
     assert!(revoked[0].iter().all(|tp| !kept.contains(tp)));
 }
 
+/// Producer and consumer controls: acks=0, delivery timeout, buffer.memory
+/// back-pressure, seek / position, pause / resume, max.poll.records,
+/// commit_async, periodic auto-commit, unknown topics.
+pub fn client_producer_and_consumer_controls(bootstrap: &str) {
+    let topic = unique_topic("client-controls");
+    let group = unique_topic("client-controls-g");
+    create_topic(bootstrap, &topic, 2);
+    // acks=0: written, but no offsets come back.
+    let p0 = producer(bootstrap, &[("acks", "0"), ("linger.ms", "0")]);
+    let md = p0
+        .send(
+            ProducerRecord::new(&topic)
+                .partition(1)
+                .value("fire-and-forget"),
+        )
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!(md.offset, -1, "acks=0 has no offset");
+    p0.close(Duration::from_secs(5)).unwrap();
+    // Every Produce answer lost: the record fails after delivery.timeout.ms.
+    let proxy = FaultProxy::start(bootstrap).unwrap();
+    proxy.inject(ApiKey::Produce, Fault::DropAndClose, 1_000);
+    let lost = producer(
+        &proxy.addr,
+        &[
+            ("delivery.timeout.ms", "1500"),
+            ("request.timeout.ms", "1000"),
+            ("linger.ms", "0"),
+            ("retry.backoff.ms", "100"),
+        ],
+    );
+    let e = lost
+        .send(
+            ProducerRecord::new(&topic)
+                .partition(0)
+                .value("never-acknowledged"),
+        )
+        .unwrap()
+        .wait()
+        .unwrap_err();
+    assert!(e.to_string().contains(&topic), "{e}");
+    drop(lost);
+    // buffer.memory full: send blocks for max.block.ms, then fails naming it.
+    let small = producer(
+        bootstrap,
+        &[
+            ("buffer.memory", "2000"),
+            ("batch.size", "100000"),
+            ("linger.ms", "60000"),
+            ("max.block.ms", "300"),
+        ],
+    );
+    let mut outcome = Ok(());
+    for _ in 0..100 {
+        if let Err(e) = small.send(
+            ProducerRecord::new(&topic)
+                .partition(0)
+                .value(vec![1u8; 100]),
+        ) {
+            outcome = Err(e);
+            break;
+        }
+    }
+    let e = outcome.expect_err("the buffer fills up");
+    assert!(
+        matches!(e, Error::Timeout { .. }) && e.to_string().contains("buffer.memory"),
+        "{e}"
+    );
+    small.close(Duration::from_secs(5)).unwrap();
+    // Unknown topics are errors naming them.
+    let e = admin(bootstrap)
+        .describe_topics(&["no-such-topic-anywhere"])
+        .unwrap_err();
+    assert!(e.to_string().contains("no-such-topic-anywhere"), "{e}");
+    // 20 records in partition 0.
+    let p = producer(bootstrap, &[]);
+    send_and_wait(
+        &p,
+        (0..20).map(|i| {
+            ProducerRecord::new(&topic)
+                .partition(0)
+                .value(format!("v{i}"))
+        }),
+    );
+    let tp0 = TopicPartition::new(&topic, 0);
+    let tp1 = TopicPartition::new(&topic, 1);
+    let mut c = Consumer::new(&group_config(
+        bootstrap,
+        &group,
+        &[
+            ("max.poll.records", "5"),
+            ("enable.auto.commit", "true"),
+            ("auto.commit.interval.ms", "200"),
+        ],
+    ))
+    .unwrap();
+    c.assign(&[tp0.clone(), tp1.clone()]).unwrap();
+    let first = poll_n(&mut c, 1, Duration::from_secs(20));
+    assert!(first.len() <= 5, "max.poll.records");
+    c.seek(&tp0, 15).unwrap();
+    assert_eq!(c.position(&tp0).unwrap(), 15);
+    let after_seek: Vec<ConsumerRecord> = poll_n(&mut c, 5, Duration::from_secs(20))
+        .into_iter()
+        .filter(|r| r.partition == 0)
+        .collect();
+    assert_eq!(
+        after_seek.first().map(|r| r.offset),
+        Some(15),
+        "seek moves the position"
+    );
+    c.seek_to_beginning(std::slice::from_ref(&tp0)).unwrap();
+    assert_eq!(c.position(&tp0).unwrap(), 0);
+    // Paused partitions return nothing until resumed.
+    c.pause(std::slice::from_ref(&tp0)).unwrap();
+    assert_eq!(c.paused(), vec![tp0.clone()]);
+    let while_paused = c.poll(Duration::from_millis(500)).unwrap();
+    assert!(
+        while_paused.iter().all(|r| r.partition != 0),
+        "{while_paused:?}"
+    );
+    c.resume(std::slice::from_ref(&tp0)).unwrap();
+    let resumed = poll_n(&mut c, 5, Duration::from_secs(20));
+    assert_eq!(
+        resumed.first().map(|r| (r.partition, r.offset)),
+        Some((0, 0))
+    );
+    // Periodic auto-commit (200 ms) commits the position without being asked.
+    let pos = c.position(&tp0).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        c.poll(Duration::from_millis(100)).unwrap();
+        let committed = c.committed(std::slice::from_ref(&tp0)).unwrap();
+        if committed.get(&tp0).map(|o| o.offset) >= Some(pos) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "auto-commit did not happen");
+    }
+    // commit_async reports through its callback inside a later poll.
+    let done: Arc<Mutex<Option<Result<(), Error>>>> = Arc::default();
+    let d = done.clone();
+    c.commit_async(move |r| *d.lock().unwrap() = Some(r))
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(10), || {
+        let _ = c.poll(Duration::from_millis(50));
+        done.lock().unwrap().is_some()
+    }));
+    assert!(done.lock().unwrap().as_ref().unwrap().is_ok());
+    c.close().unwrap();
+}
+
 /// Lists every client scenario; `$m!(names...)` generates one test per name.
 #[macro_export]
 macro_rules! for_each_client_scenario {
@@ -1018,6 +1169,7 @@ macro_rules! for_each_client_scenario {
             client_bad_input,
             client_admin_operations,
             client_cooperative_rebalance_keeps_partitions,
+            client_producer_and_consumer_controls,
         );
     };
 }
