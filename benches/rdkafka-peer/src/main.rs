@@ -74,6 +74,12 @@ fn consume(bootstrap: &str, topic: &str, records: usize, partitions: i32) {
         .set("bootstrap.servers", bootstrap)
         .set("group.id", "rdkafka-peer-unused")
         .set("enable.auto.commit", "false")
+        // librdkafka's defaults pause a partition's fetches for
+        // fetch.queue.backoff.ms (1 s) once queued.min.messages (100k) are
+        // buffered; 1M records over 6 partitions hit that, so the defaults
+        // measure the backoff, not the client. Lift both limits.
+        .set("queued.min.messages", "10000000")
+        .set("fetch.queue.backoff.ms", "0")
         .create()
         .expect("consumer");
     let mut tpl = TopicPartitionList::new();
