@@ -1,0 +1,199 @@
+//! Word count, Kafka Streams' classic first app, on Rill.
+//!
+//! `cargo run --release --example wordcount` starts an embedded broker (no
+//! setup), writes a bundled text to `wordcount-input` (6 partitions), runs the
+//! count with 2 stream threads and prints the top words as the counts update,
+//! then checks the final counts against an independent count of the text and
+//! exits. `--bootstrap-server` points it at a real cluster instead;
+//! `--application-id`, `--group-instance-id` (static membership, KIP-345:
+//! each thread joins as `<id>-thread-<n>`) and `--threads` set the obvious.
+//!
+//! Topology: lines → flat_map_values(words) → group_by(word) [repartition]
+//! → count (RocksDB store `counts`, changelog `<app>-counts-changelog`)
+//! → to_stream → `wordcount-output` (word → count as 8-byte big-endian).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use rill_client::admin::NewTopic;
+use rill_client::{Admin, ClientConfig, Consumer, Producer, ProducerRecord, TopicPartition};
+use rill_streams::{
+    Consumed, Grouped, KafkaStreams, Materialized, Produced, Serdes, State, StreamsBuilder,
+    StreamsConfig, Topology,
+};
+
+const TEXT: &str = include_str!("data/river.txt");
+const INPUT: &str = "wordcount-input";
+const OUTPUT: &str = "wordcount-output";
+const PARTITIONS: i32 = 6;
+
+#[derive(Parser, Debug)]
+#[command(about = "Rill word count: embedded broker by default")]
+struct Args {
+    /// A Kafka cluster to use instead of the embedded broker.
+    #[arg(long)]
+    bootstrap_server: Option<String>,
+    #[arg(long, default_value = "rill-wordcount")]
+    application_id: String,
+    /// Makes each stream thread a static member `<id>-thread-<n>`.
+    #[arg(long)]
+    group_instance_id: Option<String>,
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Where the stores live (default: a fresh temporary directory).
+    #[arg(long)]
+    state_dir: Option<std::path::PathBuf>,
+    /// How many times the text is written (more input, same words).
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
+}
+
+fn words(line: &str) -> Vec<String> {
+    line.split(|c: char| !c.is_alphanumeric() && c != '\'')
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect()
+}
+
+/// The word-count topology.
+fn topology() -> rill_streams::Result<Topology> {
+    let builder = StreamsBuilder::new();
+    builder
+        .stream(
+            &[INPUT],
+            Consumed::with(Serdes::nullable(Serdes::string()), Serdes::string()),
+        )
+        .flat_map_values(|line: &String| words(line))
+        .group_by(
+            |_key, word: &String| word.clone(),
+            Grouped::with(Serdes::string(), Serdes::string()),
+        )
+        .count(Materialized::as_store("counts"))
+        .to_stream()
+        .to(OUTPUT, Produced::with(Serdes::string(), Serdes::i64()));
+    builder.build()
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .init();
+    let args = Args::parse();
+
+    // The embedded broker runs on its own tokio runtime for as long as main.
+    let rt = tokio::runtime::Runtime::new()?;
+    let (_cluster, bootstrap) = match &args.bootstrap_server {
+        Some(b) => (None, b.clone()),
+        None => {
+            let cluster = rt.block_on(
+                rill_broker::EmbeddedCluster::builder()
+                    .in_memory()
+                    .config(|c| c.group_initial_rebalance_delay_ms = 0)
+                    .start(),
+            )?;
+            let b = cluster.bootstrap_servers();
+            println!("embedded broker at {b}");
+            (Some(cluster), b)
+        }
+    };
+
+    let admin = Admin::new(&ClientConfig::new().set("bootstrap.servers", bootstrap.clone()))?;
+    for t in [INPUT, OUTPUT] {
+        if !admin.list_topics()?.iter().any(|x| x == t) {
+            admin.create_topic(NewTopic::new(t, PARTITIONS, -1))?;
+        }
+    }
+
+    let producer = Producer::new(&ClientConfig::new().set("bootstrap.servers", bootstrap.clone()))?;
+    let mut expected: BTreeMap<String, i64> = BTreeMap::new();
+    let mut lines = 0;
+    for _ in 0..args.repeat {
+        for line in TEXT.lines() {
+            for w in words(line) {
+                *expected.entry(w).or_default() += 1;
+            }
+            let _ = producer.send(ProducerRecord::new(INPUT).value(line.to_string()))?;
+            lines += 1;
+        }
+    }
+    producer.flush()?;
+    let total: i64 = expected.values().sum();
+    println!("wrote {lines} lines ({total} words, {} distinct) to {INPUT}", expected.len());
+
+    let state_dir = match &args.state_dir {
+        Some(d) => d.clone(),
+        None => std::env::temp_dir().join(format!("rill-wordcount-{}", std::process::id())),
+    };
+    let mut cfg = StreamsConfig::builder()
+        .set("application.id", &args.application_id)
+        .set("bootstrap.servers", &bootstrap)
+        .set("num.stream.threads", args.threads)
+        .set("commit.interval.ms", 1000)
+        .set("state.dir", state_dir.display());
+    if let Some(id) = &args.group_instance_id {
+        cfg = cfg.set("group.instance.id", id);
+    }
+    let topology = topology()?;
+    println!("{}", topology.describe());
+    let streams = KafkaStreams::new(topology, cfg.build()?)?;
+    let started = Instant::now();
+    streams.start()?;
+
+    // Read the counts back and print the leaders as they change.
+    let mut reader = Consumer::new(&ClientConfig::new().set("bootstrap.servers", bootstrap.clone()))?;
+    let parts: Vec<TopicPartition> = (0..PARTITIONS).map(|p| TopicPartition::new(OUTPUT, p)).collect();
+    reader.assign(&parts)?;
+    reader.seek_to_beginning(&parts)?;
+    let mut counts: BTreeMap<String, i64> = BTreeMap::new();
+    let mut last_top = String::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while counts != expected {
+        if Instant::now() > deadline {
+            return Err(format!(
+                "counts did not converge in 120 s (application state {:?})",
+                streams.state()
+            )
+            .into());
+        }
+        if streams.state() == State::Error {
+            return Err("the streams application failed; see the log above".into());
+        }
+        for r in reader.poll(Duration::from_millis(200))? {
+            let word = String::from_utf8_lossy(r.key.as_deref().unwrap_or_default()).into_owned();
+            let n = Serdes::i64().deserialize(OUTPUT, r.value.as_deref())?;
+            counts.insert(word, n);
+        }
+        let top = top_words(&counts, 5);
+        if top != last_top && !top.is_empty() {
+            println!("top words: {top}");
+            last_top = top;
+        }
+    }
+    println!(
+        "all {} distinct words counted correctly ({total} words) in {:.2} s; top 10: {}",
+        counts.len(),
+        started.elapsed().as_secs_f64(),
+        top_words(&counts, 10)
+    );
+    let closed = Instant::now();
+    streams.close();
+    println!("closed in {} ms", closed.elapsed().as_millis());
+    if args.state_dir.is_none() {
+        let _ = std::fs::remove_dir_all(&state_dir);
+    }
+    Ok(())
+}
+
+fn top_words(counts: &BTreeMap<String, i64>, n: usize) -> String {
+    let mut v: Vec<(&String, &i64)> = counts.iter().collect();
+    v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    v.iter()
+        .take(n)
+        .map(|(w, c)| format!("{w}={c}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}

@@ -1,0 +1,318 @@
+//! The streams partition assignor (Kafka's `StreamsPartitionAssignor`, run
+//! by the group leader inside the classic protocol).
+//!
+//! It assigns tasks, not partitions: every partition of a task goes to the
+//! same member, so co-partitioned topics meet in one task. Balanced (no
+//! member gets more than ⌈tasks / members⌉) and sticky: a task stays with the
+//! member that owned it (members report their tasks in the subscription's
+//! user data), else goes to a member whose process has its state on disk,
+//! else to the least loaded member. Members are ordered by
+//! `group.instance.id`, so with static members the outcome does not depend
+//! on member ids that change across restarts (KIP-345).
+//!
+//! The assignment's user data carries the whole group's view (every
+//! member's instance id, process id, `application.server` endpoint, tasks
+//! and partitions), so any instance can answer metadata questions for all.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use rill_client::consumer::assignor::{Assignment, PartitionAssignor, Subscription};
+use rill_client::TopicPartition;
+use serde::{Deserialize, Serialize};
+
+use crate::task::TaskId;
+use crate::topology::{full_match, Topology};
+
+pub const PROTOCOL_NAME: &str = "rill-streams";
+const VERSION: u32 = 1;
+
+/// What a member tells the leader (subscription user data, JSON).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct SubscriptionInfo {
+    pub version: u32,
+    pub process_id: String,
+    pub endpoint: Option<String>,
+    /// Tasks this member runs now.
+    pub prev_tasks: Vec<String>,
+    /// Tasks whose state this member's process has on disk.
+    pub state_tasks: Vec<String>,
+}
+
+/// One member in the leader's answer.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct MemberInfo {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub process_id: String,
+    pub endpoint: Option<String>,
+    pub tasks: Vec<String>,
+    pub partitions: Vec<(String, i32)>,
+}
+
+/// What the leader tells every member (assignment user data, JSON).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct AssignmentInfo {
+    pub version: u32,
+    pub generation: i32,
+    pub members: Vec<MemberInfo>,
+    /// Problems the leader found (missing source topics, partition mismatches).
+    pub errors: Vec<String>,
+}
+
+/// This member's side of the exchange, shared with its stream thread.
+#[derive(Debug, Default)]
+pub struct LocalInfo {
+    pub subscription: SubscriptionInfo,
+    /// The last assignment received.
+    pub assignment: Option<AssignmentInfo>,
+    pub generation: i32,
+}
+
+pub(crate) struct StreamsAssignor {
+    pub topology: Arc<Topology>,
+    pub application_id: String,
+    pub local: Arc<Mutex<LocalInfo>>,
+}
+
+/// The tasks of each sub-topology and the partitions behind each task.
+pub(crate) fn tasks_for(
+    topology: &Topology,
+    application_id: &str,
+    partitions_per_topic: &BTreeMap<String, i32>,
+    errors: &mut Vec<String>,
+) -> BTreeMap<TaskId, Vec<TopicPartition>> {
+    let mut out = BTreeMap::new();
+    for st in topology.subtopologies() {
+        let mut topics: Vec<(String, i32)> = Vec::new();
+        for t in &st.source_topics {
+            let name = t.resolve(application_id);
+            match partitions_per_topic.get(&name) {
+                Some(&n) => topics.push((name, n)),
+                None => errors.push(format!(
+                    "source topic {name} of sub-topology {} does not exist",
+                    st.id
+                )),
+            }
+        }
+        for (name, &n) in partitions_per_topic {
+            if st.source_patterns.iter().any(|p| full_match(p, name)) {
+                topics.push((name.clone(), n));
+            }
+        }
+        let counts: BTreeSet<i32> = topics.iter().map(|(_, n)| *n).collect();
+        if counts.len() > 1 {
+            errors.push(format!(
+                "sub-topology {} reads topics that are not co-partitioned: {topics:?}",
+                st.id
+            ));
+        }
+        let max = counts.into_iter().max().unwrap_or(0);
+        for p in 0..max {
+            let parts = topics
+                .iter()
+                .filter(|(_, n)| p < *n)
+                .map(|(t, _)| TopicPartition::new(t.clone(), p))
+                .collect();
+            out.insert(TaskId::new(st.id, p), parts);
+        }
+    }
+    out
+}
+
+fn parse_tasks(v: &[String]) -> BTreeSet<TaskId> {
+    v.iter().filter_map(|t| t.parse().ok()).collect()
+}
+
+/// The balanced, sticky task placement; `members` in assignment order.
+pub(crate) fn place_tasks(
+    tasks: &[TaskId],
+    members: &[(String, BTreeSet<TaskId>, BTreeSet<TaskId>)],
+) -> BTreeMap<String, Vec<TaskId>> {
+    let mut out: BTreeMap<String, Vec<TaskId>> =
+        members.iter().map(|(m, _, _)| (m.clone(), Vec::new())).collect();
+    if members.is_empty() {
+        return out;
+    }
+    let cap = tasks.len().div_ceil(members.len());
+    let mut left: Vec<TaskId> = Vec::new();
+    let give = |out: &mut BTreeMap<String, Vec<TaskId>>, m: &str, t: TaskId| -> bool {
+        let v = out.get_mut(m).expect("member listed");
+        if v.len() < cap {
+            v.push(t);
+            true
+        } else {
+            false
+        }
+    };
+    for &t in tasks {
+        let prev = members.iter().find(|(_, prev, _)| prev.contains(&t));
+        if !prev.is_some_and(|(m, _, _)| give(&mut out, m, t)) {
+            left.push(t);
+        }
+    }
+    let mut rest = Vec::new();
+    for t in left {
+        let holder = members.iter().find(|(m, _, state)| state.contains(&t) && out[m].len() < cap);
+        if !holder.is_some_and(|(m, _, _)| give(&mut out, m, t)) {
+            rest.push(t);
+        }
+    }
+    for t in rest {
+        let (m, _, _) = members
+            .iter()
+            .min_by_key(|(m, _, _)| out[m].len())
+            .expect("members is not empty");
+        out.get_mut(m).expect("member listed").push(t);
+    }
+    for v in out.values_mut() {
+        v.sort();
+    }
+    out
+}
+
+impl PartitionAssignor for StreamsAssignor {
+    fn name(&self) -> &str {
+        PROTOCOL_NAME
+    }
+
+    fn subscription_user_data(&self, _topics: &BTreeSet<String>) -> Option<Bytes> {
+        let local = self.local.lock().unwrap_or_else(|e| e.into_inner());
+        let mut info = local.subscription.clone();
+        info.version = VERSION;
+        serde_json::to_vec(&info).ok().map(Bytes::from)
+    }
+
+    fn assign(
+        &self,
+        partitions_per_topic: &BTreeMap<String, i32>,
+        subscriptions: &BTreeMap<String, Subscription>,
+    ) -> rill_client::Result<BTreeMap<String, Assignment>> {
+        let mut errors = Vec::new();
+        let tasks = tasks_for(&self.topology, &self.application_id, partitions_per_topic, &mut errors);
+        let mut subs: Vec<&Subscription> = subscriptions.values().collect();
+        subs.sort_by(|a, b| {
+            (a.group_instance_id.is_none(), &a.group_instance_id, &a.member_id).cmp(&(
+                b.group_instance_id.is_none(),
+                &b.group_instance_id,
+                &b.member_id,
+            ))
+        });
+        let infos: BTreeMap<&str, SubscriptionInfo> = subs
+            .iter()
+            .map(|s| {
+                let info = s
+                    .user_data
+                    .as_ref()
+                    .and_then(|b| serde_json::from_slice(b).ok())
+                    .unwrap_or_default();
+                (s.member_id.as_str(), info)
+            })
+            .collect();
+        let members: Vec<(String, BTreeSet<TaskId>, BTreeSet<TaskId>)> = subs
+            .iter()
+            .map(|s| {
+                let i = &infos[s.member_id.as_str()];
+                (s.member_id.clone(), parse_tasks(&i.prev_tasks), parse_tasks(&i.state_tasks))
+            })
+            .collect();
+        let ids: Vec<TaskId> = tasks.keys().copied().collect();
+        let placed = place_tasks(&ids, &members);
+        for e in &errors {
+            tracing::error!(application.id = %self.application_id, "assignment: {e}");
+        }
+        let mut info = AssignmentInfo {
+            version: VERSION,
+            generation: -1,
+            members: Vec::new(),
+            errors,
+        };
+        for s in &subs {
+            let mine = &placed[&s.member_id];
+            let sub = &infos[s.member_id.as_str()];
+            info.members.push(MemberInfo {
+                member_id: s.member_id.clone(),
+                instance_id: s.group_instance_id.clone(),
+                process_id: sub.process_id.clone(),
+                endpoint: sub.endpoint.clone(),
+                tasks: mine.iter().map(|t| t.to_string()).collect(),
+                partitions: mine
+                    .iter()
+                    .flat_map(|t| tasks[t].iter().map(|tp| (tp.topic.clone(), tp.partition)))
+                    .collect(),
+            });
+        }
+        let data = Bytes::from(serde_json::to_vec(&info).map_err(|e| {
+            rill_client::Error::IllegalState(format!("assignment does not encode: {e}"))
+        })?);
+        Ok(subs
+            .iter()
+            .map(|s| {
+                let partitions = placed[&s.member_id]
+                    .iter()
+                    .flat_map(|t| tasks[t].iter().cloned())
+                    .collect();
+                (
+                    s.member_id.clone(),
+                    Assignment {
+                        partitions,
+                        user_data: Some(data.clone()),
+                    },
+                )
+            })
+            .collect())
+    }
+
+    fn on_assignment(&self, assignment: &Assignment, generation: i32) {
+        let info = assignment
+            .user_data
+            .as_ref()
+            .and_then(|b| serde_json::from_slice::<AssignmentInfo>(b).ok())
+            .map(|mut i| {
+                i.generation = generation;
+                i
+            });
+        let mut local = self.local.lock().unwrap_or_else(|e| e.into_inner());
+        local.generation = generation;
+        local.assignment = info;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: u32, p: i32) -> TaskId {
+        TaskId::new(s, p)
+    }
+
+    #[test]
+    fn balanced_and_sticky() {
+        let tasks: Vec<TaskId> = (0..6).map(|p| t(0, p)).collect();
+        let none = BTreeSet::new;
+        // Fresh group: 3 members get 2 each.
+        let placed = place_tasks(
+            &tasks,
+            &[("a".into(), none(), none()), ("b".into(), none(), none()), ("c".into(), none(), none())],
+        );
+        assert!(placed.values().all(|v| v.len() == 2), "{placed:?}");
+        // Previous owners keep their tasks; a newcomer takes from the overloaded.
+        let prev_a: BTreeSet<_> = [t(0, 0), t(0, 1), t(0, 2)].into();
+        let prev_b: BTreeSet<_> = [t(0, 3), t(0, 4), t(0, 5)].into();
+        let placed = place_tasks(
+            &tasks,
+            &[("a".into(), prev_a, none()), ("b".into(), prev_b, none()), ("c".into(), none(), none())],
+        );
+        assert_eq!(placed["a"], vec![t(0, 0), t(0, 1)]);
+        assert_eq!(placed["b"], vec![t(0, 3), t(0, 4)]);
+        assert_eq!(placed["c"], vec![t(0, 2), t(0, 5)]);
+        // Local state attracts a task when nobody owned it.
+        let state_c: BTreeSet<_> = [t(0, 5)].into();
+        let placed = place_tasks(
+            &[t(0, 5), t(0, 0)],
+            &[("a".into(), none(), none()), ("c".into(), none(), state_c)],
+        );
+        assert_eq!(placed["c"], vec![t(0, 5)]);
+    }
+}

@@ -1,0 +1,530 @@
+//! `StreamsConfig`: Kafka Streams' configuration keys, layered with the
+//! `config` crate.
+//!
+//! Layers, lowest first: built-in defaults (Kafka Streams' own, see
+//! [`DEFAULTS`]) < values set in code ([`StreamsConfigBuilder::set`]) < a
+//! TOML or `.properties` file < environment variables with the `RILL_`
+//! prefix (`RILL_NUM_STREAM_THREADS=4` is `num.stream.threads`; `_`
+//! separates key parts, as every Kafka key is dotted lower case).
+//!
+//! Invariant: every key is known or under a client prefix (`consumer.`,
+//! `producer.`, `admin.`, `restore.consumer.`), and every value parses; a
+//! bad one fails `build()` with the key named. Client prefixes are checked
+//! by the client's own config when the clients are made.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use config::{Config, Environment, File, FileFormat, Map, Source, Value};
+use rill_client::ClientConfig;
+use rill_state::StoreBackend;
+
+use crate::error::{Result, StreamsError};
+
+/// Kafka Streams' defaults for the keys Rill implements.
+pub const DEFAULTS: &[(&str, &str)] = &[
+    ("num.stream.threads", "1"),
+    ("commit.interval.ms", "30000"),
+    ("poll.ms", "100"),
+    ("session.timeout.ms", "45000"),
+    ("heartbeat.interval.ms", "3000"),
+    ("max.poll.interval.ms", "300000"),
+    ("processing.guarantee", "at_least_once"),
+    ("application.server", ""),
+    ("replication.factor", "-1"),
+    ("default.dsl.store", "rocksDB"),
+    ("default.deserialization.exception.handler", "log-and-fail"),
+    ("max.task.idle.ms", "0"),
+    ("buffered.records.per.partition", "1000"),
+    ("restore.batch.size", "1000"),
+];
+
+/// Keys without a default.
+const OPTIONAL: &[&str] = &[
+    "application.id",
+    "bootstrap.servers",
+    "group.instance.id",
+    "client.id",
+    "state.dir",
+];
+
+const CLIENT_PREFIXES: &[&str] = &["consumer.", "producer.", "admin.", "restore.consumer."];
+
+/// What happens to a record that does not deserialize.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeserializationHandler {
+    /// Kafka's `LogAndFailExceptionHandler` (the default): the thread fails.
+    LogAndFail,
+    /// Kafka's `LogAndContinueExceptionHandler`: skip, log and count it.
+    LogAndContinue,
+}
+
+/// Validated configuration of a streams application.
+#[derive(Debug, Clone)]
+pub struct StreamsConfig {
+    pub application_id: String,
+    pub bootstrap_servers: String,
+    pub num_stream_threads: usize,
+    pub group_instance_id: Option<String>,
+    pub client_id: Option<String>,
+    pub state_dir: PathBuf,
+    pub application_server: Option<String>,
+    pub commit_interval: Duration,
+    pub poll_timeout: Duration,
+    pub session_timeout_ms: u64,
+    pub heartbeat_interval_ms: u64,
+    pub max_poll_interval_ms: u64,
+    pub replication_factor: i16,
+    pub default_store: StoreBackend,
+    pub deserialization_handler: DeserializationHandler,
+    pub buffered_records_per_partition: usize,
+    pub restore_batch_size: usize,
+    /// `consumer.` / `producer.` / `admin.` / `restore.consumer.` overrides, prefix kept.
+    pub client_overrides: BTreeMap<String, String>,
+}
+
+/// Collects the layers; [`StreamsConfigBuilder::build`] validates.
+#[derive(Debug, Default, Clone)]
+pub struct StreamsConfigBuilder {
+    set: BTreeMap<String, String>,
+    file: Option<PathBuf>,
+    env_prefix: Option<String>,
+}
+
+impl StreamsConfig {
+    pub fn builder() -> StreamsConfigBuilder {
+        StreamsConfigBuilder {
+            env_prefix: Some("RILL".into()),
+            ..Default::default()
+        }
+    }
+
+    /// Client config shared by every client of the app.
+    fn base_client(&self, prefix: &str) -> ClientConfig {
+        let mut c = ClientConfig::new().set("bootstrap.servers", self.bootstrap_servers.clone());
+        for (k, v) in &self.client_overrides {
+            if let Some(rest) = k.strip_prefix(prefix) {
+                c.insert(rest, v.clone());
+            }
+        }
+        c
+    }
+
+    /// The `client.id` prefix: `client.id`, else `<application.id>-<process id>` (Kafka's default).
+    pub fn client_id_prefix(&self, process_id: &str) -> String {
+        self.client_id
+            .clone()
+            .unwrap_or_else(|| format!("{}-{process_id}", self.application_id))
+    }
+
+    /// The main consumer of stream thread `n` (from 1).
+    pub fn consumer_config(&self, client_id: &str, thread: usize) -> ClientConfig {
+        let mut c = ClientConfig::new()
+            .set("bootstrap.servers", self.bootstrap_servers.clone())
+            .set("group.id", self.application_id.clone())
+            .set("client.id", format!("{client_id}-StreamThread-{thread}-consumer"))
+            .set("enable.auto.commit", "false")
+            // Kafka Streams reads a new input from the beginning.
+            .set("auto.offset.reset", "earliest")
+            .set("max.poll.records", "1000")
+            .set("session.timeout.ms", self.session_timeout_ms.to_string())
+            .set("heartbeat.interval.ms", self.heartbeat_interval_ms.to_string())
+            .set("max.poll.interval.ms", self.max_poll_interval_ms.to_string());
+        if let Some(id) = &self.group_instance_id {
+            c.insert("group.instance.id", instance_id_for_thread(id, thread));
+        }
+        for (k, v) in &self.client_overrides {
+            if let Some(rest) = k.strip_prefix("consumer.") {
+                c.insert(rest, v.clone());
+            }
+        }
+        c
+    }
+
+    /// The restore consumer of stream thread `n` (no group).
+    pub fn restore_consumer_config(&self, client_id: &str, thread: usize) -> ClientConfig {
+        let mut c = self.base_client("restore.consumer.");
+        c.insert(
+            "client.id",
+            format!("{client_id}-StreamThread-{thread}-restore-consumer"),
+        );
+        c.insert("enable.auto.commit", "false");
+        c.insert("max.poll.records", self.restore_batch_size.to_string());
+        c
+    }
+
+    pub fn producer_config(&self, client_id: &str, thread: usize) -> ClientConfig {
+        let mut c = ClientConfig::new()
+            .set("bootstrap.servers", self.bootstrap_servers.clone())
+            .set("client.id", format!("{client_id}-StreamThread-{thread}-producer"))
+            // Kafka Streams' producer default for at-least-once.
+            .set("linger.ms", "100");
+        for (k, v) in &self.client_overrides {
+            if let Some(rest) = k.strip_prefix("producer.") {
+                c.insert(rest, v.clone());
+            }
+        }
+        c
+    }
+
+    pub fn admin_config(&self, client_id: &str) -> ClientConfig {
+        let mut c = self.base_client("admin.");
+        c.insert("client.id", format!("{client_id}-admin"));
+        c
+    }
+}
+
+/// `<group.instance.id>-thread-<n>`: each stream thread is its own static member.
+pub fn instance_id_for_thread(group_instance_id: &str, thread: usize) -> String {
+    format!("{group_instance_id}-thread-{thread}")
+}
+
+/// A Java `.properties` file as a `config` source (`key=value` or
+/// `key: value`, `#`/`!` comments); dotted keys nest like the other layers.
+#[derive(Debug, Clone)]
+struct PropertiesFile {
+    path: PathBuf,
+    text: String,
+}
+
+impl Source for PropertiesFile {
+    fn clone_into_box(&self) -> Box<dyn Source + Send + Sync> {
+        Box::new(self.clone())
+    }
+    fn collect(&self) -> std::result::Result<Map<String, Value>, config::ConfigError> {
+        let origin = self.path.display().to_string();
+        let mut m = Map::new();
+        for (i, line) in self.text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') || line.starts_with('!') {
+                continue;
+            }
+            let Some(pos) = line.find(['=', ':']) else {
+                return Err(config::ConfigError::Message(format!(
+                    "{origin} line {}: expected key=value, found {line:?}",
+                    i + 1
+                )));
+            };
+            let (k, v) = (line[..pos].trim(), line[pos + 1..].trim());
+            m.insert(k.to_string(), Value::new(Some(&origin), v.to_string()));
+        }
+        Ok(m)
+    }
+}
+
+/// Flattens the merged tree back into dotted keys.
+fn flatten(prefix: &str, v: Value, out: &mut BTreeMap<String, String>) -> Result<()> {
+    let key = prefix.to_string();
+    match v.kind {
+        config::ValueKind::Table(t) => {
+            for (k, v) in t {
+                let full = if prefix.is_empty() {
+                    k
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                flatten(&full, v, out)?;
+            }
+        }
+        config::ValueKind::Array(_) => {
+            return Err(StreamsError::config(&key, "", "expected a single value, got a list"))
+        }
+        config::ValueKind::Nil => {}
+        _ => {
+            let s = v
+                .into_string()
+                .map_err(|e| StreamsError::config(&key, "", e.to_string()))?;
+            out.insert(key, s);
+        }
+    }
+    Ok(())
+}
+
+impl StreamsConfigBuilder {
+    /// Sets a key in code (above the defaults, below file and environment).
+    pub fn set(mut self, key: impl Into<String>, value: impl ToString) -> Self {
+        self.set.insert(key.into(), value.to_string());
+        self
+    }
+
+    /// Adds a `.toml` or `.properties` file layer.
+    pub fn file(mut self, path: impl AsRef<Path>) -> Self {
+        self.file = Some(path.as_ref().to_path_buf());
+        self
+    }
+
+    /// Changes the environment prefix (`None`: ignore the environment).
+    pub fn env_prefix(mut self, prefix: Option<&str>) -> Self {
+        self.env_prefix = prefix.map(str::to_string);
+        self
+    }
+
+    /// Merges the layers and validates every key and value.
+    pub fn build(self) -> Result<StreamsConfig> {
+        let cfg_err =
+            |e: config::ConfigError| StreamsError::config("(configuration)", "", e.to_string());
+        // Code-set values go in as a source (set_override would win over
+        // the file and the environment).
+        let code_layer: Map<String, Value> = self
+            .set
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::new(Some(&"code".to_string()), v.clone())))
+            .collect();
+        let mut b = Config::builder();
+        for (k, v) in DEFAULTS {
+            b = b.set_default(*k, *v).map_err(cfg_err)?;
+        }
+        b = b.add_source(MapSource(code_layer));
+        if let Some(path) = &self.file {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                StreamsError::config("(config file)", &path.display().to_string(), e.to_string())
+            })?;
+            match path.extension().and_then(|e| e.to_str()) {
+                Some("toml") => b = b.add_source(File::from_str(&text, FileFormat::Toml)),
+                Some("properties") => {
+                    b = b.add_source(PropertiesFile {
+                        path: path.clone(),
+                        text,
+                    })
+                }
+                _ => {
+                    return Err(StreamsError::config(
+                        "(config file)",
+                        &path.display().to_string(),
+                        "expected a .toml or .properties file",
+                    ))
+                }
+            }
+        }
+        if let Some(prefix) = &self.env_prefix {
+            b = b.add_source(
+                Environment::with_prefix(prefix)
+                    .prefix_separator("_")
+                    .separator("_"),
+            );
+        }
+        let merged = b.build().map_err(cfg_err)?;
+        let tree = merged.collect().map_err(cfg_err)?;
+        let mut flat = BTreeMap::new();
+        for (k, v) in tree {
+            flatten(&k, v, &mut flat)?;
+        }
+        parse(flat)
+    }
+}
+
+#[derive(Debug, Clone)]
+struct MapSource(Map<String, Value>);
+
+impl Source for MapSource {
+    fn clone_into_box(&self) -> Box<dyn Source + Send + Sync> {
+        Box::new(self.clone())
+    }
+    fn collect(&self) -> std::result::Result<Map<String, Value>, config::ConfigError> {
+        Ok(self.0.clone())
+    }
+}
+
+fn parse(mut flat: BTreeMap<String, String>) -> Result<StreamsConfig> {
+    let mut client_overrides = BTreeMap::new();
+    for (k, v) in &flat {
+        if CLIENT_PREFIXES.iter().any(|p| k.starts_with(p)) {
+            client_overrides.insert(k.clone(), v.clone());
+        } else if !DEFAULTS.iter().any(|(d, _)| d == k) && !OPTIONAL.contains(&k.as_str()) {
+            return Err(StreamsError::config(k, v, "unknown configuration key"));
+        }
+    }
+    let mut take = |k: &str| flat.remove(k).filter(|v| !v.is_empty());
+    let required = |k: &str, v: Option<String>| {
+        v.ok_or_else(|| StreamsError::config(k, "", "required (no default)"))
+    };
+    fn num<T: std::str::FromStr>(k: &str, v: Option<String>, min: T) -> Result<T>
+    where
+        T: PartialOrd + std::fmt::Display,
+    {
+        let v = v.unwrap_or_default();
+        let n: T = v
+            .parse()
+            .map_err(|_| StreamsError::config(k, &v, "not a number"))?;
+        if n < min {
+            return Err(StreamsError::config(k, &v, format!("must be at least {min}")));
+        }
+        Ok(n)
+    }
+    let application_id = required("application.id", take("application.id"))?;
+    if !application_id
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+    {
+        // It prefixes internal topic names, so it must be a legal topic name part.
+        return Err(StreamsError::config(
+            "application.id",
+            &application_id,
+            "may only contain ASCII letters, digits, '.', '_' and '-'",
+        ));
+    }
+    let bootstrap_servers = required("bootstrap.servers", take("bootstrap.servers"))?;
+    let processing = take("processing.guarantee").unwrap_or_default();
+    if processing != "at_least_once" {
+        return Err(StreamsError::config(
+            "processing.guarantee",
+            &processing,
+            if processing.starts_with("exactly_once") {
+                "exactly-once needs transactions, which Rill does not implement yet; use at_least_once"
+            } else {
+                "expected at_least_once"
+            },
+        ));
+    }
+    let store = take("default.dsl.store").unwrap_or_default();
+    let default_store = StoreBackend::parse(&store).ok_or_else(|| {
+        StreamsError::config("default.dsl.store", &store, "expected rocksDB or in_memory")
+    })?;
+    let handler = take("default.deserialization.exception.handler").unwrap_or_default();
+    let deserialization_handler = match handler.as_str() {
+        "log-and-fail" | "LogAndFailExceptionHandler" => DeserializationHandler::LogAndFail,
+        "log-and-continue" | "LogAndContinueExceptionHandler" => {
+            DeserializationHandler::LogAndContinue
+        }
+        _ => {
+            return Err(StreamsError::config(
+                "default.deserialization.exception.handler",
+                &handler,
+                "expected log-and-fail or log-and-continue",
+            ))
+        }
+    };
+    let application_server = take("application.server");
+    if let Some(s) = &application_server {
+        let ok = s
+            .rsplit_once(':')
+            .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+        if !ok {
+            return Err(StreamsError::config("application.server", s, "expected host:port"));
+        }
+    }
+    let state_dir = take("state.dir")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join("rill-streams"));
+    Ok(StreamsConfig {
+        num_stream_threads: num("num.stream.threads", take("num.stream.threads"), 1usize)?,
+        commit_interval: Duration::from_millis(num(
+            "commit.interval.ms",
+            take("commit.interval.ms"),
+            0u64,
+        )?),
+        poll_timeout: Duration::from_millis(num("poll.ms", take("poll.ms"), 0u64)?),
+        session_timeout_ms: num("session.timeout.ms", take("session.timeout.ms"), 1u64)?,
+        heartbeat_interval_ms: num("heartbeat.interval.ms", take("heartbeat.interval.ms"), 1u64)?,
+        max_poll_interval_ms: num("max.poll.interval.ms", take("max.poll.interval.ms"), 1u64)?,
+        replication_factor: num("replication.factor", take("replication.factor"), -1i16)?,
+        buffered_records_per_partition: num(
+            "buffered.records.per.partition",
+            take("buffered.records.per.partition"),
+            1usize,
+        )?,
+        restore_batch_size: num("restore.batch.size", take("restore.batch.size"), 1usize)?,
+        group_instance_id: take("group.instance.id"),
+        client_id: take("client.id"),
+        application_id,
+        bootstrap_servers,
+        state_dir,
+        application_server,
+        default_store,
+        deserialization_handler,
+        client_overrides,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> StreamsConfigBuilder {
+        StreamsConfig::builder()
+            .env_prefix(None)
+            .set("application.id", "app")
+            .set("bootstrap.servers", "127.0.0.1:9092")
+    }
+
+    #[test]
+    fn kafka_streams_defaults() {
+        let c = base().build().unwrap();
+        assert_eq!(c.num_stream_threads, 1);
+        assert_eq!(c.commit_interval, Duration::from_secs(30));
+        assert_eq!(c.session_timeout_ms, 45_000);
+        assert_eq!(c.default_store, StoreBackend::RocksDb);
+        assert_eq!(c.group_instance_id, None);
+        assert_eq!(c.application_server, None);
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let e = base().set("num.stream.thread", "2").build().unwrap_err();
+        assert!(e.to_string().contains("num.stream.thread"), "{e}");
+        let e = base().set("num.stream.threads", "two").build().unwrap_err();
+        assert!(e.to_string().contains("num.stream.threads"), "{e}");
+        let e = base().set("num.stream.threads", "0").build().unwrap_err();
+        assert!(e.to_string().contains("at least 1"), "{e}");
+        let e = base().set("application.server", "nohost").build().unwrap_err();
+        assert!(e.to_string().contains("application.server"), "{e}");
+        let e = base()
+            .set("processing.guarantee", "exactly_once_v2")
+            .build()
+            .unwrap_err();
+        assert!(e.to_string().contains("processing.guarantee"), "{e}");
+        let e = StreamsConfig::builder().env_prefix(None).build().unwrap_err();
+        assert!(e.to_string().contains("application.id"), "{e}");
+    }
+
+    #[test]
+    fn file_overrides_code_and_environment_overrides_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let toml = dir.path().join("app.toml");
+        std::fs::write(
+            &toml,
+            "num.stream.threads = 3\ncommit.interval.ms = 500\n[consumer]\n\"max.poll.records\" = 10\n",
+        )
+        .unwrap();
+        let c = base()
+            .set("num.stream.threads", 2)
+            .file(&toml)
+            .build()
+            .unwrap();
+        assert_eq!(c.num_stream_threads, 3);
+        assert_eq!(c.commit_interval, Duration::from_millis(500));
+        let props = dir.path().join("app.properties");
+        std::fs::write(
+            &props,
+            "# comment\nnum.stream.threads=4\ngroup.instance.id = web-1\nproducer.linger.ms: 7\n",
+        )
+        .unwrap();
+        let c = base()
+            .file(&props)
+            .env_prefix(Some("RILL_CONFIG_TEST"))
+            .build()
+            .unwrap();
+        assert_eq!(c.num_stream_threads, 4);
+        assert_eq!(c.group_instance_id.as_deref(), Some("web-1"));
+        assert_eq!(c.client_overrides.get("producer.linger.ms").unwrap(), "7");
+        let consumer = c.consumer_config("cid", 2);
+        assert_eq!(consumer.get("group.instance.id"), Some("web-1-thread-2"));
+        assert_eq!(
+            consumer.get("client.id"),
+            Some("cid-StreamThread-2-consumer")
+        );
+        // SAFETY: the variable's prefix is unique to this test.
+        unsafe { std::env::set_var("RILL_CONFIG_TEST_NUM_STREAM_THREADS", "5") };
+        let c = base()
+            .file(&props)
+            .env_prefix(Some("RILL_CONFIG_TEST"))
+            .build()
+            .unwrap();
+        unsafe { std::env::remove_var("RILL_CONFIG_TEST_NUM_STREAM_THREADS") };
+        assert_eq!(c.num_stream_threads, 5);
+        std::fs::write(&props, "not a property line\n").unwrap();
+        let e = base().file(&props).build().unwrap_err();
+        assert!(e.to_string().contains("line 1"), "{e}");
+    }
+}

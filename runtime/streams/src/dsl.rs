@@ -1,0 +1,850 @@
+//! The DSL (Kafka's `StreamsBuilder`, `KStream`, `KGroupedStream`,
+//! `KTable`), built on the Processor API: every operation adds processor
+//! nodes named like Kafka's (`KSTREAM-MAPVALUES-0000000003`), so
+//! `Topology::describe()` reads like Kafka Streams' description.
+//!
+//! Keys and values are typed; serdes are given where bytes are made
+//! (`Consumed`, `Produced`, `Grouped`, `Materialized`). An operation that may
+//! change the key (`map`, `select_key`, `flat_map`) marks the stream, and
+//! grouping a marked stream inserts a repartition topic
+//! (`<app>-<store>-repartition`), as Kafka does, so records with equal keys
+//! meet in one task.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::marker::PhantomData;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use rill_state::StoreBackend;
+
+use crate::error::{Result, StreamsError};
+use crate::processor::{
+    clone_raw, Adapter, ErasedProcessor, Processor, ProcessorContext, RawRecord, Record,
+};
+use crate::serde::SharedSerde;
+use crate::topology::{Node, NodeKind, StoreDef, TopicName, Topology};
+
+/// Bounds every key and value type of the DSL meets.
+pub trait Data: Clone + Send + Sync + 'static {}
+impl<T: Clone + Send + Sync + 'static> Data for T {}
+
+#[derive(Default)]
+struct Graph {
+    nodes: Vec<Node>,
+    stores: BTreeMap<String, StoreDef>,
+    repartition_topics: BTreeSet<String>,
+    counter: usize,
+    error: Option<StreamsError>,
+}
+
+impl Graph {
+    fn next_name(&mut self, prefix: &str) -> String {
+        let n = format!("{prefix}-{:010}", self.counter);
+        self.counter += 1;
+        n
+    }
+
+    fn add<K: Data, V: Data>(
+        &mut self,
+        name: String,
+        kind: NodeKind,
+        parents: &[usize],
+        stores: Vec<String>,
+    ) -> usize {
+        let i = self.nodes.len();
+        self.nodes.push(Node {
+            name,
+            kind,
+            parents: parents.to_vec(),
+            children: Vec::new(),
+            stores,
+            clone: clone_raw::<K, V>,
+        });
+        for &p in parents {
+            self.nodes[p].children.push(i);
+        }
+        i
+    }
+
+    fn fail(&mut self, e: StreamsError) {
+        self.error.get_or_insert(e);
+    }
+}
+
+/// Builds a topology (Kafka's `StreamsBuilder`).
+#[derive(Clone, Default)]
+pub struct StreamsBuilder {
+    graph: Rc<RefCell<Graph>>,
+}
+
+/// How a source reads its topic (Kafka's `Consumed`).
+pub struct Consumed<K, V> {
+    key: SharedSerde<K>,
+    value: SharedSerde<V>,
+    name: Option<String>,
+}
+
+impl<K, V> Consumed<K, V> {
+    pub fn with(key: SharedSerde<K>, value: SharedSerde<V>) -> Self {
+        Self {
+            key,
+            value,
+            name: None,
+        }
+    }
+    pub fn with_name(mut self, name: &str) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+}
+
+/// How a sink writes (Kafka's `Produced`).
+pub struct Produced<K, V> {
+    key: SharedSerde<K>,
+    value: SharedSerde<V>,
+    name: Option<String>,
+}
+
+impl<K, V> Produced<K, V> {
+    pub fn with(key: SharedSerde<K>, value: SharedSerde<V>) -> Self {
+        Self {
+            key,
+            value,
+            name: None,
+        }
+    }
+    pub fn with_name(mut self, name: &str) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+}
+
+/// Serdes for a repartition before grouping (Kafka's `Grouped`).
+pub struct Grouped<K, V> {
+    key: SharedSerde<K>,
+    value: SharedSerde<V>,
+    name: Option<String>,
+}
+
+impl<K, V> Grouped<K, V> {
+    pub fn with(key: SharedSerde<K>, value: SharedSerde<V>) -> Self {
+        Self {
+            key,
+            value,
+            name: None,
+        }
+    }
+    /// Names the repartition topic `<app>-<name>-repartition`.
+    pub fn with_name(mut self, name: &str) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+}
+
+/// An explicit repartition (Kafka's `Repartitioned`).
+pub struct Repartitioned<K, V> {
+    key: SharedSerde<K>,
+    value: SharedSerde<V>,
+    name: Option<String>,
+}
+
+impl<K, V> Repartitioned<K, V> {
+    pub fn with(key: SharedSerde<K>, value: SharedSerde<V>) -> Self {
+        Self {
+            key,
+            value,
+            name: None,
+        }
+    }
+    pub fn with_name(mut self, name: &str) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+}
+
+/// Where an aggregation keeps its table (Kafka's `Materialized`).
+pub struct Materialized<V> {
+    name: Option<String>,
+    value: Option<SharedSerde<V>>,
+    backend: Option<StoreBackend>,
+    logged: bool,
+}
+
+impl<V> Default for Materialized<V> {
+    fn default() -> Self {
+        Self {
+            name: None,
+            value: None,
+            backend: None,
+            logged: true,
+        }
+    }
+}
+
+impl<V> Materialized<V> {
+    /// A store named `name` (queryable; its changelog is `<app>-<name>-changelog`).
+    pub fn as_store(name: &str) -> Self {
+        Self {
+            name: Some(name.into()),
+            ..Default::default()
+        }
+    }
+    pub fn with_value_serde(mut self, serde: SharedSerde<V>) -> Self {
+        self.value = Some(serde);
+        self
+    }
+    pub fn in_memory(mut self) -> Self {
+        self.backend = Some(StoreBackend::InMemory);
+        self
+    }
+    pub fn rocks_db(mut self) -> Self {
+        self.backend = Some(StoreBackend::RocksDb);
+        self
+    }
+    pub fn with_backend(mut self, backend: StoreBackend) -> Self {
+        self.backend = Some(backend);
+        self
+    }
+    /// No changelog: the store is lost with its task directory (Kafka's `withLoggingDisabled`).
+    pub fn with_logging_disabled(mut self) -> Self {
+        self.logged = false;
+        self
+    }
+}
+
+/// A closure-backed processor for the stateless DSL operations.
+struct FnProcessor<F>(Arc<F>);
+
+impl<KIn, VIn, KOut, VOut, F> Processor<KIn, VIn, KOut, VOut> for FnProcessor<F>
+where
+    F: Fn(&mut ProcessorContext<'_, '_, KOut, VOut>, Record<KIn, VIn>) -> Result<()>
+        + Send
+        + Sync,
+    KOut: Send + 'static,
+    VOut: Send + 'static,
+{
+    fn process(
+        &mut self,
+        ctx: &mut ProcessorContext<'_, '_, KOut, VOut>,
+        record: Record<KIn, VIn>,
+    ) -> Result<()> {
+        (self.0)(ctx, record)
+    }
+}
+
+fn erase<P, KIn, VIn, KOut, VOut>(p: P) -> Box<dyn ErasedProcessor>
+where
+    P: Processor<KIn, VIn, KOut, VOut> + 'static,
+    KIn: 'static,
+    VIn: 'static,
+    KOut: Send + 'static,
+    VOut: Send + 'static,
+{
+    Box::new(Adapter {
+        inner: p,
+        _types: PhantomData,
+    })
+}
+
+impl StreamsBuilder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn source<K: Data, V: Data>(
+        &self,
+        topics: Vec<TopicName>,
+        pattern: Option<String>,
+        consumed: Consumed<K, V>,
+    ) -> KStream<K, V> {
+        let (ks, vs) = (consumed.key, consumed.value);
+        let decode: crate::topology::SourceDecoder = Arc::new(move |topic, k, v| {
+            let key = ks.deserialize(topic, k).map_err(|e| ("key", e))?;
+            let value = vs.deserialize(topic, v).map_err(|e| ("value", e))?;
+            Ok(RawRecord::from(Record::new(key, value, 0)))
+        });
+        let mut g = self.graph.borrow_mut();
+        let name = consumed
+            .name
+            .unwrap_or_else(|| g.next_name("KSTREAM-SOURCE"));
+        let node = g.add::<K, V>(
+            name,
+            NodeKind::Source {
+                topics,
+                pattern,
+                decode,
+            },
+            &[],
+            Vec::new(),
+        );
+        KStream::new(self.graph.clone(), node, false)
+    }
+
+    /// A stream of the records in `topics` (Kafka's `builder.stream`).
+    pub fn stream<K: Data, V: Data>(&self, topics: &[&str], consumed: Consumed<K, V>) -> KStream<K, V> {
+        if topics.is_empty() {
+            self.graph
+                .borrow_mut()
+                .fail(StreamsError::Topology("stream() needs at least one topic".into()));
+        }
+        let t = topics.iter().map(|t| TopicName::User(t.to_string())).collect();
+        self.source(t, None, consumed)
+    }
+
+    /// A stream of every topic whose whole name matches `pattern`.
+    pub fn stream_pattern<K: Data, V: Data>(&self, pattern: &str, consumed: Consumed<K, V>) -> KStream<K, V> {
+        if let Err(e) = regex::Regex::new(pattern) {
+            self.graph.borrow_mut().fail(StreamsError::Topology(format!(
+                "source pattern {pattern:?} is not a valid regex: {e}"
+            )));
+        }
+        self.source(Vec::new(), Some(pattern.to_string()), consumed)
+    }
+
+    /// Adds a state store for Processor API nodes (Kafka's `addStateStore`).
+    pub fn add_state_store(&self, store: StoreDef) {
+        let mut g = self.graph.borrow_mut();
+        if g.stores.contains_key(&store.name) {
+            let e = StreamsError::Topology(format!("state store {} is added twice", store.name));
+            g.fail(e);
+            return;
+        }
+        g.stores.insert(store.name.clone(), store);
+    }
+
+    /// Builds the topology (the builder stays usable for nothing else).
+    pub fn build(self) -> Result<Topology> {
+        let g = self.graph.take();
+        if let Some(e) = g.error {
+            return Err(e);
+        }
+        Topology::new(g.nodes, g.stores, g.repartition_topics)
+    }
+}
+
+/// A record stream (Kafka's `KStream<K, V>`).
+pub struct KStream<K, V> {
+    graph: Rc<RefCell<Graph>>,
+    node: usize,
+    /// The key may differ from the partitioning key (grouping repartitions).
+    key_changed: bool,
+    _types: PhantomData<fn() -> (K, V)>,
+}
+
+impl<K, V> Clone for KStream<K, V> {
+    fn clone(&self) -> Self {
+        Self {
+            graph: self.graph.clone(),
+            node: self.node,
+            key_changed: self.key_changed,
+            _types: PhantomData,
+        }
+    }
+}
+
+impl<K: Data, V: Data> KStream<K, V> {
+    fn new(graph: Rc<RefCell<Graph>>, node: usize, key_changed: bool) -> Self {
+        Self {
+            graph,
+            node,
+            key_changed,
+            _types: PhantomData,
+        }
+    }
+
+    /// Adds a processor node fed by this stream.
+    fn then<K2: Data, V2: Data>(
+        &self,
+        prefix: &str,
+        key_changed: bool,
+        stores: Vec<String>,
+        factory: impl Fn() -> Box<dyn ErasedProcessor> + Send + Sync + 'static,
+    ) -> KStream<K2, V2> {
+        let mut g = self.graph.borrow_mut();
+        let name = g.next_name(prefix);
+        let node = g.add::<K2, V2>(
+            name,
+            NodeKind::Processor {
+                factory: Arc::new(factory),
+            },
+            &[self.node],
+            stores,
+        );
+        KStream::new(self.graph.clone(), node, key_changed)
+    }
+
+    fn stateless<K2: Data, V2: Data, F>(&self, prefix: &str, key_changed: bool, f: F) -> KStream<K2, V2>
+    where
+        F: Fn(&mut ProcessorContext<'_, '_, K2, V2>, Record<K, V>) -> Result<()>
+            + Send
+            + Sync
+            + 'static,
+    {
+        let f = Arc::new(f);
+        self.then(prefix, key_changed, Vec::new(), move || {
+            erase::<_, K, V, K2, V2>(FnProcessor(f.clone()))
+        })
+    }
+
+    pub fn map<K2: Data, V2: Data>(
+        &self,
+        f: impl Fn(&K, &V) -> (K2, V2) + Send + Sync + 'static,
+    ) -> KStream<K2, V2> {
+        self.stateless("KSTREAM-MAP", true, move |ctx, r| {
+            let (k, v) = f(&r.key, &r.value);
+            ctx.forward(Record {
+                key: k,
+                value: v,
+                timestamp: r.timestamp,
+                headers: r.headers,
+            });
+            Ok(())
+        })
+    }
+
+    pub fn map_values<V2: Data>(&self, f: impl Fn(&V) -> V2 + Send + Sync + 'static) -> KStream<K, V2> {
+        let changed = self.key_changed;
+        self.stateless("KSTREAM-MAPVALUES", changed, move |ctx, r| {
+            let v = f(&r.value);
+            ctx.forward(r.with_value(v));
+            Ok(())
+        })
+    }
+
+    pub fn filter(&self, p: impl Fn(&K, &V) -> bool + Send + Sync + 'static) -> KStream<K, V> {
+        let changed = self.key_changed;
+        self.stateless("KSTREAM-FILTER", changed, move |ctx, r| {
+            if p(&r.key, &r.value) {
+                ctx.forward(r);
+            }
+            Ok(())
+        })
+    }
+
+    pub fn filter_not(&self, p: impl Fn(&K, &V) -> bool + Send + Sync + 'static) -> KStream<K, V> {
+        self.filter(move |k, v| !p(k, v))
+    }
+
+    pub fn flat_map<K2: Data, V2: Data, I>(
+        &self,
+        f: impl Fn(&K, &V) -> I + Send + Sync + 'static,
+    ) -> KStream<K2, V2>
+    where
+        I: IntoIterator<Item = (K2, V2)>,
+    {
+        self.stateless("KSTREAM-FLATMAP", true, move |ctx, r| {
+            for (k, v) in f(&r.key, &r.value) {
+                ctx.forward(Record {
+                    key: k,
+                    value: v,
+                    timestamp: r.timestamp,
+                    headers: r.headers.clone(),
+                });
+            }
+            Ok(())
+        })
+    }
+
+    pub fn flat_map_values<V2: Data, I>(&self, f: impl Fn(&V) -> I + Send + Sync + 'static) -> KStream<K, V2>
+    where
+        I: IntoIterator<Item = V2>,
+    {
+        let changed = self.key_changed;
+        self.stateless("KSTREAM-FLATMAPVALUES", changed, move |ctx, r| {
+            for v in f(&r.value) {
+                ctx.forward(Record {
+                    key: r.key.clone(),
+                    value: v,
+                    timestamp: r.timestamp,
+                    headers: r.headers.clone(),
+                });
+            }
+            Ok(())
+        })
+    }
+
+    /// Sees every record and passes it on unchanged.
+    pub fn peek(&self, f: impl Fn(&K, &V) + Send + Sync + 'static) -> KStream<K, V> {
+        let changed = self.key_changed;
+        self.stateless("KSTREAM-PEEK", changed, move |ctx, r| {
+            f(&r.key, &r.value);
+            ctx.forward(r);
+            Ok(())
+        })
+    }
+
+    /// A terminal action per record.
+    pub fn foreach(&self, f: impl Fn(&K, &V) + Send + Sync + 'static) {
+        let _ = self.stateless::<K, V, _>("KSTREAM-FOREACH", false, move |_, r| {
+            f(&r.key, &r.value);
+            Ok(())
+        });
+    }
+
+    pub fn select_key<K2: Data>(&self, f: impl Fn(&K, &V) -> K2 + Send + Sync + 'static) -> KStream<K2, V> {
+        self.stateless("KSTREAM-KEY-SELECT", true, move |ctx, r| {
+            let k = f(&r.key, &r.value);
+            ctx.forward(r.with_key(k));
+            Ok(())
+        })
+    }
+
+    /// Both streams' records in one stream.
+    pub fn merge(&self, other: &KStream<K, V>) -> KStream<K, V> {
+        let mut g = self.graph.borrow_mut();
+        let name = g.next_name("KSTREAM-MERGE");
+        let f = Arc::new(|ctx: &mut ProcessorContext<'_, '_, K, V>, r: Record<K, V>| {
+            ctx.forward(r);
+            Ok(())
+        });
+        let node = g.add::<K, V>(
+            name,
+            NodeKind::Processor {
+                factory: Arc::new(move || erase::<_, K, V, K, V>(FnProcessor(f.clone()))),
+            },
+            &[self.node, other.node],
+            Vec::new(),
+        );
+        KStream::new(self.graph.clone(), node, self.key_changed || other.key_changed)
+    }
+
+    /// Routes each record to the first branch whose predicate holds (Kafka's
+    /// `split().branch(...)`); `default_branch` catches the rest. Returns the
+    /// branches by name, named `<prefix><name>` like Kafka's `Branched`.
+    pub fn split(&self, prefix: &str) -> BranchedKStream<K, V> {
+        BranchedKStream {
+            parent: self.clone(),
+            prefix: prefix.to_string(),
+            branches: Vec::new(),
+        }
+    }
+
+    /// Writes every record to `topic`.
+    pub fn to(&self, topic: &str, produced: Produced<K, V>) {
+        let t = topic.to_string();
+        self.sink(Some(TopicName::User(t.clone())), produced, move |_, _| t.clone());
+    }
+
+    /// Writes each record to the topic `f` picks (Kafka's `TopicNameExtractor`).
+    pub fn to_dynamic(&self, f: impl Fn(&K, &V) -> String + Send + Sync + 'static, produced: Produced<K, V>) {
+        self.sink(None, produced, f);
+    }
+
+    fn sink(
+        &self,
+        topic: Option<TopicName>,
+        produced: Produced<K, V>,
+        choose: impl Fn(&K, &V) -> String + Send + Sync + 'static,
+    ) -> usize {
+        let (ks, vs) = (produced.key, produced.value);
+        let encode: crate::topology::SinkEncoder = Arc::new(move |raw: &RawRecord| {
+            let (Some(k), Some(v)) = (raw.key.downcast_ref::<K>(), raw.value.downcast_ref::<V>())
+            else {
+                return Err(StreamsError::Topology("sink received a record of the wrong type".into()));
+            };
+            let t = choose(k, v);
+            let kb = ks
+                .serialize(&t, k)
+                .map_err(|reason| StreamsError::Serialization { topic: t.clone(), reason })?;
+            let vb = vs
+                .serialize(&t, v)
+                .map_err(|reason| StreamsError::Serialization { topic: t.clone(), reason })?;
+            Ok((t, kb, vb))
+        });
+        let mut g = self.graph.borrow_mut();
+        let name = produced.name.unwrap_or_else(|| g.next_name("KSTREAM-SINK"));
+        g.add::<K, V>(name, NodeKind::Sink { topic, encode }, &[self.node], Vec::new())
+    }
+
+    /// Sends the stream through an internal topic `<app>-<name>-repartition`
+    /// so records are partitioned by their current key.
+    pub fn repartition(&self, r: Repartitioned<K, V>) -> KStream<K, V> {
+        let name = r.name.clone().unwrap_or_else(|| {
+            let mut g = self.graph.borrow_mut();
+            g.next_name("KSTREAM-REPARTITION")
+        });
+        self.through_internal(&name, r.key, r.value)
+    }
+
+    fn through_internal(&self, name: &str, ks: SharedSerde<K>, vs: SharedSerde<V>) -> KStream<K, V> {
+        let internal = format!("{name}-repartition");
+        {
+            let mut g = self.graph.borrow_mut();
+            if !g.repartition_topics.insert(internal.clone()) {
+                let e = StreamsError::Topology(format!(
+                    "repartition topic <application.id>-{internal} is used twice; give the operations distinct names"
+                ));
+                g.fail(e);
+            }
+        }
+        // The sink's topic is resolved with the application id at run time:
+        // the encoder returns the suffix and the task prefixes internal topics.
+        let marker = format!("{INTERNAL_MARK}{internal}");
+        let sink_name = format!("{name}-repartition-sink");
+        self.sink(
+            Some(TopicName::Internal(internal.clone())),
+            Produced {
+                key: ks.clone(),
+                value: vs.clone(),
+                name: Some(sink_name),
+            },
+            move |_, _| marker.clone(),
+        );
+        let builder = StreamsBuilder {
+            graph: self.graph.clone(),
+        };
+        builder.source(
+            vec![TopicName::Internal(internal)],
+            None,
+            Consumed::with(ks, vs).with_name(&format!("{name}-repartition-source")),
+        )
+    }
+
+    pub fn group_by_key(&self, grouped: Grouped<K, V>) -> KGroupedStream<K, V> {
+        KGroupedStream {
+            stream: self.clone(),
+            grouped,
+        }
+    }
+
+    pub fn group_by<K2: Data>(
+        &self,
+        f: impl Fn(&K, &V) -> K2 + Send + Sync + 'static,
+        grouped: Grouped<K2, V>,
+    ) -> KGroupedStream<K2, V> {
+        KGroupedStream {
+            stream: self.select_key(f),
+            grouped,
+        }
+    }
+
+    /// A custom processor (Kafka's `KStream.process`), one instance per task
+    /// from `factory`, connected to `stores`.
+    pub fn process<K2: Data, V2: Data, P>(
+        &self,
+        factory: impl Fn() -> P + Send + Sync + 'static,
+        stores: &[&str],
+    ) -> KStream<K2, V2>
+    where
+        P: Processor<K, V, K2, V2> + 'static,
+    {
+        self.then(
+            "KSTREAM-PROCESSOR",
+            true,
+            stores.iter().map(|s| s.to_string()).collect(),
+            move || erase::<P, K, V, K2, V2>(factory()),
+        )
+    }
+}
+
+/// Prefix an encoder puts before an internal topic suffix.
+pub(crate) const INTERNAL_MARK: &str = "\u{0}internal:";
+
+/// Branches being defined (Kafka's `BranchedKStream`).
+pub struct BranchedKStream<K, V> {
+    parent: KStream<K, V>,
+    prefix: String,
+    branches: Vec<(String, Option<Predicate<K, V>>)>,
+}
+
+type Predicate<K, V> = Arc<dyn Fn(&K, &V) -> bool + Send + Sync>;
+
+impl<K: Data, V: Data> BranchedKStream<K, V> {
+    pub fn branch(mut self, name: &str, p: impl Fn(&K, &V) -> bool + Send + Sync + 'static) -> Self {
+        self.branches.push((name.to_string(), Some(Arc::new(p))));
+        self
+    }
+
+    /// Adds the catch-all branch and returns every branch by name.
+    pub fn default_branch(mut self, name: &str) -> BTreeMap<String, KStream<K, V>> {
+        self.branches.push((name.to_string(), None));
+        self.no_default_branch()
+    }
+
+    /// Returns the branches; records no predicate accepts are dropped.
+    pub fn no_default_branch(self) -> BTreeMap<String, KStream<K, V>> {
+        let preds: Vec<Option<Predicate<K, V>>> = self.branches.iter().map(|(_, p)| p.clone()).collect();
+        let branch_node = self.parent.stateless::<K, V, _>("KSTREAM-BRANCH", self.parent.key_changed, move |ctx, r| {
+            for (i, p) in preds.iter().enumerate() {
+                if p.as_ref().is_none_or(|p| p(&r.key, &r.value)) {
+                    ctx.forward_to_index(i, r);
+                    return Ok(());
+                }
+            }
+            Ok(())
+        });
+        let mut out = BTreeMap::new();
+        for (name, _) in self.branches {
+            let f = Arc::new(|ctx: &mut ProcessorContext<'_, '_, K, V>, r: Record<K, V>| {
+                ctx.forward(r);
+                Ok(())
+            });
+            let child = branch_node.then::<K, V>("KSTREAM-BRANCHCHILD", branch_node.key_changed, Vec::new(), move || {
+                erase::<_, K, V, K, V>(FnProcessor(f.clone()))
+            });
+            out.insert(format!("{}{name}", self.prefix), child);
+        }
+        out
+    }
+}
+
+/// A stream grouped by key (Kafka's `KGroupedStream`).
+pub struct KGroupedStream<K, V> {
+    stream: KStream<K, V>,
+    grouped: Grouped<K, V>,
+}
+
+impl<K: Data, V: Data> KGroupedStream<K, V> {
+    /// The stream aggregations read: repartitioned first if its key changed.
+    fn input(&self, store: &str) -> KStream<K, V> {
+        if self.stream.key_changed {
+            let name = self.grouped.name.clone().unwrap_or_else(|| store.to_string());
+            self.stream
+                .through_internal(&name, self.grouped.key.clone(), self.grouped.value.clone())
+        } else {
+            self.stream.clone()
+        }
+    }
+
+    fn store_name<VA>(&self, m: &Materialized<VA>, what: &str) -> String {
+        m.name.clone().unwrap_or_else(|| {
+            let mut g = self.stream.graph.borrow_mut();
+            g.next_name(&format!("KSTREAM-{what}-STATE-STORE"))
+        })
+    }
+
+    /// Counts records per key into a table.
+    pub fn count(&self, m: Materialized<i64>) -> KTable<K, i64> {
+        let m = Materialized {
+            value: Some(m.value.unwrap_or_else(crate::Serdes::i64)),
+            ..m
+        };
+        self.aggregate_inner("AGGREGATE", || 0i64, |_k, _v, agg: &i64| agg + 1, m)
+    }
+
+    /// Combines values per key with `f` into a table.
+    pub fn reduce(&self, f: impl Fn(&V, &V) -> V + Send + Sync + 'static, m: Materialized<V>) -> KTable<K, V> {
+        let m = Materialized {
+            value: Some(m.value.clone().unwrap_or_else(|| self.grouped.value.clone())),
+            ..m
+        };
+        let f = Arc::new(f);
+        let store = self.store_name(&m, "REDUCE");
+        let m = Materialized {
+            name: Some(store.clone()),
+            ..m
+        };
+        self.aggregate_core("REDUCE", store, m, move |_k, v: &V, old: Option<V>| match old {
+            None => v.clone(),
+            Some(o) => f(&o, v),
+        })
+    }
+
+    /// Folds values per key into an aggregate, starting from `init()`.
+    pub fn aggregate<VA: Data>(
+        &self,
+        init: impl Fn() -> VA + Send + Sync + 'static,
+        f: impl Fn(&K, &V, &VA) -> VA + Send + Sync + 'static,
+        m: Materialized<VA>,
+    ) -> KTable<K, VA> {
+        if m.value.is_none() {
+            self.stream.graph.borrow_mut().fail(StreamsError::Topology(
+                "aggregate() needs Materialized::with_value_serde for the aggregate's type".into(),
+            ));
+        }
+        self.aggregate_inner("AGGREGATE", init, f, m)
+    }
+
+    fn aggregate_inner<VA: Data>(
+        &self,
+        what: &str,
+        init: impl Fn() -> VA + Send + Sync + 'static,
+        f: impl Fn(&K, &V, &VA) -> VA + Send + Sync + 'static,
+        m: Materialized<VA>,
+    ) -> KTable<K, VA> {
+        let store = self.store_name(&m, what);
+        let m = Materialized {
+            name: Some(store.clone()),
+            ..m
+        };
+        self.aggregate_core(what, store, m, move |k, v, old: Option<VA>| {
+            let base = old.unwrap_or_else(&init);
+            f(k, v, &base)
+        })
+    }
+
+    fn aggregate_core<VA: Data>(
+        &self,
+        what: &str,
+        store: String,
+        m: Materialized<VA>,
+        step: impl Fn(&K, &V, Option<VA>) -> VA + Send + Sync + 'static,
+    ) -> KTable<K, VA> {
+        let input = self.input(&store);
+        {
+            let mut g = self.stream.graph.borrow_mut();
+            if g.stores.contains_key(&store) {
+                let e = StreamsError::Topology(format!("state store {store} is defined twice"));
+                g.fail(e);
+            }
+            g.stores.insert(
+                store.clone(),
+                StoreDef {
+                    name: store.clone(),
+                    backend: m.backend,
+                    logged: m.logged,
+                },
+            );
+        }
+        let ks = self.grouped.key.clone();
+        let vs = m.value.clone().unwrap_or_else(crate::serde::missing);
+        let step = Arc::new(step);
+        let store_c = store.clone();
+        let f = Arc::new(move |ctx: &mut ProcessorContext<'_, '_, K, VA>, r: Record<K, V>| {
+            let mut s = ctx.store(&store_c)?;
+            let old = s.get_typed(&ks, &vs, &r.key)?;
+            let new = step(&r.key, &r.value, old);
+            s.put_typed(&ks, &vs, &r.key, &new)?;
+            ctx.forward(Record {
+                key: r.key,
+                value: new,
+                timestamp: r.timestamp,
+                headers: r.headers,
+            });
+            Ok(())
+        });
+        let table = input.then::<K, VA>(&format!("KSTREAM-{what}"), false, vec![store.clone()], move || {
+            erase::<_, K, V, K, VA>(FnProcessor(f.clone()))
+        });
+        KTable {
+            stream: table,
+            store,
+        }
+    }
+}
+
+/// A changelog stream seen as a table (Kafka's `KTable`): every update to a
+/// key replaces its value. Updates are forwarded as they happen (Kafka with
+/// the record cache disabled).
+pub struct KTable<K, V> {
+    stream: KStream<K, V>,
+    store: String,
+}
+
+impl<K: Data, V: Data> KTable<K, V> {
+    /// The table's updates as a stream.
+    pub fn to_stream(&self) -> KStream<K, V> {
+        let f = Arc::new(|ctx: &mut ProcessorContext<'_, '_, K, V>, r: Record<K, V>| {
+            ctx.forward(r);
+            Ok(())
+        });
+        self.stream
+            .then("KTABLE-TOSTREAM", false, Vec::new(), move || erase::<_, K, V, K, V>(FnProcessor(f.clone())))
+    }
+
+    /// The name of the store holding the table (for interactive queries).
+    pub fn queryable_store_name(&self) -> &str {
+        &self.store
+    }
+}

@@ -1,0 +1,582 @@
+//! `KafkaStreams`: the application (Kafka's class of the same name). Owns
+//! the stream threads, derives the application state from theirs, creates
+//! and validates internal topics at start, keeps the stable process id in
+//! `state.dir`, and closes threads (static members stay in the group unless
+//! asked to leave, KIP-345).
+//!
+//! States and transitions are Kafka's: Created → Rebalancing ⇄ Running →
+//! PendingShutdown → NotRunning; any → PendingError → Error.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rill_client::admin::NewTopic;
+use rill_client::Admin;
+
+use crate::assignor::LocalInfo;
+use crate::config::{instance_id_for_thread, StreamsConfig};
+use crate::error::{Result, StreamsError};
+use crate::restore::StateRestoreListener;
+use crate::state_manager::changelog_topic;
+use crate::task::TaskId;
+use crate::thread::{ThreadContext, ThreadShared, ThreadState};
+use crate::topology::{TopicName, Topology};
+
+/// Kafka's `KafkaStreams.State`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    Created,
+    Rebalancing,
+    Running,
+    PendingShutdown,
+    NotRunning,
+    PendingError,
+    Error,
+}
+
+impl State {
+    pub fn can_become(self, next: State) -> bool {
+        use State::*;
+        matches!(
+            (self, next),
+            (Created, Rebalancing | PendingShutdown | PendingError)
+                | (Rebalancing, Running | Rebalancing | PendingShutdown | PendingError)
+                | (Running, Rebalancing | PendingShutdown | PendingError)
+                | (PendingShutdown, NotRunning)
+                | (PendingError, Error)
+        )
+    }
+}
+
+/// What to do when a stream thread dies of an error (Kafka's
+/// `StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamThreadExceptionResponse {
+    /// Start a new thread in its place (it reclaims the index and instance id).
+    ReplaceThread,
+    /// Shut this instance down (Kafka's default).
+    ShutdownClient,
+    /// Shut this instance down. Kafka also stops every other instance through
+    /// the assignment; Rill does not do that part yet (see docs/kips.md).
+    ShutdownApplication,
+}
+
+type StateListener = Box<dyn Fn(State, State) + Send + Sync>;
+type ErrorHandler = Box<dyn Fn(&StreamsError) -> StreamThreadExceptionResponse + Send + Sync>;
+
+/// A thread as the application tracks it.
+struct ThreadHandle {
+    index: usize,
+    name: String,
+    shared: Arc<ThreadShared>,
+    join: Option<JoinHandle<()>>,
+}
+
+/// Per-thread metadata (Kafka's `ThreadMetadata`, plus the instance id).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadMetadata {
+    pub thread_name: String,
+    pub thread_state: ThreadState,
+    pub group_instance_id: Option<String>,
+    pub member_id: Option<String>,
+    pub active_tasks: BTreeSet<TaskId>,
+}
+
+struct Inner {
+    config: StreamsConfig,
+    topology: Arc<Topology>,
+    process_id: String,
+    client_id: String,
+    admin: Arc<Admin>,
+    state: Mutex<State>,
+    changed: Condvar,
+    state_listener: Mutex<Option<StateListener>>,
+    error_handler: Mutex<Option<ErrorHandler>>,
+    restore_listener: Mutex<Option<Arc<dyn StateRestoreListener>>>,
+    threads: Mutex<Vec<ThreadHandle>>,
+}
+
+/// A running (or not yet started) streams application instance.
+pub struct KafkaStreams {
+    inner: Arc<Inner>,
+}
+
+/// Options for [`KafkaStreams::close_with`] (Kafka's `CloseOptions`).
+#[derive(Debug, Clone, Copy)]
+pub struct CloseOptions {
+    pub timeout: Duration,
+    /// Static members leave the group at once (their partitions move now,
+    /// not after `session.timeout.ms`).
+    pub leave_group: bool,
+}
+
+impl Default for CloseOptions {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(30),
+            leave_group: false,
+        }
+    }
+}
+
+/// The process id file (Kafka keeps `kafka-streams-process-metadata`).
+const PROCESS_FILE: &str = "rill-process-metadata";
+
+fn load_process_id(config: &StreamsConfig) -> Result<String> {
+    let dir = config.state_dir.join(&config.application_id);
+    let io = |e: std::io::Error| {
+        StreamsError::config("state.dir", &dir.display().to_string(), format!("cannot use it: {e}"))
+    };
+    std::fs::create_dir_all(&dir).map_err(io)?;
+    let file = dir.join(PROCESS_FILE);
+    if let Ok(s) = std::fs::read_to_string(&file) {
+        if let Ok(id) = uuid::Uuid::parse_str(s.trim()) {
+            return Ok(id.to_string());
+        }
+        tracing::warn!("{} does not hold a process id; making a new one", file.display());
+    }
+    let id = uuid::Uuid::new_v4().to_string();
+    std::fs::write(&file, &id).map_err(io)?;
+    Ok(id)
+}
+
+impl KafkaStreams {
+    /// Validates the topology against the configuration; nothing runs until `start`.
+    pub fn new(topology: Topology, config: StreamsConfig) -> Result<Self> {
+        let process_id = load_process_id(&config)?;
+        let client_id = config.client_id_prefix(&process_id);
+        let admin = Admin::new(&config.admin_config(&client_id))
+            .map_err(|e| StreamsError::client("creating the admin client", e))?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                config,
+                topology: Arc::new(topology),
+                process_id,
+                client_id,
+                admin: Arc::new(admin),
+                state: Mutex::new(State::Created),
+                changed: Condvar::new(),
+                state_listener: Mutex::new(None),
+                error_handler: Mutex::new(None),
+                restore_listener: Mutex::new(None),
+                threads: Mutex::new(Vec::new()),
+            }),
+        })
+    }
+
+    pub fn state(&self) -> State {
+        *self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The stable process id (persisted in `state.dir`).
+    pub fn process_id(&self) -> &str {
+        &self.inner.process_id
+    }
+
+    pub fn topology(&self) -> &Topology {
+        &self.inner.topology
+    }
+
+    /// Called with (new, old) on every state change.
+    pub fn set_state_listener(&self, f: impl Fn(State, State) + Send + Sync + 'static) {
+        *self.inner.state_listener.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(f));
+    }
+
+    pub fn set_uncaught_exception_handler(
+        &self,
+        f: impl Fn(&StreamsError) -> StreamThreadExceptionResponse + Send + Sync + 'static,
+    ) {
+        *self.inner.error_handler.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(f));
+    }
+
+    pub fn set_global_state_restore_listener(&self, l: impl StateRestoreListener + 'static) {
+        *self.inner.restore_listener.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(l));
+    }
+
+    /// Creates internal topics and starts `num.stream.threads` threads.
+    pub fn start(&self) -> Result<()> {
+        if self.state() != State::Created {
+            return Err(StreamsError::IllegalState(format!(
+                "start() on an application in state {:?}",
+                self.state()
+            )));
+        }
+        prepare_topics(&self.inner)?;
+        Inner::transition(&self.inner, State::Rebalancing);
+        for _ in 0..self.inner.config.num_stream_threads {
+            Inner::spawn_thread(&self.inner, None)?;
+        }
+        Ok(())
+    }
+
+    /// Blocks until the application is in `state` or `timeout` passes.
+    pub fn wait_for_state(&self, state: State, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut s = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        while *s != state {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            s = self.inner.changed.wait_timeout(s, left).unwrap_or_else(|e| e.into_inner()).0;
+        }
+        true
+    }
+
+    /// Adds a thread with the smallest free index; its name.
+    pub fn add_stream_thread(&self) -> Result<String> {
+        match self.state() {
+            State::Running | State::Rebalancing => Inner::spawn_thread(&self.inner, None),
+            s => Err(StreamsError::IllegalState(format!("add_stream_thread() in state {s:?}"))),
+        }
+    }
+
+    /// Stops the highest-numbered live thread; its static member leaves the
+    /// group at once so its partitions move now. Its name, or `None` if no
+    /// thread is alive.
+    pub fn remove_stream_thread(&self, timeout: Duration) -> Result<Option<String>> {
+        let handle = {
+            let mut threads = self.inner.threads.lock().unwrap_or_else(|e| e.into_inner());
+            let pos = threads
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| t.shared.state().is_alive() && !t.shared.shutdown.load(Ordering::Acquire))
+                .max_by_key(|(_, t)| t.index)
+                .map(|(i, _)| i);
+            pos.map(|i| threads.remove(i))
+        };
+        let Some(mut h) = handle else {
+            return Ok(None);
+        };
+        h.shared.leave_group.store(true, Ordering::Release);
+        h.shared.shutdown.store(true, Ordering::Release);
+        join_within(&mut h, Instant::now() + timeout);
+        Inner::recompute(&self.inner);
+        Ok(Some(h.name))
+    }
+
+    /// Metadata of this instance's live threads.
+    pub fn metadata_for_local_threads(&self) -> Vec<ThreadMetadata> {
+        let threads = self.inner.threads.lock().unwrap_or_else(|e| e.into_inner());
+        threads
+            .iter()
+            .map(|t| ThreadMetadata {
+                thread_name: t.name.clone(),
+                thread_state: t.shared.state(),
+                group_instance_id: self
+                    .inner
+                    .config
+                    .group_instance_id
+                    .as_deref()
+                    .map(|id| instance_id_for_thread(id, t.index)),
+                member_id: t.shared.member_id.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+                active_tasks: t.shared.active_tasks.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            })
+            .collect()
+    }
+
+    /// The last assignment any local thread received (the whole group's view).
+    pub fn latest_assignment(&self) -> Option<crate::assignor::AssignmentInfo> {
+        let threads = self.inner.threads.lock().unwrap_or_else(|e| e.into_inner());
+        threads
+            .iter()
+            .filter_map(|t| t.shared.local.lock().ok().and_then(|l| l.assignment.clone()))
+            .max_by_key(|a| a.generation)
+    }
+
+    /// Closes with default options (30 s, static members stay in the group).
+    pub fn close(&self) -> bool {
+        self.close_with(CloseOptions::default())
+    }
+
+    /// Stops every thread; `false` if they did not all stop within the timeout.
+    pub fn close_with(&self, options: CloseOptions) -> bool {
+        Inner::close(&self.inner, options)
+    }
+}
+
+impl Inner {
+    fn close(this: &Arc<Inner>, options: CloseOptions) -> bool {
+        let deadline = Instant::now() + options.timeout;
+        let state = *this.state.lock().unwrap_or_else(|e| e.into_inner());
+        match state {
+            State::NotRunning | State::Error => return true,
+            State::PendingShutdown | State::PendingError => {}
+            _ => {
+                Inner::transition(this, State::PendingShutdown);
+            }
+        }
+        let mut threads = std::mem::take(&mut *this.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        // Signal all first so they close in parallel.
+        for t in &threads {
+            t.shared.leave_group.store(options.leave_group, Ordering::Release);
+            t.shared.shutdown.store(true, Ordering::Release);
+        }
+        let mut all = true;
+        for t in &mut threads {
+            all &= join_within(t, deadline);
+        }
+        let s = *this.state.lock().unwrap_or_else(|e| e.into_inner());
+        if s == State::PendingError {
+            Inner::transition(this, State::Error);
+        } else if s == State::PendingShutdown {
+            Inner::transition(this, State::NotRunning);
+        }
+        all
+    }
+}
+
+impl Drop for KafkaStreams {
+    fn drop(&mut self) {
+        self.close_with(CloseOptions {
+            timeout: Duration::from_secs(10),
+            leave_group: false,
+        });
+    }
+}
+
+fn join_within(t: &mut ThreadHandle, deadline: Instant) -> bool {
+    while t.join.as_ref().is_some_and(|j| !j.is_finished()) {
+        if Instant::now() >= deadline {
+            tracing::warn!(thread = %t.name, "did not stop in time");
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if let Some(j) = t.join.take() {
+        let _ = j.join();
+    }
+    true
+}
+
+impl Inner {
+    fn transition(this: &Arc<Inner>, next: State) -> bool {
+        let mut s = this.state.lock().unwrap_or_else(|e| e.into_inner());
+        let old = *s;
+        if old == next && next != State::Rebalancing {
+            return true;
+        }
+        if !old.can_become(next) {
+            return false;
+        }
+        *s = next;
+        drop(s);
+        this.changed.notify_all();
+        if old != next {
+            tracing::info!(from = ?old, to = ?next, "application state");
+            if let Some(l) = &*this.state_listener.lock().unwrap_or_else(|e| e.into_inner()) {
+                l(next, old);
+            }
+        }
+        true
+    }
+
+    /// The application state follows its threads: Running when every live
+    /// thread runs, else Rebalancing.
+    fn recompute(this: &Arc<Inner>) {
+        let states: Vec<ThreadState> = {
+            let threads = this.threads.lock().unwrap_or_else(|e| e.into_inner());
+            threads.iter().map(|t| t.shared.state()).filter(|s| s.is_alive()).collect()
+        };
+        let cur = *this.state.lock().unwrap_or_else(|e| e.into_inner());
+        if !matches!(cur, State::Rebalancing | State::Running) || states.is_empty() {
+            return;
+        }
+        let next = if states.iter().all(|s| *s == ThreadState::Running) {
+            State::Running
+        } else {
+            State::Rebalancing
+        };
+        if next != cur {
+            Inner::transition(this, next);
+        }
+    }
+
+    fn spawn_thread(this: &Arc<Inner>, index: Option<usize>) -> Result<String> {
+        let mut threads = this.threads.lock().unwrap_or_else(|e| e.into_inner());
+        let used: BTreeSet<usize> = threads.iter().map(|t| t.index).collect();
+        let index = index.unwrap_or_else(|| (1..).find(|i| !used.contains(i)).expect("unbounded"));
+        let name = format!("{}-StreamThread-{index}", this.client_id);
+        let weak: Weak<Inner> = Arc::downgrade(this);
+        let shared = Arc::new(ThreadShared {
+            state: Mutex::new(ThreadState::Created),
+            shutdown: Default::default(),
+            leave_group: Default::default(),
+            local: Arc::new(Mutex::new(LocalInfo::default())),
+            active_tasks: Mutex::new(BTreeSet::new()),
+            member_id: Mutex::new(None),
+            on_change: Box::new(move || {
+                if let Some(inner) = weak.upgrade() {
+                    // Off the calling thread's locks: recompute takes the thread list lock.
+                    std::thread::spawn(move || Inner::recompute(&inner));
+                }
+            }),
+        });
+        let ctx = ThreadContext {
+            index,
+            name: name.clone(),
+            client_id: this.client_id.clone(),
+            config: this.config.clone(),
+            topology: this.topology.clone(),
+            admin: this.admin.clone(),
+            process_id: this.process_id.clone(),
+            restore_listener: this.restore_listener.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            shared: shared.clone(),
+        };
+        let weak = Arc::downgrade(this);
+        let join = std::thread::Builder::new()
+            .name(name.clone())
+            .spawn(move || {
+                let r = crate::thread::run(ctx);
+                if let (Err(e), Some(inner)) = (r, weak.upgrade()) {
+                    Inner::on_thread_error(&inner, index, e);
+                }
+            })
+            .map_err(|e| StreamsError::IllegalState(format!("cannot spawn {name}: {e}")))?;
+        threads.push(ThreadHandle {
+            index,
+            name: name.clone(),
+            shared,
+            join: Some(join),
+        });
+        Ok(name)
+    }
+
+    fn on_thread_error(this: &Arc<Inner>, index: usize, e: StreamsError) {
+        let response = match &*this.error_handler.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(h) => h(&e),
+            None => StreamThreadExceptionResponse::ShutdownClient,
+        };
+        tracing::error!(thread.index = index, ?response, "stream thread died: {e}");
+        let state = *this.state.lock().unwrap_or_else(|e| e.into_inner());
+        if !matches!(state, State::Running | State::Rebalancing) {
+            return;
+        }
+        match response {
+            StreamThreadExceptionResponse::ReplaceThread => {
+                {
+                    let mut threads = this.threads.lock().unwrap_or_else(|e| e.into_inner());
+                    threads.retain(|t| t.index != index);
+                }
+                if let Err(e) = Inner::spawn_thread(this, Some(index)) {
+                    tracing::error!("replacing the stream thread failed: {e}");
+                }
+            }
+            StreamThreadExceptionResponse::ShutdownClient
+            | StreamThreadExceptionResponse::ShutdownApplication => {
+                Inner::transition(this, State::PendingError);
+                let threads = this.threads.lock().unwrap_or_else(|e| e.into_inner());
+                for t in threads.iter() {
+                    t.shared.shutdown.store(true, Ordering::Release);
+                }
+                drop(threads);
+                // The application moves to Error once close() joins the threads.
+                let inner = this.clone();
+                std::thread::spawn(move || Inner::close(&inner, CloseOptions::default()));
+            }
+        }
+    }
+}
+
+/// Creates missing internal topics and validates sources (Kafka's
+/// `InternalTopicManager` + co-partitioning checks).
+fn prepare_topics(inner: &Inner) -> Result<()> {
+    let app = &inner.config.application_id;
+    let admin = &inner.admin;
+    let existing: BTreeMap<String, i32> = {
+        let names = admin
+            .list_topics()
+            .map_err(|e| StreamsError::client("listing topics", e))?;
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        admin
+            .describe_topics(&refs)
+            .map_err(|e| StreamsError::client("describing topics", e))?
+            .into_iter()
+            .map(|t| (t.name.clone(), t.partitions.len() as i32))
+            .collect()
+    };
+    let rf = inner.config.replication_factor;
+    let mut counts: BTreeMap<String, i32> = BTreeMap::new();
+    let mut create: Vec<NewTopic> = Vec::new();
+    for st in inner.topology.subtopologies() {
+        let mut sources: Vec<(String, i32)> = Vec::new();
+        for t in &st.source_topics {
+            let name = t.resolve(app);
+            if let Some(&n) = counts.get(&name).or(existing.get(&name)) {
+                sources.push((name, n));
+            } else if matches!(t, TopicName::User(_)) {
+                return Err(StreamsError::Topology(format!(
+                    "source topic {name} of sub-topology {} does not exist; create it first",
+                    st.id
+                )));
+            }
+        }
+        for (name, &n) in &existing {
+            if st.source_patterns.iter().any(|p| crate::topology::full_match(p, name)) {
+                sources.push((name.clone(), n));
+            }
+        }
+        let distinct: BTreeSet<i32> = sources.iter().map(|(_, n)| *n).collect();
+        if distinct.len() > 1 {
+            return Err(StreamsError::Topology(format!(
+                "sub-topology {} joins topics that are not co-partitioned: {}",
+                st.id,
+                sources.iter().map(|(t, n)| format!("{t} ({n} partitions)")).collect::<Vec<_>>().join(", ")
+            )));
+        }
+        let n = distinct.into_iter().next().unwrap_or(1);
+        // Repartition topics this sub-topology writes take its partition count.
+        for t in &st.sink_topics {
+            if let TopicName::Internal(_) = t {
+                let name = t.resolve(app);
+                check_or_create(&name, n, &existing, &mut create, rf, false)?;
+                counts.insert(name, n);
+            }
+        }
+        for store in &st.stores {
+            if inner.topology.stores[store].logged {
+                check_or_create(&changelog_topic(app, store), n, &existing, &mut create, rf, true)?;
+            }
+        }
+    }
+    if !create.is_empty() {
+        let results = admin
+            .create_topics(&create)
+            .map_err(|e| StreamsError::client("creating internal topics", e))?;
+        for (name, r) in results {
+            if let Err(e) = r {
+                if !e.to_string().contains("TOPIC_ALREADY_EXISTS") {
+                    return Err(StreamsError::client(format!("creating internal topic {name}"), e));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_or_create(
+    name: &str,
+    partitions: i32,
+    existing: &BTreeMap<String, i32>,
+    create: &mut Vec<NewTopic>,
+    rf: i16,
+    compact: bool,
+) -> Result<()> {
+    match existing.get(name) {
+        Some(&n) if n != partitions => Err(StreamsError::Topology(format!(
+            "internal topic {name} has {n} partitions but the topology needs {partitions}; delete it or reset the application"
+        ))),
+        Some(_) => Ok(()),
+        None => {
+            let mut t = NewTopic::new(name, partitions, rf);
+            if compact {
+                t = t.config("cleanup.policy", "compact");
+            }
+            create.push(t);
+            Ok(())
+        }
+    }
+}

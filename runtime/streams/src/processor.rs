@@ -1,0 +1,428 @@
+//! The Processor API (Kafka's `org.apache.kafka.streams.processor.api`):
+//! [`Processor`], [`ProcessorContext`], [`Record`], punctuation.
+//!
+//! Inside the runtime records travel type-erased between nodes
+//! ([`RawRecord`]: boxed key and value); [`ProcessorContext`] and the
+//! typed adapter restore the types at each node, so a processor only ever
+//! sees the `K`/`V` it declared. Forwarding is depth-first per forwarded
+//! record, like Kafka's: a record reaches every downstream node before the
+//! next record a processor forwarded is handled.
+
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use bytes::Bytes;
+use rill_state::KeyValueStore;
+
+use crate::error::{Result, StreamsError};
+use crate::serde::SharedSerde;
+use crate::task::TaskShared;
+
+pub type Headers = Vec<(String, Option<Bytes>)>;
+
+/// A record as processors see it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record<K, V> {
+    pub key: K,
+    pub value: V,
+    pub timestamp: i64,
+    pub headers: Headers,
+}
+
+impl<K, V> Record<K, V> {
+    pub fn new(key: K, value: V, timestamp: i64) -> Self {
+        Self {
+            key,
+            value,
+            timestamp,
+            headers: Vec::new(),
+        }
+    }
+    pub fn with_key<K2>(self, key: K2) -> Record<K2, V> {
+        Record {
+            key,
+            value: self.value,
+            timestamp: self.timestamp,
+            headers: self.headers,
+        }
+    }
+    pub fn with_value<V2>(self, value: V2) -> Record<K, V2> {
+        Record {
+            key: self.key,
+            value,
+            timestamp: self.timestamp,
+            headers: self.headers,
+        }
+    }
+}
+
+pub(crate) type AnyBox = Box<dyn Any + Send>;
+
+/// A record between nodes, types erased.
+pub(crate) struct RawRecord {
+    pub key: AnyBox,
+    pub value: AnyBox,
+    pub timestamp: i64,
+    pub headers: Headers,
+}
+
+impl<K: Send + 'static, V: Send + 'static> From<Record<K, V>> for RawRecord {
+    fn from(r: Record<K, V>) -> Self {
+        RawRecord {
+            key: Box::new(r.key),
+            value: Box::new(r.value),
+            timestamp: r.timestamp,
+            headers: r.headers,
+        }
+    }
+}
+
+impl RawRecord {
+    /// Restores the types; a mismatch is a bug in the topology wiring, reported
+    /// with the node's name rather than a panic.
+    pub(crate) fn typed<K: 'static, V: 'static>(self, node: &str) -> Result<Record<K, V>> {
+        let key = self.key.downcast::<K>().map_err(|_| {
+            StreamsError::Topology(format!(
+                "node {node} received a key that is not a {}",
+                std::any::type_name::<K>()
+            ))
+        })?;
+        let value = self.value.downcast::<V>().map_err(|_| {
+            StreamsError::Topology(format!(
+                "node {node} received a value that is not a {}",
+                std::any::type_name::<V>()
+            ))
+        })?;
+        Ok(Record {
+            key: *key,
+            value: *value,
+            timestamp: self.timestamp,
+            headers: self.headers,
+        })
+    }
+}
+
+/// Copies a record of known types (for nodes with several children).
+pub(crate) type CloneFn = fn(&RawRecord) -> RawRecord;
+
+pub(crate) fn clone_raw<K: Clone + Send + 'static, V: Clone + Send + 'static>(
+    r: &RawRecord,
+) -> RawRecord {
+    RawRecord {
+        key: Box::new(
+            r.key
+                .downcast_ref::<K>()
+                .expect("clone_raw is registered with the node's output types")
+                .clone(),
+        ),
+        value: Box::new(
+            r.value
+                .downcast_ref::<V>()
+                .expect("clone_raw is registered with the node's output types")
+                .clone(),
+        ),
+        timestamp: r.timestamp,
+        headers: r.headers.clone(),
+    }
+}
+
+/// Which clock drives a punctuation (Kafka's `PunctuationType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PunctuationType {
+    /// Advances with the timestamps of the records the task processes.
+    StreamTime,
+    /// Advances with the system clock (or the test driver's).
+    WallClockTime,
+}
+
+/// Names one `schedule` call of a processor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ScheduleId(pub(crate) usize);
+
+/// A user processor (Kafka's `Processor<KIn, VIn, KOut, VOut>`). One
+/// instance per task, made by the factory given to the topology.
+pub trait Processor<KIn, VIn, KOut, VOut>: Send {
+    fn init(&mut self, _ctx: &mut ProcessorContext<'_, '_, KOut, VOut>) -> Result<()> {
+        Ok(())
+    }
+    fn process(
+        &mut self,
+        ctx: &mut ProcessorContext<'_, '_, KOut, VOut>,
+        record: Record<KIn, VIn>,
+    ) -> Result<()>;
+    /// Called for each due schedule this processor registered with
+    /// [`ProcessorContext::schedule`] (Kafka's `Punctuator`).
+    fn punctuate(
+        &mut self,
+        _ctx: &mut ProcessorContext<'_, '_, KOut, VOut>,
+        _schedule: ScheduleId,
+        _timestamp: i64,
+    ) -> Result<()> {
+        Ok(())
+    }
+    fn close(&mut self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// The erased processor the task drives.
+pub(crate) trait ErasedProcessor: Send {
+    fn init(&mut self, ctx: &mut NodeContext<'_>) -> Result<()>;
+    fn process(&mut self, ctx: &mut NodeContext<'_>, rec: RawRecord) -> Result<()>;
+    fn punctuate(&mut self, ctx: &mut NodeContext<'_>, id: ScheduleId, ts: i64) -> Result<()>;
+    fn close(&mut self) -> Result<()>;
+}
+
+pub(crate) struct Adapter<P, KIn, VIn, KOut, VOut> {
+    pub inner: P,
+    pub _types: PhantomData<fn(KIn, VIn) -> (KOut, VOut)>,
+}
+
+impl<P, KIn, VIn, KOut, VOut> ErasedProcessor for Adapter<P, KIn, VIn, KOut, VOut>
+where
+    P: Processor<KIn, VIn, KOut, VOut>,
+    KIn: 'static,
+    VIn: 'static,
+    KOut: Send + 'static,
+    VOut: Send + 'static,
+{
+    fn init(&mut self, ctx: &mut NodeContext<'_>) -> Result<()> {
+        self.inner.init(&mut ProcessorContext::new(ctx))
+    }
+    fn process(&mut self, ctx: &mut NodeContext<'_>, rec: RawRecord) -> Result<()> {
+        let rec = rec.typed::<KIn, VIn>(ctx.node_name())?;
+        self.inner.process(&mut ProcessorContext::new(ctx), rec)
+    }
+    fn punctuate(&mut self, ctx: &mut NodeContext<'_>, id: ScheduleId, ts: i64) -> Result<()> {
+        self.inner.punctuate(&mut ProcessorContext::new(ctx), id, ts)
+    }
+    fn close(&mut self) -> Result<()> {
+        self.inner.close()
+    }
+}
+
+/// Where the current record came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordMetadata {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+/// The runtime side of one node's context: the task's shared state and the
+/// records the node forwards (delivered by the task after the call returns).
+pub(crate) struct NodeContext<'a> {
+    pub shared: &'a mut TaskShared,
+    pub node: usize,
+    pub node_name: &'a str,
+    pub stores: &'a [String],
+    pub children: &'a [String],
+    /// `(child index or None for all, record)`.
+    pub forwarded: &'a mut Vec<(Option<usize>, RawRecord)>,
+}
+
+impl NodeContext<'_> {
+    pub fn node_name(&self) -> &str {
+        self.node_name
+    }
+}
+
+/// What a processor can do (Kafka's `ProcessorContext<KForward, VForward>`).
+pub struct ProcessorContext<'c, 'a, KOut, VOut> {
+    inner: &'c mut NodeContext<'a>,
+    _types: PhantomData<fn(KOut, VOut)>,
+}
+
+impl<'c, 'a, KOut: Send + 'static, VOut: Send + 'static> ProcessorContext<'c, 'a, KOut, VOut> {
+    pub(crate) fn new(inner: &'c mut NodeContext<'a>) -> Self {
+        Self {
+            inner,
+            _types: PhantomData,
+        }
+    }
+
+    /// Sends a record to every child.
+    pub fn forward(&mut self, record: Record<KOut, VOut>) {
+        self.inner.forwarded.push((None, record.into()));
+    }
+
+    /// Sends a record to the named child only.
+    pub fn forward_to(&mut self, child: &str, record: Record<KOut, VOut>) -> Result<()> {
+        let i = self
+            .inner
+            .children
+            .iter()
+            .position(|c| c == child)
+            .ok_or_else(|| {
+                StreamsError::Topology(format!(
+                    "processor {} has no child named {child} (children: {:?})",
+                    self.inner.node_name, self.inner.children
+                ))
+            })?;
+        self.inner.forwarded.push((Some(i), record.into()));
+        Ok(())
+    }
+
+    /// Sends a record to the `i`-th child (in the order they were added).
+    pub(crate) fn forward_to_index(&mut self, i: usize, record: Record<KOut, VOut>) {
+        self.inner.forwarded.push((Some(i), record.into()));
+    }
+
+    pub fn task_id(&self) -> crate::TaskId {
+        self.inner.shared.task_id
+    }
+    pub fn application_id(&self) -> &str {
+        &self.inner.shared.application_id
+    }
+    /// Topic, partition and offset of the record being processed (`None`
+    /// inside a punctuation).
+    pub fn record_metadata(&self) -> Option<&RecordMetadata> {
+        self.inner.shared.current.as_ref()
+    }
+    /// The task's stream time: the largest record timestamp it has seen.
+    pub fn stream_time(&self) -> i64 {
+        self.inner.shared.stream_time
+    }
+    /// The current wall-clock time in ms (the test driver's when under test).
+    pub fn current_system_time_ms(&self) -> i64 {
+        self.inner.shared.wall_clock_ms
+    }
+
+    /// Schedules [`Processor::punctuate`] every `interval` of the given time.
+    pub fn schedule(&mut self, interval: Duration, kind: PunctuationType) -> Result<ScheduleId> {
+        if interval.is_zero() {
+            return Err(StreamsError::Topology(format!(
+                "processor {}: punctuation interval must be positive",
+                self.inner.node_name
+            )));
+        }
+        Ok(self.inner.shared.schedule(self.inner.node, interval, kind))
+    }
+
+    /// Asks the thread to commit after this record (Kafka's `context.commit()`).
+    pub fn commit(&mut self) {
+        self.inner.shared.commit_requested = true;
+    }
+
+    /// A state store connected to this processor.
+    pub fn store(&mut self, name: &str) -> Result<StoreRef<'_>> {
+        if !self.inner.stores.iter().any(|s| s == name) {
+            return Err(StreamsError::Topology(format!(
+                "processor {} is not connected to state store {name} (connected: {:?})",
+                self.inner.node_name, self.inner.stores
+            )));
+        }
+        let task = self.inner.shared.task_id;
+        let handle = self.inner.shared.stores.get_mut(name).ok_or_else(|| {
+            StreamsError::IllegalState(format!("task {task}: state store {name} is not open"))
+        })?;
+        Ok(StoreRef { task, handle })
+    }
+}
+
+/// A store as the task holds it: the store and, when logged, its changelog
+/// partition and the writes not yet sent there.
+pub(crate) struct StoreHandle {
+    pub store: Box<dyn KeyValueStore>,
+    pub changelog: Option<(String, i32)>,
+    pub pending: Vec<(Bytes, Option<Bytes>)>,
+}
+
+/// Byte-level access to a key-value store; every write is also queued for the
+/// store's changelog topic (sent after the current record).
+pub struct StoreRef<'s> {
+    task: crate::TaskId,
+    handle: &'s mut StoreHandle,
+}
+
+impl StoreRef<'_> {
+    fn err(&self, e: rill_state::Error) -> StreamsError {
+        StreamsError::State {
+            task: self.task.to_string(),
+            source: e,
+        }
+    }
+    pub fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
+        self.handle.store.get(key).map_err(|e| self.err(e))
+    }
+    pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.handle.store.put(key, value).map_err(|e| self.err(e))?;
+        if self.handle.changelog.is_some() {
+            self.handle
+                .pending
+                .push((Bytes::copy_from_slice(key), Some(Bytes::copy_from_slice(value))));
+        }
+        Ok(())
+    }
+    pub fn delete(&mut self, key: &[u8]) -> Result<()> {
+        self.handle.store.delete(key).map_err(|e| self.err(e))?;
+        if self.handle.changelog.is_some() {
+            self.handle
+                .pending
+                .push((Bytes::copy_from_slice(key), None));
+        }
+        Ok(())
+    }
+    pub fn range(&self, from: &[u8], to: &[u8]) -> Result<Vec<(Bytes, Bytes)>> {
+        self.handle.store.range(from, to).map_err(|e| self.err(e))
+    }
+    pub fn prefix_scan(&self, prefix: &[u8]) -> Result<Vec<(Bytes, Bytes)>> {
+        self.handle.store.prefix_scan(prefix).map_err(|e| self.err(e))
+    }
+    pub fn all(&self) -> Result<Vec<(Bytes, Bytes)>> {
+        self.handle.store.all().map_err(|e| self.err(e))
+    }
+    pub fn approximate_num_entries(&self) -> Result<u64> {
+        self.handle
+            .store
+            .approximate_num_entries()
+            .map_err(|e| self.err(e))
+    }
+
+    /// Typed get through serdes (the store's topic name for the serdes is its name).
+    pub fn get_typed<K: 'static, V: 'static>(&self, kser: &SharedSerde<K>, vser: &SharedSerde<V>, key: &K) -> Result<Option<V>> {
+        let name = self.handle.store.name().to_string();
+        let k = ser(kser, &name, key)?;
+        match self.get(&k)? {
+            None => Ok(None),
+            Some(b) => vser.deserialize(&name, Some(&b)).map(Some).map_err(|reason| {
+                StreamsError::IllegalState(format!(
+                    "task {}: state store {name} holds a value that does not deserialize: {reason}",
+                    self.task
+                ))
+            }),
+        }
+    }
+
+    /// Typed put through serdes.
+    pub fn put_typed<K: 'static, V: 'static>(
+        &mut self,
+        kser: &SharedSerde<K>,
+        vser: &SharedSerde<V>,
+        key: &K,
+        value: &V,
+    ) -> Result<()> {
+        let name = self.handle.store.name().to_string();
+        let k = ser(kser, &name, key)?;
+        let v = ser(vser, &name, value)?;
+        self.put(&k, &v)
+    }
+}
+
+fn ser<T: 'static>(serde: &SharedSerde<T>, store: &str, data: &T) -> Result<Bytes> {
+    serde
+        .serialize(store, data)
+        .map_err(|reason| StreamsError::Serialization {
+            topic: format!("state store {store}"),
+            reason,
+        })?
+        .ok_or_else(|| StreamsError::Serialization {
+            topic: format!("state store {store}"),
+            reason: "serialized to null; stores need non-null keys and values".into(),
+        })
+}
+
+/// Per-store registry of open stores, keyed by name.
+pub(crate) type Stores = BTreeMap<String, StoreHandle>;

@@ -1,0 +1,180 @@
+//! Serdes: how keys and values become bytes and back (Kafka's `Serde`).
+//!
+//! A serde sees the record's topic, like Kafka's, and `None` for a null
+//! key or value. Non-nullable serdes refuse null with an error (it becomes a
+//! deserialization error naming topic, partition and offset); wrap one in
+//! [`Serdes::nullable`] to get `Option<T>`. Integers are big-endian, as
+//! Kafka's `IntegerSerializer` / `LongSerializer` write them, so Rill and
+//! Kafka Streams apps can read each other's topics.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+/// Converts `T` to and from bytes.
+pub trait Serde<T>: Send + Sync + 'static {
+    fn serialize(&self, topic: &str, data: &T) -> Result<Option<Bytes>, String>;
+    fn deserialize(&self, topic: &str, data: Option<&[u8]>) -> Result<T, String>;
+}
+
+/// A shareable serde.
+pub type SharedSerde<T> = Arc<dyn Serde<T>>;
+
+/// The built-in serdes.
+pub struct Serdes;
+
+impl Serdes {
+    pub fn bytes() -> SharedSerde<Bytes> {
+        Arc::new(BytesSerde)
+    }
+    pub fn string() -> SharedSerde<String> {
+        Arc::new(StringSerde)
+    }
+    pub fn i32() -> SharedSerde<i32> {
+        Arc::new(I32Serde)
+    }
+    pub fn i64() -> SharedSerde<i64> {
+        Arc::new(I64Serde)
+    }
+    /// JSON through serde_json.
+    pub fn json<T>() -> SharedSerde<T>
+    where
+        T: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
+    {
+        Arc::new(JsonSerde(PhantomData))
+    }
+    /// Null-tolerant: null bytes are `None` and `None` is written as null.
+    pub fn nullable<T: Send + Sync + 'static>(inner: SharedSerde<T>) -> SharedSerde<Option<T>> {
+        Arc::new(NullableSerde(inner))
+    }
+    /// Ignores the bytes entirely (`()`); for keys an app does not use.
+    pub fn unit() -> SharedSerde<()> {
+        Arc::new(UnitSerde)
+    }
+}
+
+fn need<'a>(data: Option<&'a [u8]>) -> Result<&'a [u8], String> {
+    data.ok_or_else(|| "null, but the serde is not nullable (use Serdes::nullable)".to_string())
+}
+
+struct BytesSerde;
+impl Serde<Bytes> for BytesSerde {
+    fn serialize(&self, _: &str, data: &Bytes) -> Result<Option<Bytes>, String> {
+        Ok(Some(data.clone()))
+    }
+    fn deserialize(&self, _: &str, data: Option<&[u8]>) -> Result<Bytes, String> {
+        Ok(Bytes::copy_from_slice(need(data)?))
+    }
+}
+
+struct StringSerde;
+impl Serde<String> for StringSerde {
+    fn serialize(&self, _: &str, data: &String) -> Result<Option<Bytes>, String> {
+        Ok(Some(Bytes::copy_from_slice(data.as_bytes())))
+    }
+    fn deserialize(&self, _: &str, data: Option<&[u8]>) -> Result<String, String> {
+        String::from_utf8(need(data)?.to_vec()).map_err(|e| format!("not UTF-8: {e}"))
+    }
+}
+
+macro_rules! int_serde {
+    ($name:ident, $t:ty, $n:expr) => {
+        struct $name;
+        impl Serde<$t> for $name {
+            fn serialize(&self, _: &str, data: &$t) -> Result<Option<Bytes>, String> {
+                Ok(Some(Bytes::copy_from_slice(&data.to_be_bytes())))
+            }
+            fn deserialize(&self, _: &str, data: Option<&[u8]>) -> Result<$t, String> {
+                let d = need(data)?;
+                let arr: [u8; $n] = d.try_into().map_err(|_| {
+                    format!("expected {} bytes for {}, got {}", $n, stringify!($t), d.len())
+                })?;
+                Ok(<$t>::from_be_bytes(arr))
+            }
+        }
+    };
+}
+int_serde!(I32Serde, i32, 4);
+int_serde!(I64Serde, i64, 8);
+
+struct JsonSerde<T>(PhantomData<fn() -> T>);
+impl<T> Serde<T> for JsonSerde<T>
+where
+    T: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
+{
+    fn serialize(&self, _: &str, data: &T) -> Result<Option<Bytes>, String> {
+        serde_json::to_vec(data)
+            .map(|v| Some(Bytes::from(v)))
+            .map_err(|e| format!("JSON: {e}"))
+    }
+    fn deserialize(&self, _: &str, data: Option<&[u8]>) -> Result<T, String> {
+        serde_json::from_slice(need(data)?).map_err(|e| format!("JSON: {e}"))
+    }
+}
+
+struct NullableSerde<T>(SharedSerde<T>);
+impl<T: Send + Sync + 'static> Serde<Option<T>> for NullableSerde<T> {
+    fn serialize(&self, topic: &str, data: &Option<T>) -> Result<Option<Bytes>, String> {
+        match data {
+            Some(d) => self.0.serialize(topic, d),
+            None => Ok(None),
+        }
+    }
+    fn deserialize(&self, topic: &str, data: Option<&[u8]>) -> Result<Option<T>, String> {
+        data.map(|d| self.0.deserialize(topic, Some(d))).transpose()
+    }
+}
+
+/// A serde that refuses everything: stands in where the builder already
+/// recorded a missing-serde error, so `build()` reports it instead of a panic.
+pub(crate) fn missing<T: Send + Sync + 'static>() -> SharedSerde<T> {
+    Arc::new(MissingSerde(PhantomData))
+}
+
+struct MissingSerde<T>(PhantomData<fn() -> T>);
+impl<T: 'static> Serde<T> for MissingSerde<T> {
+    fn serialize(&self, topic: &str, _: &T) -> Result<Option<Bytes>, String> {
+        Err(format!("no serde configured for {topic}"))
+    }
+    fn deserialize(&self, topic: &str, _: Option<&[u8]>) -> Result<T, String> {
+        Err(format!("no serde configured for {topic}"))
+    }
+}
+
+struct UnitSerde;
+impl Serde<()> for UnitSerde {
+    fn serialize(&self, _: &str, _: &()) -> Result<Option<Bytes>, String> {
+        Ok(None)
+    }
+    fn deserialize(&self, _: &str, _: Option<&[u8]>) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_are_big_endian_like_kafka() {
+        let b = Serdes::i64().serialize("t", &1).unwrap().unwrap();
+        assert_eq!(&b[..], &[0, 0, 0, 0, 0, 0, 0, 1]);
+        assert_eq!(Serdes::i64().deserialize("t", Some(&b)).unwrap(), 1);
+        let err = Serdes::i32().deserialize("t", Some(&[1, 2])).unwrap_err();
+        assert!(err.contains("expected 4 bytes"), "{err}");
+    }
+
+    #[test]
+    fn null_needs_a_nullable_serde() {
+        assert!(Serdes::string().deserialize("t", None).is_err());
+        let n = Serdes::nullable(Serdes::string());
+        assert_eq!(n.deserialize("t", None).unwrap(), None);
+        assert_eq!(n.serialize("t", &None).unwrap(), None);
+        assert_eq!(
+            n.deserialize("t", Some(b"x")).unwrap(),
+            Some("x".to_string())
+        );
+        assert!(Serdes::string().deserialize("t", Some(&[0xff])).is_err());
+    }
+}

@@ -1,0 +1,117 @@
+//! Opens a task's stores (Kafka's `ProcessorStateManager` and
+//! `StateDirectory`): `state.dir/<application.id>/<task>/rocksdb/<store>`,
+//! the task directory locked while the task lives, and the checkpoint that
+//! says how far the persistent stores already reflect their changelogs.
+//!
+//! A persistent store without a checkpoint entry cannot be trusted (it may
+//! hold writes past what was committed, or nothing) and is wiped before a
+//! full restore, as Kafka does; in-memory stores always restore in full.
+
+use std::path::{Path, PathBuf};
+
+use rill_state::{Checkpoint, InMemoryStore, KeyValueStore, RocksDbStore, StoreBackend, TaskDirLock};
+
+use crate::error::{Result, StreamsError};
+use crate::processor::{StoreHandle, Stores};
+use crate::task::TaskId;
+use crate::topology::Topology;
+
+/// Where each logged store restores from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RestorePlan {
+    pub store: String,
+    pub topic: String,
+    pub partition: i32,
+    /// First changelog offset to apply (0: from the beginning).
+    pub from: i64,
+}
+
+pub(crate) struct OpenedState {
+    pub stores: Stores,
+    pub lock: Option<TaskDirLock>,
+    pub dir: Option<PathBuf>,
+    pub restore: Vec<RestorePlan>,
+    /// Whether the task has a store worth checkpointing.
+    pub persistent: bool,
+}
+
+pub(crate) fn task_dir(state_dir: &Path, application_id: &str, task: TaskId) -> PathBuf {
+    state_dir.join(application_id).join(task.to_string())
+}
+
+pub(crate) fn changelog_topic(application_id: &str, store: &str) -> String {
+    format!("{application_id}-{store}-changelog")
+}
+
+pub(crate) fn open(
+    topology: &Topology,
+    task: TaskId,
+    application_id: &str,
+    state_dir: &Path,
+    default_backend: StoreBackend,
+) -> Result<OpenedState> {
+    let st = &topology.subtopologies[task.subtopology as usize];
+    let state_err = |e: rill_state::Error| StreamsError::State {
+        task: task.to_string(),
+        source: e,
+    };
+    let mut out = OpenedState {
+        stores: Stores::new(),
+        lock: None,
+        dir: None,
+        restore: Vec::new(),
+        persistent: false,
+    };
+    if st.stores.is_empty() {
+        return Ok(out);
+    }
+    let dir = task_dir(state_dir, application_id, task);
+    out.lock = Some(TaskDirLock::acquire(&dir).map_err(state_err)?);
+    let checkpoint = match Checkpoint::read(&dir) {
+        Ok(c) => c.unwrap_or_default(),
+        Err(e) => {
+            tracing::warn!(task = %task, "{e}; wiping the task's stores and restoring them in full");
+            Checkpoint::delete(&dir).map_err(state_err)?;
+            Checkpoint::default()
+        }
+    };
+    for name in &st.stores {
+        let def = &topology.stores[name];
+        let backend = def.backend.unwrap_or(default_backend);
+        let mut store: Box<dyn KeyValueStore> = match backend {
+            StoreBackend::InMemory => Box::new(InMemoryStore::new(name.clone())),
+            StoreBackend::RocksDb => Box::new(
+                RocksDbStore::open(name.clone(), &dir.join("rocksdb").join(name)).map_err(state_err)?,
+            ),
+        };
+        out.persistent |= store.persistent();
+        let changelog = def
+            .logged
+            .then(|| (changelog_topic(application_id, name), task.partition));
+        if let Some((topic, partition)) = &changelog {
+            let checkpointed = store
+                .persistent()
+                .then(|| checkpoint.offsets.get(&(topic.clone(), *partition)).copied())
+                .flatten();
+            if checkpointed.is_none() && store.persistent() {
+                store.clear().map_err(state_err)?;
+            }
+            out.restore.push(RestorePlan {
+                store: name.clone(),
+                topic: topic.clone(),
+                partition: *partition,
+                from: checkpointed.unwrap_or(0),
+            });
+        }
+        out.stores.insert(
+            name.clone(),
+            StoreHandle {
+                store,
+                changelog,
+                pending: Vec::new(),
+            },
+        );
+    }
+    out.dir = Some(dir);
+    Ok(out)
+}

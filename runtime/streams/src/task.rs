@@ -1,0 +1,452 @@
+//! A stream task (Kafka's `StreamTask`): one sub-topology working on one
+//! partition of each of its source topics.
+//!
+//! Invariants:
+//! - records of one partition are processed in offset order; across the
+//!   task's partitions the next record is the one with the smallest
+//!   timestamp at the head of a queue (Kafka's `PartitionGroup`);
+//! - stream time is the largest timestamp processed, never decreasing;
+//! - the offset to commit for a partition is one past the last record fully
+//!   processed, so a crash reprocesses at most the uncommitted tail
+//!   (at-least-once);
+//! - store writes queue their changelog records, which leave the task with
+//!   its sink records ([`TaskShared::out`]) after each input record.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use rill_client::ConsumerRecord;
+
+use crate::config::DeserializationHandler;
+use crate::dsl::INTERNAL_MARK;
+use crate::error::{Result, StreamsError};
+use crate::processor::{
+    ErasedProcessor, Headers, NodeContext, PunctuationType, RawRecord, RecordMetadata,
+    ScheduleId, Stores,
+};
+use crate::topology::{NodeKind, Topology};
+
+/// `<subtopology>_<partition>` (Kafka's `TaskId`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TaskId {
+    pub subtopology: u32,
+    pub partition: i32,
+}
+
+impl TaskId {
+    pub fn new(subtopology: u32, partition: i32) -> Self {
+        Self {
+            subtopology,
+            partition,
+        }
+    }
+}
+
+impl fmt::Display for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}_{}", self.subtopology, self.partition)
+    }
+}
+
+impl std::str::FromStr for TaskId {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        let (a, b) = s
+            .split_once('_')
+            .ok_or_else(|| format!("task id {s:?} is not <subtopology>_<partition>"))?;
+        Ok(TaskId {
+            subtopology: a.parse().map_err(|_| format!("task id {s:?}: bad sub-topology"))?,
+            partition: b.parse().map_err(|_| format!("task id {s:?}: bad partition"))?,
+        })
+    }
+}
+
+/// A record leaving the task: to a sink topic or a changelog.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutRecord {
+    pub topic: String,
+    /// Changelog records go to the task's partition; sink records are
+    /// partitioned by the producer (murmur2 of the key, like Kafka's).
+    pub partition: Option<i32>,
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
+    pub timestamp: i64,
+    pub headers: Headers,
+    /// The store, for changelog records.
+    pub store: Option<String>,
+}
+
+pub(crate) struct Schedule {
+    pub node: usize,
+    pub id: ScheduleId,
+    pub interval_ms: i64,
+    pub kind: PunctuationType,
+    /// Next due time; `None` for stream time until the first record.
+    pub next: Option<i64>,
+}
+
+/// Task state reachable from processor contexts.
+pub(crate) struct TaskShared {
+    pub task_id: TaskId,
+    pub application_id: String,
+    pub stores: Stores,
+    pub current: Option<RecordMetadata>,
+    pub stream_time: i64,
+    pub wall_clock_ms: i64,
+    pub schedules: Vec<Schedule>,
+    pub commit_requested: bool,
+    pub out: Vec<OutRecord>,
+}
+
+impl TaskShared {
+    pub fn schedule(&mut self, node: usize, interval: Duration, kind: PunctuationType) -> ScheduleId {
+        let id = ScheduleId(self.schedules.len());
+        let interval_ms = interval.as_millis().max(1) as i64;
+        let next = match kind {
+            PunctuationType::WallClockTime => Some(self.wall_clock_ms + interval_ms),
+            PunctuationType::StreamTime => (self.stream_time >= 0).then(|| self.stream_time + interval_ms),
+        };
+        self.schedules.push(Schedule {
+            node,
+            id,
+            interval_ms,
+            kind,
+            next,
+        });
+        id
+    }
+
+    /// Moves queued store writes to `out` as changelog records.
+    fn drain_changelogs(&mut self, timestamp: i64) {
+        for (name, h) in self.stores.iter_mut() {
+            let Some((topic, partition)) = &h.changelog else {
+                continue;
+            };
+            for (k, v) in h.pending.drain(..) {
+                self.out.push(OutRecord {
+                    topic: topic.clone(),
+                    partition: Some(*partition),
+                    key: Some(k),
+                    value: v,
+                    timestamp,
+                    headers: Vec::new(),
+                    store: Some(name.clone()),
+                });
+            }
+        }
+    }
+}
+
+pub(crate) struct StreamTask {
+    pub id: TaskId,
+    topology: Arc<Topology>,
+    procs: Vec<Option<Box<dyn ErasedProcessor>>>,
+    pub shared: TaskShared,
+    /// Source partitions: `(topic, partition) -> buffered records`.
+    queues: BTreeMap<(String, i32), VecDeque<ConsumerRecord>>,
+    /// Next offset to commit per source partition.
+    pub consumed: BTreeMap<(String, i32), i64>,
+    source_nodes: BTreeMap<String, usize>,
+    handler: DeserializationHandler,
+    /// Records dropped by log-and-continue (Kafka's `dropped-records` metric).
+    pub skipped: u64,
+    pub processed: u64,
+}
+
+impl StreamTask {
+    pub fn new(
+        id: TaskId,
+        topology: Arc<Topology>,
+        application_id: &str,
+        partitions: &[(String, i32)],
+        stores: Stores,
+        handler: DeserializationHandler,
+        wall_clock_ms: i64,
+    ) -> Result<Self> {
+        let st = topology
+            .subtopologies
+            .get(id.subtopology as usize)
+            .ok_or_else(|| StreamsError::IllegalState(format!("task {id}: no such sub-topology")))?
+            .clone();
+        let mut procs: Vec<Option<Box<dyn ErasedProcessor>>> =
+            (0..topology.nodes.len()).map(|_| None).collect();
+        let mut source_nodes = BTreeMap::new();
+        for &i in &st.nodes {
+            match &topology.nodes[i].kind {
+                NodeKind::Processor { factory } => procs[i] = Some(factory()),
+                NodeKind::Source { .. } => {}
+                NodeKind::Sink { .. } => {}
+            }
+        }
+        for (topic, _) in partitions {
+            let node = st
+                .nodes
+                .iter()
+                .copied()
+                .find(|&i| match &topology.nodes[i].kind {
+                    NodeKind::Source { topics, pattern, .. } => {
+                        topics.iter().any(|t| &t.resolve(application_id) == topic)
+                            || pattern
+                                .as_deref()
+                                .is_some_and(|p| crate::topology::full_match(p, topic))
+                    }
+                    _ => false,
+                })
+                .ok_or_else(|| {
+                    StreamsError::IllegalState(format!(
+                        "task {id}: topic {topic} is not a source of sub-topology {}",
+                        id.subtopology
+                    ))
+                })?;
+            source_nodes.insert(topic.clone(), node);
+        }
+        let mut task = StreamTask {
+            id,
+            shared: TaskShared {
+                task_id: id,
+                application_id: application_id.to_string(),
+                stores,
+                current: None,
+                stream_time: -1,
+                wall_clock_ms,
+                schedules: Vec::new(),
+                commit_requested: false,
+                out: Vec::new(),
+            },
+            queues: partitions.iter().map(|tp| (tp.clone(), VecDeque::new())).collect(),
+            consumed: BTreeMap::new(),
+            procs,
+            source_nodes,
+            topology,
+            handler,
+            skipped: 0,
+            processed: 0,
+        };
+        for &i in &st.nodes {
+            task.with_processor(i, |p, ctx| p.init(ctx))?;
+        }
+        Ok(task)
+    }
+
+    pub fn partitions(&self) -> impl Iterator<Item = &(String, i32)> {
+        self.queues.keys()
+    }
+
+    pub fn buffered(&self, tp: &(String, i32)) -> usize {
+        self.queues.get(tp).map_or(0, VecDeque::len)
+    }
+
+    pub fn has_buffered(&self) -> bool {
+        self.queues.values().any(|q| !q.is_empty())
+    }
+
+    pub fn add_record(&mut self, rec: ConsumerRecord) -> Result<()> {
+        let q = self
+            .queues
+            .get_mut(&(rec.topic.clone(), rec.partition))
+            .ok_or_else(|| {
+                StreamsError::IllegalState(format!(
+                    "task {}: got a record of {}-{}, which it does not own",
+                    self.id, rec.topic, rec.partition
+                ))
+            })?;
+        q.push_back(rec);
+        Ok(())
+    }
+
+    /// Runs `f` on processor `node` with a context; delivers what it forwarded.
+    fn with_processor(
+        &mut self,
+        node: usize,
+        f: impl FnOnce(&mut Box<dyn ErasedProcessor>, &mut NodeContext<'_>) -> Result<()>,
+    ) -> Result<()> {
+        let Some(mut p) = self.procs[node].take() else {
+            return Ok(());
+        };
+        let topology = self.topology.clone();
+        let def = &topology.nodes[node];
+        let children: Vec<String> = def
+            .children
+            .iter()
+            .map(|&c| topology.nodes[c].name.clone())
+            .collect();
+        let mut forwarded = Vec::new();
+        let r = f(
+            &mut p,
+            &mut NodeContext {
+                shared: &mut self.shared,
+                node,
+                node_name: &def.name,
+                stores: &def.stores,
+                children: &children,
+                forwarded: &mut forwarded,
+            },
+        );
+        self.procs[node] = Some(p);
+        r?;
+        for (to, rec) in forwarded {
+            self.forward(node, to, rec)?;
+        }
+        Ok(())
+    }
+
+    fn forward(&mut self, from: usize, to: Option<usize>, rec: RawRecord) -> Result<()> {
+        let topology = self.topology.clone();
+        let node = &topology.nodes[from];
+        let targets: Vec<usize> = match to {
+            Some(i) => node.children.get(i).copied().into_iter().collect(),
+            None => node.children.clone(),
+        };
+        let Some((&last, rest)) = targets.split_last() else {
+            return Ok(());
+        };
+        for &c in rest {
+            self.run(c, (node.clone)(&rec))?;
+        }
+        self.run(last, rec)
+    }
+
+    fn run(&mut self, node: usize, rec: RawRecord) -> Result<()> {
+        let topology = self.topology.clone();
+        let def = &topology.nodes[node];
+        match &def.kind {
+            NodeKind::Processor { .. } => self.with_processor(node, |p, ctx| p.process(ctx, rec)),
+            NodeKind::Source { .. } => self.forward(node, None, rec),
+            NodeKind::Sink { encode, .. } => {
+                let (topic, key, value) = encode(&rec)?;
+                let topic = match topic.strip_prefix(INTERNAL_MARK) {
+                    Some(internal) => format!("{}-{internal}", self.shared.application_id),
+                    None => topic,
+                };
+                self.shared.out.push(OutRecord {
+                    topic,
+                    partition: None,
+                    key,
+                    value,
+                    timestamp: rec.timestamp,
+                    headers: rec.headers,
+                    store: None,
+                });
+                Ok(())
+            }
+        }
+    }
+
+    /// Processes the next record (smallest head timestamp); `false` when idle.
+    pub fn process_one(&mut self) -> Result<bool> {
+        let Some(tp) = self
+            .queues
+            .iter()
+            .filter_map(|(tp, q)| q.front().map(|r| (r.timestamp, tp)))
+            .min_by_key(|(ts, _)| *ts)
+            .map(|(_, tp)| tp.clone())
+        else {
+            return Ok(false);
+        };
+        let rec = self
+            .queues
+            .get_mut(&tp)
+            .and_then(VecDeque::pop_front)
+            .expect("the queue has a head");
+        let node = self.source_nodes[&rec.topic];
+        let NodeKind::Source { decode, .. } = &self.topology.nodes[node].kind else {
+            unreachable!("source_nodes holds source nodes");
+        };
+        let decoded = decode(&rec.topic, rec.key.as_deref(), rec.value.as_deref());
+        self.consumed.insert(tp, rec.offset + 1);
+        let mut raw = match decoded {
+            Ok(raw) => raw,
+            Err((part, reason)) => {
+                let err = StreamsError::Deserialization {
+                    task: self.id.to_string(),
+                    topic: rec.topic.clone(),
+                    partition: rec.partition,
+                    offset: rec.offset,
+                    part,
+                    reason,
+                };
+                match self.handler {
+                    DeserializationHandler::LogAndFail => {
+                        // Not processed, so not committed either.
+                        self.consumed.insert((rec.topic.clone(), rec.partition), rec.offset);
+                        return Err(err);
+                    }
+                    DeserializationHandler::LogAndContinue => {
+                        tracing::warn!(task = %self.id, "skipping record: {err}");
+                        self.skipped += 1;
+                        return Ok(true);
+                    }
+                }
+            }
+        };
+        raw.timestamp = rec.timestamp;
+        raw.headers = rec.headers;
+        if rec.timestamp > self.shared.stream_time {
+            self.shared.stream_time = rec.timestamp;
+        }
+        self.shared.current = Some(RecordMetadata {
+            topic: rec.topic,
+            partition: rec.partition,
+            offset: rec.offset,
+        });
+        let r = self.forward(node, None, raw);
+        self.shared.current = None;
+        self.shared.drain_changelogs(rec.timestamp);
+        r?;
+        self.processed += 1;
+        self.punctuate(PunctuationType::StreamTime, self.shared.stream_time)?;
+        Ok(true)
+    }
+
+    /// Runs due punctuations of `kind` at time `now`; how many ran.
+    pub fn punctuate(&mut self, kind: PunctuationType, now: i64) -> Result<usize> {
+        if kind == PunctuationType::WallClockTime {
+            self.shared.wall_clock_ms = now;
+        }
+        let mut ran = 0;
+        for i in 0..self.shared.schedules.len() {
+            let s = &mut self.shared.schedules[i];
+            if s.kind != kind {
+                continue;
+            }
+            let next = *s.next.get_or_insert(now + s.interval_ms);
+            if now < next {
+                continue;
+            }
+            // Kafka skips missed intervals instead of firing once per interval.
+            let interval = s.interval_ms;
+            s.next = Some(next + ((now - next) / interval + 1) * interval);
+            let (node, id) = (s.node, s.id);
+            self.with_processor(node, |p, ctx| p.punctuate(ctx, id, now))?;
+            self.shared.drain_changelogs(now);
+            ran += 1;
+        }
+        Ok(ran)
+    }
+
+    pub fn take_out(&mut self) -> Vec<OutRecord> {
+        std::mem::take(&mut self.shared.out)
+    }
+
+    pub fn flush_stores(&mut self) -> Result<()> {
+        for h in self.shared.stores.values_mut() {
+            h.store.flush().map_err(|e| StreamsError::State {
+                task: self.id.to_string(),
+                source: e,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Closes the processors (stores are closed by dropping the task).
+    pub fn close(&mut self) {
+        for p in self.procs.iter_mut().flatten() {
+            if let Err(e) = p.close() {
+                tracing::warn!(task = %self.id, "processor close failed: {e}");
+            }
+        }
+    }
+}

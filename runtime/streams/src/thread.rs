@@ -1,0 +1,671 @@
+//! `StreamThread` and its `TaskManager` (Kafka's names): one OS thread per
+//! stream thread, running a synchronous poll → process → commit loop. The
+//! thread's consumer is a static member `<group.instance.id>-thread-<n>`
+//! when `group.instance.id` is set, so a restart inside the session timeout
+//! gets its partitions back without a rebalance (KIP-345). Network I/O stays
+//! on the client's tokio runtime; RocksDB calls run here, never on it.
+//!
+//! Rebalances run inside `poll` through the rebalance listener: on revoke
+//! the thread commits (flush stores → flush producer → commit offsets →
+//! write checkpoints) and suspends the tasks; on assign it closes suspended
+//! tasks it did not get back, resumes those it did and creates the new ones,
+//! restoring their stores from the changelogs first. Lost partitions (fenced
+//! or expired session) close their tasks without committing.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use rill_client::consumer::assignor::PartitionAssignor;
+use rill_client::{
+    Admin, Consumer, OffsetAndMetadata, Producer, ProducerRecord, RebalanceListener,
+    TopicPartition,
+};
+use rill_state::{Checkpoint, TaskDirLock};
+use tracing::{info, info_span, warn};
+
+use crate::assignor::{LocalInfo, StreamsAssignor};
+use crate::config::StreamsConfig;
+use crate::error::{Recovery, Result, StreamsError};
+use crate::processor::PunctuationType;
+use crate::restore::StateRestoreListener;
+use crate::task::{OutRecord, StreamTask, TaskId};
+use crate::topology::Topology;
+
+/// Kafka's `StreamThread.State`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ThreadState {
+    Created,
+    Starting,
+    PartitionsRevoked,
+    PartitionsAssigned,
+    Running,
+    PendingShutdown,
+    Dead,
+}
+
+impl ThreadState {
+    /// Kafka's allowed transitions.
+    pub fn can_become(self, next: ThreadState) -> bool {
+        use ThreadState::*;
+        matches!(
+            (self, next),
+            (Created, Starting | PendingShutdown)
+                | (Starting, PartitionsRevoked | PartitionsAssigned | PendingShutdown)
+                | (PartitionsRevoked, PartitionsRevoked | PartitionsAssigned | PendingShutdown)
+                | (PartitionsAssigned, PartitionsRevoked | PartitionsAssigned | Running | PendingShutdown)
+                | (Running, PartitionsRevoked | PartitionsAssigned | PendingShutdown)
+                | (PendingShutdown, Dead)
+        )
+    }
+
+    pub fn is_alive(self) -> bool {
+        !matches!(self, ThreadState::PendingShutdown | ThreadState::Dead)
+    }
+}
+
+/// What the application sees of a thread.
+pub(crate) struct ThreadShared {
+    pub state: Mutex<ThreadState>,
+    pub shutdown: AtomicBool,
+    pub leave_group: AtomicBool,
+    pub local: Arc<Mutex<LocalInfo>>,
+    pub active_tasks: Mutex<BTreeSet<TaskId>>,
+    pub member_id: Mutex<Option<String>>,
+    pub on_change: Box<dyn Fn() + Send + Sync>,
+}
+
+impl ThreadShared {
+    pub fn state(&self) -> ThreadState {
+        *self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn set_state(&self, next: ThreadState) -> bool {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if *s == next {
+            return true;
+        }
+        if !s.can_become(next) {
+            warn!("stream thread: ignoring transition {:?} -> {next:?}", *s);
+            return false;
+        }
+        *s = next;
+        drop(s);
+        (self.on_change)();
+        true
+    }
+}
+
+/// Everything a thread needs to run.
+pub(crate) struct ThreadContext {
+    pub index: usize,
+    pub name: String,
+    pub client_id: String,
+    pub config: StreamsConfig,
+    pub topology: Arc<Topology>,
+    pub admin: Arc<Admin>,
+    pub process_id: String,
+    pub restore_listener: Option<Arc<dyn StateRestoreListener>>,
+    pub shared: Arc<ThreadShared>,
+}
+
+struct ActiveTask {
+    task: StreamTask,
+    dir: Option<PathBuf>,
+    _lock: Option<TaskDirLock>,
+    persistent: bool,
+    /// Changelog partition -> next offset (restored end, then written + 1).
+    changelog_end: BTreeMap<(String, i32), i64>,
+}
+
+/// Owns the thread's tasks (Kafka's `TaskManager`).
+pub(crate) struct TaskManager {
+    ctx: Arc<ThreadContext>,
+    tasks: BTreeMap<TaskId, ActiveTask>,
+    suspended: BTreeMap<TaskId, ActiveTask>,
+    /// `None` only while the thread closes it.
+    producer: Option<Producer>,
+    restore_consumer: Consumer,
+    /// Highest changelog offset written per partition, filled by delivery callbacks.
+    written: Arc<Mutex<BTreeMap<(String, i32), i64>>>,
+    send_error: Arc<Mutex<Option<String>>>,
+    pub commit_requested: bool,
+    fatal: Option<StreamsError>,
+    /// topic -> sub-topology reading it (regex matching is not per record).
+    topic_cache: Mutex<std::collections::HashMap<String, Option<u32>>>,
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+impl TaskManager {
+    fn new(ctx: Arc<ThreadContext>) -> Result<Self> {
+        let c = &ctx.config;
+        let producer = Producer::new(&c.producer_config(&ctx.client_id, ctx.index))
+            .map_err(|e| StreamsError::client("creating the stream thread's producer", e))?;
+        let restore_consumer = Consumer::new(&c.restore_consumer_config(&ctx.client_id, ctx.index))
+            .map_err(|e| StreamsError::client("creating the restore consumer", e))?;
+        Ok(Self {
+            ctx,
+            tasks: BTreeMap::new(),
+            suspended: BTreeMap::new(),
+            producer: Some(producer),
+            restore_consumer,
+            written: Arc::default(),
+            send_error: Arc::default(),
+            commit_requested: false,
+            fatal: None,
+            topic_cache: Mutex::default(),
+        })
+    }
+
+    fn producer(&self) -> Result<&Producer> {
+        self.producer
+            .as_ref()
+            .ok_or_else(|| StreamsError::IllegalState("the stream thread's producer is closed".into()))
+    }
+
+    fn task_of(&self, tp: &TopicPartition) -> Option<TaskId> {
+        let mut cache = self.topic_cache.lock().unwrap_or_else(|e| e.into_inner());
+        let st = match cache.get(&tp.topic) {
+            Some(st) => *st,
+            None => {
+                let st = self
+                    .ctx
+                    .topology
+                    .subtopology_of_topic(&self.ctx.config.application_id, &tp.topic);
+                cache.insert(tp.topic.clone(), st);
+                st
+            }
+        };
+        Some(TaskId::new(st?, tp.partition))
+    }
+
+    /// Tasks whose state this process has on disk (for the assignor).
+    fn state_tasks_on_disk(&self) -> Vec<String> {
+        let dir = self.ctx.config.state_dir.join(&self.ctx.config.application_id);
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().join(".checkpoint").exists())
+            .filter_map(|e| e.file_name().to_str().map(str::to_string))
+            .filter(|n| n.parse::<TaskId>().is_ok())
+            .collect()
+    }
+
+    fn publish_tasks(&self) {
+        let ids: BTreeSet<TaskId> = self.tasks.keys().copied().collect();
+        {
+            let mut local = self.ctx.shared.local.lock().unwrap_or_else(|e| e.into_inner());
+            local.subscription.prev_tasks = ids.iter().map(|t| t.to_string()).collect();
+            local.subscription.state_tasks = self.state_tasks_on_disk();
+        }
+        *self.ctx.shared.active_tasks.lock().unwrap_or_else(|e| e.into_inner()) = ids;
+    }
+
+    fn create_task(&mut self, id: TaskId, partitions: Vec<(String, i32)>) -> Result<ActiveTask> {
+        let c = &self.ctx.config;
+        let opened = crate::state_manager::open(
+            &self.ctx.topology,
+            id,
+            &c.application_id,
+            &c.state_dir,
+            c.default_store,
+        )?;
+        let mut task = StreamTask::new(
+            id,
+            self.ctx.topology.clone(),
+            &c.application_id,
+            &partitions,
+            opened.stores,
+            c.deserialization_handler,
+            now_ms(),
+        )?;
+        let mut changelog_end = BTreeMap::new();
+        for plan in &opened.restore {
+            let end = crate::restore::restore_store(
+                &mut self.restore_consumer,
+                &self.ctx.admin,
+                &mut task,
+                plan,
+                c.restore_batch_size,
+                self.ctx.restore_listener.as_deref(),
+            )?;
+            changelog_end.insert((plan.topic.clone(), plan.partition), end);
+        }
+        Ok(ActiveTask {
+            task,
+            dir: opened.dir,
+            _lock: opened.lock,
+            persistent: opened.persistent,
+            changelog_end,
+        })
+    }
+
+    /// Sends a task's outgoing records through the producer.
+    fn send(&mut self, out: Vec<OutRecord>) -> Result<()> {
+        for r in out {
+            let mut rec = ProducerRecord::new(r.topic.clone()).timestamp(r.timestamp);
+            if let Some(k) = r.key {
+                rec = rec.key(k);
+            }
+            if let Some(v) = r.value {
+                rec = rec.value(v);
+            }
+            if let Some(p) = r.partition {
+                rec = rec.partition(p);
+            }
+            for (hk, hv) in r.headers {
+                rec = rec.header(hk, hv);
+            }
+            let written = self.written.clone();
+            let errors = self.send_error.clone();
+            let changelog = r.store.is_some();
+            let topic = r.topic;
+            self.producer()?
+                .send_with_callback(rec, move |res| match res {
+                    Ok(md) if changelog => {
+                        let mut w = written.lock().unwrap_or_else(|e| e.into_inner());
+                        let e = w.entry((md.topic, md.partition)).or_insert(-1);
+                        *e = (*e).max(md.offset);
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        let mut slot = errors.lock().unwrap_or_else(|e| e.into_inner());
+                        slot.get_or_insert(format!("sending to {topic} failed: {e}"));
+                    }
+                })
+                .map_err(|e| StreamsError::client("sending a record", e))?;
+        }
+        Ok(())
+    }
+
+    /// Processes up to `budget` records over all tasks; how many.
+    fn process(&mut self, budget: usize) -> Result<usize> {
+        let mut done = 0;
+        let ids: Vec<TaskId> = self.tasks.keys().copied().collect();
+        let per_task = (budget / ids.len().max(1)).max(1);
+        for id in ids {
+            let t = self.tasks.get_mut(&id).expect("listed");
+            let mut n = 0;
+            while n < per_task && t.task.process_one()? {
+                n += 1;
+            }
+            done += n;
+            self.commit_requested |= std::mem::take(&mut t.task.shared.commit_requested);
+            let out = t.task.take_out();
+            self.send(out)?;
+        }
+        Ok(done)
+    }
+
+    fn punctuate_wall_clock(&mut self) -> Result<()> {
+        let now = now_ms();
+        let ids: Vec<TaskId> = self.tasks.keys().copied().collect();
+        for id in ids {
+            let t = self.tasks.get_mut(&id).expect("listed");
+            t.task.punctuate(PunctuationType::WallClockTime, now)?;
+            let out = t.task.take_out();
+            self.send(out)?;
+        }
+        Ok(())
+    }
+
+    /// Flush stores → flush producer → commit offsets → write checkpoints.
+    fn commit(&mut self, consumer: &mut Consumer) -> Result<()> {
+        self.commit_requested = false;
+        let mut offsets = BTreeMap::new();
+        for t in self.tasks.values_mut() {
+            t.task.flush_stores()?;
+            for ((topic, p), o) in &t.task.consumed {
+                offsets.insert(TopicPartition::new(topic.clone(), *p), OffsetAndMetadata::new(*o));
+            }
+        }
+        self.producer()?
+            .flush()
+            .map_err(|e| StreamsError::client("flushing the producer", e))?;
+        if let Some(e) = self.send_error.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            return Err(StreamsError::Processor {
+                task: "(thread)".into(),
+                processor: "producer".into(),
+                reason: e,
+            });
+        }
+        if !offsets.is_empty() {
+            consumer.commit_offsets_sync(&offsets).map_err(|e| match e {
+                rill_client::Error::CommitFailed { .. } => {
+                    StreamsError::TaskMigrated(format!("commit failed, the group rebalanced: {e}"))
+                }
+                e => StreamsError::client("committing offsets", e),
+            })?;
+        }
+        self.write_checkpoints();
+        Ok(())
+    }
+
+    fn write_checkpoints(&mut self) {
+        let written = self.written.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        for t in self.tasks.values_mut() {
+            for (tp, end) in t.changelog_end.iter_mut() {
+                if let Some(&w) = written.get(tp) {
+                    *end = (*end).max(w + 1);
+                }
+            }
+            let (true, Some(dir)) = (t.persistent, &t.dir) else {
+                continue;
+            };
+            let cp = Checkpoint {
+                offsets: t.changelog_end.clone(),
+            };
+            if let Err(e) = cp.write(dir) {
+                warn!(task = %t.task.id, "could not write the checkpoint: {e}");
+            }
+        }
+    }
+
+    fn close_task(&mut self, mut t: ActiveTask, clean: bool) {
+        t.task.close();
+        if clean {
+            if let Err(e) = t.task.flush_stores() {
+                warn!(task = %t.task.id, "flushing stores on close failed: {e}");
+            }
+        }
+    }
+
+    fn on_revoked(&mut self, consumer: &mut Consumer, partitions: &[TopicPartition]) {
+        self.ctx.shared.set_state(ThreadState::PartitionsRevoked);
+        if partitions.is_empty() {
+            return;
+        }
+        if let Err(e) = self.commit(consumer) {
+            warn!(thread = %self.ctx.name, "commit before revocation failed ({e}); the uncommitted records will be processed again");
+        }
+        let revoked: BTreeSet<TaskId> = partitions.iter().filter_map(|tp| self.task_of(tp)).collect();
+        for id in revoked {
+            if let Some(t) = self.tasks.remove(&id) {
+                self.suspended.insert(id, t);
+            }
+        }
+        self.publish_tasks();
+    }
+
+    fn on_assigned(&mut self, partitions: &[TopicPartition]) {
+        let mut wanted: BTreeMap<TaskId, Vec<(String, i32)>> = BTreeMap::new();
+        for tp in partitions {
+            if let Some(id) = self.task_of(tp) {
+                wanted.entry(id).or_default().push((tp.topic.clone(), tp.partition));
+            }
+        }
+        let stale: Vec<TaskId> = self
+            .suspended
+            .keys()
+            .filter(|id| !wanted.contains_key(id))
+            .copied()
+            .collect();
+        for id in stale {
+            let t = self.suspended.remove(&id).expect("listed");
+            self.close_task(t, true);
+        }
+        let mut gained = Vec::new();
+        for (id, parts) in wanted {
+            if self.tasks.contains_key(&id) {
+                continue;
+            }
+            if let Some(t) = self.suspended.remove(&id) {
+                self.tasks.insert(id, t);
+                continue;
+            }
+            match self.create_task(id, parts) {
+                Ok(t) => {
+                    gained.push(id);
+                    self.tasks.insert(id, t);
+                }
+                Err(e) => {
+                    warn!(thread = %self.ctx.name, task = %id, "could not create the task: {e}");
+                    self.fatal.get_or_insert(e);
+                }
+            }
+        }
+        let generation = self.ctx.shared.local.lock().map(|l| l.generation).unwrap_or(-1);
+        info!(
+            thread = %self.ctx.name,
+            generation,
+            tasks = ?self.tasks.keys().map(|t| t.to_string()).collect::<Vec<_>>(),
+            gained = ?gained.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
+            "rebalance complete"
+        );
+        self.publish_tasks();
+        self.ctx.shared.set_state(ThreadState::PartitionsAssigned);
+    }
+
+    fn on_lost(&mut self) {
+        let all: Vec<TaskId> = self.tasks.keys().chain(self.suspended.keys()).copied().collect();
+        warn!(thread = %self.ctx.name, tasks = ?all.iter().map(|t| t.to_string()).collect::<Vec<_>>(), "tasks lost without a commit");
+        for id in all {
+            let t = self.tasks.remove(&id).or_else(|| self.suspended.remove(&id));
+            if let Some(t) = t {
+                self.close_task(t, false);
+            }
+        }
+        self.publish_tasks();
+    }
+
+    fn close_all(&mut self, consumer: Option<&mut Consumer>) -> Result<()> {
+        let r = match consumer {
+            Some(c) if !self.tasks.is_empty() => self.commit(c),
+            _ => Ok(()),
+        };
+        let ids: Vec<TaskId> = self.tasks.keys().chain(self.suspended.keys()).copied().collect();
+        for id in ids {
+            let t = self.tasks.remove(&id).or_else(|| self.suspended.remove(&id));
+            if let Some(t) = t {
+                self.close_task(t, r.is_ok());
+            }
+        }
+        self.publish_tasks();
+        r
+    }
+}
+
+struct Listener(Arc<Mutex<TaskManager>>);
+
+impl RebalanceListener for Listener {
+    fn on_partitions_revoked(&mut self, consumer: &mut Consumer, partitions: &[TopicPartition]) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).on_revoked(consumer, partitions);
+    }
+    fn on_partitions_assigned(&mut self, _consumer: &mut Consumer, partitions: &[TopicPartition]) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).on_assigned(partitions);
+    }
+    fn on_partitions_lost(&mut self, _consumer: &mut Consumer, _partitions: &[TopicPartition]) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).on_lost();
+    }
+}
+
+/// Runs the thread's loop to completion; the error that stopped it, if any.
+pub(crate) fn run(ctx: ThreadContext) -> Result<()> {
+    let ctx = Arc::new(ctx);
+    let span = info_span!("stream_thread", thread = %ctx.name);
+    let _g = span.enter();
+    ctx.shared.set_state(ThreadState::Starting);
+    let r = run_inner(&ctx);
+    ctx.shared.set_state(ThreadState::PendingShutdown);
+    ctx.shared.set_state(ThreadState::Dead);
+    match &r {
+        Ok(()) => info!("stream thread stopped"),
+        Err(e) => tracing::error!("stream thread failed: {e}"),
+    }
+    r
+}
+
+fn subscribe(ctx: &ThreadContext, consumer: &mut Consumer) -> Result<()> {
+    let app = &ctx.config.application_id;
+    let mut topics = BTreeSet::new();
+    let mut patterns = Vec::new();
+    for st in ctx.topology.subtopologies() {
+        topics.extend(st.source_topics.iter().map(|t| t.resolve(app)));
+        patterns.extend(st.source_patterns.iter().cloned());
+    }
+    let r = if patterns.is_empty() {
+        let t: Vec<&str> = topics.iter().map(String::as_str).collect();
+        consumer.subscribe(&t)
+    } else {
+        let mut alts: Vec<String> = topics.iter().map(|t| regex::escape(t)).collect();
+        alts.extend(patterns.iter().map(|p| format!("(?:{p})")));
+        consumer.subscribe_pattern(&format!("^(?:{})$", alts.join("|")))
+    };
+    r.map_err(|e| StreamsError::client("subscribing to the source topics", e))
+}
+
+fn classify_poll_error(ctx: &ThreadContext, e: rill_client::Error) -> StreamsError {
+    match e {
+        rill_client::Error::FencedInstanceId {
+            instance_id, detail, ..
+        } => StreamsError::Fenced {
+            thread: ctx.name.clone(),
+            instance_id,
+            detail,
+        },
+        e => StreamsError::client("polling", e),
+    }
+}
+
+fn run_inner(ctx: &Arc<ThreadContext>) -> Result<()> {
+    let tm = Arc::new(Mutex::new(TaskManager::new(ctx.clone())?));
+    {
+        let mut local = ctx.shared.local.lock().unwrap_or_else(|e| e.into_inner());
+        local.subscription.process_id = ctx.process_id.clone();
+        local.subscription.endpoint = ctx.config.application_server.clone();
+    }
+    tm.lock().unwrap_or_else(|e| e.into_inner()).publish_tasks();
+    let assignor: Arc<dyn PartitionAssignor> = Arc::new(StreamsAssignor {
+        topology: ctx.topology.clone(),
+        application_id: ctx.config.application_id.clone(),
+        local: ctx.shared.local.clone(),
+    });
+    let mut consumer = Consumer::with_assignors(
+        &ctx.config.consumer_config(&ctx.client_id, ctx.index),
+        vec![assignor],
+    )
+    .map_err(|e| StreamsError::client("creating the stream thread's consumer", e))?;
+    consumer.set_rebalance_listener(Listener(tm.clone()));
+    subscribe(ctx, &mut consumer)?;
+    let mut next_commit = Instant::now() + ctx.config.commit_interval;
+    let mut paused: BTreeSet<TopicPartition> = BTreeSet::new();
+    let limit = ctx.config.buffered_records_per_partition;
+    let result = 'main: loop {
+        if ctx.shared.shutdown.load(Ordering::Acquire) {
+            break Ok(());
+        }
+        let idle = {
+            let t = tm.lock().unwrap_or_else(|e| e.into_inner());
+            !t.tasks.values().any(|t| t.task.has_buffered())
+        };
+        let timeout = if idle { ctx.config.poll_timeout } else { Duration::ZERO };
+        let records = match consumer.poll(timeout) {
+            Ok(r) => r,
+            Err(e) => {
+                let err = classify_poll_error(ctx, e);
+                match err.recovery() {
+                    Recovery::Retriable => {
+                        warn!("poll failed, retrying: {err}");
+                        std::thread::sleep(Duration::from_millis(100));
+                        continue;
+                    }
+                    _ => break Err(err),
+                }
+            }
+        };
+        *ctx.shared.member_id.lock().unwrap_or_else(|e| e.into_inner()) =
+            consumer.group_metadata().map(|g| g.member_id);
+        let mut guard = tm.lock().unwrap_or_else(|e| e.into_inner());
+        let t = &mut *guard;
+        if let Some(e) = t.fatal.take() {
+            break Err(e);
+        }
+        if ctx.shared.state() == ThreadState::PartitionsAssigned {
+            ctx.shared.set_state(ThreadState::Running);
+        }
+        for rec in records {
+            let tp = rec.topic_partition();
+            let Some(id) = t.task_of(&tp) else {
+                warn!(topic = %tp.topic, partition = tp.partition, "record for a partition no task owns; dropping it from this poll (it will be fetched again by its owner)");
+                continue;
+            };
+            if let Some(at) = t.tasks.get_mut(&id) {
+                if let Err(e) = at.task.add_record(rec) {
+                    break 'main Err(e);
+                }
+            }
+        }
+        // Back-pressure: pause partitions with a full buffer, resume drained ones.
+        let mut to_pause = Vec::new();
+        let mut to_resume = Vec::new();
+        for at in t.tasks.values() {
+            for (topic, p) in at.task.partitions() {
+                let tp = TopicPartition::new(topic.clone(), *p);
+                let n = at.task.buffered(&(topic.clone(), *p));
+                if n >= limit && !paused.contains(&tp) {
+                    to_pause.push(tp);
+                } else if n < limit / 2 && paused.contains(&tp) {
+                    to_resume.push(tp);
+                }
+            }
+        }
+        paused.retain(|tp| t.task_of(tp).is_some_and(|id| t.tasks.contains_key(&id)));
+        if !to_pause.is_empty() {
+            let _ = consumer.pause(&to_pause);
+            paused.extend(to_pause);
+        }
+        if !to_resume.is_empty() {
+            let _ = consumer.resume(&to_resume);
+            for tp in &to_resume {
+                paused.remove(tp);
+            }
+        }
+        let step = t.process(10_000).and_then(|_| t.punctuate_wall_clock());
+        let step = step.and_then(|_| {
+            if t.commit_requested || Instant::now() >= next_commit {
+                next_commit = Instant::now() + ctx.config.commit_interval;
+                t.commit(&mut consumer)
+            } else {
+                Ok(())
+            }
+        });
+        if let Err(e) = step {
+            match e.recovery() {
+                Recovery::TaskMigrated => {
+                    warn!("{e}; closing the tasks as lost and rejoining");
+                    t.on_lost();
+                }
+                Recovery::Retriable => warn!("{e}; retrying"),
+                Recovery::TaskCorrupted | Recovery::Fatal => break Err(e),
+            }
+        }
+    };
+    let leave = ctx.shared.leave_group.load(Ordering::Acquire);
+    let fenced = matches!(result, Err(StreamsError::Fenced { .. }));
+    let mut t = tm.lock().unwrap_or_else(|e| e.into_inner());
+    // After fencing nothing may be committed (KIP-345).
+    let closed = t.close_all(if fenced || result.is_err() { None } else { Some(&mut consumer) });
+    if let Err(e) = &closed {
+        warn!("commit on close failed: {e}");
+    }
+    if let Some(p) = t.producer.take() {
+        if let Err(e) = p.close(Duration::from_secs(5)) {
+            warn!("closing the producer: {e}");
+        }
+    }
+    drop(t);
+    let c = if leave { consumer.close_and_leave() } else { consumer.close() };
+    if let Err(e) = c {
+        warn!("closing the consumer: {e}");
+    }
+    result
+}
