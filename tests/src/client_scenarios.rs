@@ -411,6 +411,16 @@ pub fn client_group_rebalances_and_resumes(bootstrap: &str) {
         .unwrap()
         == 2));
     b.close(false);
+    // A dynamic member's close sends LeaveGroup: it is gone at once, not
+    // after session.timeout.ms (10 s here).
+    let members = admin(bootstrap)
+        .describe_groups(&[group.as_str()])
+        .unwrap()
+        .remove(&group)
+        .unwrap()
+        .unwrap()
+        .members;
+    assert_eq!(members.len(), 1, "b is still a member: {members:?}");
     assert!(
         wait_until(Duration::from_secs(30), || a.assignment().len() == 6),
         "a owns 6 after b left"

@@ -35,6 +35,25 @@ mod client {
     rill_tests::for_each_client_scenario!(client_on_embedded);
 }
 
+/// The stream runtime on the embedded cluster (the same scenarios run on
+/// Apache Kafka in `interop`).
+mod streams {
+    use rill_streams::StoreBackend;
+    use rill_tests::backend::Embedded;
+
+    macro_rules! streams_on_embedded {
+        ($($name:ident => $f:ident($($arg:expr),*)),* $(,)?) => {$(
+            #[test]
+            fn $name() {
+                let cluster = Embedded::for_clients();
+                rill_tests::streams_scenarios::$f(&cluster.bootstrap() $(, $arg)*);
+            }
+        )*};
+    }
+
+    rill_tests::for_each_streams_scenario!(streams_on_embedded);
+}
+
 /// Scenarios that need the embedded cluster's controls (nodes, racks, data
 /// directories); they have no Apache Kafka twin because the test harness
 /// runs a single Kafka node.

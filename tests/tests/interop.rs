@@ -46,6 +46,23 @@ macro_rules! client_on_apache_kafka {
 
 rill_tests::for_each_client_scenario!(client_on_apache_kafka);
 
+macro_rules! streams_on_apache_kafka {
+    ($($name:ident => $f:ident($($arg:expr),*)),* $(,)?) => {
+        mod streams_on_apache_kafka {
+            use super::*;
+            use rill_streams::StoreBackend;
+                    $(
+                #[test]
+                fn $name() {
+                    rill_tests::streams_scenarios::$f(shared_kafka() $(, $arg)*);
+                }
+            )*
+        }
+    };
+}
+
+rill_tests::for_each_streams_scenario!(streams_on_apache_kafka);
+
 const KCAT_RECORDS: usize = 10_000;
 
 fn codec_name(c: Compression) -> &'static str {

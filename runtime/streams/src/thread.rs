@@ -657,15 +657,17 @@ fn run_inner(ctx: &Arc<ThreadContext>) -> Result<()> {
     if let Err(e) = &closed {
         warn!("commit on close failed: {e}");
     }
-    if let Some(p) = t.producer.take() {
-        if let Err(e) = p.close(Duration::from_secs(5)) {
-            warn!("closing the producer: {e}");
-        }
-    }
     drop(t);
+    // The consumer first: its revocation callback still flushes through the producer.
     let c = if leave { consumer.close_and_leave() } else { consumer.close() };
     if let Err(e) = c {
         warn!("closing the consumer: {e}");
+    }
+    let producer = tm.lock().unwrap_or_else(|e| e.into_inner()).producer.take();
+    if let Some(p) = producer {
+        if let Err(e) = p.close(Duration::from_secs(5)) {
+            warn!("closing the producer: {e}");
+        }
     }
     result
 }

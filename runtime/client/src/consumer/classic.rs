@@ -481,9 +481,10 @@ impl ClassicMember {
                 let instance = instance.clone();
                 let group = group.clone();
                 async move {
+                    // v3+ names the leaving member only in `members`; the
+                    // top-level member_id field exists in v0-2 and must stay empty.
                     let req = LeaveGroupRequest::default()
                         .with_group_id(GroupId(sb(&group)))
-                        .with_member_id(sb(&member_id))
                         .with_members(vec![MemberIdentity::default()
                             .with_member_id(sb(&member_id))
                             .with_group_instance_id(instance.as_deref().map(sb))

@@ -1,0 +1,334 @@
+//! Stream-runtime scenarios, written once and run on the embedded broker
+//! (`tests/embedded.rs`) and on Apache Kafka (`tests/interop.rs`), each with
+//! RocksDB and with in-memory stores where state matters.
+//!
+//! Correctness is always checked against an independent computation of the
+//! expected output, never against figures written into the test.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rill_client::{Consumer, ProducerRecord, TopicPartition};
+use rill_streams::{
+    Consumed, Grouped, KafkaStreams, Materialized, Produced, Serdes, State, StateRestoreListener,
+    StoreBackend, StreamsBuilder, StreamsConfig, TaskId, Topology,
+};
+
+use crate::client_scenarios::{admin, config, create_topic, send_and_wait, wait_until};
+use crate::unique_topic;
+
+const PARTITIONS: i32 = 4;
+
+fn words(line: &str) -> Vec<String> {
+    line.split_whitespace().map(str::to_lowercase).collect()
+}
+
+fn wordcount(input: &str, output: &str, backend: StoreBackend) -> Topology {
+    let b = StreamsBuilder::new();
+    b.stream(&[input], Consumed::with(Serdes::nullable(Serdes::string()), Serdes::string()))
+        .flat_map_values(|l: &String| words(l))
+        .group_by(|_, w: &String| w.clone(), Grouped::with(Serdes::string(), Serdes::string()))
+        .count(Materialized::as_store("counts").with_backend(backend))
+        .to_stream()
+        .to(output, Produced::with(Serdes::string(), Serdes::i64()));
+    b.build().expect("topology builds")
+}
+
+struct Setup {
+    bootstrap: String,
+    app: String,
+    input: String,
+    output: String,
+}
+
+impl Setup {
+    fn new(bootstrap: &str, name: &str) -> Self {
+        let s = Setup {
+            bootstrap: bootstrap.to_string(),
+            app: unique_topic(name),
+            input: unique_topic(&format!("{name}-in")),
+            output: unique_topic(&format!("{name}-out")),
+        };
+        create_topic(bootstrap, &s.input, PARTITIONS);
+        create_topic(bootstrap, &s.output, PARTITIONS);
+        s
+    }
+
+    fn config(&self, state_dir: &Path, extra: &[(&str, String)]) -> StreamsConfig {
+        let mut b = StreamsConfig::builder()
+            .env_prefix(None)
+            .set("application.id", &self.app)
+            .set("bootstrap.servers", &self.bootstrap)
+            .set("state.dir", state_dir.display())
+            .set("commit.interval.ms", 200)
+            .set("session.timeout.ms", 30_000)
+            .set("heartbeat.interval.ms", 500);
+        for (k, v) in extra {
+            b = b.set(*k, v);
+        }
+        b.build().expect("config")
+    }
+
+    /// Writes lines (keyless) and returns the independent word count.
+    fn produce(&self, lines: &[String], into: &mut BTreeMap<String, i64>) {
+        let p = rill_client::Producer::new(&config(&self.bootstrap, &[])).expect("producer");
+        send_and_wait(
+            &p,
+            lines.iter().map(|l| ProducerRecord::new(self.input.clone()).value(l.clone())),
+        );
+        for l in lines {
+            for w in words(l) {
+                *into.entry(w).or_default() += 1;
+            }
+        }
+    }
+
+    fn reader(&self) -> Consumer {
+        let mut c = Consumer::new(&config(&self.bootstrap, &[])).expect("consumer");
+        let parts: Vec<TopicPartition> =
+            (0..PARTITIONS).map(|p| TopicPartition::new(self.output.clone(), p)).collect();
+        c.assign(&parts).unwrap();
+        c.seek_to_beginning(&parts).unwrap();
+        c
+    }
+}
+
+fn lines(from: usize, n: usize) -> Vec<String> {
+    (from..from + n)
+        .map(|i| format!("w{} w{} shared w{}", i % 7, i % 13, i % 3))
+        .collect()
+}
+
+/// Reads the output until the latest count per word equals `expected`
+/// (at-least-once allows a count to pass through twice, never to end wrong).
+fn await_counts(reader: &mut Consumer, seen: &mut BTreeMap<String, i64>, expected: &BTreeMap<String, i64>, streams: &[&KafkaStreams]) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while seen != expected {
+        assert!(
+            Instant::now() < deadline,
+            "counts did not converge: expected {expected:?}, saw {seen:?}; states {:?}",
+            streams.iter().map(|s| s.state()).collect::<Vec<_>>()
+        );
+        for s in streams {
+            assert_ne!(s.state(), State::Error, "an instance failed");
+        }
+        for r in reader.poll(Duration::from_millis(200)).unwrap() {
+            let w = String::from_utf8(r.key.unwrap().to_vec()).unwrap();
+            let n = Serdes::i64().deserialize("out", r.value.as_deref()).unwrap();
+            seen.insert(w, n);
+        }
+    }
+}
+
+fn start(topology: Topology, cfg: StreamsConfig) -> KafkaStreams {
+    let s = KafkaStreams::new(topology, cfg).expect("app");
+    s.start().expect("start");
+    assert!(
+        s.wait_for_state(State::Running, Duration::from_secs(60)),
+        "not running after 60 s: {:?}",
+        s.state()
+    );
+    s
+}
+
+#[derive(Default, Clone)]
+struct RestoreCount(Arc<AtomicU64>, Arc<AtomicU64>);
+
+impl StateRestoreListener for RestoreCount {
+    fn on_restore_start(&self, _: &TopicPartition, _: &str, _: i64, _: i64) {
+        self.1.fetch_add(1, Ordering::Relaxed);
+    }
+    fn on_batch_restored(&self, _: &TopicPartition, _: &str, _: i64, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// Word count with two threads: the output's last count per word equals an
+/// independent count of the input.
+pub fn streams_wordcount(bootstrap: &str, backend: StoreBackend) {
+    let s = Setup::new(bootstrap, "wc");
+    let dir = tempfile::tempdir().unwrap();
+    let mut expected = BTreeMap::new();
+    s.produce(&lines(0, 200), &mut expected);
+    let app = start(
+        wordcount(&s.input, &s.output, backend),
+        s.config(dir.path(), &[("num.stream.threads", "2".into())]),
+    );
+    let threads = app.metadata_for_local_threads();
+    assert_eq!(threads.len(), 2);
+    let mut reader = s.reader();
+    let mut seen = BTreeMap::new();
+    await_counts(&mut reader, &mut seen, &expected, &[&app]);
+    // More input while running.
+    s.produce(&lines(200, 100), &mut expected);
+    await_counts(&mut reader, &mut seen, &expected, &[&app]);
+    // Internal topics exist with the source's partition count.
+    let a = admin(bootstrap);
+    let topics = a.list_topics().unwrap();
+    for internal in [format!("{}-counts-changelog", s.app), format!("{}-counts-repartition", s.app)] {
+        assert!(topics.contains(&internal), "{internal} missing from {topics:?}");
+        let md = a.describe_topics(&[internal.as_str()]).unwrap();
+        assert_eq!(md[0].partitions.len() as i32, PARTITIONS, "{internal}");
+    }
+    assert!(app.close());
+    assert_eq!(app.state(), State::NotRunning);
+}
+
+/// Two instances of one application split the tasks: every task runs
+/// exactly once across them.
+pub fn streams_two_instances_split_tasks(bootstrap: &str) {
+    let s = Setup::new(bootstrap, "split");
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut expected = BTreeMap::new();
+    s.produce(&lines(0, 100), &mut expected);
+    let a = start(wordcount(&s.input, &s.output, StoreBackend::RocksDb), s.config(d1.path(), &[]));
+    let b = start(wordcount(&s.input, &s.output, StoreBackend::RocksDb), s.config(d2.path(), &[]));
+    let tasks = |x: &KafkaStreams| -> BTreeSet<TaskId> {
+        x.metadata_for_local_threads().into_iter().flat_map(|t| t.active_tasks).collect()
+    };
+    let all: BTreeSet<TaskId> = (0..2).flat_map(|st| (0..PARTITIONS).map(move |p| TaskId::new(st, p))).collect();
+    let split = wait_until(Duration::from_secs(60), || {
+        let (ta, tb) = (tasks(&a), tasks(&b));
+        a.state() == State::Running
+            && b.state() == State::Running
+            && !ta.is_empty()
+            && !tb.is_empty()
+            && ta.is_disjoint(&tb)
+            && ta.union(&tb).copied().collect::<BTreeSet<_>>() == all
+    });
+    assert!(split, "tasks not split: a={:?} b={:?}", tasks(&a), tasks(&b));
+    // The assignment's user data gives every instance the whole group's view.
+    let view = a.latest_assignment().expect("assignment info");
+    assert_eq!(view.members.len(), 2, "{view:?}");
+    let mut seen = BTreeMap::new();
+    s.produce(&lines(100, 100), &mut expected);
+    await_counts(&mut s.reader(), &mut seen, &expected, &[&a, &b]);
+    assert!(a.close() && b.close());
+}
+
+/// KIP-345 for streams: an instance whose threads are static members stops
+/// (no LeaveGroup) and starts again within the session timeout. The group's
+/// generation does not change, its tasks come back to it, and its stores
+/// restore only the changelog tail past the checkpoint (nothing, after a
+/// clean close). Deleting the checkpoint falls back to a full restore.
+pub fn streams_static_restart_without_rebalance(bootstrap: &str, backend: StoreBackend) {
+    let s = Setup::new(bootstrap, "static");
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut expected = BTreeMap::new();
+    s.produce(&lines(0, 150), &mut expected);
+    let cfg = |dir: &Path, id: &str| {
+        s.config(dir, &[("group.instance.id", id.into()), ("num.stream.threads", "2".into())])
+    };
+    let topo = || wordcount(&s.input, &s.output, backend);
+    let a = start(topo(), cfg(d1.path(), "inst-a"));
+    let b = start(topo(), cfg(d2.path(), "inst-b"));
+    let mut seen = BTreeMap::new();
+    let mut reader = s.reader();
+    await_counts(&mut reader, &mut seen, &expected, &[&a, &b]);
+    let ad = admin(bootstrap);
+    let describe = || ad.describe_groups(&[s.app.as_str()]).unwrap().remove(&s.app).unwrap().unwrap();
+    assert!(wait_until(Duration::from_secs(30), || describe().state == "Stable"));
+    let before = describe();
+    assert_eq!(before.members.len(), 4, "{before:?}");
+    let ids: BTreeSet<String> = before.members.iter().filter_map(|m| m.group_instance_id.clone()).collect();
+    let want: BTreeSet<String> = ["inst-a-thread-1", "inst-a-thread-2", "inst-b-thread-1", "inst-b-thread-2"]
+        .map(String::from)
+        .into();
+    assert_eq!(ids, want);
+    let tasks_a: BTreeSet<TaskId> = a.metadata_for_local_threads().into_iter().flat_map(|t| t.active_tasks).collect();
+    let close_started = Instant::now();
+    assert!(a.close());
+    let close_ms = close_started.elapsed().as_millis();
+    drop(a);
+    // While A is away its partitions stay assigned to its static members.
+    s.produce(&lines(150, 50), &mut expected);
+    let restored = RestoreCount::default();
+    let a2 = KafkaStreams::new(topo(), cfg(d1.path(), "inst-a")).unwrap();
+    a2.set_global_state_restore_listener(restored.clone());
+    a2.start().unwrap();
+    assert!(a2.wait_for_state(State::Running, Duration::from_secs(60)));
+    await_counts(&mut reader, &mut seen, &expected, &[&a2, &b]);
+    let after = describe();
+    assert_eq!(after.generation, before.generation, "the restart caused a rebalance");
+    let tasks_a2: BTreeSet<TaskId> = a2.metadata_for_local_threads().into_iter().flat_map(|t| t.active_tasks).collect();
+    assert_eq!(tasks_a2, tasks_a, "tasks moved across the restart");
+    let changelog_records: i64 = {
+        let tps: BTreeMap<TopicPartition, i64> = (0..PARTITIONS)
+            .map(|p| (TopicPartition::new(format!("{}-counts-changelog", s.app), p), rill_client::rpc::LATEST_TIMESTAMP))
+            .collect();
+        ad.list_offsets(&tps).unwrap().values().map(|o| o.offset).sum()
+    };
+    assert!(changelog_records > 0);
+    let restored_records = restored.0.load(Ordering::Relaxed);
+    match backend {
+        // Checkpointed on close: nothing to restore.
+        StoreBackend::RocksDb => assert_eq!(restored_records, 0, "restored {restored_records} records after a clean close"),
+        // In-memory stores restore their tasks' changelogs in full.
+        StoreBackend::InMemory => assert!(restored_records > 0),
+    }
+    eprintln!("static restart ({backend:?}): close {close_ms} ms, restored {restored_records} of {changelog_records} changelog records, generation {} -> {}", before.generation, after.generation);
+    // A lost checkpoint is a full restore, not wrong counts.
+    if backend == StoreBackend::RocksDb {
+        assert!(a2.close());
+        drop(a2);
+        for e in std::fs::read_dir(d1.path().join(&s.app)).unwrap() {
+            let _ = std::fs::remove_file(e.unwrap().path().join(".checkpoint"));
+        }
+        let restored = RestoreCount::default();
+        let a3 = KafkaStreams::new(topo(), cfg(d1.path(), "inst-a")).unwrap();
+        a3.set_global_state_restore_listener(restored.clone());
+        a3.start().unwrap();
+        assert!(a3.wait_for_state(State::Running, Duration::from_secs(60)));
+        s.produce(&lines(200, 20), &mut expected);
+        await_counts(&mut reader, &mut seen, &expected, &[&a3, &b]);
+        assert!(restored.0.load(Ordering::Relaxed) > 0, "no full restore without a checkpoint");
+        assert!(a3.close());
+    }
+    assert!(b.close());
+}
+
+/// Bad input: a missing source topic and an undecodable record are errors
+/// that name what was wrong.
+pub fn streams_bad_input(bootstrap: &str) {
+    let s = Setup::new(bootstrap, "bad");
+    let dir = tempfile::tempdir().unwrap();
+    let missing = unique_topic("missing");
+    let app = KafkaStreams::new(wordcount(&missing, &s.output, StoreBackend::InMemory), s.config(dir.path(), &[])).unwrap();
+    let err = app.start().unwrap_err().to_string();
+    assert!(err.contains(&missing) && err.contains("does not exist"), "{err}");
+    // An i64 topology fed a 3-byte value fails its thread, naming the record.
+    let b = StreamsBuilder::new();
+    b.stream(&[s.input.as_str()], Consumed::with(Serdes::nullable(Serdes::string()), Serdes::i64()))
+        .to(&s.output, Produced::with(Serdes::nullable(Serdes::string()), Serdes::i64()));
+    let p = rill_client::Producer::new(&config(bootstrap, &[])).unwrap();
+    send_and_wait(&p, [ProducerRecord::new(s.input.clone()).partition(1).value("abc")]);
+    let app = KafkaStreams::new(b.build().unwrap(), s.config(dir.path(), &[])).unwrap();
+    let errors = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let e2 = errors.clone();
+    app.set_uncaught_exception_handler(move |e| {
+        e2.lock().unwrap().push(e.to_string());
+        rill_streams::StreamThreadExceptionResponse::ShutdownClient
+    });
+    app.start().unwrap();
+    assert!(app.wait_for_state(State::Error, Duration::from_secs(60)), "state {:?}", app.state());
+    let errors = errors.lock().unwrap().clone();
+    let at = format!("{}-1 offset 0", s.input);
+    assert!(errors.iter().any(|e| e.contains(&at) && e.contains("value")), "{errors:?}");
+}
+
+#[macro_export]
+macro_rules! for_each_streams_scenario {
+    ($m:ident) => {
+        $m!(
+            streams_wordcount_rocksdb => streams_wordcount(StoreBackend::RocksDb),
+            streams_wordcount_in_memory => streams_wordcount(StoreBackend::InMemory),
+            streams_two_instances_split_tasks => streams_two_instances_split_tasks(),
+            streams_static_restart_rocksdb => streams_static_restart_without_rebalance(StoreBackend::RocksDb),
+            streams_static_restart_in_memory => streams_static_restart_without_rebalance(StoreBackend::InMemory),
+            streams_bad_input => streams_bad_input(),
+        );
+    };
+}
