@@ -177,6 +177,24 @@ pub fn streams_wordcount(bootstrap: &str, backend: StoreBackend) {
     assert_eq!(app.state(), State::NotRunning);
 }
 
+fn local_tasks(x: &KafkaStreams) -> BTreeSet<TaskId> {
+    x.metadata_for_local_threads().into_iter().flat_map(|t| t.active_tasks).collect()
+}
+
+/// Every task of the word count (2 sub-topologies × PARTITIONS) runs exactly
+/// once across the instances.
+fn tasks_cover_all(instances: &[&KafkaStreams]) -> bool {
+    let mut seen = BTreeSet::new();
+    for i in instances {
+        for t in local_tasks(i) {
+            if !seen.insert(t) {
+                return false;
+            }
+        }
+    }
+    seen.len() == 2 * PARTITIONS as usize
+}
+
 /// Two instances of one application split the tasks: every task runs
 /// exactly once across them.
 pub fn streams_two_instances_split_tasks(bootstrap: &str) {
@@ -231,6 +249,12 @@ pub fn streams_static_restart_without_rebalance(bootstrap: &str, backend: StoreB
     let ad = admin(bootstrap);
     let describe = || ad.describe_groups(&[s.app.as_str()]).unwrap().remove(&s.app).unwrap().unwrap();
     assert!(wait_until(Duration::from_secs(30), || describe().state == "Stable"));
+    assert!(
+        wait_until(Duration::from_secs(30), || tasks_cover_all(&[&a, &b])),
+        "tasks not settled: a={:?} b={:?}",
+        local_tasks(&a),
+        local_tasks(&b)
+    );
     let before = describe();
     assert_eq!(before.members.len(), 4, "{before:?}");
     let ids: BTreeSet<String> = before.members.iter().filter_map(|m| m.group_instance_id.clone()).collect();
@@ -238,7 +262,7 @@ pub fn streams_static_restart_without_rebalance(bootstrap: &str, backend: StoreB
         .map(String::from)
         .into();
     assert_eq!(ids, want);
-    let tasks_a: BTreeSet<TaskId> = a.metadata_for_local_threads().into_iter().flat_map(|t| t.active_tasks).collect();
+    let tasks_a = local_tasks(&a);
     let close_started = Instant::now();
     assert!(a.close());
     let close_ms = close_started.elapsed().as_millis();
@@ -253,7 +277,8 @@ pub fn streams_static_restart_without_rebalance(bootstrap: &str, backend: StoreB
     await_counts(&mut reader, &mut seen, &expected, &[&a2, &b]);
     let after = describe();
     assert_eq!(after.generation, before.generation, "the restart caused a rebalance");
-    let tasks_a2: BTreeSet<TaskId> = a2.metadata_for_local_threads().into_iter().flat_map(|t| t.active_tasks).collect();
+    assert!(wait_until(Duration::from_secs(30), || tasks_cover_all(&[&a2, &b])));
+    let tasks_a2 = local_tasks(&a2);
     assert_eq!(tasks_a2, tasks_a, "tasks moved across the restart");
     let changelog_records: i64 = {
         let tps: BTreeMap<TopicPartition, i64> = (0..PARTITIONS)

@@ -125,6 +125,10 @@ pub(crate) struct TaskManager {
     ctx: Arc<ThreadContext>,
     tasks: BTreeMap<TaskId, ActiveTask>,
     suspended: BTreeMap<TaskId, ActiveTask>,
+    /// Assigned tasks whose directory another thread of this process still
+    /// locks (it has not closed its copy yet); their partitions are paused
+    /// and creation is retried (Kafka's LockException path).
+    pending: BTreeMap<TaskId, Vec<(String, i32)>>,
     /// `None` only while the thread closes it.
     producer: Option<Producer>,
     restore_consumer: Consumer,
@@ -154,6 +158,7 @@ impl TaskManager {
             ctx,
             tasks: BTreeMap::new(),
             suspended: BTreeMap::new(),
+            pending: BTreeMap::new(),
             producer: Some(producer),
             restore_consumer,
             written: Arc::default(),
@@ -389,6 +394,7 @@ impl TaskManager {
         }
         let revoked: BTreeSet<TaskId> = partitions.iter().filter_map(|tp| self.task_of(tp)).collect();
         for id in revoked {
+            self.pending.remove(&id);
             if let Some(t) = self.tasks.remove(&id) {
                 self.suspended.insert(id, t);
             }
@@ -396,7 +402,7 @@ impl TaskManager {
         self.publish_tasks();
     }
 
-    fn on_assigned(&mut self, partitions: &[TopicPartition]) {
+    fn on_assigned(&mut self, consumer: &mut Consumer, partitions: &[TopicPartition]) {
         let mut wanted: BTreeMap<TaskId, Vec<(String, i32)>> = BTreeMap::new();
         for tp in partitions {
             if let Some(id) = self.task_of(tp) {
@@ -422,10 +428,17 @@ impl TaskManager {
                 self.tasks.insert(id, t);
                 continue;
             }
-            match self.create_task(id, parts) {
+            match self.create_task(id, parts.clone()) {
                 Ok(t) => {
                     gained.push(id);
                     self.tasks.insert(id, t);
+                }
+                Err(e) if is_locked(&e) => {
+                    info!(thread = %self.ctx.name, task = %id, "task directory still locked by another thread; retrying");
+                    let tps: Vec<TopicPartition> =
+                        parts.iter().map(|(t, p)| TopicPartition::new(t.clone(), *p)).collect();
+                    let _ = consumer.pause(&tps);
+                    self.pending.insert(id, parts);
                 }
                 Err(e) => {
                     warn!(thread = %self.ctx.name, task = %id, "could not create the task: {e}");
@@ -445,7 +458,32 @@ impl TaskManager {
         self.ctx.shared.set_state(ThreadState::PartitionsAssigned);
     }
 
+    /// Retries creating tasks whose directories were locked.
+    fn retry_pending(&mut self, consumer: &mut Consumer) -> Result<()> {
+        let ids: Vec<TaskId> = self.pending.keys().copied().collect();
+        for id in ids {
+            let parts = self.pending[&id].clone();
+            match self.create_task(id, parts.clone()) {
+                Ok(t) => {
+                    self.pending.remove(&id);
+                    self.tasks.insert(id, t);
+                    let tps: Vec<TopicPartition> =
+                        parts.iter().map(|(t, p)| TopicPartition::new(t.clone(), *p)).collect();
+                    consumer
+                        .resume(&tps)
+                        .map_err(|e| StreamsError::client("resuming a created task's partitions", e))?;
+                    info!(thread = %self.ctx.name, task = %id, "created the task after its directory was released");
+                    self.publish_tasks();
+                }
+                Err(e) if is_locked(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
     fn on_lost(&mut self) {
+        self.pending.clear();
         let all: Vec<TaskId> = self.tasks.keys().chain(self.suspended.keys()).copied().collect();
         warn!(thread = %self.ctx.name, tasks = ?all.iter().map(|t| t.to_string()).collect::<Vec<_>>(), "tasks lost without a commit");
         for id in all {
@@ -480,12 +518,22 @@ impl RebalanceListener for Listener {
     fn on_partitions_revoked(&mut self, consumer: &mut Consumer, partitions: &[TopicPartition]) {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).on_revoked(consumer, partitions);
     }
-    fn on_partitions_assigned(&mut self, _consumer: &mut Consumer, partitions: &[TopicPartition]) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).on_assigned(partitions);
+    fn on_partitions_assigned(&mut self, consumer: &mut Consumer, partitions: &[TopicPartition]) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).on_assigned(consumer, partitions);
     }
     fn on_partitions_lost(&mut self, _consumer: &mut Consumer, _partitions: &[TopicPartition]) {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).on_lost();
     }
+}
+
+fn is_locked(e: &StreamsError) -> bool {
+    matches!(
+        e,
+        StreamsError::State {
+            source: rill_state::Error::Locked { .. },
+            ..
+        }
+    )
 }
 
 /// Runs the thread's loop to completion; the error that stopped it, if any.
@@ -592,16 +640,30 @@ fn run_inner(ctx: &Arc<ThreadContext>) -> Result<()> {
         if ctx.shared.state() == ThreadState::PartitionsAssigned {
             ctx.shared.set_state(ThreadState::Running);
         }
+        // Records of a partition without a running task (its task is pending)
+        // are not dropped: the partition is rewound to the first of them.
+        let mut rewind: BTreeMap<TopicPartition, i64> = BTreeMap::new();
         for rec in records {
             let tp = rec.topic_partition();
-            let Some(id) = t.task_of(&tp) else {
-                warn!(topic = %tp.topic, partition = tp.partition, "record for a partition no task owns; dropping it from this poll (it will be fetched again by its owner)");
-                continue;
-            };
-            if let Some(at) = t.tasks.get_mut(&id) {
-                if let Err(e) = at.task.add_record(rec) {
-                    break 'main Err(e);
+            match t.task_of(&tp).and_then(|id| t.tasks.get_mut(&id)) {
+                Some(at) => {
+                    if let Err(e) = at.task.add_record(rec) {
+                        break 'main Err(e);
+                    }
                 }
+                None => {
+                    rewind.entry(tp).or_insert(rec.offset);
+                }
+            }
+        }
+        for (tp, offset) in rewind {
+            if let Err(e) = consumer.seek(&tp, offset) {
+                break 'main Err(StreamsError::client(format!("rewinding {tp}"), e));
+            }
+        }
+        if !t.pending.is_empty() {
+            if let Err(e) = t.retry_pending(&mut consumer) {
+                break 'main Err(e);
             }
         }
         // Back-pressure: pause partitions with a full buffer, resume drained ones.

@@ -359,19 +359,14 @@ impl ClassicMember {
             if code != 0 {
                 return Err(Error::broker(code, format!("SyncGroup of group {group}")));
             }
-            let assigned = decode_assignment(&resp.assignment).map_err(|e| Error::Protocol {
+            let assignment = decode_assignment(&resp.assignment).map_err(|e| Error::Protocol {
                 broker: conn.broker(),
                 reason: format!("group {group}: undecodable assignment: {e}"),
             })?;
             if let Some(a) = assignors.iter().find(|a| a.name() == protocol) {
-                a.on_assignment(
-                    &Assignment {
-                        partitions: assigned.clone(),
-                        user_data: None,
-                    },
-                    generation,
-                );
+                a.on_assignment(&assignment, generation);
             }
+            let assigned = assignment.partitions;
             self.protocol = Some(protocol);
             info!(%group, %member_id, generation, partitions = assigned.len(), "joined group with assignment");
             return Ok(Joined {
@@ -705,9 +700,10 @@ fn decode_subscription(bytes: &Bytes) -> std::result::Result<ConsumerProtocolSub
         .map_err(|e| e.to_string())
 }
 
-fn decode_assignment(bytes: &Bytes) -> std::result::Result<Vec<TopicPartition>, String> {
+/// The member's partitions and the leader's user data for it.
+fn decode_assignment(bytes: &Bytes) -> std::result::Result<Assignment, String> {
     if bytes.is_empty() {
-        return Ok(Vec::new());
+        return Ok(Assignment::default());
     }
     let mut b = bytes.clone();
     if b.remaining() < 2 {
@@ -719,12 +715,16 @@ fn decode_assignment(bytes: &Bytes) -> std::result::Result<Vec<TopicPartition>, 
     }
     let a = ConsumerProtocolAssignment::decode(&mut b, v.min(ASSIGNMENT_VERSION))
         .map_err(|e| e.to_string())?;
-    Ok(a.assigned_partitions
-        .iter()
-        .flat_map(|t| {
-            t.partitions
-                .iter()
-                .map(|p| TopicPartition::new(t.topic.0.to_string(), *p))
-        })
-        .collect())
+    Ok(Assignment {
+        partitions: a
+            .assigned_partitions
+            .iter()
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .map(|p| TopicPartition::new(t.topic.0.to_string(), *p))
+            })
+            .collect(),
+        user_data: a.user_data,
+    })
 }
