@@ -762,17 +762,14 @@ impl ClassicGroup {
             GroupState::Stable => {
                 let selected = self.select_protocol();
                 let proto = self.protocol_name.clone().unwrap_or_default();
-                // KAFKA-12759: compare the metadata of the selected protocol too,
-                // so a changed subscription is noticed.
-                let same_subscription = old_protocols
-                    .iter()
-                    .find(|(n, _)| *n == proto)
-                    .map(|(_, m)| m)
-                    == req
-                        .protocols
-                        .iter()
-                        .find(|(n, _)| *n == proto)
-                        .map(|(_, m)| m);
+                // KAFKA-12759: a changed subscription must rebalance, but only
+                // the subscribed topics count: the rest of the metadata (owned
+                // partitions, assignor user data such as Streams' task lists)
+                // differs on every restart, and comparing it would rebalance
+                // every static restart, which is what KIP-345 exists to avoid.
+                let old_meta = old_protocols.iter().find(|(n, _)| *n == proto).map(|(_, m)| m);
+                let new_meta = req.protocols.iter().find(|(n, _)| *n == proto).map(|(_, m)| m);
+                let same_subscription = same_subscription(old_meta, new_meta);
                 if selected.as_deref() == self.protocol_name.as_deref() && same_subscription {
                     if let Err(e) = persist(&self.snapshot()) {
                         // Revert: the old member id stays mapped.
@@ -1280,3 +1277,51 @@ impl JoinOutcome {
 
 #[cfg(test)]
 mod tests;
+
+/// The topics a `consumer`-type member subscribes to, from its protocol
+/// metadata (`ConsumerProtocolSubscription`, versions 0-3 all start with the
+/// version and the topic array); `None` if it does not parse. Parsed by hand
+/// with every length checked against the bytes present: a generic decoder
+/// would pre-size the array from a hostile count.
+fn subscribed_topics(meta: &Bytes) -> Option<std::collections::BTreeSet<String>> {
+    fn take<'a>(b: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+        if b.len() < n {
+            return None;
+        }
+        let (head, rest) = b.split_at(n);
+        *b = rest;
+        Some(head)
+    }
+    let mut b: &[u8] = meta;
+    let version = i16::from_be_bytes(take(&mut b, 2)?.try_into().ok()?);
+    if !(0..=3).contains(&version) {
+        return None;
+    }
+    let count = i32::from_be_bytes(take(&mut b, 4)?.try_into().ok()?);
+    if count < 0 || count as usize > b.len() / 2 {
+        return None;
+    }
+    let mut topics = std::collections::BTreeSet::new();
+    for _ in 0..count {
+        let len = i16::from_be_bytes(take(&mut b, 2)?.try_into().ok()?);
+        if len < 0 {
+            return None;
+        }
+        let name = std::str::from_utf8(take(&mut b, len as usize)?).ok()?;
+        topics.insert(name.to_string());
+    }
+    Some(topics)
+}
+
+/// Whether a static member's rejoin keeps its subscription: the same topics
+/// when both metadata decode as consumer subscriptions, else the same bytes
+/// (other protocol types, e.g. Connect, have no topic list to compare).
+fn same_subscription(old: Option<&Bytes>, new: Option<&Bytes>) -> bool {
+    match (old, new) {
+        (Some(o), Some(n)) => match (subscribed_topics(o), subscribed_topics(n)) {
+            (Some(a), Some(b)) => a == b,
+            _ => o == n,
+        },
+        (o, n) => o == n,
+    }
+}

@@ -194,6 +194,50 @@ fn changed_subscription_on_static_rejoin_rebalances() {
     assert_eq!(g.state, GroupState::PreparingRebalance);
 }
 
+/// A consumer subscription's metadata bytes (version 1: topics, user data).
+fn consumer_meta(topics: &[&str], user_data: &[u8]) -> Vec<u8> {
+    use rill_protocol::kafka_protocol::messages::ConsumerProtocolSubscription;
+    use rill_protocol::kafka_protocol::protocol::{Encodable, StrBytes};
+    let sub = ConsumerProtocolSubscription::default()
+        .with_topics(topics.iter().map(|t| StrBytes::from_string(t.to_string())).collect())
+        .with_user_data(Some(Bytes::copy_from_slice(user_data)));
+    let mut out = bytes::BytesMut::new();
+    out.extend_from_slice(&1i16.to_be_bytes());
+    sub.encode(&mut out, 1).unwrap();
+    out.to_vec()
+}
+
+fn join_with(instance: &str, meta: Vec<u8>) -> JoinRequest {
+    let mut r = req("", Some(instance), b"", 9);
+    r.protocols = vec![("range".into(), Bytes::from(meta))];
+    r
+}
+
+#[test]
+fn static_rejoin_compares_subscribed_topics_not_user_data() {
+    let t0 = Instant::now();
+    let mut g = ClassicGroup::new("g");
+    let mut p = ok_persist();
+    let first = consumer_meta(&["t1", "t2"], b"tasks: 0_1");
+    let mut rx = wait(g.join(join_with("A", first), &CFG, t0, &mut p));
+    g.tick(&CFG, t0);
+    let a = rx.try_recv().expect("joined").member_id;
+    let assignment = vec![(a.clone(), Bytes::from_static(b"x"))];
+    let _ = g.sync(&a, Some("A"), 1, None, None, assignment, &CFG, t0, &mut p);
+    assert_eq!(g.state, GroupState::Stable);
+    // Same topics, new user data (a restarted Streams thread): no rebalance.
+    let restarted = consumer_meta(&["t2", "t1"], b"tasks: none yet");
+    let _ = g.join(join_with("A", restarted), &CFG, t0, &mut p);
+    assert_eq!(g.state, GroupState::Stable);
+    assert_eq!(g.generation_id, 1);
+    // Another topic: rebalance (KAFKA-12759).
+    let changed = consumer_meta(&["t1", "t2", "t3"], b"tasks: none yet");
+    let _ = g.join(join_with("A", changed), &CFG, t0, &mut p);
+    // The sole member already rejoined, so the new generation forms at once.
+    assert_eq!(g.state, GroupState::CompletingRebalance);
+    assert_eq!(g.generation_id, 2);
+}
+
 #[test]
 fn static_rejoin_during_completing_rebalance_rebalances() {
     let t0 = Instant::now();
