@@ -78,8 +78,7 @@ fn topology() -> rill_streams::Result<Topology> {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
         )
         .init();
     let args = Args::parse();
@@ -111,18 +110,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let producer = Producer::new(&ClientConfig::new().set("bootstrap.servers", bootstrap.clone()))?;
     let mut expected: BTreeMap<String, i64> = BTreeMap::new();
     let mut lines = 0;
+    let mut deliveries = Vec::new();
     for _ in 0..args.repeat {
         for line in TEXT.lines() {
             for w in words(line) {
                 *expected.entry(w).or_default() += 1;
             }
-            let _ = producer.send(ProducerRecord::new(INPUT).value(line.to_string()))?;
+            deliveries.push(producer.send(ProducerRecord::new(INPUT).value(line.to_string()))?);
             lines += 1;
         }
     }
     producer.flush()?;
+    for d in deliveries {
+        d.wait()?;
+    }
     let total: i64 = expected.values().sum();
-    println!("wrote {lines} lines ({total} words, {} distinct) to {INPUT}", expected.len());
+    println!(
+        "wrote {lines} lines ({total} words, {} distinct) to {INPUT}",
+        expected.len()
+    );
 
     let state_dir = match &args.state_dir {
         Some(d) => d.clone(),
@@ -144,8 +150,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     streams.start()?;
 
     // Read the counts back and print the leaders as they change.
-    let mut reader = Consumer::new(&ClientConfig::new().set("bootstrap.servers", bootstrap.clone()))?;
-    let parts: Vec<TopicPartition> = (0..PARTITIONS).map(|p| TopicPartition::new(OUTPUT, p)).collect();
+    let mut reader =
+        Consumer::new(&ClientConfig::new().set("bootstrap.servers", bootstrap.clone()))?;
+    let parts: Vec<TopicPartition> = (0..PARTITIONS)
+        .map(|p| TopicPartition::new(OUTPUT, p))
+        .collect();
     reader.assign(&parts)?;
     reader.seek_to_beginning(&parts)?;
     let mut counts: BTreeMap<String, i64> = BTreeMap::new();

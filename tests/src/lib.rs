@@ -9,9 +9,9 @@
 
 pub mod backend;
 pub mod client_scenarios;
-pub mod streams_scenarios;
 pub mod proxy;
 pub mod scenarios;
+pub mod streams_scenarios;
 pub mod tools;
 pub mod wire;
 

@@ -28,12 +28,18 @@ fn words(line: &str) -> Vec<String> {
 
 fn wordcount(input: &str, output: &str, backend: StoreBackend) -> Topology {
     let b = StreamsBuilder::new();
-    b.stream(&[input], Consumed::with(Serdes::nullable(Serdes::string()), Serdes::string()))
-        .flat_map_values(|l: &String| words(l))
-        .group_by(|_, w: &String| w.clone(), Grouped::with(Serdes::string(), Serdes::string()))
-        .count(Materialized::as_store("counts").with_backend(backend))
-        .to_stream()
-        .to(output, Produced::with(Serdes::string(), Serdes::i64()));
+    b.stream(
+        &[input],
+        Consumed::with(Serdes::nullable(Serdes::string()), Serdes::string()),
+    )
+    .flat_map_values(|l: &String| words(l))
+    .group_by(
+        |_, w: &String| w.clone(),
+        Grouped::with(Serdes::string(), Serdes::string()),
+    )
+    .count(Materialized::as_store("counts").with_backend(backend))
+    .to_stream()
+    .to(output, Produced::with(Serdes::string(), Serdes::i64()));
     b.build().expect("topology builds")
 }
 
@@ -77,7 +83,9 @@ impl Setup {
         let p = rill_client::Producer::new(&config(&self.bootstrap, &[])).expect("producer");
         send_and_wait(
             &p,
-            lines.iter().map(|l| ProducerRecord::new(self.input.clone()).value(l.clone())),
+            lines
+                .iter()
+                .map(|l| ProducerRecord::new(self.input.clone()).value(l.clone())),
         );
         for l in lines {
             for w in words(l) {
@@ -88,8 +96,9 @@ impl Setup {
 
     fn reader(&self) -> Consumer {
         let mut c = Consumer::new(&config(&self.bootstrap, &[])).expect("consumer");
-        let parts: Vec<TopicPartition> =
-            (0..PARTITIONS).map(|p| TopicPartition::new(self.output.clone(), p)).collect();
+        let parts: Vec<TopicPartition> = (0..PARTITIONS)
+            .map(|p| TopicPartition::new(self.output.clone(), p))
+            .collect();
         c.assign(&parts).unwrap();
         c.seek_to_beginning(&parts).unwrap();
         c
@@ -104,7 +113,12 @@ fn lines(from: usize, n: usize) -> Vec<String> {
 
 /// Reads the output until the latest count per word equals `expected`
 /// (at-least-once allows a count to pass through twice, never to end wrong).
-fn await_counts(reader: &mut Consumer, seen: &mut BTreeMap<String, i64>, expected: &BTreeMap<String, i64>, streams: &[&KafkaStreams]) {
+fn await_counts(
+    reader: &mut Consumer,
+    seen: &mut BTreeMap<String, i64>,
+    expected: &BTreeMap<String, i64>,
+    streams: &[&KafkaStreams],
+) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while seen != expected {
         assert!(
@@ -117,7 +131,9 @@ fn await_counts(reader: &mut Consumer, seen: &mut BTreeMap<String, i64>, expecte
         }
         for r in reader.poll(Duration::from_millis(200)).unwrap() {
             let w = String::from_utf8(r.key.unwrap().to_vec()).unwrap();
-            let n = Serdes::i64().deserialize("out", r.value.as_deref()).unwrap();
+            let n = Serdes::i64()
+                .deserialize("out", r.value.as_deref())
+                .unwrap();
             seen.insert(w, n);
         }
     }
@@ -168,8 +184,14 @@ pub fn streams_wordcount(bootstrap: &str, backend: StoreBackend) {
     // Internal topics exist with the source's partition count.
     let a = admin(bootstrap);
     let topics = a.list_topics().unwrap();
-    for internal in [format!("{}-counts-changelog", s.app), format!("{}-counts-repartition", s.app)] {
-        assert!(topics.contains(&internal), "{internal} missing from {topics:?}");
+    for internal in [
+        format!("{}-counts-changelog", s.app),
+        format!("{}-counts-repartition", s.app),
+    ] {
+        assert!(
+            topics.contains(&internal),
+            "{internal} missing from {topics:?}"
+        );
         let md = a.describe_topics(&[internal.as_str()]).unwrap();
         assert_eq!(md[0].partitions.len() as i32, PARTITIONS, "{internal}");
     }
@@ -178,7 +200,10 @@ pub fn streams_wordcount(bootstrap: &str, backend: StoreBackend) {
 }
 
 fn local_tasks(x: &KafkaStreams) -> BTreeSet<TaskId> {
-    x.metadata_for_local_threads().into_iter().flat_map(|t| t.active_tasks).collect()
+    x.metadata_for_local_threads()
+        .into_iter()
+        .flat_map(|t| t.active_tasks)
+        .collect()
 }
 
 /// Every task of the word count (2 sub-topologies × PARTITIONS) runs exactly
@@ -202,12 +227,23 @@ pub fn streams_two_instances_split_tasks(bootstrap: &str) {
     let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let mut expected = BTreeMap::new();
     s.produce(&lines(0, 100), &mut expected);
-    let a = start(wordcount(&s.input, &s.output, StoreBackend::RocksDb), s.config(d1.path(), &[]));
-    let b = start(wordcount(&s.input, &s.output, StoreBackend::RocksDb), s.config(d2.path(), &[]));
+    let a = start(
+        wordcount(&s.input, &s.output, StoreBackend::RocksDb),
+        s.config(d1.path(), &[]),
+    );
+    let b = start(
+        wordcount(&s.input, &s.output, StoreBackend::RocksDb),
+        s.config(d2.path(), &[]),
+    );
     let tasks = |x: &KafkaStreams| -> BTreeSet<TaskId> {
-        x.metadata_for_local_threads().into_iter().flat_map(|t| t.active_tasks).collect()
+        x.metadata_for_local_threads()
+            .into_iter()
+            .flat_map(|t| t.active_tasks)
+            .collect()
     };
-    let all: BTreeSet<TaskId> = (0..2).flat_map(|st| (0..PARTITIONS).map(move |p| TaskId::new(st, p))).collect();
+    let all: BTreeSet<TaskId> = (0..2)
+        .flat_map(|st| (0..PARTITIONS).map(move |p| TaskId::new(st, p)))
+        .collect();
     let split = wait_until(Duration::from_secs(60), || {
         let (ta, tb) = (tasks(&a), tasks(&b));
         a.state() == State::Running
@@ -217,7 +253,12 @@ pub fn streams_two_instances_split_tasks(bootstrap: &str) {
             && ta.is_disjoint(&tb)
             && ta.union(&tb).copied().collect::<BTreeSet<_>>() == all
     });
-    assert!(split, "tasks not split: a={:?} b={:?}", tasks(&a), tasks(&b));
+    assert!(
+        split,
+        "tasks not split: a={:?} b={:?}",
+        tasks(&a),
+        tasks(&b)
+    );
     // The assignment's user data gives every instance the whole group's view.
     let view = a.latest_assignment().expect("assignment info");
     assert_eq!(view.members.len(), 2, "{view:?}");
@@ -238,7 +279,13 @@ pub fn streams_static_restart_without_rebalance(bootstrap: &str, backend: StoreB
     let mut expected = BTreeMap::new();
     s.produce(&lines(0, 150), &mut expected);
     let cfg = |dir: &Path, id: &str| {
-        s.config(dir, &[("group.instance.id", id.into()), ("num.stream.threads", "2".into())])
+        s.config(
+            dir,
+            &[
+                ("group.instance.id", id.into()),
+                ("num.stream.threads", "2".into()),
+            ],
+        )
     };
     let topo = || wordcount(&s.input, &s.output, backend);
     let a = start(topo(), cfg(d1.path(), "inst-a"));
@@ -247,7 +294,13 @@ pub fn streams_static_restart_without_rebalance(bootstrap: &str, backend: StoreB
     let mut reader = s.reader();
     await_counts(&mut reader, &mut seen, &expected, &[&a, &b]);
     let ad = admin(bootstrap);
-    let describe = || ad.describe_groups(&[s.app.as_str()]).unwrap().remove(&s.app).unwrap().unwrap();
+    let describe = || {
+        ad.describe_groups(&[s.app.as_str()])
+            .unwrap()
+            .remove(&s.app)
+            .unwrap()
+            .unwrap()
+    };
     assert!(wait_until(Duration::from_secs(30), || describe().state == "Stable"));
     assert!(
         wait_until(Duration::from_secs(30), || tasks_cover_all(&[&a, &b])),
@@ -260,12 +313,25 @@ pub fn streams_static_restart_without_rebalance(bootstrap: &str, backend: StoreB
     // from SyncGroup, and the assignment info records it.
     let generation = |x: &KafkaStreams| x.latest_assignment().map_or(-1, |a| a.generation);
     let gen_before = generation(&b);
-    assert!(gen_before > 0 && generation(&a) == gen_before, "a={} b={gen_before}", generation(&a));
+    assert!(
+        gen_before > 0 && generation(&a) == gen_before,
+        "a={} b={gen_before}",
+        generation(&a)
+    );
     assert_eq!(before.members.len(), 4, "{before:?}");
-    let ids: BTreeSet<String> = before.members.iter().filter_map(|m| m.group_instance_id.clone()).collect();
-    let want: BTreeSet<String> = ["inst-a-thread-1", "inst-a-thread-2", "inst-b-thread-1", "inst-b-thread-2"]
-        .map(String::from)
-        .into();
+    let ids: BTreeSet<String> = before
+        .members
+        .iter()
+        .filter_map(|m| m.group_instance_id.clone())
+        .collect();
+    let want: BTreeSet<String> = [
+        "inst-a-thread-1",
+        "inst-a-thread-2",
+        "inst-b-thread-1",
+        "inst-b-thread-2",
+    ]
+    .map(String::from)
+    .into();
     assert_eq!(ids, want);
     let tasks_a = local_tasks(&a);
     let close_started = Instant::now();
@@ -283,21 +349,39 @@ pub fn streams_static_restart_without_rebalance(bootstrap: &str, backend: StoreB
     let after = describe();
     assert_eq!(after.members.len(), 4, "{after:?}");
     assert_eq!(generation(&b), gen_before, "the restart caused a rebalance");
-    assert_eq!(generation(&a2), gen_before, "the restarted instance joined a new generation");
-    assert!(wait_until(Duration::from_secs(30), || tasks_cover_all(&[&a2, &b])));
+    assert_eq!(
+        generation(&a2),
+        gen_before,
+        "the restarted instance joined a new generation"
+    );
+    assert!(wait_until(Duration::from_secs(30), || tasks_cover_all(&[
+        &a2, &b
+    ])));
     let tasks_a2 = local_tasks(&a2);
     assert_eq!(tasks_a2, tasks_a, "tasks moved across the restart");
     let changelog_records: i64 = {
         let tps: BTreeMap<TopicPartition, i64> = (0..PARTITIONS)
-            .map(|p| (TopicPartition::new(format!("{}-counts-changelog", s.app), p), rill_client::rpc::LATEST_TIMESTAMP))
+            .map(|p| {
+                (
+                    TopicPartition::new(format!("{}-counts-changelog", s.app), p),
+                    rill_client::rpc::LATEST_TIMESTAMP,
+                )
+            })
             .collect();
-        ad.list_offsets(&tps).unwrap().values().map(|o| o.offset).sum()
+        ad.list_offsets(&tps)
+            .unwrap()
+            .values()
+            .map(|o| o.offset)
+            .sum()
     };
     assert!(changelog_records > 0);
     let restored_records = restored.0.load(Ordering::Relaxed);
     match backend {
         // Checkpointed on close: nothing to restore.
-        StoreBackend::RocksDb => assert_eq!(restored_records, 0, "restored {restored_records} records after a clean close"),
+        StoreBackend::RocksDb => assert_eq!(
+            restored_records, 0,
+            "restored {restored_records} records after a clean close"
+        ),
         // In-memory stores restore their tasks' changelogs in full.
         StoreBackend::InMemory => assert!(restored_records > 0),
     }
@@ -316,7 +400,10 @@ pub fn streams_static_restart_without_rebalance(bootstrap: &str, backend: StoreB
         assert!(a3.wait_for_state(State::Running, Duration::from_secs(60)));
         s.produce(&lines(200, 20), &mut expected);
         await_counts(&mut reader, &mut seen, &expected, &[&a3, &b]);
-        assert!(restored.0.load(Ordering::Relaxed) > 0, "no full restore without a checkpoint");
+        assert!(
+            restored.0.load(Ordering::Relaxed) > 0,
+            "no full restore without a checkpoint"
+        );
         assert!(a3.close());
     }
     assert!(b.close());
@@ -328,15 +415,33 @@ pub fn streams_bad_input(bootstrap: &str) {
     let s = Setup::new(bootstrap, "bad");
     let dir = tempfile::tempdir().unwrap();
     let missing = unique_topic("missing");
-    let app = KafkaStreams::new(wordcount(&missing, &s.output, StoreBackend::InMemory), s.config(dir.path(), &[])).unwrap();
+    let app = KafkaStreams::new(
+        wordcount(&missing, &s.output, StoreBackend::InMemory),
+        s.config(dir.path(), &[]),
+    )
+    .unwrap();
     let err = app.start().unwrap_err().to_string();
-    assert!(err.contains(&missing) && err.contains("does not exist"), "{err}");
+    assert!(
+        err.contains(&missing) && err.contains("does not exist"),
+        "{err}"
+    );
     // An i64 topology fed a 3-byte value fails its thread, naming the record.
     let b = StreamsBuilder::new();
-    b.stream(&[s.input.as_str()], Consumed::with(Serdes::nullable(Serdes::string()), Serdes::i64()))
-        .to(&s.output, Produced::with(Serdes::nullable(Serdes::string()), Serdes::i64()));
+    b.stream(
+        &[s.input.as_str()],
+        Consumed::with(Serdes::nullable(Serdes::string()), Serdes::i64()),
+    )
+    .to(
+        &s.output,
+        Produced::with(Serdes::nullable(Serdes::string()), Serdes::i64()),
+    );
     let p = rill_client::Producer::new(&config(bootstrap, &[])).unwrap();
-    send_and_wait(&p, [ProducerRecord::new(s.input.clone()).partition(1).value("abc")]);
+    send_and_wait(
+        &p,
+        [ProducerRecord::new(s.input.clone())
+            .partition(1)
+            .value("abc")],
+    );
     let app = KafkaStreams::new(b.build().unwrap(), s.config(dir.path(), &[])).unwrap();
     let errors = Arc::new(std::sync::Mutex::new(Vec::new()));
     let e2 = errors.clone();
@@ -345,10 +450,19 @@ pub fn streams_bad_input(bootstrap: &str) {
         rill_streams::StreamThreadExceptionResponse::ShutdownClient
     });
     app.start().unwrap();
-    assert!(app.wait_for_state(State::Error, Duration::from_secs(60)), "state {:?}", app.state());
+    assert!(
+        app.wait_for_state(State::Error, Duration::from_secs(60)),
+        "state {:?}",
+        app.state()
+    );
     let errors = errors.lock().unwrap().clone();
     let at = format!("{}-1 offset 0", s.input);
-    assert!(errors.iter().any(|e| e.contains(&at) && e.contains("value")), "{errors:?}");
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains(&at) && e.contains("value")),
+        "{errors:?}"
+    );
 }
 
 #[macro_export]

@@ -63,7 +63,9 @@ impl RocksDbStore {
     }
 
     fn db(&self) -> &DB {
-        self.db.as_ref().expect("the DB is only absent inside clear()")
+        self.db
+            .as_ref()
+            .expect("the DB is only absent inside clear()")
     }
 
     fn err(&self, source: rocksdb::Error) -> Error {

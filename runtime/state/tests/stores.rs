@@ -17,7 +17,9 @@ fn keys(kvs: &[(Bytes, Bytes)]) -> Vec<String> {
 fn contract(store: &mut dyn KeyValueStore) {
     assert_eq!(store.get(b"missing").unwrap(), None);
     for k in ["b", "a", "ab", "abc", "c", "\u{ff}"] {
-        store.put(k.as_bytes(), format!("v-{k}").as_bytes()).unwrap();
+        store
+            .put(k.as_bytes(), format!("v-{k}").as_bytes())
+            .unwrap();
     }
     assert_eq!(store.get(b"ab").unwrap(), Some(b("v-ab")));
     store.put(b"ab", b"again").unwrap();
@@ -74,7 +76,14 @@ fn checkpoint_round_trip_and_corruption() {
     cp.write(dir.path()).unwrap();
     assert_eq!(Checkpoint::read(dir.path()).unwrap(), Some(cp));
 
-    for bad in ["", "1\n0\n", "0\nx\n", "0\n2\nt 0 5\n", "0\n1\nt zero 5\n", "0\n1\nt 0 -1\n"] {
+    for bad in [
+        "",
+        "1\n0\n",
+        "0\nx\n",
+        "0\n2\nt 0 5\n",
+        "0\n1\nt zero 5\n",
+        "0\n1\nt 0 -1\n",
+    ] {
         std::fs::write(Checkpoint::file(dir.path()), bad).unwrap();
         let err = Checkpoint::read(dir.path()).unwrap_err();
         assert!(

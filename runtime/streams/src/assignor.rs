@@ -130,8 +130,10 @@ pub(crate) fn place_tasks(
     tasks: &[TaskId],
     members: &[(String, BTreeSet<TaskId>, BTreeSet<TaskId>)],
 ) -> BTreeMap<String, Vec<TaskId>> {
-    let mut out: BTreeMap<String, Vec<TaskId>> =
-        members.iter().map(|(m, _, _)| (m.clone(), Vec::new())).collect();
+    let mut out: BTreeMap<String, Vec<TaskId>> = members
+        .iter()
+        .map(|(m, _, _)| (m.clone(), Vec::new()))
+        .collect();
     if members.is_empty() {
         return out;
     }
@@ -154,7 +156,9 @@ pub(crate) fn place_tasks(
     }
     let mut rest = Vec::new();
     for t in left {
-        let holder = members.iter().find(|(m, _, state)| state.contains(&t) && out[m].len() < cap);
+        let holder = members
+            .iter()
+            .find(|(m, _, state)| state.contains(&t) && out[m].len() < cap);
         if !holder.is_some_and(|(m, _, _)| give(&mut out, m, t)) {
             rest.push(t);
         }
@@ -190,14 +194,24 @@ impl PartitionAssignor for StreamsAssignor {
         subscriptions: &BTreeMap<String, Subscription>,
     ) -> rill_client::Result<BTreeMap<String, Assignment>> {
         let mut errors = Vec::new();
-        let tasks = tasks_for(&self.topology, &self.application_id, partitions_per_topic, &mut errors);
+        let tasks = tasks_for(
+            &self.topology,
+            &self.application_id,
+            partitions_per_topic,
+            &mut errors,
+        );
         let mut subs: Vec<&Subscription> = subscriptions.values().collect();
         subs.sort_by(|a, b| {
-            (a.group_instance_id.is_none(), &a.group_instance_id, &a.member_id).cmp(&(
-                b.group_instance_id.is_none(),
-                &b.group_instance_id,
-                &b.member_id,
-            ))
+            (
+                a.group_instance_id.is_none(),
+                &a.group_instance_id,
+                &a.member_id,
+            )
+                .cmp(&(
+                    b.group_instance_id.is_none(),
+                    &b.group_instance_id,
+                    &b.member_id,
+                ))
         });
         let infos: BTreeMap<&str, SubscriptionInfo> = subs
             .iter()
@@ -214,7 +228,11 @@ impl PartitionAssignor for StreamsAssignor {
             .iter()
             .map(|s| {
                 let i = &infos[s.member_id.as_str()];
-                (s.member_id.clone(), parse_tasks(&i.prev_tasks), parse_tasks(&i.state_tasks))
+                (
+                    s.member_id.clone(),
+                    parse_tasks(&i.prev_tasks),
+                    parse_tasks(&i.state_tasks),
+                )
             })
             .collect();
         let ids: Vec<TaskId> = tasks.keys().copied().collect();
@@ -294,7 +312,11 @@ mod tests {
         // Fresh group: 3 members get 2 each.
         let placed = place_tasks(
             &tasks,
-            &[("a".into(), none(), none()), ("b".into(), none(), none()), ("c".into(), none(), none())],
+            &[
+                ("a".into(), none(), none()),
+                ("b".into(), none(), none()),
+                ("c".into(), none(), none()),
+            ],
         );
         assert!(placed.values().all(|v| v.len() == 2), "{placed:?}");
         // Previous owners keep their tasks; a newcomer takes from the overloaded.
@@ -302,7 +324,11 @@ mod tests {
         let prev_b: BTreeSet<_> = [t(0, 3), t(0, 4), t(0, 5)].into();
         let placed = place_tasks(
             &tasks,
-            &[("a".into(), prev_a, none()), ("b".into(), prev_b, none()), ("c".into(), none(), none())],
+            &[
+                ("a".into(), prev_a, none()),
+                ("b".into(), prev_b, none()),
+                ("c".into(), none(), none()),
+            ],
         );
         assert_eq!(placed["a"], vec![t(0, 0), t(0, 1)]);
         assert_eq!(placed["b"], vec![t(0, 3), t(0, 4)]);

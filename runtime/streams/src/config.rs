@@ -123,14 +123,23 @@ impl StreamsConfig {
         let mut c = ClientConfig::new()
             .set("bootstrap.servers", self.bootstrap_servers.clone())
             .set("group.id", self.application_id.clone())
-            .set("client.id", format!("{client_id}-StreamThread-{thread}-consumer"))
+            .set(
+                "client.id",
+                format!("{client_id}-StreamThread-{thread}-consumer"),
+            )
             .set("enable.auto.commit", "false")
             // Kafka Streams reads a new input from the beginning.
             .set("auto.offset.reset", "earliest")
             .set("max.poll.records", "1000")
             .set("session.timeout.ms", self.session_timeout_ms.to_string())
-            .set("heartbeat.interval.ms", self.heartbeat_interval_ms.to_string())
-            .set("max.poll.interval.ms", self.max_poll_interval_ms.to_string());
+            .set(
+                "heartbeat.interval.ms",
+                self.heartbeat_interval_ms.to_string(),
+            )
+            .set(
+                "max.poll.interval.ms",
+                self.max_poll_interval_ms.to_string(),
+            );
         if let Some(id) = &self.group_instance_id {
             c.insert("group.instance.id", instance_id_for_thread(id, thread));
         }
@@ -157,7 +166,10 @@ impl StreamsConfig {
     pub fn producer_config(&self, client_id: &str, thread: usize) -> ClientConfig {
         let mut c = ClientConfig::new()
             .set("bootstrap.servers", self.bootstrap_servers.clone())
-            .set("client.id", format!("{client_id}-StreamThread-{thread}-producer"))
+            .set(
+                "client.id",
+                format!("{client_id}-StreamThread-{thread}-producer"),
+            )
             // Kafka Streams' producer default for at-least-once.
             .set("linger.ms", "100");
         for (k, v) in &self.client_overrides {
@@ -228,7 +240,11 @@ fn flatten(prefix: &str, v: Value, out: &mut BTreeMap<String, String>) -> Result
             }
         }
         config::ValueKind::Array(_) => {
-            return Err(StreamsError::config(&key, "", "expected a single value, got a list"))
+            return Err(StreamsError::config(
+                &key,
+                "",
+                "expected a single value, got a list",
+            ))
         }
         config::ValueKind::Nil => {}
         _ => {
@@ -339,16 +355,20 @@ fn parse(mut flat: BTreeMap<String, String>) -> Result<StreamsConfig> {
     let required = |k: &str, v: Option<String>| {
         v.ok_or_else(|| StreamsError::config(k, "", "required (no default)"))
     };
-    fn num<T: std::str::FromStr>(k: &str, v: Option<String>, min: T) -> Result<T>
+    fn num<T>(k: &str, v: Option<String>, min: T) -> Result<T>
     where
-        T: PartialOrd + std::fmt::Display,
+        T: std::str::FromStr + PartialOrd + std::fmt::Display,
     {
         let v = v.unwrap_or_default();
         let n: T = v
             .parse()
             .map_err(|_| StreamsError::config(k, &v, "not a number"))?;
         if n < min {
-            return Err(StreamsError::config(k, &v, format!("must be at least {min}")));
+            return Err(StreamsError::config(
+                k,
+                &v,
+                format!("must be at least {min}"),
+            ));
         }
         Ok(n)
     }
@@ -401,7 +421,11 @@ fn parse(mut flat: BTreeMap<String, String>) -> Result<StreamsConfig> {
             .rsplit_once(':')
             .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
         if !ok {
-            return Err(StreamsError::config("application.server", s, "expected host:port"));
+            return Err(StreamsError::config(
+                "application.server",
+                s,
+                "expected host:port",
+            ));
         }
     }
     let state_dir = take("state.dir")
@@ -467,14 +491,20 @@ mod tests {
         assert!(e.to_string().contains("num.stream.threads"), "{e}");
         let e = base().set("num.stream.threads", "0").build().unwrap_err();
         assert!(e.to_string().contains("at least 1"), "{e}");
-        let e = base().set("application.server", "nohost").build().unwrap_err();
+        let e = base()
+            .set("application.server", "nohost")
+            .build()
+            .unwrap_err();
         assert!(e.to_string().contains("application.server"), "{e}");
         let e = base()
             .set("processing.guarantee", "exactly_once_v2")
             .build()
             .unwrap_err();
         assert!(e.to_string().contains("processing.guarantee"), "{e}");
-        let e = StreamsConfig::builder().env_prefix(None).build().unwrap_err();
+        let e = StreamsConfig::builder()
+            .env_prefix(None)
+            .build()
+            .unwrap_err();
         assert!(e.to_string().contains("application.id"), "{e}");
     }
 

@@ -218,9 +218,7 @@ struct FnProcessor<F>(Arc<F>);
 
 impl<KIn, VIn, KOut, VOut, F> Processor<KIn, VIn, KOut, VOut> for FnProcessor<F>
 where
-    F: Fn(&mut ProcessorContext<'_, '_, KOut, VOut>, Record<KIn, VIn>) -> Result<()>
-        + Send
-        + Sync,
+    F: Fn(&mut ProcessorContext<'_, '_, KOut, VOut>, Record<KIn, VIn>) -> Result<()> + Send + Sync,
     KOut: Send + 'static,
     VOut: Send + 'static,
 {
@@ -282,18 +280,29 @@ impl StreamsBuilder {
     }
 
     /// A stream of the records in `topics` (Kafka's `builder.stream`).
-    pub fn stream<K: Data, V: Data>(&self, topics: &[&str], consumed: Consumed<K, V>) -> KStream<K, V> {
+    pub fn stream<K: Data, V: Data>(
+        &self,
+        topics: &[&str],
+        consumed: Consumed<K, V>,
+    ) -> KStream<K, V> {
         if topics.is_empty() {
-            self.graph
-                .borrow_mut()
-                .fail(StreamsError::Topology("stream() needs at least one topic".into()));
+            self.graph.borrow_mut().fail(StreamsError::Topology(
+                "stream() needs at least one topic".into(),
+            ));
         }
-        let t = topics.iter().map(|t| TopicName::User(t.to_string())).collect();
+        let t = topics
+            .iter()
+            .map(|t| TopicName::User(t.to_string()))
+            .collect();
         self.source(t, None, consumed)
     }
 
     /// A stream of every topic whose whole name matches `pattern`.
-    pub fn stream_pattern<K: Data, V: Data>(&self, pattern: &str, consumed: Consumed<K, V>) -> KStream<K, V> {
+    pub fn stream_pattern<K: Data, V: Data>(
+        &self,
+        pattern: &str,
+        consumed: Consumed<K, V>,
+    ) -> KStream<K, V> {
         if let Err(e) = regex::Regex::new(pattern) {
             self.graph.borrow_mut().fail(StreamsError::Topology(format!(
                 "source pattern {pattern:?} is not a valid regex: {e}"
@@ -374,7 +383,12 @@ impl<K: Data, V: Data> KStream<K, V> {
         KStream::new(self.graph.clone(), node, key_changed)
     }
 
-    fn stateless<K2: Data, V2: Data, F>(&self, prefix: &str, key_changed: bool, f: F) -> KStream<K2, V2>
+    fn stateless<K2: Data, V2: Data, F>(
+        &self,
+        prefix: &str,
+        key_changed: bool,
+        f: F,
+    ) -> KStream<K2, V2>
     where
         F: Fn(&mut ProcessorContext<'_, '_, K2, V2>, Record<K, V>) -> Result<()>
             + Send
@@ -403,7 +417,10 @@ impl<K: Data, V: Data> KStream<K, V> {
         })
     }
 
-    pub fn map_values<V2: Data>(&self, f: impl Fn(&V) -> V2 + Send + Sync + 'static) -> KStream<K, V2> {
+    pub fn map_values<V2: Data>(
+        &self,
+        f: impl Fn(&V) -> V2 + Send + Sync + 'static,
+    ) -> KStream<K, V2> {
         let changed = self.key_changed;
         self.stateless("KSTREAM-MAPVALUES", changed, move |ctx, r| {
             let v = f(&r.value);
@@ -446,7 +463,10 @@ impl<K: Data, V: Data> KStream<K, V> {
         })
     }
 
-    pub fn flat_map_values<V2: Data, I>(&self, f: impl Fn(&V) -> I + Send + Sync + 'static) -> KStream<K, V2>
+    pub fn flat_map_values<V2: Data, I>(
+        &self,
+        f: impl Fn(&V) -> I + Send + Sync + 'static,
+    ) -> KStream<K, V2>
     where
         I: IntoIterator<Item = V2>,
     {
@@ -482,7 +502,10 @@ impl<K: Data, V: Data> KStream<K, V> {
         });
     }
 
-    pub fn select_key<K2: Data>(&self, f: impl Fn(&K, &V) -> K2 + Send + Sync + 'static) -> KStream<K2, V> {
+    pub fn select_key<K2: Data>(
+        &self,
+        f: impl Fn(&K, &V) -> K2 + Send + Sync + 'static,
+    ) -> KStream<K2, V> {
         self.stateless("KSTREAM-KEY-SELECT", true, move |ctx, r| {
             let k = f(&r.key, &r.value);
             ctx.forward(r.with_key(k));
@@ -494,10 +517,12 @@ impl<K: Data, V: Data> KStream<K, V> {
     pub fn merge(&self, other: &KStream<K, V>) -> KStream<K, V> {
         let mut g = self.graph.borrow_mut();
         let name = g.next_name("KSTREAM-MERGE");
-        let f = Arc::new(|ctx: &mut ProcessorContext<'_, '_, K, V>, r: Record<K, V>| {
-            ctx.forward(r);
-            Ok(())
-        });
+        let f = Arc::new(
+            |ctx: &mut ProcessorContext<'_, '_, K, V>, r: Record<K, V>| {
+                ctx.forward(r);
+                Ok(())
+            },
+        );
         let node = g.add::<K, V>(
             name,
             NodeKind::Processor {
@@ -506,7 +531,11 @@ impl<K: Data, V: Data> KStream<K, V> {
             &[self.node, other.node],
             Vec::new(),
         );
-        KStream::new(self.graph.clone(), node, self.key_changed || other.key_changed)
+        KStream::new(
+            self.graph.clone(),
+            node,
+            self.key_changed || other.key_changed,
+        )
     }
 
     /// Routes each record to the first branch whose predicate holds (Kafka's
@@ -523,11 +552,17 @@ impl<K: Data, V: Data> KStream<K, V> {
     /// Writes every record to `topic`.
     pub fn to(&self, topic: &str, produced: Produced<K, V>) {
         let t = topic.to_string();
-        self.sink(Some(TopicName::User(t.clone())), produced, move |_, _| t.clone());
+        self.sink(Some(TopicName::User(t.clone())), produced, move |_, _| {
+            t.clone()
+        });
     }
 
     /// Writes each record to the topic `f` picks (Kafka's `TopicNameExtractor`).
-    pub fn to_dynamic(&self, f: impl Fn(&K, &V) -> String + Send + Sync + 'static, produced: Produced<K, V>) {
+    pub fn to_dynamic(
+        &self,
+        f: impl Fn(&K, &V) -> String + Send + Sync + 'static,
+        produced: Produced<K, V>,
+    ) {
         self.sink(None, produced, f);
     }
 
@@ -541,20 +576,33 @@ impl<K: Data, V: Data> KStream<K, V> {
         let encode: crate::topology::SinkEncoder = Arc::new(move |raw: &RawRecord| {
             let (Some(k), Some(v)) = (raw.key.downcast_ref::<K>(), raw.value.downcast_ref::<V>())
             else {
-                return Err(StreamsError::Topology("sink received a record of the wrong type".into()));
+                return Err(StreamsError::Topology(
+                    "sink received a record of the wrong type".into(),
+                ));
             };
             let t = choose(k, v);
             let kb = ks
                 .serialize(&t, k)
-                .map_err(|reason| StreamsError::Serialization { topic: t.clone(), reason })?;
+                .map_err(|reason| StreamsError::Serialization {
+                    topic: t.clone(),
+                    reason,
+                })?;
             let vb = vs
                 .serialize(&t, v)
-                .map_err(|reason| StreamsError::Serialization { topic: t.clone(), reason })?;
+                .map_err(|reason| StreamsError::Serialization {
+                    topic: t.clone(),
+                    reason,
+                })?;
             Ok((t, kb, vb))
         });
         let mut g = self.graph.borrow_mut();
         let name = produced.name.unwrap_or_else(|| g.next_name("KSTREAM-SINK"));
-        g.add::<K, V>(name, NodeKind::Sink { topic, encode }, &[self.node], Vec::new())
+        g.add::<K, V>(
+            name,
+            NodeKind::Sink { topic, encode },
+            &[self.node],
+            Vec::new(),
+        )
     }
 
     /// Sends the stream through an internal topic `<app>-<name>-repartition`
@@ -567,7 +615,12 @@ impl<K: Data, V: Data> KStream<K, V> {
         self.through_internal(&name, r.key, r.value)
     }
 
-    fn through_internal(&self, name: &str, ks: SharedSerde<K>, vs: SharedSerde<V>) -> KStream<K, V> {
+    fn through_internal(
+        &self,
+        name: &str,
+        ks: SharedSerde<K>,
+        vs: SharedSerde<V>,
+    ) -> KStream<K, V> {
         let internal = format!("{name}-repartition");
         {
             let mut g = self.graph.borrow_mut();
@@ -651,7 +704,11 @@ pub struct BranchedKStream<K, V> {
 type Predicate<K, V> = Arc<dyn Fn(&K, &V) -> bool + Send + Sync>;
 
 impl<K: Data, V: Data> BranchedKStream<K, V> {
-    pub fn branch(mut self, name: &str, p: impl Fn(&K, &V) -> bool + Send + Sync + 'static) -> Self {
+    pub fn branch(
+        mut self,
+        name: &str,
+        p: impl Fn(&K, &V) -> bool + Send + Sync + 'static,
+    ) -> Self {
         self.branches.push((name.to_string(), Some(Arc::new(p))));
         self
     }
@@ -664,25 +721,35 @@ impl<K: Data, V: Data> BranchedKStream<K, V> {
 
     /// Returns the branches; records no predicate accepts are dropped.
     pub fn no_default_branch(self) -> BTreeMap<String, KStream<K, V>> {
-        let preds: Vec<Option<Predicate<K, V>>> = self.branches.iter().map(|(_, p)| p.clone()).collect();
-        let branch_node = self.parent.stateless::<K, V, _>("KSTREAM-BRANCH", self.parent.key_changed, move |ctx, r| {
-            for (i, p) in preds.iter().enumerate() {
-                if p.as_ref().is_none_or(|p| p(&r.key, &r.value)) {
-                    ctx.forward_to_index(i, r);
-                    return Ok(());
+        let preds: Vec<Option<Predicate<K, V>>> =
+            self.branches.iter().map(|(_, p)| p.clone()).collect();
+        let branch_node = self.parent.stateless::<K, V, _>(
+            "KSTREAM-BRANCH",
+            self.parent.key_changed,
+            move |ctx, r| {
+                for (i, p) in preds.iter().enumerate() {
+                    if p.as_ref().is_none_or(|p| p(&r.key, &r.value)) {
+                        ctx.forward_to_index(i, r);
+                        return Ok(());
+                    }
                 }
-            }
-            Ok(())
-        });
+                Ok(())
+            },
+        );
         let mut out = BTreeMap::new();
         for (name, _) in self.branches {
-            let f = Arc::new(|ctx: &mut ProcessorContext<'_, '_, K, V>, r: Record<K, V>| {
-                ctx.forward(r);
-                Ok(())
-            });
-            let child = branch_node.then::<K, V>("KSTREAM-BRANCHCHILD", branch_node.key_changed, Vec::new(), move || {
-                erase::<_, K, V, K, V>(FnProcessor(f.clone()))
-            });
+            let f = Arc::new(
+                |ctx: &mut ProcessorContext<'_, '_, K, V>, r: Record<K, V>| {
+                    ctx.forward(r);
+                    Ok(())
+                },
+            );
+            let child = branch_node.then::<K, V>(
+                "KSTREAM-BRANCHCHILD",
+                branch_node.key_changed,
+                Vec::new(),
+                move || erase::<_, K, V, K, V>(FnProcessor(f.clone())),
+            );
             out.insert(format!("{}{name}", self.prefix), child);
         }
         out
@@ -699,9 +766,16 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
     /// The stream aggregations read: repartitioned first if its key changed.
     fn input(&self, store: &str) -> KStream<K, V> {
         if self.stream.key_changed {
-            let name = self.grouped.name.clone().unwrap_or_else(|| store.to_string());
-            self.stream
-                .through_internal(&name, self.grouped.key.clone(), self.grouped.value.clone())
+            let name = self
+                .grouped
+                .name
+                .clone()
+                .unwrap_or_else(|| store.to_string());
+            self.stream.through_internal(
+                &name,
+                self.grouped.key.clone(),
+                self.grouped.value.clone(),
+            )
         } else {
             self.stream.clone()
         }
@@ -724,9 +798,17 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
     }
 
     /// Combines values per key with `f` into a table.
-    pub fn reduce(&self, f: impl Fn(&V, &V) -> V + Send + Sync + 'static, m: Materialized<V>) -> KTable<K, V> {
+    pub fn reduce(
+        &self,
+        f: impl Fn(&V, &V) -> V + Send + Sync + 'static,
+        m: Materialized<V>,
+    ) -> KTable<K, V> {
         let m = Materialized {
-            value: Some(m.value.clone().unwrap_or_else(|| self.grouped.value.clone())),
+            value: Some(
+                m.value
+                    .clone()
+                    .unwrap_or_else(|| self.grouped.value.clone()),
+            ),
             ..m
         };
         let f = Arc::new(f);
@@ -735,10 +817,15 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
             name: Some(store.clone()),
             ..m
         };
-        self.aggregate_core("REDUCE", store, m, move |_k, v: &V, old: Option<V>| match old {
-            None => v.clone(),
-            Some(o) => f(&o, v),
-        })
+        self.aggregate_core(
+            "REDUCE",
+            store,
+            m,
+            move |_k, v: &V, old: Option<V>| match old {
+                None => v.clone(),
+                Some(o) => f(&o, v),
+            },
+        )
     }
 
     /// Folds values per key into an aggregate, starting from `init()`.
@@ -801,22 +888,27 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
         let vs = m.value.clone().unwrap_or_else(crate::serde::missing);
         let step = Arc::new(step);
         let store_c = store.clone();
-        let f = Arc::new(move |ctx: &mut ProcessorContext<'_, '_, K, VA>, r: Record<K, V>| {
-            let mut s = ctx.store(&store_c)?;
-            let old = s.get_typed(&ks, &vs, &r.key)?;
-            let new = step(&r.key, &r.value, old);
-            s.put_typed(&ks, &vs, &r.key, &new)?;
-            ctx.forward(Record {
-                key: r.key,
-                value: new,
-                timestamp: r.timestamp,
-                headers: r.headers,
-            });
-            Ok(())
-        });
-        let table = input.then::<K, VA>(&format!("KSTREAM-{what}"), false, vec![store.clone()], move || {
-            erase::<_, K, V, K, VA>(FnProcessor(f.clone()))
-        });
+        let f = Arc::new(
+            move |ctx: &mut ProcessorContext<'_, '_, K, VA>, r: Record<K, V>| {
+                let mut s = ctx.store(&store_c)?;
+                let old = s.get_typed(&ks, &vs, &r.key)?;
+                let new = step(&r.key, &r.value, old);
+                s.put_typed(&ks, &vs, &r.key, &new)?;
+                ctx.forward(Record {
+                    key: r.key,
+                    value: new,
+                    timestamp: r.timestamp,
+                    headers: r.headers,
+                });
+                Ok(())
+            },
+        );
+        let table = input.then::<K, VA>(
+            &format!("KSTREAM-{what}"),
+            false,
+            vec![store.clone()],
+            move || erase::<_, K, V, K, VA>(FnProcessor(f.clone())),
+        );
         KTable {
             stream: table,
             store,
@@ -835,12 +927,16 @@ pub struct KTable<K, V> {
 impl<K: Data, V: Data> KTable<K, V> {
     /// The table's updates as a stream.
     pub fn to_stream(&self) -> KStream<K, V> {
-        let f = Arc::new(|ctx: &mut ProcessorContext<'_, '_, K, V>, r: Record<K, V>| {
-            ctx.forward(r);
-            Ok(())
-        });
+        let f = Arc::new(
+            |ctx: &mut ProcessorContext<'_, '_, K, V>, r: Record<K, V>| {
+                ctx.forward(r);
+                Ok(())
+            },
+        );
         self.stream
-            .then("KTABLE-TOSTREAM", false, Vec::new(), move || erase::<_, K, V, K, V>(FnProcessor(f.clone())))
+            .then("KTABLE-TOSTREAM", false, Vec::new(), move || {
+                erase::<_, K, V, K, V>(FnProcessor(f.clone()))
+            })
     }
 
     /// The name of the store holding the table (for interactive queries).

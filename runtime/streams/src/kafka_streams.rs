@@ -43,7 +43,10 @@ impl State {
         matches!(
             (self, next),
             (Created, Rebalancing | PendingShutdown | PendingError)
-                | (Rebalancing, Running | Rebalancing | PendingShutdown | PendingError)
+                | (
+                    Rebalancing,
+                    Running | Rebalancing | PendingShutdown | PendingError
+                )
                 | (Running, Rebalancing | PendingShutdown | PendingError)
                 | (PendingShutdown, NotRunning)
                 | (PendingError, Error)
@@ -128,7 +131,11 @@ const PROCESS_FILE: &str = "rill-process-metadata";
 fn load_process_id(config: &StreamsConfig) -> Result<String> {
     let dir = config.state_dir.join(&config.application_id);
     let io = |e: std::io::Error| {
-        StreamsError::config("state.dir", &dir.display().to_string(), format!("cannot use it: {e}"))
+        StreamsError::config(
+            "state.dir",
+            &dir.display().to_string(),
+            format!("cannot use it: {e}"),
+        )
     };
     std::fs::create_dir_all(&dir).map_err(io)?;
     let file = dir.join(PROCESS_FILE);
@@ -136,7 +143,10 @@ fn load_process_id(config: &StreamsConfig) -> Result<String> {
         if let Ok(id) = uuid::Uuid::parse_str(s.trim()) {
             return Ok(id.to_string());
         }
-        tracing::warn!("{} does not hold a process id; making a new one", file.display());
+        tracing::warn!(
+            "{} does not hold a process id; making a new one",
+            file.display()
+        );
     }
     let id = uuid::Uuid::new_v4().to_string();
     std::fs::write(&file, &id).map_err(io)?;
@@ -182,18 +192,30 @@ impl KafkaStreams {
 
     /// Called with (new, old) on every state change.
     pub fn set_state_listener(&self, f: impl Fn(State, State) + Send + Sync + 'static) {
-        *self.inner.state_listener.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(f));
+        *self
+            .inner
+            .state_listener
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(Box::new(f));
     }
 
     pub fn set_uncaught_exception_handler(
         &self,
         f: impl Fn(&StreamsError) -> StreamThreadExceptionResponse + Send + Sync + 'static,
     ) {
-        *self.inner.error_handler.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(f));
+        *self
+            .inner
+            .error_handler
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(Box::new(f));
     }
 
     pub fn set_global_state_restore_listener(&self, l: impl StateRestoreListener + 'static) {
-        *self.inner.restore_listener.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(l));
+        *self
+            .inner
+            .restore_listener
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(l));
     }
 
     /// Creates internal topics and starts `num.stream.threads` threads.
@@ -221,7 +243,12 @@ impl KafkaStreams {
             if left.is_zero() {
                 return false;
             }
-            s = self.inner.changed.wait_timeout(s, left).unwrap_or_else(|e| e.into_inner()).0;
+            s = self
+                .inner
+                .changed
+                .wait_timeout(s, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
         }
         true
     }
@@ -230,7 +257,9 @@ impl KafkaStreams {
     pub fn add_stream_thread(&self) -> Result<String> {
         match self.state() {
             State::Running | State::Rebalancing => Inner::spawn_thread(&self.inner, None),
-            s => Err(StreamsError::IllegalState(format!("add_stream_thread() in state {s:?}"))),
+            s => Err(StreamsError::IllegalState(format!(
+                "add_stream_thread() in state {s:?}"
+            ))),
         }
     }
 
@@ -243,7 +272,9 @@ impl KafkaStreams {
             let pos = threads
                 .iter()
                 .enumerate()
-                .filter(|(_, t)| t.shared.state().is_alive() && !t.shared.shutdown.load(Ordering::Acquire))
+                .filter(|(_, t)| {
+                    t.shared.state().is_alive() && !t.shared.shutdown.load(Ordering::Acquire)
+                })
                 .max_by_key(|(_, t)| t.index)
                 .map(|(i, _)| i);
             pos.map(|i| threads.remove(i))
@@ -272,8 +303,18 @@ impl KafkaStreams {
                     .group_instance_id
                     .as_deref()
                     .map(|id| instance_id_for_thread(id, t.index)),
-                member_id: t.shared.member_id.lock().unwrap_or_else(|e| e.into_inner()).clone(),
-                active_tasks: t.shared.active_tasks.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+                member_id: t
+                    .shared
+                    .member_id
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone(),
+                active_tasks: t
+                    .shared
+                    .active_tasks
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone(),
             })
             .collect()
     }
@@ -283,7 +324,13 @@ impl KafkaStreams {
         let threads = self.inner.threads.lock().unwrap_or_else(|e| e.into_inner());
         threads
             .iter()
-            .filter_map(|t| t.shared.local.lock().ok().and_then(|l| l.assignment.clone()))
+            .filter_map(|t| {
+                t.shared
+                    .local
+                    .lock()
+                    .ok()
+                    .and_then(|l| l.assignment.clone())
+            })
             .max_by_key(|a| a.generation)
     }
 
@@ -309,10 +356,13 @@ impl Inner {
                 Inner::transition(this, State::PendingShutdown);
             }
         }
-        let mut threads = std::mem::take(&mut *this.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut threads =
+            std::mem::take(&mut *this.threads.lock().unwrap_or_else(|e| e.into_inner()));
         // Signal all first so they close in parallel.
         for t in &threads {
-            t.shared.leave_group.store(options.leave_group, Ordering::Release);
+            t.shared
+                .leave_group
+                .store(options.leave_group, Ordering::Release);
             t.shared.shutdown.store(true, Ordering::Release);
         }
         let mut all = true;
@@ -367,7 +417,11 @@ impl Inner {
         this.changed.notify_all();
         if old != next {
             tracing::info!(from = ?old, to = ?next, "application state");
-            if let Some(l) = &*this.state_listener.lock().unwrap_or_else(|e| e.into_inner()) {
+            if let Some(l) = &*this
+                .state_listener
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+            {
                 l(next, old);
             }
         }
@@ -379,7 +433,11 @@ impl Inner {
     fn recompute(this: &Arc<Inner>) {
         let states: Vec<ThreadState> = {
             let threads = this.threads.lock().unwrap_or_else(|e| e.into_inner());
-            threads.iter().map(|t| t.shared.state()).filter(|s| s.is_alive()).collect()
+            threads
+                .iter()
+                .map(|t| t.shared.state())
+                .filter(|s| s.is_alive())
+                .collect()
         };
         let cur = *this.state.lock().unwrap_or_else(|e| e.into_inner());
         if !matches!(cur, State::Rebalancing | State::Running) || states.is_empty() {
@@ -423,7 +481,11 @@ impl Inner {
             topology: this.topology.clone(),
             admin: this.admin.clone(),
             process_id: this.process_id.clone(),
-            restore_listener: this.restore_listener.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            restore_listener: this
+                .restore_listener
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
             shared: shared.clone(),
         };
         let weak = Arc::downgrade(this);
@@ -515,7 +577,11 @@ fn prepare_topics(inner: &Inner) -> Result<()> {
             }
         }
         for (name, &n) in &existing {
-            if st.source_patterns.iter().any(|p| crate::topology::full_match(p, name)) {
+            if st
+                .source_patterns
+                .iter()
+                .any(|p| crate::topology::full_match(p, name))
+            {
                 sources.push((name.clone(), n));
             }
         }
@@ -524,7 +590,11 @@ fn prepare_topics(inner: &Inner) -> Result<()> {
             return Err(StreamsError::Topology(format!(
                 "sub-topology {} joins topics that are not co-partitioned: {}",
                 st.id,
-                sources.iter().map(|(t, n)| format!("{t} ({n} partitions)")).collect::<Vec<_>>().join(", ")
+                sources
+                    .iter()
+                    .map(|(t, n)| format!("{t} ({n} partitions)"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )));
         }
         let n = distinct.into_iter().next().unwrap_or(1);
@@ -538,7 +608,14 @@ fn prepare_topics(inner: &Inner) -> Result<()> {
         }
         for store in &st.stores {
             if inner.topology.stores[store].logged {
-                check_or_create(&changelog_topic(app, store), n, &existing, &mut create, rf, true)?;
+                check_or_create(
+                    &changelog_topic(app, store),
+                    n,
+                    &existing,
+                    &mut create,
+                    rf,
+                    true,
+                )?;
             }
         }
     }
@@ -549,7 +626,10 @@ fn prepare_topics(inner: &Inner) -> Result<()> {
         for (name, r) in results {
             if let Err(e) = r {
                 if !e.to_string().contains("TOPIC_ALREADY_EXISTS") {
-                    return Err(StreamsError::client(format!("creating internal topic {name}"), e));
+                    return Err(StreamsError::client(
+                        format!("creating internal topic {name}"),
+                        e,
+                    ));
                 }
             }
         }

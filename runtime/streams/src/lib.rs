@@ -29,20 +29,25 @@ mod thread;
 mod topology;
 
 pub use assignor::{AssignmentInfo, MemberInfo, PROTOCOL_NAME};
-pub use config::{instance_id_for_thread, DeserializationHandler, StreamsConfig, StreamsConfigBuilder};
+pub use config::{
+    instance_id_for_thread, DeserializationHandler, StreamsConfig, StreamsConfigBuilder,
+};
 pub use dsl::{
-    BranchedKStream, Consumed, Data, Grouped, KGroupedStream, KStream, KTable, Materialized, Produced,
-    Repartitioned, StreamsBuilder,
+    BranchedKStream, Consumed, Data, Grouped, KGroupedStream, KStream, KTable, Materialized,
+    Produced, Repartitioned, StreamsBuilder,
 };
 pub use error::{Recovery, Result, StreamsError};
-pub use kafka_streams::{CloseOptions, KafkaStreams, State, StreamThreadExceptionResponse, ThreadMetadata};
+pub use kafka_streams::{
+    CloseOptions, KafkaStreams, State, StreamThreadExceptionResponse, ThreadMetadata,
+};
 pub use processor::{
-    Headers, Processor, ProcessorContext, PunctuationType, Record, RecordMetadata, ScheduleId, StoreRef,
+    Headers, Processor, ProcessorContext, PunctuationType, Record, RecordMetadata, ScheduleId,
+    StoreRef,
 };
 pub use restore::StateRestoreListener;
+pub use rill_state::StoreBackend;
 pub use serde::{Serde, Serdes, SharedSerde};
 pub use task::TaskId;
 pub use test_driver::{TestInputTopic, TopologyTestDriver};
 pub use thread::ThreadState;
 pub use topology::{StoreDef, SubTopology, TopicName, Topology};
-pub use rill_state::StoreBackend;

@@ -175,9 +175,12 @@ pub(crate) trait ErasedProcessor: Send {
     fn close(&mut self) -> Result<()>;
 }
 
+/// The input and output types an adapter restores.
+type Types<KIn, VIn, KOut, VOut> = PhantomData<fn(KIn, VIn) -> (KOut, VOut)>;
+
 pub(crate) struct Adapter<P, KIn, VIn, KOut, VOut> {
     pub inner: P,
-    pub _types: PhantomData<fn(KIn, VIn) -> (KOut, VOut)>,
+    pub _types: Types<KIn, VIn, KOut, VOut>,
 }
 
 impl<P, KIn, VIn, KOut, VOut> ErasedProcessor for Adapter<P, KIn, VIn, KOut, VOut>
@@ -196,7 +199,8 @@ where
         self.inner.process(&mut ProcessorContext::new(ctx), rec)
     }
     fn punctuate(&mut self, ctx: &mut NodeContext<'_>, id: ScheduleId, ts: i64) -> Result<()> {
-        self.inner.punctuate(&mut ProcessorContext::new(ctx), id, ts)
+        self.inner
+            .punctuate(&mut ProcessorContext::new(ctx), id, ts)
     }
     fn close(&mut self) -> Result<()> {
         self.inner.close()
@@ -350,9 +354,10 @@ impl StoreRef<'_> {
     pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         self.handle.store.put(key, value).map_err(|e| self.err(e))?;
         if self.handle.changelog.is_some() {
-            self.handle
-                .pending
-                .push((Bytes::copy_from_slice(key), Some(Bytes::copy_from_slice(value))));
+            self.handle.pending.push((
+                Bytes::copy_from_slice(key),
+                Some(Bytes::copy_from_slice(value)),
+            ));
         }
         Ok(())
     }
@@ -369,7 +374,10 @@ impl StoreRef<'_> {
         self.handle.store.range(from, to).map_err(|e| self.err(e))
     }
     pub fn prefix_scan(&self, prefix: &[u8]) -> Result<Vec<(Bytes, Bytes)>> {
-        self.handle.store.prefix_scan(prefix).map_err(|e| self.err(e))
+        self.handle
+            .store
+            .prefix_scan(prefix)
+            .map_err(|e| self.err(e))
     }
     pub fn all(&self) -> Result<Vec<(Bytes, Bytes)>> {
         self.handle.store.all().map_err(|e| self.err(e))
@@ -382,17 +390,25 @@ impl StoreRef<'_> {
     }
 
     /// Typed get through serdes (the store's topic name for the serdes is its name).
-    pub fn get_typed<K: 'static, V: 'static>(&self, kser: &SharedSerde<K>, vser: &SharedSerde<V>, key: &K) -> Result<Option<V>> {
+    pub fn get_typed<K: 'static, V: 'static>(
+        &self,
+        kser: &SharedSerde<K>,
+        vser: &SharedSerde<V>,
+        key: &K,
+    ) -> Result<Option<V>> {
         let name = self.handle.store.name().to_string();
         let k = ser(kser, &name, key)?;
         match self.get(&k)? {
             None => Ok(None),
-            Some(b) => vser.deserialize(&name, Some(&b)).map(Some).map_err(|reason| {
-                StreamsError::IllegalState(format!(
+            Some(b) => vser
+                .deserialize(&name, Some(&b))
+                .map(Some)
+                .map_err(|reason| {
+                    StreamsError::IllegalState(format!(
                     "task {}: state store {name} holds a value that does not deserialize: {reason}",
                     self.task
                 ))
-            }),
+                }),
         }
     }
 

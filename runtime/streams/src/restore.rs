@@ -20,8 +20,22 @@ use crate::task::StreamTask;
 
 /// Told about every restoration (Kafka's `StateRestoreListener`).
 pub trait StateRestoreListener: Send + Sync {
-    fn on_restore_start(&self, _tp: &TopicPartition, _store: &str, _start_offset: i64, _end_offset: i64) {}
-    fn on_batch_restored(&self, _tp: &TopicPartition, _store: &str, _batch_end_offset: i64, _records: u64) {}
+    fn on_restore_start(
+        &self,
+        _tp: &TopicPartition,
+        _store: &str,
+        _start_offset: i64,
+        _end_offset: i64,
+    ) {
+    }
+    fn on_batch_restored(
+        &self,
+        _tp: &TopicPartition,
+        _store: &str,
+        _batch_end_offset: i64,
+        _records: u64,
+    ) {
+    }
     fn on_restore_end(&self, _tp: &TopicPartition, _store: &str, _total_restored: u64) {}
 }
 
@@ -95,10 +109,13 @@ pub(crate) fn restore_store(
             }
             continue;
         }
-        handle.store.put_all(&batch).map_err(|e| StreamsError::State {
-            task: task_id.to_string(),
-            source: e,
-        })?;
+        handle
+            .store
+            .put_all(&batch)
+            .map_err(|e| StreamsError::State {
+                task: task_id.to_string(),
+                source: e,
+            })?;
         total += batch.len() as u64;
         if let Some(l) = listener {
             l.on_batch_restored(&tp, &plan.store, position - 1, batch.len() as u64);

@@ -54,7 +54,7 @@ impl Serdes {
     }
 }
 
-fn need<'a>(data: Option<&'a [u8]>) -> Result<&'a [u8], String> {
+fn need(data: Option<&[u8]>) -> Result<&[u8], String> {
     data.ok_or_else(|| "null, but the serde is not nullable (use Serdes::nullable)".to_string())
 }
 
@@ -88,7 +88,12 @@ macro_rules! int_serde {
             fn deserialize(&self, _: &str, data: Option<&[u8]>) -> Result<$t, String> {
                 let d = need(data)?;
                 let arr: [u8; $n] = d.try_into().map_err(|_| {
-                    format!("expected {} bytes for {}, got {}", $n, stringify!($t), d.len())
+                    format!(
+                        "expected {} bytes for {}, got {}",
+                        $n,
+                        stringify!($t),
+                        d.len()
+                    )
                 })?;
                 Ok(<$t>::from_be_bytes(arr))
             }

@@ -9,7 +9,9 @@
 
 use std::path::{Path, PathBuf};
 
-use rill_state::{Checkpoint, InMemoryStore, KeyValueStore, RocksDbStore, StoreBackend, TaskDirLock};
+use rill_state::{
+    Checkpoint, InMemoryStore, KeyValueStore, RocksDbStore, StoreBackend, TaskDirLock,
+};
 
 use crate::error::{Result, StreamsError};
 use crate::processor::{StoreHandle, Stores};
@@ -81,7 +83,8 @@ pub(crate) fn open(
         let mut store: Box<dyn KeyValueStore> = match backend {
             StoreBackend::InMemory => Box::new(InMemoryStore::new(name.clone())),
             StoreBackend::RocksDb => Box::new(
-                RocksDbStore::open(name.clone(), &dir.join("rocksdb").join(name)).map_err(state_err)?,
+                RocksDbStore::open(name.clone(), &dir.join("rocksdb").join(name))
+                    .map_err(state_err)?,
             ),
         };
         out.persistent |= store.persistent();
@@ -91,7 +94,12 @@ pub(crate) fn open(
         if let Some((topic, partition)) = &changelog {
             let checkpointed = store
                 .persistent()
-                .then(|| checkpoint.offsets.get(&(topic.clone(), *partition)).copied())
+                .then(|| {
+                    checkpoint
+                        .offsets
+                        .get(&(topic.clone(), *partition))
+                        .copied()
+                })
                 .flatten();
             if checkpointed.is_none() && store.persistent() {
                 store.clear().map_err(state_err)?;

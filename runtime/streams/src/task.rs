@@ -24,8 +24,8 @@ use crate::config::DeserializationHandler;
 use crate::dsl::INTERNAL_MARK;
 use crate::error::{Result, StreamsError};
 use crate::processor::{
-    ErasedProcessor, Headers, NodeContext, PunctuationType, RawRecord, RecordMetadata,
-    ScheduleId, Stores,
+    ErasedProcessor, Headers, NodeContext, PunctuationType, RawRecord, RecordMetadata, ScheduleId,
+    Stores,
 };
 use crate::topology::{NodeKind, Topology};
 
@@ -58,8 +58,12 @@ impl std::str::FromStr for TaskId {
             .split_once('_')
             .ok_or_else(|| format!("task id {s:?} is not <subtopology>_<partition>"))?;
         Ok(TaskId {
-            subtopology: a.parse().map_err(|_| format!("task id {s:?}: bad sub-topology"))?,
-            partition: b.parse().map_err(|_| format!("task id {s:?}: bad partition"))?,
+            subtopology: a
+                .parse()
+                .map_err(|_| format!("task id {s:?}: bad sub-topology"))?,
+            partition: b
+                .parse()
+                .map_err(|_| format!("task id {s:?}: bad partition"))?,
         })
     }
 }
@@ -102,12 +106,19 @@ pub(crate) struct TaskShared {
 }
 
 impl TaskShared {
-    pub fn schedule(&mut self, node: usize, interval: Duration, kind: PunctuationType) -> ScheduleId {
+    pub fn schedule(
+        &mut self,
+        node: usize,
+        interval: Duration,
+        kind: PunctuationType,
+    ) -> ScheduleId {
         let id = ScheduleId(self.schedules.len());
         let interval_ms = interval.as_millis().max(1) as i64;
         let next = match kind {
             PunctuationType::WallClockTime => Some(self.wall_clock_ms + interval_ms),
-            PunctuationType::StreamTime => (self.stream_time >= 0).then(|| self.stream_time + interval_ms),
+            PunctuationType::StreamTime => {
+                (self.stream_time >= 0).then(|| self.stream_time + interval_ms)
+            }
         };
         self.schedules.push(Schedule {
             node,
@@ -187,7 +198,9 @@ impl StreamTask {
                 .iter()
                 .copied()
                 .find(|&i| match &topology.nodes[i].kind {
-                    NodeKind::Source { topics, pattern, .. } => {
+                    NodeKind::Source {
+                        topics, pattern, ..
+                    } => {
                         topics.iter().any(|t| &t.resolve(application_id) == topic)
                             || pattern
                                 .as_deref()
@@ -216,7 +229,10 @@ impl StreamTask {
                 commit_requested: false,
                 out: Vec::new(),
             },
-            queues: partitions.iter().map(|tp| (tp.clone(), VecDeque::new())).collect(),
+            queues: partitions
+                .iter()
+                .map(|tp| (tp.clone(), VecDeque::new()))
+                .collect(),
             consumed: BTreeMap::new(),
             procs,
             source_nodes,
@@ -371,7 +387,8 @@ impl StreamTask {
                 match self.handler {
                     DeserializationHandler::LogAndFail => {
                         // Not processed, so not committed either.
-                        self.consumed.insert((rec.topic.clone(), rec.partition), rec.offset);
+                        self.consumed
+                            .insert((rec.topic.clone(), rec.partition), rec.offset);
                         return Err(err);
                     }
                     DeserializationHandler::LogAndContinue => {

@@ -34,7 +34,12 @@ pub struct TopologyTestDriver {
 impl TopologyTestDriver {
     /// In-memory stores, log-and-fail, wall clock starting at 0.
     pub fn new(topology: Topology) -> Result<Self> {
-        Self::with_options(topology, StoreBackend::InMemory, DeserializationHandler::LogAndFail, 0)
+        Self::with_options(
+            topology,
+            StoreBackend::InMemory,
+            DeserializationHandler::LogAndFail,
+            0,
+        )
     }
 
     pub fn with_options(
@@ -51,7 +56,8 @@ impl TopologyTestDriver {
         let mut tasks = BTreeMap::new();
         for st in &topology.subtopologies {
             let id = TaskId::new(st.id, 0);
-            let opened = crate::state_manager::open(&topology, id, &application_id, dir.path(), backend)?;
+            let opened =
+                crate::state_manager::open(&topology, id, &application_id, dir.path(), backend)?;
             let partitions: Vec<(String, i32)> = st
                 .source_topics
                 .iter()
@@ -85,7 +91,13 @@ impl TopologyTestDriver {
     }
 
     /// Pipes one record in (bytes) and processes until every task is idle.
-    pub fn pipe_raw(&mut self, topic: &str, key: Option<Bytes>, value: Option<Bytes>, timestamp: i64) -> Result<()> {
+    pub fn pipe_raw(
+        &mut self,
+        topic: &str,
+        key: Option<Bytes>,
+        value: Option<Bytes>,
+        timestamp: i64,
+    ) -> Result<()> {
         self.enqueue(topic, key, value, timestamp, Vec::new())?;
         self.run()
     }
@@ -98,7 +110,10 @@ impl TopologyTestDriver {
         timestamp: i64,
         headers: Vec<(String, Option<Bytes>)>,
     ) -> Result<bool> {
-        let Some(st) = self.topology.subtopology_of_topic(&self.application_id, topic) else {
+        let Some(st) = self
+            .topology
+            .subtopology_of_topic(&self.application_id, topic)
+        else {
             return Ok(false);
         };
         let offset = self.next_offset.entry(topic.to_string()).or_insert(0);
@@ -150,8 +165,17 @@ impl TopologyTestDriver {
             if r.store.is_some() {
                 continue;
             }
-            self.enqueue(&r.topic, r.key.clone(), r.value.clone(), r.timestamp, r.headers.clone())?;
-            self.outputs.entry(r.topic.clone()).or_default().push_back(r);
+            self.enqueue(
+                &r.topic,
+                r.key.clone(),
+                r.value.clone(),
+                r.timestamp,
+                r.headers.clone(),
+            )?;
+            self.outputs
+                .entry(r.topic.clone())
+                .or_default()
+                .push_back(r);
         }
         Ok(())
     }
@@ -170,7 +194,12 @@ impl TopologyTestDriver {
     }
 
     /// Typed input.
-    pub fn input_topic<K: 'static, V: 'static>(&mut self, topic: &str, key: SharedSerde<K>, value: SharedSerde<V>) -> TestInputTopic<'_, K, V> {
+    pub fn input_topic<K: 'static, V: 'static>(
+        &mut self,
+        topic: &str,
+        key: SharedSerde<K>,
+        value: SharedSerde<V>,
+    ) -> TestInputTopic<'_, K, V> {
         TestInputTopic {
             driver: self,
             topic: topic.to_string(),
@@ -180,7 +209,12 @@ impl TopologyTestDriver {
     }
 
     /// Reads and removes everything written to `topic` so far, decoded.
-    pub fn read_output<K: 'static, V: 'static>(&mut self, topic: &str, key: &SharedSerde<K>, value: &SharedSerde<V>) -> Result<Vec<(K, V)>> {
+    pub fn read_output<K: 'static, V: 'static>(
+        &mut self,
+        topic: &str,
+        key: &SharedSerde<K>,
+        value: &SharedSerde<V>,
+    ) -> Result<Vec<(K, V)>> {
         let q = self.outputs.remove(topic).unwrap_or_default();
         q.into_iter()
             .map(|r| {
@@ -198,7 +232,12 @@ impl TopologyTestDriver {
     }
 
     /// Every entry of a store, decoded, across the driver's tasks.
-    pub fn store_entries<K: 'static, V: 'static>(&mut self, store: &str, key: &SharedSerde<K>, value: &SharedSerde<V>) -> Result<Vec<(K, V)>> {
+    pub fn store_entries<K: 'static, V: 'static>(
+        &mut self,
+        store: &str,
+        key: &SharedSerde<K>,
+        value: &SharedSerde<V>,
+    ) -> Result<Vec<(K, V)>> {
         let mut out = Vec::new();
         let mut found = false;
         for task in self.tasks.values() {
@@ -211,13 +250,19 @@ impl TopologyTestDriver {
                 source: e,
             })?;
             for (k, v) in all {
-                let k = key.deserialize(store, Some(&k)).map_err(StreamsError::IllegalState)?;
-                let v = value.deserialize(store, Some(&v)).map_err(StreamsError::IllegalState)?;
+                let k = key
+                    .deserialize(store, Some(&k))
+                    .map_err(StreamsError::IllegalState)?;
+                let v = value
+                    .deserialize(store, Some(&v))
+                    .map_err(StreamsError::IllegalState)?;
                 out.push((k, v));
             }
         }
         if !found {
-            return Err(StreamsError::IllegalState(format!("no state store named {store}")));
+            return Err(StreamsError::IllegalState(format!(
+                "no state store named {store}"
+            )));
         }
         Ok(out)
     }

@@ -20,8 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rill_client::consumer::assignor::PartitionAssignor;
 use rill_client::{
-    Admin, Consumer, OffsetAndMetadata, Producer, ProducerRecord, RebalanceListener,
-    TopicPartition,
+    Admin, Consumer, OffsetAndMetadata, Producer, ProducerRecord, RebalanceListener, TopicPartition,
 };
 use rill_state::{Checkpoint, TaskDirLock};
 use tracing::{info, info_span, warn};
@@ -53,10 +52,22 @@ impl ThreadState {
         matches!(
             (self, next),
             (Created, Starting | PendingShutdown)
-                | (Starting, PartitionsRevoked | PartitionsAssigned | PendingShutdown)
-                | (PartitionsRevoked, PartitionsRevoked | PartitionsAssigned | PendingShutdown)
-                | (PartitionsAssigned, PartitionsRevoked | PartitionsAssigned | Running | PendingShutdown)
-                | (Running, PartitionsRevoked | PartitionsAssigned | PendingShutdown)
+                | (
+                    Starting,
+                    PartitionsRevoked | PartitionsAssigned | PendingShutdown
+                )
+                | (
+                    PartitionsRevoked,
+                    PartitionsRevoked | PartitionsAssigned | PendingShutdown
+                )
+                | (
+                    PartitionsAssigned,
+                    PartitionsRevoked | PartitionsAssigned | Running | PendingShutdown
+                )
+                | (
+                    Running,
+                    PartitionsRevoked | PartitionsAssigned | PendingShutdown
+                )
                 | (PendingShutdown, Dead)
         )
     }
@@ -170,9 +181,9 @@ impl TaskManager {
     }
 
     fn producer(&self) -> Result<&Producer> {
-        self.producer
-            .as_ref()
-            .ok_or_else(|| StreamsError::IllegalState("the stream thread's producer is closed".into()))
+        self.producer.as_ref().ok_or_else(|| {
+            StreamsError::IllegalState("the stream thread's producer is closed".into())
+        })
     }
 
     fn task_of(&self, tp: &TopicPartition) -> Option<TaskId> {
@@ -193,7 +204,11 @@ impl TaskManager {
 
     /// Tasks whose state this process has on disk (for the assignor).
     fn state_tasks_on_disk(&self) -> Vec<String> {
-        let dir = self.ctx.config.state_dir.join(&self.ctx.config.application_id);
+        let dir = self
+            .ctx
+            .config
+            .state_dir
+            .join(&self.ctx.config.application_id);
         let Ok(entries) = std::fs::read_dir(dir) else {
             return Vec::new();
         };
@@ -208,11 +223,21 @@ impl TaskManager {
     fn publish_tasks(&self) {
         let ids: BTreeSet<TaskId> = self.tasks.keys().copied().collect();
         {
-            let mut local = self.ctx.shared.local.lock().unwrap_or_else(|e| e.into_inner());
+            let mut local = self
+                .ctx
+                .shared
+                .local
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
             local.subscription.prev_tasks = ids.iter().map(|t| t.to_string()).collect();
             local.subscription.state_tasks = self.state_tasks_on_disk();
         }
-        *self.ctx.shared.active_tasks.lock().unwrap_or_else(|e| e.into_inner()) = ids;
+        *self
+            .ctx
+            .shared
+            .active_tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = ids;
     }
 
     fn create_task(&mut self, id: TaskId, partitions: Vec<(String, i32)>) -> Result<ActiveTask> {
@@ -330,13 +355,21 @@ impl TaskManager {
         for t in self.tasks.values_mut() {
             t.task.flush_stores()?;
             for ((topic, p), o) in &t.task.consumed {
-                offsets.insert(TopicPartition::new(topic.clone(), *p), OffsetAndMetadata::new(*o));
+                offsets.insert(
+                    TopicPartition::new(topic.clone(), *p),
+                    OffsetAndMetadata::new(*o),
+                );
             }
         }
         self.producer()?
             .flush()
             .map_err(|e| StreamsError::client("flushing the producer", e))?;
-        if let Some(e) = self.send_error.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        if let Some(e) = self
+            .send_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
             return Err(StreamsError::Processor {
                 task: "(thread)".into(),
                 processor: "producer".into(),
@@ -344,19 +377,25 @@ impl TaskManager {
             });
         }
         if !offsets.is_empty() {
-            consumer.commit_offsets_sync(&offsets).map_err(|e| match e {
-                rill_client::Error::CommitFailed { .. } => {
-                    StreamsError::TaskMigrated(format!("commit failed, the group rebalanced: {e}"))
-                }
-                e => StreamsError::client("committing offsets", e),
-            })?;
+            consumer
+                .commit_offsets_sync(&offsets)
+                .map_err(|e| match e {
+                    rill_client::Error::CommitFailed { .. } => StreamsError::TaskMigrated(format!(
+                        "commit failed, the group rebalanced: {e}"
+                    )),
+                    e => StreamsError::client("committing offsets", e),
+                })?;
         }
         self.write_checkpoints();
         Ok(())
     }
 
     fn write_checkpoints(&mut self) {
-        let written = self.written.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let written = self
+            .written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         for t in self.tasks.values_mut() {
             for (tp, end) in t.changelog_end.iter_mut() {
                 if let Some(&w) = written.get(tp) {
@@ -392,7 +431,10 @@ impl TaskManager {
         if let Err(e) = self.commit(consumer) {
             warn!(thread = %self.ctx.name, "commit before revocation failed ({e}); the uncommitted records will be processed again");
         }
-        let revoked: BTreeSet<TaskId> = partitions.iter().filter_map(|tp| self.task_of(tp)).collect();
+        let revoked: BTreeSet<TaskId> = partitions
+            .iter()
+            .filter_map(|tp| self.task_of(tp))
+            .collect();
         for id in revoked {
             self.pending.remove(&id);
             if let Some(t) = self.tasks.remove(&id) {
@@ -406,7 +448,10 @@ impl TaskManager {
         let mut wanted: BTreeMap<TaskId, Vec<(String, i32)>> = BTreeMap::new();
         for tp in partitions {
             if let Some(id) = self.task_of(tp) {
-                wanted.entry(id).or_default().push((tp.topic.clone(), tp.partition));
+                wanted
+                    .entry(id)
+                    .or_default()
+                    .push((tp.topic.clone(), tp.partition));
             }
         }
         let stale: Vec<TaskId> = self
@@ -435,8 +480,10 @@ impl TaskManager {
                 }
                 Err(e) if is_locked(&e) => {
                     info!(thread = %self.ctx.name, task = %id, "task directory still locked by another thread; retrying");
-                    let tps: Vec<TopicPartition> =
-                        parts.iter().map(|(t, p)| TopicPartition::new(t.clone(), *p)).collect();
+                    let tps: Vec<TopicPartition> = parts
+                        .iter()
+                        .map(|(t, p)| TopicPartition::new(t.clone(), *p))
+                        .collect();
                     let _ = consumer.pause(&tps);
                     self.pending.insert(id, parts);
                 }
@@ -446,7 +493,13 @@ impl TaskManager {
                 }
             }
         }
-        let generation = self.ctx.shared.local.lock().map(|l| l.generation).unwrap_or(-1);
+        let generation = self
+            .ctx
+            .shared
+            .local
+            .lock()
+            .map(|l| l.generation)
+            .unwrap_or(-1);
         info!(
             thread = %self.ctx.name,
             generation,
@@ -467,11 +520,13 @@ impl TaskManager {
                 Ok(t) => {
                     self.pending.remove(&id);
                     self.tasks.insert(id, t);
-                    let tps: Vec<TopicPartition> =
-                        parts.iter().map(|(t, p)| TopicPartition::new(t.clone(), *p)).collect();
-                    consumer
-                        .resume(&tps)
-                        .map_err(|e| StreamsError::client("resuming a created task's partitions", e))?;
+                    let tps: Vec<TopicPartition> = parts
+                        .iter()
+                        .map(|(t, p)| TopicPartition::new(t.clone(), *p))
+                        .collect();
+                    consumer.resume(&tps).map_err(|e| {
+                        StreamsError::client("resuming a created task's partitions", e)
+                    })?;
                     info!(thread = %self.ctx.name, task = %id, "created the task after its directory was released");
                     self.publish_tasks();
                 }
@@ -484,10 +539,18 @@ impl TaskManager {
 
     fn on_lost(&mut self) {
         self.pending.clear();
-        let all: Vec<TaskId> = self.tasks.keys().chain(self.suspended.keys()).copied().collect();
+        let all: Vec<TaskId> = self
+            .tasks
+            .keys()
+            .chain(self.suspended.keys())
+            .copied()
+            .collect();
         warn!(thread = %self.ctx.name, tasks = ?all.iter().map(|t| t.to_string()).collect::<Vec<_>>(), "tasks lost without a commit");
         for id in all {
-            let t = self.tasks.remove(&id).or_else(|| self.suspended.remove(&id));
+            let t = self
+                .tasks
+                .remove(&id)
+                .or_else(|| self.suspended.remove(&id));
             if let Some(t) = t {
                 self.close_task(t, false);
             }
@@ -500,9 +563,17 @@ impl TaskManager {
             Some(c) if !self.tasks.is_empty() => self.commit(c),
             _ => Ok(()),
         };
-        let ids: Vec<TaskId> = self.tasks.keys().chain(self.suspended.keys()).copied().collect();
+        let ids: Vec<TaskId> = self
+            .tasks
+            .keys()
+            .chain(self.suspended.keys())
+            .copied()
+            .collect();
         for id in ids {
-            let t = self.tasks.remove(&id).or_else(|| self.suspended.remove(&id));
+            let t = self
+                .tasks
+                .remove(&id)
+                .or_else(|| self.suspended.remove(&id));
             if let Some(t) = t {
                 self.close_task(t, r.is_ok());
             }
@@ -516,10 +587,16 @@ struct Listener(Arc<Mutex<TaskManager>>);
 
 impl RebalanceListener for Listener {
     fn on_partitions_revoked(&mut self, consumer: &mut Consumer, partitions: &[TopicPartition]) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).on_revoked(consumer, partitions);
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .on_revoked(consumer, partitions);
     }
     fn on_partitions_assigned(&mut self, consumer: &mut Consumer, partitions: &[TopicPartition]) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).on_assigned(consumer, partitions);
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .on_assigned(consumer, partitions);
     }
     fn on_partitions_lost(&mut self, _consumer: &mut Consumer, _partitions: &[TopicPartition]) {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).on_lost();
@@ -574,7 +651,9 @@ fn subscribe(ctx: &ThreadContext, consumer: &mut Consumer) -> Result<()> {
 fn classify_poll_error(ctx: &ThreadContext, e: rill_client::Error) -> StreamsError {
     match e {
         rill_client::Error::FencedInstanceId {
-            instance_id, detail, ..
+            instance_id,
+            detail,
+            ..
         } => StreamsError::Fenced {
             thread: ctx.name.clone(),
             instance_id,
@@ -615,7 +694,11 @@ fn run_inner(ctx: &Arc<ThreadContext>) -> Result<()> {
             let t = tm.lock().unwrap_or_else(|e| e.into_inner());
             !t.tasks.values().any(|t| t.task.has_buffered())
         };
-        let timeout = if idle { ctx.config.poll_timeout } else { Duration::ZERO };
+        let timeout = if idle {
+            ctx.config.poll_timeout
+        } else {
+            Duration::ZERO
+        };
         let records = match consumer.poll(timeout) {
             Ok(r) => r,
             Err(e) => {
@@ -630,8 +713,10 @@ fn run_inner(ctx: &Arc<ThreadContext>) -> Result<()> {
                 }
             }
         };
-        *ctx.shared.member_id.lock().unwrap_or_else(|e| e.into_inner()) =
-            consumer.group_metadata().map(|g| g.member_id);
+        *ctx.shared
+            .member_id
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = consumer.group_metadata().map(|g| g.member_id);
         let mut guard = tm.lock().unwrap_or_else(|e| e.into_inner());
         let t = &mut *guard;
         if let Some(e) = t.fatal.take() {
@@ -715,13 +800,21 @@ fn run_inner(ctx: &Arc<ThreadContext>) -> Result<()> {
     let fenced = matches!(result, Err(StreamsError::Fenced { .. }));
     let mut t = tm.lock().unwrap_or_else(|e| e.into_inner());
     // After fencing nothing may be committed (KIP-345).
-    let closed = t.close_all(if fenced || result.is_err() { None } else { Some(&mut consumer) });
+    let closed = t.close_all(if fenced || result.is_err() {
+        None
+    } else {
+        Some(&mut consumer)
+    });
     if let Err(e) = &closed {
         warn!("commit on close failed: {e}");
     }
     drop(t);
     // The consumer first: its revocation callback still flushes through the producer.
-    let c = if leave { consumer.close_and_leave() } else { consumer.close() };
+    let c = if leave {
+        consumer.close_and_leave()
+    } else {
+        consumer.close()
+    };
     if let Err(e) = c {
         warn!("closing the consumer: {e}");
     }

@@ -24,7 +24,11 @@ use crate::processor::{CloneFn, ErasedProcessor, RawRecord};
 
 /// Decodes a consumed record's key and value; `Err((part, reason))`.
 pub(crate) type SourceDecoder = Arc<
-    dyn Fn(&str, Option<&[u8]>, Option<&[u8]>) -> std::result::Result<RawRecord, (&'static str, String)>
+    dyn Fn(
+            &str,
+            Option<&[u8]>,
+            Option<&[u8]>,
+        ) -> std::result::Result<RawRecord, (&'static str, String)>
         + Send
         + Sync,
 >;
@@ -198,7 +202,9 @@ impl Topology {
                 let node = &self.nodes[i];
                 st.stores.extend(node.stores.iter().cloned());
                 match &node.kind {
-                    NodeKind::Source { topics, pattern, .. } => {
+                    NodeKind::Source {
+                        topics, pattern, ..
+                    } => {
                         for t in topics {
                             if let Some(other) = seen_topics.insert(t.clone(), node.name.clone()) {
                                 return Err(StreamsError::Topology(format!(
@@ -219,7 +225,10 @@ impl Topology {
             if st.source_topics.is_empty() && st.source_patterns.is_empty() {
                 return Err(StreamsError::Topology(format!(
                     "sub-topology {id} has no source (nodes: {:?})",
-                    nodes.iter().map(|&i| &self.nodes[i].name).collect::<Vec<_>>()
+                    nodes
+                        .iter()
+                        .map(|&i| &self.nodes[i].name)
+                        .collect::<Vec<_>>()
                 )));
             }
             out.push(st);
@@ -273,7 +282,9 @@ impl Topology {
                         .join(", ")
                 };
                 match &node.kind {
-                    NodeKind::Source { topics, pattern, .. } => {
+                    NodeKind::Source {
+                        topics, pattern, ..
+                    } => {
                         let what = match pattern {
                             Some(p) => format!("topics: pattern {p}"),
                             None => format!(

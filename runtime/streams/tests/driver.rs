@@ -62,8 +62,14 @@ fn describe_lists_subtopologies_like_kafka() {
     let d = t.describe();
     assert_eq!(t.subtopologies().len(), 2, "{d}");
     assert!(d.contains("Sub-topology: 0"), "{d}");
-    assert!(d.contains("Source: KSTREAM-SOURCE-0000000000 (topics: [lines])"), "{d}");
-    assert!(d.contains("Sink: counts-repartition-sink (topic: <application.id>-counts-repartition)"), "{d}");
+    assert!(
+        d.contains("Source: KSTREAM-SOURCE-0000000000 (topics: [lines])"),
+        "{d}"
+    );
+    assert!(
+        d.contains("Sink: counts-repartition-sink (topic: <application.id>-counts-repartition)"),
+        "{d}"
+    );
     assert!(d.contains("(stores: [counts])"), "{d}");
     assert!(d.contains("Sink: KSTREAM-SINK-"), "{d}");
 }
@@ -82,7 +88,10 @@ fn stateless_operators() {
         .map(|k, v| (k.to_uppercase(), *v))
         .to("small", Produced::with(s(), Serdes::i64()));
     branches["b-big"]
-        .merge(&src.filter_not(|_, v| *v >= 0).select_key(|_, v| format!("neg{v}")))
+        .merge(
+            &src.filter_not(|_, v| *v >= 0)
+                .select_key(|_, v| format!("neg{v}")),
+        )
         .peek(|_, _| {})
         .to("big-or-negative", Produced::with(s(), Serdes::i64()));
     let mut d = TopologyTestDriver::new(b.build().unwrap()).unwrap();
@@ -95,7 +104,8 @@ fn stateless_operators() {
         vec![("A".into(), 10), ("D".into(), 90)]
     );
     assert_eq!(
-        d.read_output("big-or-negative", &s(), &Serdes::i64()).unwrap(),
+        d.read_output("big-or-negative", &s(), &Serdes::i64())
+            .unwrap(),
         vec![("b".into(), 500), ("neg-2".into(), -2)]
     );
 }
@@ -130,7 +140,10 @@ fn reduce_and_aggregate() {
     assert_eq!(max.last(), Some(&("x".to_string(), 7)));
     assert_eq!(max[1], ("x".to_string(), 3));
     let concat = d.read_output("concat", &s(), &s()).unwrap();
-    assert_eq!(concat.last(), Some(&("x".to_string(), "3,1,7,".to_string())));
+    assert_eq!(
+        concat.last(),
+        Some(&("x".to_string(), "3,1,7,".to_string()))
+    );
 }
 
 /// Counts per key and emits the counts on punctuation only.
@@ -139,21 +152,40 @@ struct Batcher {
 }
 
 impl Processor<String, String, String, i64> for Batcher {
-    fn init(&mut self, ctx: &mut ProcessorContext<'_, '_, String, i64>) -> rill_streams::Result<()> {
+    fn init(
+        &mut self,
+        ctx: &mut ProcessorContext<'_, '_, String, i64>,
+    ) -> rill_streams::Result<()> {
         self.wall = Some(ctx.schedule(Duration::from_secs(10), PunctuationType::WallClockTime)?);
         ctx.schedule(Duration::from_millis(100), PunctuationType::StreamTime)?;
         Ok(())
     }
-    fn process(&mut self, ctx: &mut ProcessorContext<'_, '_, String, i64>, r: Record<String, String>) -> rill_streams::Result<()> {
-        let md = ctx.record_metadata().cloned().expect("metadata while processing");
+    fn process(
+        &mut self,
+        ctx: &mut ProcessorContext<'_, '_, String, i64>,
+        r: Record<String, String>,
+    ) -> rill_streams::Result<()> {
+        let md = ctx
+            .record_metadata()
+            .cloned()
+            .expect("metadata while processing");
         assert_eq!(md.topic, "in");
         let mut st = ctx.store("seen")?;
         let n = st.get_typed(&s(), &Serdes::i64(), &r.key)?.unwrap_or(0) + 1;
         st.put_typed(&s(), &Serdes::i64(), &r.key, &n)?;
         Ok(())
     }
-    fn punctuate(&mut self, ctx: &mut ProcessorContext<'_, '_, String, i64>, id: ScheduleId, ts: i64) -> rill_streams::Result<()> {
-        let kind = if Some(id) == self.wall { "wall" } else { "stream" };
+    fn punctuate(
+        &mut self,
+        ctx: &mut ProcessorContext<'_, '_, String, i64>,
+        id: ScheduleId,
+        ts: i64,
+    ) -> rill_streams::Result<()> {
+        let kind = if Some(id) == self.wall {
+            "wall"
+        } else {
+            "stream"
+        };
         let all = ctx.store("seen")?.all()?;
         let n = all.len() as i64;
         ctx.forward(Record::new(format!("{kind}@{ts}"), n, ts));
@@ -182,7 +214,10 @@ fn processor_api_with_store_and_both_punctuations() {
         vec![("stream@1350".to_string(), 2)]
     );
     d.advance_wall_clock_time(Duration::from_secs(9)).unwrap();
-    assert!(d.read_output("ticks", &s(), &Serdes::i64()).unwrap().is_empty());
+    assert!(d
+        .read_output("ticks", &s(), &Serdes::i64())
+        .unwrap()
+        .is_empty());
     d.advance_wall_clock_time(Duration::from_secs(1)).unwrap();
     assert_eq!(
         d.read_output("ticks", &s(), &Serdes::i64()).unwrap(),
@@ -194,19 +229,28 @@ fn processor_api_with_store_and_both_punctuations() {
 fn processor_store_access_is_checked() {
     struct Sneaky;
     impl Processor<String, String, String, String> for Sneaky {
-        fn process(&mut self, ctx: &mut ProcessorContext<'_, '_, String, String>, _: Record<String, String>) -> rill_streams::Result<()> {
+        fn process(
+            &mut self,
+            ctx: &mut ProcessorContext<'_, '_, String, String>,
+            _: Record<String, String>,
+        ) -> rill_streams::Result<()> {
             ctx.store("not-mine").map(|_| ())
         }
     }
     let b = StreamsBuilder::new();
-    b.stream(&["in"], Consumed::with(s(), s())).process(|| Sneaky, &[]).foreach(|_: &String, _: &String| {});
+    b.stream(&["in"], Consumed::with(s(), s()))
+        .process(|| Sneaky, &[])
+        .foreach(|_: &String, _: &String| {});
     let mut d = TopologyTestDriver::new(b.build().unwrap()).unwrap();
     let err = d
         .input_topic("in", s(), s())
         .pipe(&"k".into(), &"v".into(), 0)
         .unwrap_err()
         .to_string();
-    assert!(err.contains("not connected to state store not-mine"), "{err}");
+    assert!(
+        err.contains("not connected to state store not-mine"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -219,15 +263,42 @@ fn deserialization_errors_name_the_record_or_are_skipped() {
     };
     let mut d = TopologyTestDriver::new(build()).unwrap();
     let err = d
-        .pipe_raw("nums", Some("k".into()), Some(bytes::Bytes::from_static(b"abc")), 5)
+        .pipe_raw(
+            "nums",
+            Some("k".into()),
+            Some(bytes::Bytes::from_static(b"abc")),
+            5,
+        )
         .unwrap_err()
         .to_string();
-    assert!(err.contains("nums-0 offset 0") && err.contains("value") && err.contains("expected 8 bytes"), "{err}");
-    let mut d = TopologyTestDriver::with_options(build(), StoreBackend::InMemory, DeserializationHandler::LogAndContinue, 0).unwrap();
-    d.pipe_raw("nums", Some("k".into()), Some(bytes::Bytes::from_static(b"abc")), 5).unwrap();
-    d.input_topic("nums", s(), Serdes::i64()).pipe(&"k".into(), &4, 6).unwrap();
+    assert!(
+        err.contains("nums-0 offset 0")
+            && err.contains("value")
+            && err.contains("expected 8 bytes"),
+        "{err}"
+    );
+    let mut d = TopologyTestDriver::with_options(
+        build(),
+        StoreBackend::InMemory,
+        DeserializationHandler::LogAndContinue,
+        0,
+    )
+    .unwrap();
+    d.pipe_raw(
+        "nums",
+        Some("k".into()),
+        Some(bytes::Bytes::from_static(b"abc")),
+        5,
+    )
+    .unwrap();
+    d.input_topic("nums", s(), Serdes::i64())
+        .pipe(&"k".into(), &4, 6)
+        .unwrap();
     assert_eq!(d.skipped_records(), 1);
-    assert_eq!(d.read_output("out", &s(), &Serdes::i64()).unwrap(), vec![("k".into(), 4)]);
+    assert_eq!(
+        d.read_output("out", &s(), &Serdes::i64()).unwrap(),
+        vec![("k".into(), 4)]
+    );
 }
 
 #[test]
@@ -237,10 +308,15 @@ fn bad_topologies_are_refused_with_reasons() {
     let err = b.build().unwrap_err().to_string();
     assert!(err.contains("not a valid regex"), "{err}");
     let b = StreamsBuilder::new();
-    b.stream(&["t"], Consumed::with(s(), s())).to("o", Produced::with(s(), s()));
-    b.stream(&["t"], Consumed::with(s(), s())).to("o", Produced::with(s(), s()));
+    b.stream(&["t"], Consumed::with(s(), s()))
+        .to("o", Produced::with(s(), s()));
+    b.stream(&["t"], Consumed::with(s(), s()))
+        .to("o", Produced::with(s(), s()));
     let err = b.build().unwrap_err().to_string();
-    assert!(err.contains("\"t\"") || err.contains("User(\"t\")"), "{err}");
+    assert!(
+        err.contains("\"t\"") || err.contains("User(\"t\")"),
+        "{err}"
+    );
     let err = StreamsBuilder::new().build().unwrap_err().to_string();
     assert!(err.contains("no nodes"), "{err}");
 }

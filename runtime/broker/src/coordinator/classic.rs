@@ -767,8 +767,15 @@ impl ClassicGroup {
                 // partitions, assignor user data such as Streams' task lists)
                 // differs on every restart, and comparing it would rebalance
                 // every static restart, which is what KIP-345 exists to avoid.
-                let old_meta = old_protocols.iter().find(|(n, _)| *n == proto).map(|(_, m)| m);
-                let new_meta = req.protocols.iter().find(|(n, _)| *n == proto).map(|(_, m)| m);
+                let old_meta = old_protocols
+                    .iter()
+                    .find(|(n, _)| *n == proto)
+                    .map(|(_, m)| m);
+                let new_meta = req
+                    .protocols
+                    .iter()
+                    .find(|(n, _)| *n == proto)
+                    .map(|(_, m)| m);
                 let same_subscription = same_subscription(old_meta, new_meta);
                 if selected.as_deref() == self.protocol_name.as_deref() && same_subscription {
                     if let Err(e) = persist(&self.snapshot()) {

@@ -199,7 +199,12 @@ fn consumer_meta(topics: &[&str], user_data: &[u8]) -> Vec<u8> {
     use rill_protocol::kafka_protocol::messages::ConsumerProtocolSubscription;
     use rill_protocol::kafka_protocol::protocol::{Encodable, StrBytes};
     let sub = ConsumerProtocolSubscription::default()
-        .with_topics(topics.iter().map(|t| StrBytes::from_string(t.to_string())).collect())
+        .with_topics(
+            topics
+                .iter()
+                .map(|t| StrBytes::from_string(t.to_string()))
+                .collect(),
+        )
         .with_user_data(Some(Bytes::copy_from_slice(user_data)));
     let mut out = bytes::BytesMut::new();
     out.extend_from_slice(&1i16.to_be_bytes());
