@@ -465,6 +465,207 @@ pub fn streams_bad_input(bootstrap: &str) {
     );
 }
 
+/// The `rill-streams-app` binary next to the running test binary.
+fn app_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
+    let bin = dir.join("rill-streams-app");
+    assert!(
+        bin.exists(),
+        "{} is not built (cargo builds it for the tests of rill-tests)",
+        bin.display()
+    );
+    bin
+}
+
+struct AppProcess(std::process::Child);
+
+impl AppProcess {
+    fn start(s: &Setup, state_dir: &Path, instance: &str) -> Self {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(app_binary())
+            .args(["--bootstrap", &s.bootstrap, "--application-id", &s.app])
+            .args(["--input", &s.input, "--output", &s.output])
+            .args(["--state-dir", &state_dir.display().to_string()])
+            .args(["--group-instance-id", instance, "--threads", "2"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("app starts");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(|l| l.ok())
+            {
+                if line == "RUNNING" {
+                    let _ = tx.send(());
+                }
+            }
+        });
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("the app reports RUNNING within 60 s");
+        AppProcess(child)
+    }
+
+    fn kill_9(mut self) {
+        // SAFETY: plain kill(2) on our own child.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGKILL) };
+        let _ = self.0.wait();
+    }
+
+    fn stop(mut self) {
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for AppProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Reads the output until every sequence number in `0..n` was seen;
+/// returns how many records were read (duplicates included).
+fn await_sequence(reader: &mut Consumer, seen: &mut BTreeSet<u64>, n: u64, records: &mut u64) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while (seen.len() as u64) < n {
+        assert!(
+            Instant::now() < deadline,
+            "only {} of {n} sequence numbers arrived",
+            seen.len()
+        );
+        for r in reader.poll(Duration::from_millis(200)).unwrap() {
+            let v = String::from_utf8(r.value.unwrap().to_vec()).unwrap();
+            let seq: u64 = v.strip_prefix("seq-").unwrap().parse().unwrap();
+            seen.insert(seq);
+            *records += 1;
+        }
+    }
+}
+
+fn produce_sequence(s: &Setup, range: std::ops::Range<u64>) {
+    let p = rill_client::Producer::new(&config(&s.bootstrap, &[])).expect("producer");
+    send_and_wait(
+        &p,
+        range.map(|i| {
+            ProducerRecord::new(s.input.clone())
+                .key(format!("k{}", i % 50))
+                .value(format!("seq-{i}"))
+        }),
+    );
+}
+
+/// At-least-once across kill -9: an instance (a separate process, two static
+/// threads) is killed mid-stream and restarted within the session timeout;
+/// every input record reaches the output (duplicates allowed, none lost).
+pub fn streams_kill_9_loses_nothing(bootstrap: &str) {
+    let s = Setup::new(bootstrap, "kill9");
+    let dir = tempfile::tempdir().unwrap();
+    produce_sequence(&s, 0..3000);
+    let app = AppProcess::start(&s, dir.path(), "killed");
+    let mut reader = s.reader();
+    let (mut seen, mut records) = (BTreeSet::new(), 0u64);
+    // Let it get part of the way, then kill it without any chance to commit.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while seen.is_empty() {
+        assert!(Instant::now() < deadline, "no output before the kill");
+        for r in reader.poll(Duration::from_millis(50)).unwrap() {
+            let v = String::from_utf8(r.value.unwrap().to_vec()).unwrap();
+            seen.insert(v.strip_prefix("seq-").unwrap().parse::<u64>().unwrap());
+            records += 1;
+        }
+    }
+    app.kill_9();
+    produce_sequence(&s, 3000..4000);
+    let app = AppProcess::start(&s, dir.path(), "killed");
+    await_sequence(&mut reader, &mut seen, 4000, &mut records);
+    assert_eq!(seen.len(), 4000);
+    assert_eq!(seen.iter().next_back(), Some(&3999));
+    eprintln!(
+        "kill -9: 4000 input records, {records} output records ({} duplicates)",
+        records - 4000
+    );
+    app.stop();
+}
+
+/// Threads come and go at run time: a removed thread's static member leaves
+/// the group at once; a new thread reclaims the smallest free index and its
+/// instance id.
+pub fn streams_add_and_remove_threads(bootstrap: &str) {
+    let s = Setup::new(bootstrap, "threads");
+    let dir = tempfile::tempdir().unwrap();
+    let mut expected = BTreeMap::new();
+    s.produce(&lines(0, 50), &mut expected);
+    let app = start(
+        wordcount(&s.input, &s.output, StoreBackend::RocksDb),
+        s.config(
+            dir.path(),
+            &[
+                ("group.instance.id", "elastic".into()),
+                ("num.stream.threads", "2".into()),
+            ],
+        ),
+    );
+    let ad = admin(bootstrap);
+    let instance_ids = || -> BTreeSet<String> {
+        ad.describe_groups(&[s.app.as_str()])
+            .unwrap()
+            .remove(&s.app)
+            .unwrap()
+            .map(|g| {
+                g.members
+                    .into_iter()
+                    .filter_map(|m| m.group_instance_id)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let both: BTreeSet<String> = ["elastic-thread-1", "elastic-thread-2"]
+        .map(String::from)
+        .into();
+    assert!(
+        wait_until(Duration::from_secs(30), || instance_ids() == both),
+        "{:?}",
+        instance_ids()
+    );
+    let removed = app
+        .remove_stream_thread(Duration::from_secs(10))
+        .unwrap()
+        .expect("a thread");
+    assert!(removed.ends_with("-StreamThread-2"), "{removed}");
+    // Gone well before session.timeout.ms (30 s): it left the group.
+    let one: BTreeSet<String> = ["elastic-thread-1".to_string()].into();
+    assert!(
+        wait_until(Duration::from_secs(10), || instance_ids() == one),
+        "{:?}",
+        instance_ids()
+    );
+    assert_eq!(app.metadata_for_local_threads().len(), 1);
+    let added = app.add_stream_thread().unwrap();
+    assert!(
+        added.ends_with("-StreamThread-2"),
+        "the new thread reclaims index 2: {added}"
+    );
+    assert!(
+        wait_until(Duration::from_secs(30), || instance_ids() == both),
+        "{:?}",
+        instance_ids()
+    );
+    let ids: BTreeSet<Option<String>> = app
+        .metadata_for_local_threads()
+        .into_iter()
+        .map(|t| t.group_instance_id)
+        .collect();
+    assert_eq!(ids, both.iter().cloned().map(Some).collect());
+    s.produce(&lines(50, 50), &mut expected);
+    let mut seen = BTreeMap::new();
+    await_counts(&mut s.reader(), &mut seen, &expected, &[&app]);
+    assert!(app.close());
+}
+
 #[macro_export]
 macro_rules! for_each_streams_scenario {
     ($m:ident) => {
@@ -475,6 +676,8 @@ macro_rules! for_each_streams_scenario {
             streams_static_restart_rocksdb => streams_static_restart_without_rebalance(StoreBackend::RocksDb),
             streams_static_restart_in_memory => streams_static_restart_without_rebalance(StoreBackend::InMemory),
             streams_bad_input => streams_bad_input(),
+            streams_kill_9_loses_nothing => streams_kill_9_loses_nothing(),
+            streams_add_and_remove_threads => streams_add_and_remove_threads(),
         );
     };
 }
