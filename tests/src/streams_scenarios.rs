@@ -666,6 +666,171 @@ pub fn streams_add_and_remove_threads(bootstrap: &str) {
     assert!(app.close());
 }
 
+/// KIP-345 fencing for streams: a second instance started with the same
+/// group.instance.id takes over the static member; the first instance's
+/// thread stops with an error naming the instance id and commits nothing
+/// more, and the application moves to Error (the default handler shuts the
+/// client down).
+pub fn streams_duplicate_instance_id_is_fenced(bootstrap: &str) {
+    let s = Setup::new(bootstrap, "twin");
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut expected = BTreeMap::new();
+    s.produce(&lines(0, 20), &mut expected);
+    let cfg = |d: &Path| s.config(d, &[("group.instance.id", "twin".into())]);
+    let first = start(
+        wordcount(&s.input, &s.output, StoreBackend::InMemory),
+        cfg(d1.path()),
+    );
+    let errors = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let e2 = errors.clone();
+    first.set_uncaught_exception_handler(move |e| {
+        e2.lock().unwrap().push(e.to_string());
+        rill_streams::StreamThreadExceptionResponse::ShutdownClient
+    });
+    let second = start(
+        wordcount(&s.input, &s.output, StoreBackend::InMemory),
+        cfg(d2.path()),
+    );
+    assert!(
+        first.wait_for_state(State::Error, Duration::from_secs(30)),
+        "the fenced instance is {:?}",
+        first.state()
+    );
+    let errors = errors.lock().unwrap().clone();
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("twin-thread-1") && e.contains("fenced")),
+        "{errors:?}"
+    );
+    // The survivor owns every task and keeps counting. What the fenced
+    // instance processed but did not commit is processed again
+    // (at-least-once), so counts may exceed the input's, never fall short.
+    s.produce(&lines(20, 20), &mut expected);
+    let mut reader = s.reader();
+    let mut seen: BTreeMap<String, i64> = BTreeMap::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !expected
+        .iter()
+        .all(|(w, n)| seen.get(w).is_some_and(|c| c >= n))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "survivor did not count everything: {seen:?} vs {expected:?}"
+        );
+        assert_eq!(second.state(), State::Running);
+        for r in reader.poll(Duration::from_millis(200)).unwrap() {
+            let w = String::from_utf8(r.key.unwrap().to_vec()).unwrap();
+            let n = Serdes::i64()
+                .deserialize("out", r.value.as_deref())
+                .unwrap();
+            seen.insert(w, n);
+        }
+    }
+    assert!(second.close());
+}
+
+/// A processor that fails on the first record whose value is "boom".
+struct FailOnce(Arc<AtomicU64>);
+
+impl rill_streams::Processor<Option<String>, String, Option<String>, String> for FailOnce {
+    fn process(
+        &mut self,
+        ctx: &mut rill_streams::ProcessorContext<'_, '_, Option<String>, String>,
+        r: rill_streams::Record<Option<String>, String>,
+    ) -> rill_streams::Result<()> {
+        if r.value == "boom" && self.0.fetch_add(1, Ordering::SeqCst) == 0 {
+            return Err(rill_streams::StreamsError::Processor {
+                task: "?".into(),
+                processor: "fail-once".into(),
+                reason: "boom (injected)".into(),
+            });
+        }
+        ctx.forward(r);
+        Ok(())
+    }
+}
+
+/// The uncaught-error handler answers ReplaceThread: a new thread with the
+/// same index (and instance id) takes over and processing goes on; the
+/// application never leaves Running/Rebalancing.
+pub fn streams_replace_thread_after_an_error(bootstrap: &str) {
+    let s = Setup::new(bootstrap, "replace");
+    let dir = tempfile::tempdir().unwrap();
+    let failures = Arc::new(AtomicU64::new(0));
+    let f = failures.clone();
+    let b = StreamsBuilder::new();
+    let opt = || Serdes::nullable(Serdes::string());
+    b.stream(&[s.input.as_str()], Consumed::with(opt(), Serdes::string()))
+        .process(move || FailOnce(f.clone()), &[])
+        .to(&s.output, Produced::with(opt(), Serdes::string()));
+    let app = KafkaStreams::new(
+        b.build().unwrap(),
+        s.config(dir.path(), &[("group.instance.id", "phoenix".into())]),
+    )
+    .unwrap();
+    let replaced = Arc::new(AtomicU64::new(0));
+    let r2 = replaced.clone();
+    app.set_uncaught_exception_handler(move |_| {
+        r2.fetch_add(1, Ordering::SeqCst);
+        rill_streams::StreamThreadExceptionResponse::ReplaceThread
+    });
+    app.start().unwrap();
+    assert!(app.wait_for_state(State::Running, Duration::from_secs(60)));
+    let values: Vec<String> = (0..50)
+        .map(|i| {
+            if i == 25 {
+                "boom".into()
+            } else {
+                format!("v{i}")
+            }
+        })
+        .collect();
+    let p = rill_client::Producer::new(&config(bootstrap, &[])).unwrap();
+    send_and_wait(
+        &p,
+        values.iter().map(|v| {
+            ProducerRecord::new(s.input.clone())
+                .partition(0)
+                .value(v.clone())
+        }),
+    );
+    let mut reader = s.reader();
+    let mut seen = BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while seen.len() < values.len() {
+        assert!(
+            Instant::now() < deadline,
+            "only {} of {} values arrived; state {:?}",
+            seen.len(),
+            values.len(),
+            app.state()
+        );
+        assert_ne!(app.state(), State::Error);
+        for r in reader.poll(Duration::from_millis(200)).unwrap() {
+            seen.insert(String::from_utf8(r.value.unwrap().to_vec()).unwrap());
+        }
+    }
+    assert_eq!(
+        failures.load(Ordering::SeqCst),
+        2,
+        "boom failed once, then passed"
+    );
+    assert_eq!(replaced.load(Ordering::SeqCst), 1);
+    let threads = app.metadata_for_local_threads();
+    assert_eq!(threads.len(), 1);
+    assert!(
+        threads[0].thread_name.ends_with("-StreamThread-1"),
+        "{}",
+        threads[0].thread_name
+    );
+    assert_eq!(
+        threads[0].group_instance_id.as_deref(),
+        Some("phoenix-thread-1")
+    );
+    assert!(app.close());
+}
+
 #[macro_export]
 macro_rules! for_each_streams_scenario {
     ($m:ident) => {
@@ -678,6 +843,8 @@ macro_rules! for_each_streams_scenario {
             streams_bad_input => streams_bad_input(),
             streams_kill_9_loses_nothing => streams_kill_9_loses_nothing(),
             streams_add_and_remove_threads => streams_add_and_remove_threads(),
+            streams_duplicate_instance_id_is_fenced => streams_duplicate_instance_id_is_fenced(),
+            streams_replace_thread_after_an_error => streams_replace_thread_after_an_error(),
         );
     };
 }

@@ -383,7 +383,7 @@ impl TaskManager {
                     rill_client::Error::CommitFailed { .. } => StreamsError::TaskMigrated(format!(
                         "commit failed, the group rebalanced: {e}"
                     )),
-                    e => StreamsError::client("committing offsets", e),
+                    e => classify_client_error(&self.ctx, "committing offsets", e),
                 })?;
         }
         self.write_checkpoints();
@@ -648,7 +648,16 @@ fn subscribe(ctx: &ThreadContext, consumer: &mut Consumer) -> Result<()> {
     r.map_err(|e| StreamsError::client("subscribing to the source topics", e))
 }
 
-fn classify_poll_error(ctx: &ThreadContext, e: rill_client::Error) -> StreamsError {
+/// FENCED_INSTANCE_ID from any call becomes the thread's fatal Fenced error
+/// naming its instance id (KIP-345); everything else keeps its context.
+fn classify_client_error(ctx: &ThreadContext, what: &str, e: rill_client::Error) -> StreamsError {
+    let own_id = || {
+        ctx.config
+            .group_instance_id
+            .as_deref()
+            .map(|id| crate::config::instance_id_for_thread(id, ctx.index))
+            .unwrap_or_default()
+    };
     match e {
         rill_client::Error::FencedInstanceId {
             instance_id,
@@ -656,10 +665,21 @@ fn classify_poll_error(ctx: &ThreadContext, e: rill_client::Error) -> StreamsErr
             ..
         } => StreamsError::Fenced {
             thread: ctx.name.clone(),
-            instance_id,
+            instance_id: if instance_id.is_empty() {
+                own_id()
+            } else {
+                instance_id
+            },
             detail,
         },
-        e => StreamsError::client("polling", e),
+        rill_client::Error::Stopped(detail) if detail.contains("FENCED_INSTANCE_ID") => {
+            StreamsError::Fenced {
+                thread: ctx.name.clone(),
+                instance_id: own_id(),
+                detail,
+            }
+        }
+        e => StreamsError::client(what, e),
     }
 }
 
@@ -702,7 +722,7 @@ fn run_inner(ctx: &Arc<ThreadContext>) -> Result<()> {
         let records = match consumer.poll(timeout) {
             Ok(r) => r,
             Err(e) => {
-                let err = classify_poll_error(ctx, e);
+                let err = classify_client_error(ctx, "polling", e);
                 match err.recovery() {
                     Recovery::Retriable => {
                         warn!("poll failed, retrying: {err}");

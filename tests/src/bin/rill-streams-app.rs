@@ -1,15 +1,23 @@
 //! A stream application as a separate OS process, for scenarios that kill
-//! an instance (`kill -9`) or restart it: the passthrough topology (input →
-//! output, values unchanged), one instance of `--application-id`.
+//! an instance (`kill -9`) or restart it, and for the scenario benches that
+//! measure its throughput, CPU and memory from outside.
+//!
+//! `--topology passthrough` (default: input → output, records unchanged),
+//! `wordcount` (lines → words → repartition → RocksDB count → output) or
+//! `raw` (no stream runtime: a plain consumer → producer loop that commits
+//! every `--commit-ms`, the ceiling the runtime is compared with).
 //!
 //! Prints `RUNNING` on stdout once the application is Running, then runs
 //! until SIGTERM / SIGINT (clean close: static members stay in the group) or
 //! until it is killed.
 
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
+use rill_client::{ClientConfig, Consumer, Producer, ProducerRecord};
 use rill_streams::{
-    Consumed, KafkaStreams, Produced, Serdes, State, StreamsBuilder, StreamsConfig,
+    Consumed, Grouped, KafkaStreams, Materialized, Produced, Serdes, State, StreamsBuilder,
+    StreamsConfig,
 };
 
 fn arg(name: &str) -> Option<String> {
@@ -26,30 +34,108 @@ fn need(name: &str) -> String {
     })
 }
 
-static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static STOP: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(_: libc::c_int) {
-    STOP.store(true, std::sync::atomic::Ordering::SeqCst);
+    STOP.store(true, Ordering::SeqCst);
+}
+
+fn install_signals() {
+    // SAFETY: the handler only stores to an atomic.
+    unsafe {
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+    }
+}
+
+fn commit_ms() -> String {
+    arg("--commit-ms").unwrap_or_else(|| "200".into())
+}
+
+/// The ceiling: consume → produce with the bare client, committing after a
+/// producer flush every `--commit-ms` (at-least-once, like the runtime).
+fn raw_loop(input: &str, output: &str) {
+    let bootstrap = need("--bootstrap");
+    let every = Duration::from_millis(commit_ms().parse().expect("--commit-ms"));
+    let mut consumer = Consumer::new(
+        &ClientConfig::new()
+            .set("bootstrap.servers", bootstrap.clone())
+            .set("group.id", need("--application-id"))
+            .set("enable.auto.commit", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("max.poll.records", "1000"),
+    )
+    .expect("consumer");
+    let producer = Producer::new(
+        &ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("linger.ms", "100"),
+    )
+    .expect("producer");
+    consumer.subscribe(&[input]).expect("subscribe");
+    install_signals();
+    println!("RUNNING");
+    let mut next_commit = Instant::now() + every;
+    while !STOP.load(Ordering::SeqCst) {
+        for r in consumer.poll(Duration::from_millis(100)).expect("poll") {
+            let mut out = ProducerRecord::new(output).timestamp(r.timestamp);
+            if let Some(k) = r.key {
+                out = out.key(k);
+            }
+            if let Some(v) = r.value {
+                out = out.value(v);
+            }
+            producer
+                .send_with_callback(out, |res| {
+                    if let Err(e) = res {
+                        eprintln!("send failed: {e}");
+                        std::process::exit(1);
+                    }
+                })
+                .expect("send");
+        }
+        if Instant::now() >= next_commit {
+            producer.flush().expect("flush");
+            consumer.commit_sync().expect("commit");
+            next_commit = Instant::now() + every;
+        }
+    }
+    producer.flush().expect("flush");
+    let _ = consumer.commit_sync();
+    let _ = consumer.close();
+    println!("CLOSED true");
 }
 
 fn main() {
     rill_tests::init_tracing();
     let (input, output) = (need("--input"), need("--output"));
+    let topology = arg("--topology").unwrap_or_else(|| "passthrough".into());
+    let bytes = || Serdes::nullable(Serdes::bytes());
     let b = StreamsBuilder::new();
-    b.stream(
-        &[input.as_str()],
-        Consumed::with(
-            Serdes::nullable(Serdes::bytes()),
-            Serdes::nullable(Serdes::bytes()),
-        ),
-    )
-    .to(
-        &output,
-        Produced::with(
-            Serdes::nullable(Serdes::bytes()),
-            Serdes::nullable(Serdes::bytes()),
-        ),
-    );
+    match topology.as_str() {
+        "raw" => return raw_loop(&input, &output),
+        "passthrough" => b
+            .stream(&[input.as_str()], Consumed::with(bytes(), bytes()))
+            .to(&output, Produced::with(bytes(), bytes())),
+        "wordcount" => b
+            .stream(&[input.as_str()], Consumed::with(bytes(), Serdes::string()))
+            .flat_map_values(|line: &String| {
+                line.split_whitespace()
+                    .map(str::to_string)
+                    .collect::<Vec<_>>()
+            })
+            .group_by(
+                |_, w: &String| w.clone(),
+                Grouped::with(Serdes::string(), Serdes::string()),
+            )
+            .count(Materialized::as_store("counts"))
+            .to_stream()
+            .to(&output, Produced::with(Serdes::string(), Serdes::i64())),
+        other => {
+            eprintln!("unknown --topology {other} (passthrough, wordcount, raw)");
+            std::process::exit(2);
+        }
+    }
     let mut cfg = StreamsConfig::builder()
         .env_prefix(None)
         .set("application.id", need("--application-id"))
@@ -59,10 +145,7 @@ fn main() {
             "num.stream.threads",
             arg("--threads").unwrap_or_else(|| "1".into()),
         )
-        .set(
-            "commit.interval.ms",
-            arg("--commit-ms").unwrap_or_else(|| "200".into()),
-        )
+        .set("commit.interval.ms", commit_ms())
         .set(
             "session.timeout.ms",
             arg("--session-ms").unwrap_or_else(|| "30000".into()),
@@ -73,18 +156,14 @@ fn main() {
     }
     let streams =
         KafkaStreams::new(b.build().expect("topology"), cfg.build().expect("config")).expect("app");
-    // SAFETY: the handler only stores to an atomic.
-    unsafe {
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-    }
+    install_signals();
     streams.start().expect("start");
     if !streams.wait_for_state(State::Running, Duration::from_secs(60)) {
         eprintln!("not running after 60 s: {:?}", streams.state());
         std::process::exit(1);
     }
     println!("RUNNING");
-    while !STOP.load(std::sync::atomic::Ordering::SeqCst) {
+    while !STOP.load(Ordering::SeqCst) {
         if streams.state() == State::Error {
             eprintln!("application failed");
             std::process::exit(1);

@@ -890,11 +890,15 @@ impl Consumer {
         )?;
         let results = match results {
             Ok(r) => r,
-            Err(e) => return Err(self.fail(commit_error(&group, e))),
+            Err(e) => {
+                let instance = self.cfg.group_instance_id.clone();
+                return Err(self.fail(commit_error(&group, instance.as_deref(), e)));
+            }
         };
         for (_, r) in results {
             if let Err(e) = r {
-                return Err(self.fail(commit_error(&group, e)));
+                let instance = self.cfg.group_instance_id.clone();
+                return Err(self.fail(commit_error(&group, instance.as_deref(), e)));
             }
         }
         Ok(())
@@ -928,6 +932,7 @@ impl Consumer {
         let cluster = self.cluster.clone();
         let timeout = self.cfg.common.default_api_timeout;
         let tx = self.async_commits.0.clone();
+        let instance = self.cfg.group_instance_id.clone();
         let cb: CommitCallback = Box::new(callback);
         crate::runtime::io_handle().spawn(async move {
             let r = if offsets.is_empty() {
@@ -937,8 +942,10 @@ impl Consumer {
                     Ok(results) => results
                         .into_values()
                         .find_map(|r| r.err())
-                        .map_or(Ok(()), |e| Err(commit_error(&group, e))),
-                    Err(e) => Err(commit_error(&group, e)),
+                        .map_or(Ok(()), |e| {
+                            Err(commit_error(&group, instance.as_deref(), e))
+                        }),
+                    Err(e) => Err(commit_error(&group, instance.as_deref(), e)),
                 }
             };
             let _ = tx.send((cb, r));
@@ -1128,7 +1135,7 @@ impl Drop for Consumer {
 }
 
 /// Maps rebalance-related commit errors to Kafka's `CommitFailedException`.
-fn commit_error(group: &str, e: Error) -> Error {
+fn commit_error(group: &str, instance_id: Option<&str>, e: Error) -> Error {
     use rill_protocol::ErrorCode;
     match e.code() {
         Some(
@@ -1144,7 +1151,7 @@ fn commit_error(group: &str, e: Error) -> Error {
         },
         Some(ErrorCode::FencedInstanceId) => Error::FencedInstanceId {
             group: group.to_string(),
-            instance_id: String::new(),
+            instance_id: instance_id.unwrap_or_default().to_string(),
             detail: e.to_string(),
         },
         _ => e,

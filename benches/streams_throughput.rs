@@ -1,0 +1,297 @@
+//! Stream-runtime throughput and memory (issue 5): records/s, CPU and peak
+//! RSS of a Rill streams application, each run as its own OS process
+//! (`tests/src/bin/rill-streams-app.rs`), against the bare client's
+//! consume → produce loop (the same binary with `--topology raw`) as the
+//! ceiling. The broker is Rill's embedded broker in another child process,
+//! so neither its memory nor its CPU is counted for the app.
+//!
+//! Variants: passthrough (1 and 2 stream threads), word count with a RocksDB
+//! store and changelog (1 and 2 threads), raw loop (1 consumer). Per variant
+//! and round: fresh topics (6 partitions), the input written before the app
+//! starts, then the app's output end offsets polled every 10 ms; the rate is
+//! input records / (time of the last expected output record − time of the
+//! first). The bench asserts the output reaches the expected count (for the
+//! word count, one update per word occurrence: no record cache). CPU is the
+//! app process's user+system seconds over the same window; RSS its VmHWM.
+//! One warm-up round, then `ROUNDS` rounds with the variant order rotating.
+//!
+//! Command: `cargo bench -p rill-benches --bench streams_throughput`
+//! (`RECORDS`, `ROUNDS` override 1,000,000 and 3).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rill_benches::{
+    cpu_seconds, machine_summary, median, peak_rss_kib, ratio_stats, spawn_broker_process,
+};
+use rill_client::admin::NewTopic;
+use rill_client::rpc::LATEST_TIMESTAMP;
+use rill_client::{Admin, ClientConfig, Producer, ProducerRecord, TopicPartition};
+use rill_tests::backend::repo_root;
+
+const PARTITIONS: i32 = 6;
+const WORDS_PER_LINE: usize = 10;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Variant {
+    Raw,
+    Passthrough1,
+    Passthrough2,
+    WordCount1,
+    WordCount2,
+}
+
+impl Variant {
+    const ALL: [Variant; 5] = [
+        Variant::Raw,
+        Variant::Passthrough1,
+        Variant::Passthrough2,
+        Variant::WordCount1,
+        Variant::WordCount2,
+    ];
+    fn label(self) -> &'static str {
+        match self {
+            Variant::Raw => "raw client loop (ceiling)",
+            Variant::Passthrough1 => "passthrough, 1 thread",
+            Variant::Passthrough2 => "passthrough, 2 threads",
+            Variant::WordCount1 => "word count (RocksDB), 1 thread",
+            Variant::WordCount2 => "word count (RocksDB), 2 threads",
+        }
+    }
+    fn args(self) -> (&'static str, &'static str) {
+        match self {
+            Variant::Raw => ("raw", "1"),
+            Variant::Passthrough1 => ("passthrough", "1"),
+            Variant::Passthrough2 => ("passthrough", "2"),
+            Variant::WordCount1 => ("wordcount", "1"),
+            Variant::WordCount2 => ("wordcount", "2"),
+        }
+    }
+    fn is_wordcount(self) -> bool {
+        matches!(self, Variant::WordCount1 | Variant::WordCount2)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    records_per_s: f64,
+    cpu_s: f64,
+    peak_rss_mib: f64,
+}
+
+fn app_binary() -> PathBuf {
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .current_dir(repo_root())
+        .args([
+            "build",
+            "--release",
+            "--quiet",
+            "-p",
+            "rill-tests",
+            "--bin",
+            "rill-streams-app",
+        ])
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "building rill-streams-app failed");
+    let exe = std::env::current_exe().unwrap();
+    exe.parent()
+        .and_then(|d| d.parent())
+        .unwrap()
+        .join("rill-streams-app")
+}
+
+fn end_offsets(admin: &Admin, topic: &str) -> i64 {
+    let want: BTreeMap<TopicPartition, i64> = (0..PARTITIONS)
+        .map(|p| (TopicPartition::new(topic, p), LATEST_TIMESTAMP))
+        .collect();
+    admin
+        .list_offsets(&want)
+        .map(|m| m.values().map(|o| o.offset).sum())
+        .unwrap_or(0)
+}
+
+/// Writes the input: 100-byte values, or lines of WORDS_PER_LINE words.
+fn load_input(bootstrap: &str, topic: &str, records: usize, wordcount: bool) -> i64 {
+    let p = Producer::new(
+        &ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("linger.ms", "5"),
+    )
+    .unwrap();
+    let mut futures = Vec::with_capacity(records);
+    let mut words = 0i64;
+    for i in 0..records {
+        let value = if wordcount {
+            let line: Vec<String> = (0..WORDS_PER_LINE)
+                .map(|w| format!("w{}", (i * 7 + w * 13) % 1000))
+                .collect();
+            words += WORDS_PER_LINE as i64;
+            line.join(" ")
+        } else {
+            format!("{i:0>100}")
+        };
+        futures.push(
+            p.send(
+                ProducerRecord::new(topic)
+                    .key(format!("k{}", i % 1000))
+                    .value(value),
+            )
+            .unwrap(),
+        );
+    }
+    for f in futures {
+        f.wait().expect("input delivered");
+    }
+    if wordcount {
+        words
+    } else {
+        records as i64
+    }
+}
+
+fn run(bin: &PathBuf, bootstrap: &str, variant: Variant, records: usize, round: usize) -> Run {
+    let admin = Admin::new(&ClientConfig::new().set("bootstrap.servers", bootstrap)).unwrap();
+    let tag = format!("{:?}-{round}-{}", variant, std::process::id()).to_lowercase();
+    let (input, output) = (format!("in-{tag}"), format!("out-{tag}"));
+    for t in [&input, &output] {
+        admin
+            .create_topic(NewTopic::new(t.as_str(), PARTITIONS, 1))
+            .unwrap();
+    }
+    let expected = load_input(bootstrap, &input, records, variant.is_wordcount());
+    let state = tempfile::tempdir().unwrap();
+    let (topology, threads) = variant.args();
+    let mut child = Command::new(bin)
+        .args([
+            "--bootstrap",
+            bootstrap,
+            "--application-id",
+            &format!("app-{tag}"),
+        ])
+        .args([
+            "--input",
+            &input,
+            "--output",
+            &output,
+            "--topology",
+            topology,
+            "--threads",
+            threads,
+        ])
+        .args([
+            "--state-dir",
+            &state.path().display().to_string(),
+            "--commit-ms",
+            "1000",
+        ])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("app starts");
+    let pid = child.id();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let (mut t0, mut cpu0) = (None, 0.0);
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "{variant:?}: output did not reach {expected} in 600 s"
+        );
+        let n = end_offsets(&admin, &output);
+        if n > 0 && t0.is_none() {
+            t0 = Some(Instant::now());
+            cpu0 = cpu_seconds(pid);
+        }
+        if n >= expected {
+            assert_eq!(
+                n, expected,
+                "{variant:?}: more output than input (duplicates without a failure)"
+            );
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let secs = t0.expect("output seen").elapsed().as_secs_f64();
+    let cpu = cpu_seconds(pid) - cpu0;
+    let rss = peak_rss_kib(pid) as f64 / 1024.0;
+    // SAFETY: plain kill(2) on our own child.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let _ = lines.by_ref().count();
+    let _ = child.wait();
+    let _ = admin.delete_topics(&[input.as_str(), output.as_str()]);
+    Run {
+        records_per_s: records as f64 / secs,
+        cpu_s: cpu,
+        peak_rss_mib: rss,
+    }
+}
+
+fn main() {
+    rill_benches::serve_broker_if_requested();
+    let records: usize = std::env::var("RECORDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let rounds: usize = std::env::var("ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let bin = app_binary();
+    let broker = spawn_broker_process();
+    let mut results: BTreeMap<Variant, Vec<Run>> = BTreeMap::new();
+    for round in 0..=rounds {
+        for i in 0..Variant::ALL.len() {
+            let v = Variant::ALL[(i + round) % Variant::ALL.len()];
+            // Word count lines carry 10 words: a tenth of the records, the same words.
+            let n = if v.is_wordcount() {
+                records / WORDS_PER_LINE
+            } else {
+                records
+            };
+            let r = run(&bin, &broker.bootstrap, v, n, round);
+            println!(
+                "round {round} {}: {:.0} input records/s, {:.2} CPU s, peak RSS {:.1} MiB",
+                v.label(),
+                r.records_per_s,
+                r.cpu_s,
+                r.peak_rss_mib
+            );
+            if round > 0 {
+                results.entry(v).or_default().push(r);
+            }
+        }
+    }
+    println!("\n## Stream runtime throughput: {records} records (word count: {} lines of {WORDS_PER_LINE} words), {PARTITIONS} partitions, {rounds} rounds", records / WORDS_PER_LINE);
+    println!("{}", machine_summary());
+    println!("| variant | input records/s | words/s | CPU s | peak RSS MiB |");
+    println!("|---|---|---|---|---|");
+    for (v, runs) in &results {
+        let rate = median(&runs.iter().map(|r| r.records_per_s).collect::<Vec<_>>());
+        let words = if v.is_wordcount() {
+            format!("{:.0}", rate * WORDS_PER_LINE as f64)
+        } else {
+            "—".into()
+        };
+        println!(
+            "| {} | {:.0} | {words} | {:.2} | {:.1} |",
+            v.label(),
+            rate,
+            median(&runs.iter().map(|r| r.cpu_s).collect::<Vec<_>>()),
+            median(&runs.iter().map(|r| r.peak_rss_mib).collect::<Vec<_>>()),
+        );
+    }
+    let rates = |v: Variant| {
+        results[&v]
+            .iter()
+            .map(|r| r.records_per_s)
+            .collect::<Vec<_>>()
+    };
+    for v in [Variant::Passthrough1, Variant::Passthrough2] {
+        let (m, lo, hi) = ratio_stats(&rates(v), &rates(Variant::Raw));
+        println!("{} / raw loop: {m:.2} ({lo:.2}–{hi:.2})", v.label());
+    }
+}
