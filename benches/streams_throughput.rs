@@ -193,6 +193,16 @@ fn run(bin: &PathBuf, bootstrap: &str, variant: Variant, records: usize, round: 
         .spawn()
         .expect("app starts");
     let pid = child.id();
+    // Profiling aid: RILL_BENCH_PERF=<dir> records each app with `perf record`.
+    let perf = std::env::var("RILL_BENCH_PERF").ok().map(|dir| {
+        Command::new("perf")
+            .args(["record", "-F", "499", "-g", "-p", &pid.to_string(), "-o"])
+            .arg(format!("{dir}/perf-{tag}.data"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("perf starts")
+    });
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let deadline = Instant::now() + Duration::from_secs(600);
     let (mut t0, mut cpu0) = (None, 0.0);
@@ -218,6 +228,11 @@ fn run(bin: &PathBuf, bootstrap: &str, variant: Variant, records: usize, round: 
     let secs = t0.expect("output seen").elapsed().as_secs_f64();
     let cpu = cpu_seconds(pid) - cpu0;
     let rss = peak_rss_kib(pid) as f64 / 1024.0;
+    if let Some(mut p) = perf {
+        // SAFETY: plain kill(2) on our own child; perf writes its file on SIGINT.
+        unsafe { libc::kill(p.id() as i32, libc::SIGINT) };
+        let _ = p.wait();
+    }
     // SAFETY: plain kill(2) on our own child.
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     let _ = lines.by_ref().count();

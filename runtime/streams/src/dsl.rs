@@ -59,6 +59,7 @@ impl Graph {
             parents: parents.to_vec(),
             children: Vec::new(),
             stores,
+            child_names: Vec::new(),
             clone: clone_raw::<K, V>,
         });
         for &p in parents {

@@ -12,7 +12,7 @@
 //! - store writes queue their changelog records, which leave the task with
 //!   its sink records ([`TaskShared::out`]) after each input record.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -151,16 +151,23 @@ impl TaskShared {
     }
 }
 
+struct PartitionQueue {
+    tp: (String, i32),
+    records: VecDeque<ConsumerRecord>,
+    /// Next offset to commit (one past the last record fully processed).
+    next_offset: Option<i64>,
+    /// The source node reading this partition's topic.
+    source: usize,
+}
+
 pub(crate) struct StreamTask {
     pub id: TaskId,
     topology: Arc<Topology>,
     procs: Vec<Option<Box<dyn ErasedProcessor>>>,
     pub shared: TaskShared,
-    /// Source partitions: `(topic, partition) -> buffered records`.
-    queues: BTreeMap<(String, i32), VecDeque<ConsumerRecord>>,
-    /// Next offset to commit per source partition.
-    pub consumed: BTreeMap<(String, i32), i64>,
-    source_nodes: BTreeMap<String, usize>,
+    /// One queue per source partition (a task has few: a linear search
+    /// finds one without building a key per record).
+    queues: Vec<PartitionQueue>,
     handler: DeserializationHandler,
     /// Records dropped by log-and-continue (Kafka's `dropped-records` metric).
     pub skipped: u64,
@@ -184,7 +191,7 @@ impl StreamTask {
             .clone();
         let mut procs: Vec<Option<Box<dyn ErasedProcessor>>> =
             (0..topology.nodes.len()).map(|_| None).collect();
-        let mut source_nodes = BTreeMap::new();
+        let mut queues = Vec::with_capacity(partitions.len());
         for &i in &st.nodes {
             match &topology.nodes[i].kind {
                 NodeKind::Processor { factory } => procs[i] = Some(factory()),
@@ -192,7 +199,7 @@ impl StreamTask {
                 NodeKind::Sink { .. } => {}
             }
         }
-        for (topic, _) in partitions {
+        for (topic, partition) in partitions {
             let node = st
                 .nodes
                 .iter()
@@ -214,7 +221,12 @@ impl StreamTask {
                         id.subtopology
                     ))
                 })?;
-            source_nodes.insert(topic.clone(), node);
+            queues.push(PartitionQueue {
+                tp: (topic.clone(), *partition),
+                records: VecDeque::new(),
+                next_offset: None,
+                source: node,
+            });
         }
         let mut task = StreamTask {
             id,
@@ -229,13 +241,8 @@ impl StreamTask {
                 commit_requested: false,
                 out: Vec::new(),
             },
-            queues: partitions
-                .iter()
-                .map(|tp| (tp.clone(), VecDeque::new()))
-                .collect(),
-            consumed: BTreeMap::new(),
+            queues,
             procs,
-            source_nodes,
             topology,
             handler,
             skipped: 0,
@@ -248,28 +255,39 @@ impl StreamTask {
     }
 
     pub fn partitions(&self) -> impl Iterator<Item = &(String, i32)> {
-        self.queues.keys()
+        self.queues.iter().map(|q| &q.tp)
     }
 
-    pub fn buffered(&self, tp: &(String, i32)) -> usize {
-        self.queues.get(tp).map_or(0, VecDeque::len)
+    pub fn buffered(&self, topic: &str, partition: i32) -> usize {
+        self.queues
+            .iter()
+            .find(|q| q.tp.1 == partition && q.tp.0 == topic)
+            .map_or(0, |q| q.records.len())
     }
 
     pub fn has_buffered(&self) -> bool {
-        self.queues.values().any(|q| !q.is_empty())
+        self.queues.iter().any(|q| !q.records.is_empty())
+    }
+
+    /// `(topic, partition) -> next offset to commit`, for partitions with progress.
+    pub fn consumed(&self) -> impl Iterator<Item = (&(String, i32), i64)> {
+        self.queues
+            .iter()
+            .filter_map(|q| q.next_offset.map(|o| (&q.tp, o)))
     }
 
     pub fn add_record(&mut self, rec: ConsumerRecord) -> Result<()> {
-        let q = self
+        let Some(q) = self
             .queues
-            .get_mut(&(rec.topic.clone(), rec.partition))
-            .ok_or_else(|| {
-                StreamsError::IllegalState(format!(
-                    "task {}: got a record of {}-{}, which it does not own",
-                    self.id, rec.topic, rec.partition
-                ))
-            })?;
-        q.push_back(rec);
+            .iter_mut()
+            .find(|q| q.tp.1 == rec.partition && q.tp.0 == rec.topic)
+        else {
+            return Err(StreamsError::IllegalState(format!(
+                "task {}: got a record of {}-{}, which it does not own",
+                self.id, rec.topic, rec.partition
+            )));
+        };
+        q.records.push_back(rec);
         Ok(())
     }
 
@@ -284,11 +302,6 @@ impl StreamTask {
         };
         let topology = self.topology.clone();
         let def = &topology.nodes[node];
-        let children: Vec<String> = def
-            .children
-            .iter()
-            .map(|&c| topology.nodes[c].name.clone())
-            .collect();
         let mut forwarded = Vec::new();
         let r = f(
             &mut p,
@@ -297,7 +310,7 @@ impl StreamTask {
                 node,
                 node_name: &def.name,
                 stores: &def.stores,
-                children: &children,
+                children: &def.child_names,
                 forwarded: &mut forwarded,
             },
         );
@@ -353,26 +366,24 @@ impl StreamTask {
 
     /// Processes the next record (smallest head timestamp); `false` when idle.
     pub fn process_one(&mut self) -> Result<bool> {
-        let Some(tp) = self
+        let Some(qi) = self
             .queues
             .iter()
-            .filter_map(|(tp, q)| q.front().map(|r| (r.timestamp, tp)))
+            .enumerate()
+            .filter_map(|(i, q)| q.records.front().map(|r| (r.timestamp, i)))
             .min_by_key(|(ts, _)| *ts)
-            .map(|(_, tp)| tp.clone())
+            .map(|(_, i)| i)
         else {
             return Ok(false);
         };
-        let rec = self
-            .queues
-            .get_mut(&tp)
-            .and_then(VecDeque::pop_front)
-            .expect("the queue has a head");
-        let node = self.source_nodes[&rec.topic];
+        let q = &mut self.queues[qi];
+        let rec = q.records.pop_front().expect("the queue has a head");
+        let node = q.source;
+        q.next_offset = Some(rec.offset + 1);
         let NodeKind::Source { decode, .. } = &self.topology.nodes[node].kind else {
-            unreachable!("source_nodes holds source nodes");
+            unreachable!("queues point at source nodes");
         };
         let decoded = decode(&rec.topic, rec.key.as_deref(), rec.value.as_deref());
-        self.consumed.insert(tp, rec.offset + 1);
         let mut raw = match decoded {
             Ok(raw) => raw,
             Err((part, reason)) => {
@@ -387,8 +398,7 @@ impl StreamTask {
                 match self.handler {
                     DeserializationHandler::LogAndFail => {
                         // Not processed, so not committed either.
-                        self.consumed
-                            .insert((rec.topic.clone(), rec.partition), rec.offset);
+                        self.queues[qi].next_offset = Some(rec.offset);
                         return Err(err);
                     }
                     DeserializationHandler::LogAndContinue => {

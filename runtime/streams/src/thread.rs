@@ -131,6 +131,15 @@ struct ActiveTask {
     changelog_end: BTreeMap<(String, i32), i64>,
 }
 
+/// What delivery callbacks report back to the thread.
+#[derive(Default)]
+struct SendState {
+    /// Highest changelog offset written per partition.
+    written: Mutex<BTreeMap<(String, i32), i64>>,
+    /// The first failed send.
+    error: Mutex<Option<String>>,
+}
+
 /// Owns the thread's tasks (Kafka's `TaskManager`).
 pub(crate) struct TaskManager {
     ctx: Arc<ThreadContext>,
@@ -143,9 +152,7 @@ pub(crate) struct TaskManager {
     /// `None` only while the thread closes it.
     producer: Option<Producer>,
     restore_consumer: Consumer,
-    /// Highest changelog offset written per partition, filled by delivery callbacks.
-    written: Arc<Mutex<BTreeMap<(String, i32), i64>>>,
-    send_error: Arc<Mutex<Option<String>>>,
+    sends: Arc<SendState>,
     pub commit_requested: bool,
     fatal: Option<StreamsError>,
     /// topic -> sub-topology reading it (regex matching is not per record).
@@ -172,8 +179,7 @@ impl TaskManager {
             pending: BTreeMap::new(),
             producer: Some(producer),
             restore_consumer,
-            written: Arc::default(),
-            send_error: Arc::default(),
+            sends: Arc::default(),
             commit_requested: false,
             fatal: None,
             topic_cache: Mutex::default(),
@@ -187,19 +193,23 @@ impl TaskManager {
     }
 
     fn task_of(&self, tp: &TopicPartition) -> Option<TaskId> {
+        self.task_of_topic(&tp.topic, tp.partition)
+    }
+
+    fn task_of_topic(&self, topic: &str, partition: i32) -> Option<TaskId> {
         let mut cache = self.topic_cache.lock().unwrap_or_else(|e| e.into_inner());
-        let st = match cache.get(&tp.topic) {
+        let st = match cache.get(topic) {
             Some(st) => *st,
             None => {
                 let st = self
                     .ctx
                     .topology
-                    .subtopology_of_topic(&self.ctx.config.application_id, &tp.topic);
-                cache.insert(tp.topic.clone(), st);
+                    .subtopology_of_topic(&self.ctx.config.application_id, topic);
+                cache.insert(topic.to_string(), st);
                 st
             }
         };
-        Some(TaskId::new(st?, tp.partition))
+        Some(TaskId::new(st?, partition))
     }
 
     /// Tasks whose state this process has on disk (for the assignor).
@@ -282,7 +292,7 @@ impl TaskManager {
     /// Sends a task's outgoing records through the producer.
     fn send(&mut self, out: Vec<OutRecord>) -> Result<()> {
         for r in out {
-            let mut rec = ProducerRecord::new(r.topic.clone()).timestamp(r.timestamp);
+            let mut rec = ProducerRecord::new(r.topic).timestamp(r.timestamp);
             if let Some(k) = r.key {
                 rec = rec.key(k);
             }
@@ -295,21 +305,20 @@ impl TaskManager {
             for (hk, hv) in r.headers {
                 rec = rec.header(hk, hv);
             }
-            let written = self.written.clone();
-            let errors = self.send_error.clone();
+            // One shared state per thread: the callback holds a single Arc.
+            let sends = self.sends.clone();
             let changelog = r.store.is_some();
-            let topic = r.topic;
             self.producer()?
                 .send_with_callback(rec, move |res| match res {
                     Ok(md) if changelog => {
-                        let mut w = written.lock().unwrap_or_else(|e| e.into_inner());
+                        let mut w = sends.written.lock().unwrap_or_else(|e| e.into_inner());
                         let e = w.entry((md.topic, md.partition)).or_insert(-1);
                         *e = (*e).max(md.offset);
                     }
                     Ok(_) => {}
                     Err(e) => {
-                        let mut slot = errors.lock().unwrap_or_else(|e| e.into_inner());
-                        slot.get_or_insert(format!("sending to {topic} failed: {e}"));
+                        let mut slot = sends.error.lock().unwrap_or_else(|e| e.into_inner());
+                        slot.get_or_insert(format!("sending a record failed: {e}"));
                     }
                 })
                 .map_err(|e| StreamsError::client("sending a record", e))?;
@@ -354,10 +363,10 @@ impl TaskManager {
         let mut offsets = BTreeMap::new();
         for t in self.tasks.values_mut() {
             t.task.flush_stores()?;
-            for ((topic, p), o) in &t.task.consumed {
+            for ((topic, p), o) in t.task.consumed() {
                 offsets.insert(
                     TopicPartition::new(topic.clone(), *p),
-                    OffsetAndMetadata::new(*o),
+                    OffsetAndMetadata::new(o),
                 );
             }
         }
@@ -365,7 +374,8 @@ impl TaskManager {
             .flush()
             .map_err(|e| StreamsError::client("flushing the producer", e))?;
         if let Some(e) = self
-            .send_error
+            .sends
+            .error
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take()
@@ -392,6 +402,7 @@ impl TaskManager {
 
     fn write_checkpoints(&mut self) {
         let written = self
+            .sends
             .written
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -749,15 +760,17 @@ fn run_inner(ctx: &Arc<ThreadContext>) -> Result<()> {
         // are not dropped: the partition is rewound to the first of them.
         let mut rewind: BTreeMap<TopicPartition, i64> = BTreeMap::new();
         for rec in records {
-            let tp = rec.topic_partition();
-            match t.task_of(&tp).and_then(|id| t.tasks.get_mut(&id)) {
+            match t
+                .task_of_topic(&rec.topic, rec.partition)
+                .and_then(|id| t.tasks.get_mut(&id))
+            {
                 Some(at) => {
                     if let Err(e) = at.task.add_record(rec) {
                         break 'main Err(e);
                     }
                 }
                 None => {
-                    rewind.entry(tp).or_insert(rec.offset);
+                    rewind.entry(rec.topic_partition()).or_insert(rec.offset);
                 }
             }
         }
@@ -777,7 +790,7 @@ fn run_inner(ctx: &Arc<ThreadContext>) -> Result<()> {
         for at in t.tasks.values() {
             for (topic, p) in at.task.partitions() {
                 let tp = TopicPartition::new(topic.clone(), *p);
-                let n = at.task.buffered(&(topic.clone(), *p));
+                let n = at.task.buffered(topic, *p);
                 if n >= limit && !paused.contains(&tp) {
                     to_pause.push(tp);
                 } else if n < limit / 2 && paused.contains(&tp) {

@@ -77,6 +77,8 @@ pub(crate) struct Node {
     pub parents: Vec<usize>,
     pub children: Vec<usize>,
     pub stores: Vec<String>,
+    /// The children's names, in order (for `forward_to`), filled by `Topology::new`.
+    pub child_names: Vec<String>,
     /// Copies this node's output records (needed when it has several children).
     pub clone: CloneFn,
 }
@@ -127,6 +129,11 @@ impl Topology {
             return Err(StreamsError::Topology(
                 "the topology has no nodes; add a source with StreamsBuilder::stream".into(),
             ));
+        }
+        let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
+        let mut nodes = nodes;
+        for n in &mut nodes {
+            n.child_names = n.children.iter().map(|&c| names[c].clone()).collect();
         }
         let mut t = Topology {
             nodes,
