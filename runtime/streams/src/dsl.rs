@@ -259,8 +259,8 @@ impl StreamsBuilder {
     ) -> KStream<K, V> {
         let (ks, vs) = (consumed.key, consumed.value);
         let decode: crate::topology::SourceDecoder = Arc::new(move |topic, k, v| {
-            let key = ks.deserialize(topic, k).map_err(|e| ("key", e))?;
-            let value = vs.deserialize(topic, v).map_err(|e| ("value", e))?;
+            let key = ks.deserialize_bytes(topic, k).map_err(|e| ("key", e))?;
+            let value = vs.deserialize_bytes(topic, v).map_err(|e| ("value", e))?;
             Ok(RawRecord::from(Record::new(key, value, 0)))
         });
         let mut g = self.graph.borrow_mut();

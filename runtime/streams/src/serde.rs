@@ -16,6 +16,11 @@ use bytes::Bytes;
 pub trait Serde<T>: Send + Sync + 'static {
     fn serialize(&self, topic: &str, data: &T) -> Result<Option<Bytes>, String>;
     fn deserialize(&self, topic: &str, data: Option<&[u8]>) -> Result<T, String>;
+    /// Deserializes from the consumed buffer; serdes that can share it
+    /// (bytes) override this to avoid a copy.
+    fn deserialize_bytes(&self, topic: &str, data: Option<&Bytes>) -> Result<T, String> {
+        self.deserialize(topic, data.map(|b| &b[..]))
+    }
 }
 
 /// A shareable serde.
@@ -65,6 +70,9 @@ impl Serde<Bytes> for BytesSerde {
     }
     fn deserialize(&self, _: &str, data: Option<&[u8]>) -> Result<Bytes, String> {
         Ok(Bytes::copy_from_slice(need(data)?))
+    }
+    fn deserialize_bytes(&self, _: &str, data: Option<&Bytes>) -> Result<Bytes, String> {
+        data.cloned().ok_or_else(|| need(None).unwrap_err())
     }
 }
 
@@ -128,6 +136,10 @@ impl<T: Send + Sync + 'static> Serde<Option<T>> for NullableSerde<T> {
     }
     fn deserialize(&self, topic: &str, data: Option<&[u8]>) -> Result<Option<T>, String> {
         data.map(|d| self.0.deserialize(topic, Some(d))).transpose()
+    }
+    fn deserialize_bytes(&self, topic: &str, data: Option<&Bytes>) -> Result<Option<T>, String> {
+        data.map(|d| self.0.deserialize_bytes(topic, Some(d)))
+            .transpose()
     }
 }
 

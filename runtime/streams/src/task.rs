@@ -383,7 +383,7 @@ impl StreamTask {
         let NodeKind::Source { decode, .. } = &self.topology.nodes[node].kind else {
             unreachable!("queues point at source nodes");
         };
-        let decoded = decode(&rec.topic, rec.key.as_deref(), rec.value.as_deref());
+        let decoded = decode(&rec.topic, rec.key.as_ref(), rec.value.as_ref());
         let mut raw = match decoded {
             Ok(raw) => raw,
             Err((part, reason)) => {

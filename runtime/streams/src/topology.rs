@@ -26,8 +26,8 @@ use crate::processor::{CloneFn, ErasedProcessor, RawRecord};
 pub(crate) type SourceDecoder = Arc<
     dyn Fn(
             &str,
-            Option<&[u8]>,
-            Option<&[u8]>,
+            Option<&Bytes>,
+            Option<&Bytes>,
         ) -> std::result::Result<RawRecord, (&'static str, String)>
         + Send
         + Sync,
