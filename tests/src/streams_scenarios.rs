@@ -390,8 +390,19 @@ pub fn streams_static_restart_without_rebalance(bootstrap: &str, backend: StoreB
     if backend == StoreBackend::RocksDb {
         assert!(a2.close());
         drop(a2);
-        for e in std::fs::read_dir(d1.path().join(&s.app)).unwrap() {
-            let _ = std::fs::remove_file(e.unwrap().path().join(".checkpoint"));
+        // One checkpoint corrupt, the others missing: both mean a full restore.
+        for (i, e) in std::fs::read_dir(d1.path().join(&s.app))
+            .unwrap()
+            .enumerate()
+        {
+            let cp = e.unwrap().path().join(".checkpoint");
+            if cp.exists() {
+                if i == 0 {
+                    std::fs::write(&cp, "0\nnot a count\n").unwrap();
+                } else {
+                    std::fs::remove_file(&cp).unwrap();
+                }
+            }
         }
         let restored = RestoreCount::default();
         let a3 = KafkaStreams::new(topo(), cfg(d1.path(), "inst-a")).unwrap();
@@ -423,6 +434,35 @@ pub fn streams_bad_input(bootstrap: &str) {
     let err = app.start().unwrap_err().to_string();
     assert!(
         err.contains(&missing) && err.contains("does not exist"),
+        "{err}"
+    );
+    // Topics read by one sub-topology must be co-partitioned.
+    let two = unique_topic("two-partitions");
+    create_topic(bootstrap, &two, 2);
+    let b = StreamsBuilder::new();
+    b.stream(
+        &[s.input.as_str(), two.as_str()],
+        Consumed::with(Serdes::bytes(), Serdes::bytes()),
+    )
+    .to(&s.output, Produced::with(Serdes::bytes(), Serdes::bytes()));
+    let app = KafkaStreams::new(b.build().unwrap(), s.config(dir.path(), &[])).unwrap();
+    let err = app.start().unwrap_err().to_string();
+    assert!(
+        err.contains("not co-partitioned") && err.contains(&two) && err.contains(&s.input),
+        "{err}"
+    );
+    // An internal topic that exists with the wrong partition count is refused.
+    create_topic(bootstrap, &format!("{}-counts-changelog", s.app), 1);
+    let app = KafkaStreams::new(
+        wordcount(&s.input, &s.output, StoreBackend::InMemory),
+        s.config(dir.path(), &[]),
+    )
+    .unwrap();
+    let err = app.start().unwrap_err().to_string();
+    assert!(
+        err.contains(&format!("{}-counts-changelog", s.app))
+            && err.contains("1 partitions")
+            && err.contains("needs 4"),
         "{err}"
     );
     // An i64 topology fed a 3-byte value fails its thread, naming the record.
@@ -463,6 +503,48 @@ pub fn streams_bad_input(bootstrap: &str) {
             .any(|e| e.contains(&at) && e.contains("value")),
         "{errors:?}"
     );
+    // With log-and-continue the record is skipped and counted; the next one flows.
+    send_and_wait(
+        &p,
+        [ProducerRecord::new(s.input.clone())
+            .partition(1)
+            .value(7i64.to_be_bytes().to_vec())],
+    );
+    let b = StreamsBuilder::new();
+    b.stream(
+        &[s.input.as_str()],
+        Consumed::with(Serdes::nullable(Serdes::string()), Serdes::i64()),
+    )
+    .to(
+        &s.output,
+        Produced::with(Serdes::nullable(Serdes::string()), Serdes::i64()),
+    );
+    let cfg = StreamsConfig::builder()
+        .env_prefix(None)
+        .set("application.id", format!("{}-continue", s.app))
+        .set("bootstrap.servers", bootstrap)
+        .set("state.dir", dir.path().display())
+        .set(
+            "default.deserialization.exception.handler",
+            "log-and-continue",
+        )
+        .build()
+        .unwrap();
+    let app = start(b.build().unwrap(), cfg);
+    let mut reader = s.reader();
+    let mut values = Vec::new();
+    let ok = wait_until(Duration::from_secs(30), || {
+        for r in reader.poll(Duration::from_millis(100)).unwrap() {
+            values.push(
+                Serdes::i64()
+                    .deserialize("out", r.value.as_deref())
+                    .unwrap(),
+            );
+        }
+        values == [7] && app.dropped_records() == 1
+    });
+    assert!(ok, "values {values:?}, dropped {}", app.dropped_records());
+    assert!(app.close());
 }
 
 /// The `rill-streams-app` binary next to the running test binary.

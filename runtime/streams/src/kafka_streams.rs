@@ -319,6 +319,16 @@ impl KafkaStreams {
             .collect()
     }
 
+    /// Records dropped by the deserialization handler (log-and-continue)
+    /// across this instance's live threads (Kafka's `dropped-records-total`).
+    pub fn dropped_records(&self) -> u64 {
+        let threads = self.inner.threads.lock().unwrap_or_else(|e| e.into_inner());
+        threads
+            .iter()
+            .map(|t| t.shared.dropped_records.load(Ordering::Relaxed))
+            .sum()
+    }
+
     /// The last assignment any local thread received (the whole group's view).
     pub fn latest_assignment(&self) -> Option<crate::assignor::AssignmentInfo> {
         let threads = self.inner.threads.lock().unwrap_or_else(|e| e.into_inner());
@@ -466,6 +476,7 @@ impl Inner {
             local: Arc::new(Mutex::new(LocalInfo::default())),
             active_tasks: Mutex::new(BTreeSet::new()),
             member_id: Mutex::new(None),
+            dropped_records: Default::default(),
             on_change: Box::new(move || {
                 if let Some(inner) = weak.upgrade() {
                     // Off the calling thread's locks: recompute takes the thread list lock.

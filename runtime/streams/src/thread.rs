@@ -85,6 +85,8 @@ pub(crate) struct ThreadShared {
     pub local: Arc<Mutex<LocalInfo>>,
     pub active_tasks: Mutex<BTreeSet<TaskId>>,
     pub member_id: Mutex<Option<String>>,
+    /// Records dropped by the log-and-continue handler (Kafka's `dropped-records-total`).
+    pub dropped_records: std::sync::atomic::AtomicU64,
     pub on_change: Box<dyn Fn() + Send + Sync>,
 }
 
@@ -332,11 +334,24 @@ impl TaskManager {
         let ids: Vec<TaskId> = self.tasks.keys().copied().collect();
         let per_task = (budget / ids.len().max(1)).max(1);
         for id in ids {
+            let _span = tracing::debug_span!("task", task = %id).entered();
             let t = self.tasks.get_mut(&id).expect("listed");
             let mut n = 0;
-            while n < per_task && t.task.process_one()? {
-                n += 1;
+            let skipped_before = t.task.skipped;
+            let r = (|| {
+                while n < per_task && t.task.process_one()? {
+                    n += 1;
+                }
+                Ok::<(), StreamsError>(())
+            })();
+            let dropped = t.task.skipped - skipped_before;
+            if dropped > 0 {
+                self.ctx
+                    .shared
+                    .dropped_records
+                    .fetch_add(dropped, Ordering::Relaxed);
             }
+            r?;
             done += n;
             self.commit_requested |= std::mem::take(&mut t.task.shared.commit_requested);
             let out = t.task.take_out();
