@@ -913,6 +913,49 @@ pub fn streams_replace_thread_after_an_error(bootstrap: &str) {
     assert!(app.close());
 }
 
+/// KIP-671 shutdown-application: the instance whose thread fails asks the
+/// group, and every instance of the application moves to Error.
+pub fn streams_shutdown_application(bootstrap: &str) {
+    let s = Setup::new(bootstrap, "shutdown-app");
+    let failures = Arc::new(AtomicU64::new(0));
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let opt = || Serdes::nullable(Serdes::string());
+    let apps: Vec<KafkaStreams> = dirs
+        .iter()
+        .map(|d| {
+            let f = failures.clone();
+            let b = StreamsBuilder::new();
+            b.stream(&[s.input.as_str()], Consumed::with(opt(), Serdes::string()))
+                .process(move || FailOnce(f.clone()), &[])
+                .to(&s.output, Produced::with(opt(), Serdes::string()));
+            let app = KafkaStreams::new(b.build().unwrap(), s.config(d.path(), &[])).unwrap();
+            app.set_uncaught_exception_handler(|_| {
+                rill_streams::StreamThreadExceptionResponse::ShutdownApplication
+            });
+            app.start().unwrap();
+            app
+        })
+        .collect();
+    assert!(wait_until(Duration::from_secs(60), || apps
+        .iter()
+        .all(|a| a.state() == State::Running)));
+    let p = rill_client::Producer::new(&config(bootstrap, &[])).unwrap();
+    send_and_wait(
+        &p,
+        [ProducerRecord::new(s.input.clone())
+            .partition(2)
+            .value("boom")],
+    );
+    for (i, app) in apps.iter().enumerate() {
+        assert!(
+            app.wait_for_state(State::Error, Duration::from_secs(60)),
+            "instance {i} is {:?} after the shutdown request",
+            app.state()
+        );
+    }
+    assert_eq!(failures.load(Ordering::SeqCst), 1);
+}
+
 #[macro_export]
 macro_rules! for_each_streams_scenario {
     ($m:ident) => {
@@ -927,6 +970,7 @@ macro_rules! for_each_streams_scenario {
             streams_add_and_remove_threads => streams_add_and_remove_threads(),
             streams_duplicate_instance_id_is_fenced => streams_duplicate_instance_id_is_fenced(),
             streams_replace_thread_after_an_error => streams_replace_thread_after_an_error(),
+            streams_shutdown_application => streams_shutdown_application(),
         );
     };
 }

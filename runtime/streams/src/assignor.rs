@@ -38,6 +38,9 @@ pub struct SubscriptionInfo {
     pub prev_tasks: Vec<String>,
     /// Tasks whose state this member's process has on disk.
     pub state_tasks: Vec<String>,
+    /// An instance's uncaught-error handler chose shutdown-application (KIP-671).
+    #[serde(default)]
+    pub shutdown_requested: bool,
 }
 
 /// One member in the leader's answer.
@@ -59,6 +62,9 @@ pub struct AssignmentInfo {
     pub members: Vec<MemberInfo>,
     /// Problems the leader found (missing source topics, partition mismatches).
     pub errors: Vec<String>,
+    /// Some member asked every instance to shut down (KIP-671's SHUTDOWN_REQUESTED).
+    #[serde(default)]
+    pub shutdown_requested: bool,
 }
 
 /// This member's side of the exchange, shared with its stream thread.
@@ -240,11 +246,16 @@ impl PartitionAssignor for StreamsAssignor {
         for e in &errors {
             tracing::error!(application.id = %self.application_id, "assignment: {e}");
         }
+        let shutdown_requested = infos.values().any(|i| i.shutdown_requested);
+        if shutdown_requested {
+            tracing::error!(application.id = %self.application_id, "a member requested shutdown of the whole application");
+        }
         let mut info = AssignmentInfo {
             version: VERSION,
             generation: -1,
             members: Vec::new(),
             errors,
+            shutdown_requested,
         };
         for s in &subs {
             let mine = &placed[&s.member_id];

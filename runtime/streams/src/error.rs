@@ -67,6 +67,9 @@ pub enum StreamsError {
     TaskMigrated(String),
     #[error("{0}")]
     IllegalState(String),
+    /// Another instance's handler chose shutdown-application; this instance stops too.
+    #[error("the application was asked to shut down by one of its instances ({0})")]
+    ShutdownRequested(String),
     #[error("stream thread {thread} was fenced: group.instance.id {instance_id} is now used by another member ({detail}); the thread has stopped")]
     Fenced {
         thread: String,

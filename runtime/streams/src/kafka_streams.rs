@@ -62,8 +62,9 @@ pub enum StreamThreadExceptionResponse {
     ReplaceThread,
     /// Shut this instance down (Kafka's default).
     ShutdownClient,
-    /// Shut this instance down. Kafka also stops every other instance through
-    /// the assignment; Rill does not do that part yet (see docs/kips.md).
+    /// Shut every instance of the application down (KIP-671): the request
+    /// travels in a member's subscription, the leader puts it in every
+    /// member's assignment, and each instance moves to Error.
     ShutdownApplication,
 }
 
@@ -464,6 +465,14 @@ impl Inner {
     }
 
     fn spawn_thread(this: &Arc<Inner>, index: Option<usize>) -> Result<String> {
+        Inner::spawn_thread_with(this, index, false)
+    }
+
+    fn spawn_thread_with(
+        this: &Arc<Inner>,
+        index: Option<usize>,
+        request_shutdown: bool,
+    ) -> Result<String> {
         let mut threads = this.threads.lock().unwrap_or_else(|e| e.into_inner());
         let used: BTreeSet<usize> = threads.iter().map(|t| t.index).collect();
         let index = index.unwrap_or_else(|| (1..).find(|i| !used.contains(i)).expect("unbounded"));
@@ -477,6 +486,7 @@ impl Inner {
             active_tasks: Mutex::new(BTreeSet::new()),
             member_id: Mutex::new(None),
             dropped_records: Default::default(),
+            request_app_shutdown: std::sync::atomic::AtomicBool::new(request_shutdown),
             on_change: Box::new(move || {
                 if let Some(inner) = weak.upgrade() {
                     // Off the calling thread's locks: recompute takes the thread list lock.
@@ -519,10 +529,39 @@ impl Inner {
     }
 
     fn on_thread_error(this: &Arc<Inner>, index: usize, e: StreamsError) {
-        let response = match &*this.error_handler.lock().unwrap_or_else(|e| e.into_inner()) {
-            Some(h) => h(&e),
-            None => StreamThreadExceptionResponse::ShutdownClient,
+        let response = if matches!(e, StreamsError::ShutdownRequested(_)) {
+            // Not this instance's error to handle: the application is stopping.
+            StreamThreadExceptionResponse::ShutdownClient
+        } else {
+            match &*this.error_handler.lock().unwrap_or_else(|e| e.into_inner()) {
+                Some(h) => h(&e),
+                None => StreamThreadExceptionResponse::ShutdownClient,
+            }
         };
+        if response == StreamThreadExceptionResponse::ShutdownApplication {
+            // A live thread carries the request to the group; with none left,
+            // a new thread joins just to carry it (as Kafka does).
+            let carrier = {
+                let threads = this.threads.lock().unwrap_or_else(|e| e.into_inner());
+                threads
+                    .iter()
+                    .find(|t| t.index != index && t.shared.state().is_alive())
+                    .map(|t| t.shared.clone())
+            };
+            tracing::error!(
+                thread.index = index,
+                "stream thread died, shutting down the application: {e}"
+            );
+            match carrier {
+                Some(t) => t.request_app_shutdown.store(true, Ordering::Release),
+                None => {
+                    if let Err(e) = Inner::spawn_thread_with(this, None, true) {
+                        tracing::error!("no thread to carry the shutdown request: {e}");
+                    }
+                }
+            }
+            return;
+        }
         tracing::error!(thread.index = index, ?response, "stream thread died: {e}");
         let state = *this.state.lock().unwrap_or_else(|e| e.into_inner());
         if !matches!(state, State::Running | State::Rebalancing) {

@@ -85,6 +85,8 @@ pub(crate) struct ThreadShared {
     pub local: Arc<Mutex<LocalInfo>>,
     pub active_tasks: Mutex<BTreeSet<TaskId>>,
     pub member_id: Mutex<Option<String>>,
+    /// Ask every instance to shut down at the next rebalance (shutdown-application).
+    pub request_app_shutdown: AtomicBool,
     /// Records dropped by the log-and-continue handler (Kafka's `dropped-records-total`).
     pub dropped_records: std::sync::atomic::AtomicU64,
     pub on_change: Box<dyn Fn() + Send + Sync>,
@@ -763,6 +765,42 @@ fn run_inner(ctx: &Arc<ThreadContext>) -> Result<()> {
             .member_id
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = consumer.group_metadata().map(|g| g.member_id);
+        // KIP-671: a shutdown request travels through the group: this member
+        // flags its subscription and rejoins; the leader answers every member
+        // with the flag, and each instance shuts down.
+        if ctx
+            .shared
+            .request_app_shutdown
+            .swap(false, Ordering::AcqRel)
+        {
+            ctx.shared
+                .local
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .subscription
+                .shutdown_requested = true;
+            if let Err(e) = consumer.enforce_rebalance() {
+                break Err(StreamsError::client(
+                    "requesting the application shutdown",
+                    e,
+                ));
+            }
+            continue;
+        }
+        let shutdown = ctx
+            .shared
+            .local
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .assignment
+            .as_ref()
+            .is_some_and(|a| a.shutdown_requested);
+        if shutdown {
+            break Err(StreamsError::ShutdownRequested(format!(
+                "seen by {} in the group's assignment",
+                ctx.name
+            )));
+        }
         let mut guard = tm.lock().unwrap_or_else(|e| e.into_inner());
         let t = &mut *guard;
         if let Some(e) = t.fatal.take() {

@@ -440,6 +440,15 @@ impl Consumer {
         }
     }
 
+    /// Makes the next `poll` rejoin the group (Kafka's `enforceRebalance`),
+    /// e.g. after the subscription user data changed. Classic protocol only:
+    /// with `group.protocol=consumer` the coordinator decides, and this does nothing.
+    pub fn enforce_rebalance(&mut self) -> Result<()> {
+        self.usable("enforce_rebalance")?;
+        self.request_rejoin();
+        Ok(())
+    }
+
     fn request_rejoin(&mut self) {
         if let Some(Group::Classic(m)) = &self.group {
             m.request_rejoin();
