@@ -230,15 +230,33 @@ impl PartitionAssignor for StreamsAssignor {
                 (s.member_id.as_str(), info)
             })
             .collect();
+        // Stickiness keyed by group.instance.id: a static member that comes
+        // back after a restart reports no tasks of its own, but the last
+        // assignment this member saw still says what its instance id ran.
+        let previous: BTreeMap<String, Vec<String>> = self
+            .local
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .assignment
+            .as_ref()
+            .map(|a| {
+                a.members
+                    .iter()
+                    .filter_map(|m| m.instance_id.clone().map(|id| (id, m.tasks.clone())))
+                    .collect()
+            })
+            .unwrap_or_default();
         let members: Vec<(String, BTreeSet<TaskId>, BTreeSet<TaskId>)> = subs
             .iter()
             .map(|s| {
                 let i = &infos[s.member_id.as_str()];
-                (
-                    s.member_id.clone(),
-                    parse_tasks(&i.prev_tasks),
-                    parse_tasks(&i.state_tasks),
-                )
+                let mut prev = parse_tasks(&i.prev_tasks);
+                if prev.is_empty() {
+                    if let Some(t) = s.group_instance_id.as_ref().and_then(|id| previous.get(id)) {
+                        prev = parse_tasks(t);
+                    }
+                }
+                (s.member_id.clone(), prev, parse_tasks(&i.state_tasks))
             })
             .collect();
         let ids: Vec<TaskId> = tasks.keys().copied().collect();
@@ -314,6 +332,67 @@ mod tests {
 
     fn t(s: u32, p: i32) -> TaskId {
         TaskId::new(s, p)
+    }
+
+    fn stateless_topology() -> Arc<Topology> {
+        use crate::{Consumed, Produced, Serdes, StreamsBuilder};
+        let b = StreamsBuilder::new();
+        b.stream(&["in"], Consumed::with(Serdes::bytes(), Serdes::bytes()))
+            .to("out", Produced::with(Serdes::bytes(), Serdes::bytes()));
+        Arc::new(b.build().unwrap())
+    }
+
+    fn sub(member: &str, instance: &str) -> Subscription {
+        let info = SubscriptionInfo {
+            version: VERSION,
+            process_id: format!("p-{instance}"),
+            ..Default::default()
+        };
+        Subscription {
+            member_id: member.into(),
+            group_instance_id: Some(instance.into()),
+            topics: vec!["in".into()],
+            user_data: Some(Bytes::from(serde_json::to_vec(&info).unwrap())),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn sticky_by_instance_id_when_members_come_back_without_tasks() {
+        let assignor = StreamsAssignor {
+            topology: stateless_topology(),
+            application_id: "app".into(),
+            local: Arc::default(),
+        };
+        let parts = BTreeMap::from([("in".to_string(), 4)]);
+        // "b" sorts after "a", so a fresh group gives "a" tasks 0_0 and 0_1;
+        // the last assignment says the opposite, and it wins.
+        let mut history = AssignmentInfo::default();
+        for (member, instance, tasks) in [("m1", "a", ["0_2", "0_3"]), ("m2", "b", ["0_0", "0_1"])]
+        {
+            history.members.push(MemberInfo {
+                member_id: member.into(),
+                instance_id: Some(instance.into()),
+                tasks: tasks.map(String::from).into(),
+                ..Default::default()
+            });
+        }
+        assignor.local.lock().unwrap().assignment = Some(history);
+        // Both restarted: new member ids, no tasks of their own.
+        let subs = BTreeMap::from([
+            ("n1".to_string(), sub("n1", "a")),
+            ("n2".to_string(), sub("n2", "b")),
+        ]);
+        let out = assignor.assign(&parts, &subs).unwrap();
+        let parts_of =
+            |m: &str| -> Vec<i32> { out[m].partitions.iter().map(|tp| tp.partition).collect() };
+        assert_eq!(parts_of("n1"), vec![2, 3]);
+        assert_eq!(parts_of("n2"), vec![0, 1]);
+        // Without history, instance ids order a fresh assignment.
+        assignor.local.lock().unwrap().assignment = None;
+        let out = assignor.assign(&parts, &subs).unwrap();
+        assert_eq!(out["n1"].partitions.len(), 2);
+        assert_eq!(out["n1"].partitions[0].partition, 0);
     }
 
     #[test]

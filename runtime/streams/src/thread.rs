@@ -463,6 +463,11 @@ impl TaskManager {
             .iter()
             .filter_map(|tp| self.task_of(tp))
             .collect();
+        info!(
+            thread = %self.ctx.name,
+            revoked = ?revoked.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
+            "rebalance started: tasks suspended"
+        );
         for id in revoked {
             self.pending.remove(&id);
             if let Some(t) = self.tasks.remove(&id) {
@@ -488,6 +493,13 @@ impl TaskManager {
             .filter(|id| !wanted.contains_key(id))
             .copied()
             .collect();
+        if !stale.is_empty() {
+            info!(
+                thread = %self.ctx.name,
+                lost = ?stale.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
+                "tasks moved to other members"
+            );
+        }
         for id in stale {
             let t = self.suspended.remove(&id).expect("listed");
             self.close_task(t, true);
