@@ -143,17 +143,28 @@ pub(crate) fn place_tasks(
     if members.is_empty() {
         return out;
     }
+    // Balanced overall and per sub-topology (as Kafka balances each
+    // sub-topology's tasks), so stateful and stateless tasks both spread.
     let cap = tasks.len().div_ceil(members.len());
-    let mut left: Vec<TaskId> = Vec::new();
+    let mut per_sub: BTreeMap<u32, usize> = BTreeMap::new();
+    for t in tasks {
+        *per_sub.entry(t.subtopology).or_default() += 1;
+    }
+    let sub_cap: BTreeMap<u32, usize> = per_sub
+        .iter()
+        .map(|(&st, &n)| (st, n.div_ceil(members.len())))
+        .collect();
+    let in_sub = |v: &[TaskId], st: u32| v.iter().filter(|t| t.subtopology == st).count();
     let give = |out: &mut BTreeMap<String, Vec<TaskId>>, m: &str, t: TaskId| -> bool {
         let v = out.get_mut(m).expect("member listed");
-        if v.len() < cap {
+        if v.len() < cap && in_sub(v, t.subtopology) < sub_cap[&t.subtopology] {
             v.push(t);
             true
         } else {
             false
         }
     };
+    let mut left: Vec<TaskId> = Vec::new();
     for &t in tasks {
         let prev = members.iter().find(|(_, prev, _)| prev.contains(&t));
         if !prev.is_some_and(|(m, _, _)| give(&mut out, m, t)) {
@@ -162,9 +173,7 @@ pub(crate) fn place_tasks(
     }
     let mut rest = Vec::new();
     for t in left {
-        let holder = members
-            .iter()
-            .find(|(m, _, state)| state.contains(&t) && out[m].len() < cap);
+        let holder = members.iter().find(|(_, _, state)| state.contains(&t));
         if !holder.is_some_and(|(m, _, _)| give(&mut out, m, t)) {
             rest.push(t);
         }
@@ -172,7 +181,7 @@ pub(crate) fn place_tasks(
     for t in rest {
         let (m, _, _) = members
             .iter()
-            .min_by_key(|(m, _, _)| out[m].len())
+            .min_by_key(|(m, _, _)| (in_sub(&out[m], t.subtopology), out[m].len()))
             .expect("members is not empty");
         out.get_mut(m).expect("member listed").push(t);
     }
@@ -393,6 +402,34 @@ mod tests {
         let out = assignor.assign(&parts, &subs).unwrap();
         assert_eq!(out["n1"].partitions.len(), 2);
         assert_eq!(out["n1"].partitions[0].partition, 0);
+    }
+
+    #[test]
+    fn each_subtopology_spreads_over_the_members() {
+        // Two sub-topologies × 4 partitions; the two old members ran all 8.
+        let all: Vec<TaskId> = (0..2).flat_map(|s| (0..4).map(move |p| t(s, p))).collect();
+        let t1: BTreeSet<_> = [t(0, 0), t(0, 2), t(1, 0), t(1, 2)].into();
+        let t2: BTreeSet<_> = [t(0, 1), t(0, 3), t(1, 1), t(1, 3)].into();
+        let none = BTreeSet::new;
+        let placed = place_tasks(
+            &all,
+            &[
+                ("a1".into(), t1, none()),
+                ("a2".into(), t2, none()),
+                ("b1".into(), none(), none()),
+                ("b2".into(), none(), none()),
+            ],
+        );
+        for (m, v) in &placed {
+            assert_eq!(v.len(), 2, "{m}: {v:?}");
+            assert_eq!(
+                v.iter().filter(|t| t.subtopology == 1).count(),
+                1,
+                "{m}: {v:?}"
+            );
+        }
+        assert_eq!(placed["a1"], vec![t(0, 0), t(1, 0)]);
+        assert_eq!(placed["a2"], vec![t(0, 1), t(1, 1)]);
     }
 
     #[test]

@@ -243,7 +243,14 @@ impl TaskManager {
                 .local
                 .lock()
                 .unwrap_or_else(|e| e.into_inner());
-            local.subscription.prev_tasks = ids.iter().map(|t| t.to_string()).collect();
+            // Suspended tasks count as owned: an eager rebalance suspends
+            // every task before the JoinGroup that reports them (Kafka's
+            // previous active tasks).
+            local.subscription.prev_tasks = ids
+                .iter()
+                .chain(self.suspended.keys())
+                .map(|t| t.to_string())
+                .collect();
             local.subscription.state_tasks = self.state_tasks_on_disk();
         }
         *self

@@ -320,3 +320,43 @@ fn bad_topologies_are_refused_with_reasons() {
     let err = StreamsBuilder::new().build().unwrap_err().to_string();
     assert!(err.contains("no nodes"), "{err}");
 }
+
+#[test]
+fn explicit_repartition_and_computed_sink_topics() {
+    let b = StreamsBuilder::new();
+    b.stream(&["in"], Consumed::with(s(), Serdes::i64()))
+        .select_key(|_, v| {
+            if v % 2 == 0 {
+                "even".to_string()
+            } else {
+                "odd".to_string()
+            }
+        })
+        .repartition(rill_streams::Repartitioned::with(s(), Serdes::i64()).with_name("by-parity"))
+        .to_dynamic(
+            |k, _| format!("out-{k}"),
+            Produced::with(s(), Serdes::i64()),
+        );
+    let t = b.build().unwrap();
+    // The repartition topic splits the topology in two.
+    assert_eq!(t.subtopologies().len(), 2);
+    assert_eq!(
+        t.repartition_topics().collect::<Vec<_>>(),
+        vec!["by-parity-repartition"]
+    );
+    let mut d = TopologyTestDriver::new(t).unwrap();
+    let mut i = d.input_topic("in", s(), Serdes::i64());
+    for (k, v) in [("a", 1), ("b", 2), ("c", 3)] {
+        i.pipe(&k.to_string(), &v, 0).unwrap();
+    }
+    let rep = format!("{}-by-parity-repartition", d.application_id());
+    assert_eq!(d.read_output(&rep, &s(), &Serdes::i64()).unwrap().len(), 3);
+    assert_eq!(
+        d.read_output("out-odd", &s(), &Serdes::i64()).unwrap(),
+        vec![("odd".into(), 1), ("odd".into(), 3)]
+    );
+    assert_eq!(
+        d.read_output("out-even", &s(), &Serdes::i64()).unwrap(),
+        vec![("even".into(), 2)]
+    );
+}
