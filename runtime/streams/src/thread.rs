@@ -856,14 +856,22 @@ fn run_inner(ctx: &Arc<ThreadContext>) -> Result<()> {
                 break 'main Err(e);
             }
         }
-        // Back-pressure: pause partitions with a full buffer, resume drained ones.
+        let step = t.process(10_000).and_then(|_| t.punctuate_wall_clock());
+        // Back-pressure, after processing so the queues show what is left:
+        // pause a partition holding more than buffered.records.per.partition
+        // (Kafka's rule; pausing drops the consumer's fetched data for it, so
+        // it must not trigger on a queue that this loop will drain anyway),
+        // resume it once half drained.
         let mut to_pause = Vec::new();
         let mut to_resume = Vec::new();
         for at in t.tasks.values() {
             for (topic, p) in at.task.partitions() {
-                let tp = TopicPartition::new(topic.clone(), *p);
                 let n = at.task.buffered(topic, *p);
-                if n >= limit && !paused.contains(&tp) {
+                if n <= limit && paused.is_empty() {
+                    continue;
+                }
+                let tp = TopicPartition::new(topic.clone(), *p);
+                if n > limit && !paused.contains(&tp) {
                     to_pause.push(tp);
                 } else if n < limit / 2 && paused.contains(&tp) {
                     to_resume.push(tp);
@@ -881,7 +889,6 @@ fn run_inner(ctx: &Arc<ThreadContext>) -> Result<()> {
                 paused.remove(tp);
             }
         }
-        let step = t.process(10_000).and_then(|_| t.punctuate_wall_clock());
         let step = step.and_then(|_| {
             if t.commit_requested || Instant::now() >= next_commit {
                 next_commit = Instant::now() + ctx.config.commit_interval;
