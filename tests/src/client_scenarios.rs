@@ -1017,6 +1017,17 @@ pub fn client_producer_and_consumer_controls(bootstrap: &str) {
     let topic = unique_topic("client-controls");
     let group = unique_topic("client-controls-g");
     create_topic(bootstrap, &topic, 2);
+    // Kafka closes the connection when an acks=0 produce fails (e.g. the
+    // leader has not yet learnt of the new topic): a ListOffsets answered by
+    // the leader for the partition shows it has.
+    let ready: BTreeMap<TopicPartition, i64> = [(
+        TopicPartition::new(topic.clone(), 1),
+        rill_client::rpc::LATEST_TIMESTAMP,
+    )]
+    .into();
+    admin(bootstrap)
+        .list_offsets(&ready)
+        .unwrap_or_else(|e| panic!("{topic} partition 1 not ready: {e}"));
     // acks=0: written, but no offsets come back.
     let p0 = producer(bootstrap, &[("acks", "0"), ("linger.ms", "0")]);
     let md = p0

@@ -1616,6 +1616,19 @@ pub fn acks_zero_is_not_answered(bootstrap: &str) {
     let topic = unique_topic("acks0");
     let mut c = Client::new(bootstrap).unwrap();
     assert_eq!(c.create_topic(&topic, 1, 1, &[]).unwrap().0, 0);
+    // Kafka closes the connection when an acks=0 produce fails, e.g. while
+    // the leader has not yet learnt of the new partition: wait until it has.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while c
+        .list_offset(&topic, 0, -1)
+        .map_or(true, |(code, _, _)| code != 0)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "partition 0 of {topic} has no ready leader"
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
     let leader = c.leader(&topic, 0).unwrap();
     let conn = c.node(leader).unwrap();
     let batch = batch_at(&keyed(3, "z"), &[now_ms(); 3], Compression::Snappy);
