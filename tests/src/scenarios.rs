@@ -1199,38 +1199,13 @@ pub fn static_member_rejoins_without_rebalance(bootstrap: &str) {
             thread::spawn(move || (iid, join_group(&addr, &group, "", iid, &topic)))
         })
         .collect();
-    let mut joined: Vec<(&str, JoinGroupResponse)> =
+    let joined: Vec<(&str, JoinGroupResponse)> =
         joins.into_iter().map(|h| h.join().unwrap()).collect();
-    // With group.initial.rebalance.delay.ms=0 the first join can complete a
-    // generation before the others arrive; as real members do, all rejoin
-    // (with their member ids) until they share one generation. Bounded.
-    for _ in 0..3 {
-        for (iid, r) in &joined {
-            assert_eq!(r.error_code, 0, "join of {iid}: {}", err_name(r.error_code));
-        }
-        let g = joined[0].1.generation_id;
-        if joined.iter().all(|(_, r)| r.generation_id == g) {
-            break;
-        }
-        let again: Vec<_> = joined
-            .iter()
-            .map(|(iid, r)| {
-                let (addr, group, topic) = (addr.clone(), group.clone(), topic.clone());
-                let (iid, member) = (*iid, r.member_id.to_string());
-                thread::spawn(move || (iid, join_group(&addr, &group, &member, iid, &topic)))
-            })
-            .collect();
-        joined = again.into_iter().map(|h| h.join().unwrap()).collect();
+    for (iid, r) in &joined {
+        assert_eq!(r.error_code, 0, "join of {iid}: {}", err_name(r.error_code));
     }
     let generation = joined[0].1.generation_id;
-    assert!(
-        joined.iter().all(|(_, r)| r.generation_id == generation),
-        "generations {:?}",
-        joined
-            .iter()
-            .map(|(i, r)| (*i, r.generation_id))
-            .collect::<Vec<_>>()
-    );
+    assert!(joined.iter().all(|(_, r)| r.generation_id == generation));
     let id_of = |iid: &str| {
         joined
             .iter()
