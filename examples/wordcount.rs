@@ -8,6 +8,13 @@
 //! `--application-id`, `--group-instance-id` (static membership, KIP-345:
 //! each thread joins as `<id>-thread-<n>`) and `--threads` set the obvious.
 //!
+//! For the operator workflow (docs/operations.md): `--application-server
+//! HOST:PORT` starts the REST server (instances, interactive queries on the
+//! `counts` store, metrics, dashboard at `/`), `--rest-token` enables
+//! `POST /v1/shutdown`, and `--follow` keeps the app running — printing the
+//! top words as they change — until SIGTERM/SIGINT or a REST shutdown,
+//! instead of exiting once the text is counted.
+//!
 //! Topology: lines → flat_map_values(words) → group_by(word) [repartition]
 //! → count (RocksDB store `counts`, changelog `<app>-counts-changelog`)
 //! → to_stream → `wordcount-output` (word → count as 8-byte big-endian).
@@ -47,6 +54,18 @@ struct Args {
     /// How many times the text is written (more input, same words).
     #[arg(long, default_value_t = 1)]
     repeat: usize,
+    /// Start the REST server and advertise this address (`application.server`).
+    #[arg(long)]
+    application_server: Option<String>,
+    /// `rest.admin.token`: enables POST /v1/shutdown.
+    #[arg(long, env = "RILL_REST_ADMIN_TOKEN")]
+    rest_token: Option<String>,
+    /// Keep running until SIGTERM/SIGINT or a REST shutdown.
+    #[arg(long)]
+    follow: bool,
+    /// Do not write the text (another instance already did).
+    #[arg(long)]
+    no_input: bool,
 }
 
 fn words(line: &str) -> Vec<String> {
@@ -111,7 +130,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut expected: BTreeMap<String, i64> = BTreeMap::new();
     let mut lines = 0;
     let mut deliveries = Vec::new();
-    for _ in 0..args.repeat {
+    for _ in 0..if args.no_input { 0 } else { args.repeat } {
         for line in TEXT.lines() {
             for w in words(line) {
                 *expected.entry(w).or_default() += 1;
@@ -143,11 +162,31 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Some(id) = &args.group_instance_id {
         cfg = cfg.set("group.instance.id", id);
     }
+    if let Some(a) = &args.application_server {
+        cfg = cfg.set("application.server", a);
+    }
+    if let Some(t) = &args.rest_token {
+        cfg = cfg.set("rest.admin.token", t);
+    }
     let topology = topology()?;
     println!("{}", topology.describe());
     let streams = KafkaStreams::new(topology, cfg.build()?)?;
+    // REST answers show the counts as numbers.
+    streams.expose_store("counts", Serdes::i64(), |n| serde_json::json!(n));
     let started = Instant::now();
     streams.start()?;
+    if let Some(addr) = streams.rest_address() {
+        println!("REST API at http://{addr}/v1/instances, dashboard at http://{addr}/");
+    }
+    if args.follow {
+        return follow(
+            &streams,
+            &bootstrap,
+            &rt,
+            &state_dir,
+            args.state_dir.is_none(),
+        );
+    }
 
     // Read the counts back and print the leaders as they change.
     let mut reader =
@@ -193,6 +232,67 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("closed in {} ms", closed.elapsed().as_millis());
     if args.state_dir.is_none() {
         let _ = std::fs::remove_dir_all(&state_dir);
+    }
+    Ok(())
+}
+
+/// Prints the top words as they change until SIGTERM/SIGINT or until the
+/// application stops (a REST shutdown).
+fn follow(
+    streams: &KafkaStreams,
+    bootstrap: &str,
+    rt: &tokio::runtime::Runtime,
+    state_dir: &std::path::Path,
+    remove_state: bool,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = stop.clone();
+    rt.spawn(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            return;
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        flag.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    let mut reader = Consumer::new(&ClientConfig::new().set("bootstrap.servers", bootstrap))?;
+    let parts: Vec<TopicPartition> = (0..PARTITIONS)
+        .map(|p| TopicPartition::new(OUTPUT, p))
+        .collect();
+    reader.assign(&parts)?;
+    reader.seek_to_beginning(&parts)?;
+    let mut counts: BTreeMap<String, i64> = BTreeMap::new();
+    let mut last_top = String::new();
+    println!("following; stop with SIGTERM/SIGINT or POST /v1/shutdown");
+    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+        match streams.state() {
+            State::Error => return Err("the streams application failed; see the log".into()),
+            State::NotRunning => {
+                println!("stopped (shut down over REST)");
+                return Ok(());
+            }
+            _ => {}
+        }
+        for r in reader.poll(Duration::from_millis(200))? {
+            let word = String::from_utf8_lossy(r.key.as_deref().unwrap_or_default()).into_owned();
+            counts.insert(word, Serdes::i64().deserialize(OUTPUT, r.value.as_deref())?);
+        }
+        let top = top_words(&counts, 5);
+        if top != last_top && !top.is_empty() {
+            println!("top words: {top}");
+            last_top = top;
+        }
+    }
+    println!("signal received; closing (static members stay in the group)");
+    streams.close();
+    if remove_state {
+        let _ = std::fs::remove_dir_all(state_dir);
     }
     Ok(())
 }

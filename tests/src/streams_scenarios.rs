@@ -20,13 +20,19 @@ use rill_streams::{
 use crate::client_scenarios::{admin, config, create_topic, send_and_wait, wait_until};
 use crate::unique_topic;
 
-const PARTITIONS: i32 = 4;
+// The operator scenarios (REST, CLI) run through the same macro.
+pub use crate::operator_scenarios::{
+    dashboard_renders_live_group, streams_cli_removes_offline_members,
+    streams_rest_metadata_and_queries, streams_rest_shutdown_leaves_group,
+};
+
+pub(crate) const PARTITIONS: i32 = 4;
 
 fn words(line: &str) -> Vec<String> {
     line.split_whitespace().map(str::to_lowercase).collect()
 }
 
-fn wordcount(input: &str, output: &str, backend: StoreBackend) -> Topology {
+pub(crate) fn wordcount(input: &str, output: &str, backend: StoreBackend) -> Topology {
     let b = StreamsBuilder::new();
     b.stream(
         &[input],
@@ -43,15 +49,15 @@ fn wordcount(input: &str, output: &str, backend: StoreBackend) -> Topology {
     b.build().expect("topology builds")
 }
 
-struct Setup {
-    bootstrap: String,
-    app: String,
-    input: String,
-    output: String,
+pub(crate) struct Setup {
+    pub(crate) bootstrap: String,
+    pub(crate) app: String,
+    pub(crate) input: String,
+    pub(crate) output: String,
 }
 
 impl Setup {
-    fn new(bootstrap: &str, name: &str) -> Self {
+    pub(crate) fn new(bootstrap: &str, name: &str) -> Self {
         let s = Setup {
             bootstrap: bootstrap.to_string(),
             app: unique_topic(name),
@@ -63,7 +69,7 @@ impl Setup {
         s
     }
 
-    fn config(&self, state_dir: &Path, extra: &[(&str, String)]) -> StreamsConfig {
+    pub(crate) fn config(&self, state_dir: &Path, extra: &[(&str, String)]) -> StreamsConfig {
         let mut b = StreamsConfig::builder()
             .env_prefix(None)
             .set("application.id", &self.app)
@@ -79,7 +85,7 @@ impl Setup {
     }
 
     /// Writes lines (keyless) and returns the independent word count.
-    fn produce(&self, lines: &[String], into: &mut BTreeMap<String, i64>) {
+    pub(crate) fn produce(&self, lines: &[String], into: &mut BTreeMap<String, i64>) {
         let p = rill_client::Producer::new(&config(&self.bootstrap, &[])).expect("producer");
         send_and_wait(
             &p,
@@ -94,7 +100,7 @@ impl Setup {
         }
     }
 
-    fn reader(&self) -> Consumer {
+    pub(crate) fn reader(&self) -> Consumer {
         let mut c = Consumer::new(&config(&self.bootstrap, &[])).expect("consumer");
         let parts: Vec<TopicPartition> = (0..PARTITIONS)
             .map(|p| TopicPartition::new(self.output.clone(), p))
@@ -105,7 +111,7 @@ impl Setup {
     }
 }
 
-fn lines(from: usize, n: usize) -> Vec<String> {
+pub(crate) fn lines(from: usize, n: usize) -> Vec<String> {
     (from..from + n)
         .map(|i| format!("w{} w{} shared w{}", i % 7, i % 13, i % 3))
         .collect()
@@ -113,7 +119,7 @@ fn lines(from: usize, n: usize) -> Vec<String> {
 
 /// Reads the output until the latest count per word equals `expected`
 /// (at-least-once allows a count to pass through twice, never to end wrong).
-fn await_counts(
+pub(crate) fn await_counts(
     reader: &mut Consumer,
     seen: &mut BTreeMap<String, i64>,
     expected: &BTreeMap<String, i64>,
@@ -139,7 +145,7 @@ fn await_counts(
     }
 }
 
-fn start(topology: Topology, cfg: StreamsConfig) -> KafkaStreams {
+pub(crate) fn start(topology: Topology, cfg: StreamsConfig) -> KafkaStreams {
     let s = KafkaStreams::new(topology, cfg).expect("app");
     s.start().expect("start");
     assert!(
@@ -601,7 +607,7 @@ pub fn streams_bad_input(bootstrap: &str) {
 }
 
 /// The `rill-streams-app` binary next to the running test binary.
-fn app_binary() -> std::path::PathBuf {
+pub(crate) fn app_binary() -> std::path::PathBuf {
     let exe = std::env::current_exe().expect("current exe");
     let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
     let bin = dir.join("rill-streams-app");
@@ -1076,6 +1082,9 @@ macro_rules! for_each_streams_scenario {
             streams_replace_thread_after_an_error => streams_replace_thread_after_an_error(),
             streams_shutdown_application => streams_shutdown_application(),
             streams_pattern_source => streams_pattern_source(),
+            streams_rest_metadata_and_queries => streams_rest_metadata_and_queries(),
+            streams_rest_shutdown_leaves_group => streams_rest_shutdown_leaves_group(),
+            streams_cli_removes_offline_members => streams_cli_removes_offline_members(),
         );
     };
 }

@@ -37,24 +37,34 @@ fn as_root(args: &[&str]) -> Command {
     c
 }
 
-/// Path of `kcat`, installing the Debian package if it is missing.
-pub fn kcat() -> io::Result<PathBuf> {
+/// Installs a Debian package providing `command` unless it is on PATH.
+fn apt_install(command: &str, package: &str) -> io::Result<PathBuf> {
     let _g = INSTALL.lock().unwrap_or_else(|p| p.into_inner());
-    if !have("kcat") {
-        eprintln!("interop: installing kcat with apt-get");
-        if as_root(&["apt-get", "install", "-y", "-q", "kcat"])
+    if !have(command) {
+        eprintln!("interop: installing {package} with apt-get");
+        if as_root(&["apt-get", "install", "-y", "-q", package])
             .status()
             .map(|s| !s.success())
             .unwrap_or(true)
         {
             run(&mut as_root(&["apt-get", "update", "-q"]), "apt-get update")?;
             run(
-                &mut as_root(&["apt-get", "install", "-y", "-q", "kcat"]),
-                "apt-get install kcat",
+                &mut as_root(&["apt-get", "install", "-y", "-q", package]),
+                &format!("apt-get install {package}"),
             )?;
         }
     }
-    Ok(PathBuf::from("kcat"))
+    Ok(PathBuf::from(command))
+}
+
+/// Path of `kcat`, installing the Debian package if it is missing.
+pub fn kcat() -> io::Result<PathBuf> {
+    apt_install("kcat", "kcat")
+}
+
+/// Path of headless-capable Chromium (Debian's `chromium`), installing it if missing.
+pub fn chromium() -> io::Result<PathBuf> {
+    apt_install("chromium", "chromium")
 }
 
 /// A Python interpreter with `confluent_kafka` importable, installing it with pip if needed.

@@ -63,6 +63,19 @@ macro_rules! streams_on_apache_kafka {
 
 rill_tests::for_each_streams_scenario!(streams_on_apache_kafka);
 
+/// The dashboard in headless Chromium (Debian's `chromium`, installed on
+/// demand), on both backends.
+#[test]
+fn dashboard_renders_live_group_on_apache_kafka() {
+    rill_tests::operator_scenarios::dashboard_renders_live_group(shared_kafka());
+}
+
+#[test]
+fn dashboard_renders_live_group_on_embedded() {
+    let cluster = rill_tests::backend::Embedded::for_clients();
+    rill_tests::operator_scenarios::dashboard_renders_live_group(&cluster.bootstrap());
+}
+
 const KCAT_RECORDS: usize = 10_000;
 
 fn codec_name(c: Compression) -> &'static str {

@@ -5,8 +5,13 @@
 //! accepts connections (logs go to stderr), and shuts down cleanly on SIGINT
 //! or SIGTERM, flushing logs and writing checkpoints so the next start skips
 //! recovery.
+//!
+//! The operator commands (`instances`, `shutdown`, `groups`, `topics`) are in
+//! `ops`: list a Rill app's instances and their `group.instance.id`s, shut
+//! one down, and batch-remove offline static members (KIP-345).
 
 mod broker_cmd;
+mod ops;
 
 use clap::{Parser, Subcommand};
 use rill_protocol::alloc::ReservingAllocator;
@@ -30,6 +35,20 @@ struct Cli {
 enum Command {
     /// Run an embedded Kafka-compatible broker cluster.
     Broker(broker_cmd::BrokerArgs),
+    /// List a Rill app's instances, threads, group.instance.ids and partitions (REST).
+    Instances(ops::InstancesArgs),
+    /// Shut a Rill app instance down over REST.
+    Shutdown(ops::ShutdownArgs),
+    /// Consumer groups: list, describe, remove static members.
+    Groups {
+        #[command(subcommand)]
+        command: ops::GroupsCommand,
+    },
+    /// Topics: list, create, describe, add partitions.
+    Topics {
+        #[command(subcommand)]
+        command: ops::TopicsCommand,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -43,6 +62,10 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Broker(args) => broker_cmd::run(args),
+        Command::Instances(a) => ops::instances(a),
+        Command::Shutdown(a) => ops::shutdown(a),
+        Command::Groups { command } => ops::groups(command),
+        Command::Topics { command } => ops::topics(command),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

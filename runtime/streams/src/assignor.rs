@@ -34,6 +34,9 @@ pub struct SubscriptionInfo {
     pub version: u32,
     pub process_id: String,
     pub endpoint: Option<String>,
+    /// The stream thread behind this member (for metadata).
+    #[serde(default)]
+    pub thread_name: String,
     /// Tasks this member runs now.
     pub prev_tasks: Vec<String>,
     /// Tasks whose state this member's process has on disk.
@@ -50,6 +53,8 @@ pub struct MemberInfo {
     pub instance_id: Option<String>,
     pub process_id: String,
     pub endpoint: Option<String>,
+    #[serde(default)]
+    pub thread_name: String,
     pub tasks: Vec<String>,
     pub partitions: Vec<(String, i32)>,
 }
@@ -292,6 +297,7 @@ impl PartitionAssignor for StreamsAssignor {
                 instance_id: s.group_instance_id.clone(),
                 process_id: sub.process_id.clone(),
                 endpoint: sub.endpoint.clone(),
+                thread_name: sub.thread_name.clone(),
                 tasks: mine.iter().map(|t| t.to_string()).collect(),
                 partitions: mine
                     .iter()

@@ -38,6 +38,9 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("max.task.idle.ms", "0"),
     ("buffered.records.per.partition", "1000"),
     ("restore.batch.size", "1000"),
+    // Rill's REST server (no Kafka equivalent): read endpoints are open
+    // unless this is true; mutating ones always need `rest.admin.token`.
+    ("rest.read.requires.token", "false"),
 ];
 
 /// Keys without a default.
@@ -47,6 +50,10 @@ const OPTIONAL: &[&str] = &[
     "group.instance.id",
     "client.id",
     "state.dir",
+    // Where the REST server listens; defaults to `application.server`.
+    "rest.listen",
+    // Bearer token for mutating REST endpoints (none: they answer 403).
+    "rest.admin.token",
 ];
 
 const CLIENT_PREFIXES: &[&str] = &["consumer.", "producer.", "admin.", "restore.consumer."];
@@ -70,6 +77,10 @@ pub struct StreamsConfig {
     pub client_id: Option<String>,
     pub state_dir: PathBuf,
     pub application_server: Option<String>,
+    /// The REST server's listen address (`rest.listen`, else `application.server`).
+    pub rest_listen: Option<String>,
+    pub rest_admin_token: Option<String>,
+    pub rest_read_requires_token: bool,
     pub commit_interval: Duration,
     pub poll_timeout: Duration,
     pub session_timeout_ms: u64,
@@ -415,18 +426,38 @@ fn parse(mut flat: BTreeMap<String, String>) -> Result<StreamsConfig> {
             ))
         }
     };
-    let application_server = take("application.server");
-    if let Some(s) = &application_server {
-        let ok = s
-            .rsplit_once(':')
-            .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
-        if !ok {
-            return Err(StreamsError::config(
-                "application.server",
-                s,
-                "expected host:port",
-            ));
+    let host_port = |key: &str, v: Option<String>| -> Result<Option<String>> {
+        if let Some(s) = &v {
+            let ok = s
+                .rsplit_once(':')
+                .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+            if !ok {
+                return Err(StreamsError::config(key, s, "expected host:port"));
+            }
         }
+        Ok(v)
+    };
+    let application_server = host_port("application.server", take("application.server"))?;
+    let rest_listen = host_port("rest.listen", take("rest.listen"))?;
+    let rest_admin_token = take("rest.admin.token");
+    let read_token = take("rest.read.requires.token").unwrap_or_default();
+    let rest_read_requires_token = match read_token.as_str() {
+        "true" => true,
+        "false" => false,
+        _ => {
+            return Err(StreamsError::config(
+                "rest.read.requires.token",
+                &read_token,
+                "expected true or false",
+            ))
+        }
+    };
+    if rest_read_requires_token && rest_admin_token.is_none() {
+        return Err(StreamsError::config(
+            "rest.read.requires.token",
+            &read_token,
+            "needs rest.admin.token to be set",
+        ));
     }
     let state_dir = take("state.dir")
         .map(PathBuf::from)
@@ -455,6 +486,9 @@ fn parse(mut flat: BTreeMap<String, String>) -> Result<StreamsConfig> {
         bootstrap_servers,
         state_dir,
         application_server,
+        rest_listen,
+        rest_admin_token,
+        rest_read_requires_token,
         default_store,
         deserialization_handler,
         client_overrides,

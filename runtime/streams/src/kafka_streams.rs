@@ -19,7 +19,12 @@ use rill_client::Admin;
 use crate::assignor::LocalInfo;
 use crate::config::{instance_id_for_thread, StreamsConfig};
 use crate::error::{Result, StreamsError};
+use crate::metadata::{
+    ApplicationMetadata, History, KeyQueryMetadata, RebalanceEvent, StoreQueryError,
+    StreamsMetadata,
+};
 use crate::restore::StateRestoreListener;
+use crate::serde::SharedSerde;
 use crate::state_manager::changelog_topic;
 use crate::task::TaskId;
 use crate::thread::{ThreadContext, ThreadShared, ThreadState};
@@ -72,10 +77,10 @@ type StateListener = Box<dyn Fn(State, State) + Send + Sync>;
 type ErrorHandler = Box<dyn Fn(&StreamsError) -> StreamThreadExceptionResponse + Send + Sync>;
 
 /// A thread as the application tracks it.
-struct ThreadHandle {
-    index: usize,
-    name: String,
-    shared: Arc<ThreadShared>,
+pub(crate) struct ThreadHandle {
+    pub(crate) index: usize,
+    pub(crate) name: String,
+    pub(crate) shared: Arc<ThreadShared>,
     join: Option<JoinHandle<()>>,
 }
 
@@ -87,20 +92,28 @@ pub struct ThreadMetadata {
     pub group_instance_id: Option<String>,
     pub member_id: Option<String>,
     pub active_tasks: BTreeSet<TaskId>,
+    /// Partitions of the active tasks.
+    pub partitions: Vec<(String, i32)>,
 }
 
-struct Inner {
-    config: StreamsConfig,
-    topology: Arc<Topology>,
-    process_id: String,
+pub(crate) struct Inner {
+    pub(crate) config: StreamsConfig,
+    pub(crate) topology: Arc<Topology>,
+    pub(crate) process_id: String,
     client_id: String,
-    admin: Arc<Admin>,
+    pub(crate) admin: Arc<Admin>,
+    /// The advertised endpoint, once the REST server has bound its port.
+    endpoint: Mutex<Option<String>>,
+    pub(crate) history: History,
+    rest: Mutex<Option<crate::rest::RestServer>>,
+    /// How REST answers render each store's values.
+    pub(crate) renderers: Mutex<BTreeMap<String, Arc<crate::rest::ValueRenderer>>>,
     state: Mutex<State>,
     changed: Condvar,
     state_listener: Mutex<Option<StateListener>>,
     error_handler: Mutex<Option<ErrorHandler>>,
     restore_listener: Mutex<Option<Arc<dyn StateRestoreListener>>>,
-    threads: Mutex<Vec<ThreadHandle>>,
+    pub(crate) threads: Mutex<Vec<ThreadHandle>>,
 }
 
 /// A running (or not yet started) streams application instance.
@@ -174,6 +187,10 @@ impl KafkaStreams {
                 error_handler: Mutex::new(None),
                 restore_listener: Mutex::new(None),
                 threads: Mutex::new(Vec::new()),
+                endpoint: Mutex::new(None),
+                history: History::default(),
+                rest: Mutex::new(None),
+                renderers: Mutex::new(BTreeMap::new()),
             }),
         })
     }
@@ -228,6 +245,33 @@ impl KafkaStreams {
             )));
         }
         prepare_topics(&self.inner)?;
+        // The REST server binds before the threads join, so the endpoint
+        // they advertise carries the real port (`application.server` may
+        // say port 0 in tests).
+        let listen = self
+            .inner
+            .config
+            .rest_listen
+            .clone()
+            .or_else(|| self.inner.config.application_server.clone());
+        if let Some(listen) = listen {
+            let server = crate::rest::RestServer::start(self.inner.clone(), &listen)?;
+            let port = server.local_addr().port();
+            let advertised = match &self.inner.config.application_server {
+                Some(a) => match a.rsplit_once(':') {
+                    Some((host, "0")) => format!("{host}:{port}"),
+                    _ => a.clone(),
+                },
+                None => server.local_addr().to_string(),
+            };
+            tracing::info!(rest = %server.local_addr(), endpoint = %advertised, "REST server listening");
+            *self
+                .inner
+                .endpoint
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = Some(advertised);
+            *self.inner.rest.lock().unwrap_or_else(|e| e.into_inner()) = Some(server);
+        }
         Inner::transition(&self.inner, State::Rebalancing);
         for _ in 0..self.inner.config.num_stream_threads {
             Inner::spawn_thread(&self.inner, None)?;
@@ -316,8 +360,102 @@ impl KafkaStreams {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .clone(),
+                partitions: t
+                    .shared
+                    .partitions
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone(),
             })
             .collect()
+    }
+
+    /// Every instance of the application with its threads, their
+    /// `group.instance.id`s, member ids, tasks and partitions, from the
+    /// assignment's user data (so any instance answers for all, KIP-345's
+    /// "Kafka Streams Change").
+    pub fn metadata_for_all_instances(&self) -> ApplicationMetadata {
+        self.inner.all_metadata()
+    }
+
+    /// This instance, from its live threads.
+    pub fn metadata_for_local_instance(&self) -> StreamsMetadata {
+        self.inner.local_metadata()
+    }
+
+    /// The instances running tasks of `store` (Kafka's `streamsMetadataForStore`).
+    pub fn metadata_for_store(&self, store: &str) -> Vec<StreamsMetadata> {
+        self.inner
+            .all_metadata()
+            .instances
+            .into_iter()
+            .filter(|i| i.stores.iter().any(|s| s == store))
+            .collect()
+    }
+
+    /// Which instance holds `key` of `store` (Kafka's `queryMetadataForKey`).
+    pub fn query_metadata_for_key<K: 'static>(
+        &self,
+        store: &str,
+        key: &K,
+        serializer: &SharedSerde<K>,
+    ) -> std::result::Result<KeyQueryMetadata, StoreQueryError> {
+        let k = crate::metadata::serialize_key(store, key, serializer)?;
+        self.inner.key_metadata(store, &k)
+    }
+
+    /// Reads `key` from `store` when this instance owns it (an interactive
+    /// query); `NotLocal` names the owner otherwise.
+    pub fn query_store<K: 'static, V: 'static>(
+        &self,
+        store: &str,
+        key: &K,
+        key_serde: &SharedSerde<K>,
+        value_serde: &SharedSerde<V>,
+    ) -> std::result::Result<Option<V>, StoreQueryError> {
+        let k = crate::metadata::serialize_key(store, key, key_serde)?;
+        let (_, v) = self.inner.query_local(store, &k)?;
+        v.map(|b| {
+            value_serde
+                .deserialize(store, Some(&b))
+                .map_err(|reason| StoreQueryError::Failed {
+                    store: store.into(),
+                    reason: format!("the stored value does not deserialize: {reason}"),
+                })
+        })
+        .transpose()
+    }
+
+    /// Renders stored values of `store` as JSON in REST answers (without
+    /// one, values are shown as UTF-8 text, or hex when not UTF-8).
+    pub fn expose_store<V: 'static>(
+        &self,
+        store: &str,
+        value_serde: SharedSerde<V>,
+        to_json: impl Fn(&V) -> serde_json::Value + Send + Sync + 'static,
+    ) {
+        let name = store.to_string();
+        let render: crate::rest::ValueRenderer = Box::new(move |bytes: &[u8]| {
+            value_serde
+                .deserialize(&name, Some(bytes))
+                .map(|v| to_json(&v))
+        });
+        crate::rest::register_renderer(&self.inner, store, render);
+    }
+
+    /// The REST server's bound address, when it runs.
+    pub fn rest_address(&self) -> Option<std::net::SocketAddr> {
+        self.inner
+            .rest
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|r| r.local_addr())
+    }
+
+    /// The rebalances this instance's threads went through, oldest first.
+    pub fn rebalance_history(&self) -> Vec<RebalanceEvent> {
+        self.inner.rebalance_history()
     }
 
     /// Records dropped by the deserialization handler (log-and-continue)
@@ -332,17 +470,7 @@ impl KafkaStreams {
 
     /// The last assignment any local thread received (the whole group's view).
     pub fn latest_assignment(&self) -> Option<crate::assignor::AssignmentInfo> {
-        let threads = self.inner.threads.lock().unwrap_or_else(|e| e.into_inner());
-        threads
-            .iter()
-            .filter_map(|t| {
-                t.shared
-                    .local
-                    .lock()
-                    .ok()
-                    .and_then(|l| l.assignment.clone())
-            })
-            .max_by_key(|a| a.generation)
+        self.inner.latest_assignment()
     }
 
     /// Closes with default options (30 s, static members stay in the group).
@@ -357,7 +485,7 @@ impl KafkaStreams {
 }
 
 impl Inner {
-    fn close(this: &Arc<Inner>, options: CloseOptions) -> bool {
+    pub(crate) fn close(this: &Arc<Inner>, options: CloseOptions) -> bool {
         let deadline = Instant::now() + options.timeout;
         let state = *this.state.lock().unwrap_or_else(|e| e.into_inner());
         match state {
@@ -369,16 +497,53 @@ impl Inner {
         }
         let mut threads =
             std::mem::take(&mut *this.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        // Static members leave together in one batch LeaveGroup by
+        // instance id once their threads stopped (KIP-345, as Kafka Streams'
+        // `CloseOptions.leaveGroup` does through the admin client); dynamic
+        // members leave one by one as their consumers close.
+        let batch_leave: Vec<String> = match (&this.config.group_instance_id, options.leave_group) {
+            (Some(id), true) => threads
+                .iter()
+                .map(|t| instance_id_for_thread(id, t.index))
+                .collect(),
+            _ => Vec::new(),
+        };
         // Signal all first so they close in parallel.
         for t in &threads {
-            t.shared
-                .leave_group
-                .store(options.leave_group, Ordering::Release);
+            t.shared.leave_group.store(
+                options.leave_group && batch_leave.is_empty(),
+                Ordering::Release,
+            );
             t.shared.shutdown.store(true, Ordering::Release);
         }
         let mut all = true;
         for t in &mut threads {
             all &= join_within(t, deadline);
+        }
+        if !batch_leave.is_empty() {
+            let ids: Vec<&str> = batch_leave.iter().map(String::as_str).collect();
+            match this
+                .admin
+                .remove_members_from_group(&this.config.application_id, &ids)
+            {
+                Ok(results) => {
+                    for (id, r) in results {
+                        match r {
+                            Ok(()) => tracing::info!(group.instance.id = %id, "left the group"),
+                            Err(e) => {
+                                tracing::warn!(group.instance.id = %id, "leaving the group failed: {e}")
+                            }
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!("batch LeaveGroup for {batch_leave:?} failed: {e}");
+                    all = false;
+                }
+            }
+        }
+        if let Some(rest) = this.rest.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            rest.stop();
         }
         let s = *this.state.lock().unwrap_or_else(|e| e.into_inner());
         if s == State::PendingError {
@@ -414,6 +579,17 @@ fn join_within(t: &mut ThreadHandle, deadline: Instant) -> bool {
 }
 
 impl Inner {
+    pub(crate) fn current_state(&self) -> State {
+        *self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn endpoint(&self) -> Option<String> {
+        self.endpoint
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     fn transition(this: &Arc<Inner>, next: State) -> bool {
         let mut s = this.state.lock().unwrap_or_else(|e| e.into_inner());
         let old = *s;
@@ -486,6 +662,9 @@ impl Inner {
             active_tasks: Mutex::new(BTreeSet::new()),
             member_id: Mutex::new(None),
             dropped_records: Default::default(),
+            queryable: Default::default(),
+            partitions: Default::default(),
+            metrics: Default::default(),
             request_app_shutdown: std::sync::atomic::AtomicBool::new(request_shutdown),
             on_change: Box::new(move || {
                 if let Some(inner) = weak.upgrade() {
@@ -508,6 +687,8 @@ impl Inner {
                 .unwrap_or_else(|e| e.into_inner())
                 .clone(),
             shared: shared.clone(),
+            endpoint: this.endpoint(),
+            history: this.history.clone(),
         };
         let weak = Arc::downgrade(this);
         let join = std::thread::Builder::new()

@@ -19,7 +19,9 @@ mod config;
 mod dsl;
 mod error;
 mod kafka_streams;
+mod metadata;
 mod processor;
+mod rest;
 mod restore;
 mod serde;
 mod state_manager;
@@ -39,6 +41,10 @@ pub use dsl::{
 pub use error::{Recovery, Result, StreamsError};
 pub use kafka_streams::{
     CloseOptions, KafkaStreams, State, StreamThreadExceptionResponse, ThreadMetadata,
+};
+pub use metadata::{
+    ApplicationMetadata, KeyQueryMetadata, PartitionRef, RebalanceEvent, StoreQueryError,
+    StreamThreadMetadata, StreamsMetadata,
 };
 pub use processor::{
     Headers, Processor, ProcessorContext, PunctuationType, Record, RecordMetadata, ScheduleId,

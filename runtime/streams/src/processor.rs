@@ -329,9 +329,24 @@ impl<'c, 'a, KOut: Send + 'static, VOut: Send + 'static> ProcessorContext<'c, 'a
 /// A store as the task holds it: the store and, when logged, its changelog
 /// partition and the writes not yet sent there.
 pub(crate) struct StoreHandle {
-    pub store: Box<dyn KeyValueStore>,
+    pub store: SharedStore,
     pub changelog: Option<(String, i32)>,
     pub pending: Vec<(Bytes, Option<Bytes>)>,
+}
+
+/// A store shared between the task that writes it (its stream thread) and
+/// interactive queries (REST handlers, `KafkaStreams::query_store`). The
+/// lock is uncontended on the processing path: queries are rare and short.
+#[derive(Clone)]
+pub(crate) struct SharedStore(std::sync::Arc<std::sync::Mutex<Box<dyn KeyValueStore>>>);
+
+impl SharedStore {
+    pub fn new(store: Box<dyn KeyValueStore>) -> Self {
+        Self(std::sync::Arc::new(std::sync::Mutex::new(store)))
+    }
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, Box<dyn KeyValueStore>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// Byte-level access to a key-value store; every write is also queued for the
@@ -349,10 +364,14 @@ impl StoreRef<'_> {
         }
     }
     pub fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
-        self.handle.store.get(key).map_err(|e| self.err(e))
+        self.handle.store.lock().get(key).map_err(|e| self.err(e))
     }
     pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
-        self.handle.store.put(key, value).map_err(|e| self.err(e))?;
+        self.handle
+            .store
+            .lock()
+            .put(key, value)
+            .map_err(|e| self.err(e))?;
         if self.handle.changelog.is_some() {
             self.handle.pending.push((
                 Bytes::copy_from_slice(key),
@@ -362,7 +381,11 @@ impl StoreRef<'_> {
         Ok(())
     }
     pub fn delete(&mut self, key: &[u8]) -> Result<()> {
-        self.handle.store.delete(key).map_err(|e| self.err(e))?;
+        self.handle
+            .store
+            .lock()
+            .delete(key)
+            .map_err(|e| self.err(e))?;
         if self.handle.changelog.is_some() {
             self.handle
                 .pending
@@ -371,20 +394,26 @@ impl StoreRef<'_> {
         Ok(())
     }
     pub fn range(&self, from: &[u8], to: &[u8]) -> Result<Vec<(Bytes, Bytes)>> {
-        self.handle.store.range(from, to).map_err(|e| self.err(e))
+        self.handle
+            .store
+            .lock()
+            .range(from, to)
+            .map_err(|e| self.err(e))
     }
     pub fn prefix_scan(&self, prefix: &[u8]) -> Result<Vec<(Bytes, Bytes)>> {
         self.handle
             .store
+            .lock()
             .prefix_scan(prefix)
             .map_err(|e| self.err(e))
     }
     pub fn all(&self) -> Result<Vec<(Bytes, Bytes)>> {
-        self.handle.store.all().map_err(|e| self.err(e))
+        self.handle.store.lock().all().map_err(|e| self.err(e))
     }
     pub fn approximate_num_entries(&self) -> Result<u64> {
         self.handle
             .store
+            .lock()
             .approximate_num_entries()
             .map_err(|e| self.err(e))
     }
@@ -396,7 +425,7 @@ impl StoreRef<'_> {
         vser: &SharedSerde<V>,
         key: &K,
     ) -> Result<Option<V>> {
-        let name = self.handle.store.name().to_string();
+        let name = self.handle.store.lock().name().to_string();
         let k = ser(kser, &name, key)?;
         match self.get(&k)? {
             None => Ok(None),
@@ -420,7 +449,7 @@ impl StoreRef<'_> {
         key: &K,
         value: &V,
     ) -> Result<()> {
-        let name = self.handle.store.name().to_string();
+        let name = self.handle.store.lock().name().to_string();
         let k = ser(kser, &name, key)?;
         let v = ser(vser, &name, value)?;
         self.put(&k, &v)

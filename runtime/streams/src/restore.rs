@@ -111,6 +111,7 @@ pub(crate) fn restore_store(
         }
         handle
             .store
+            .lock()
             .put_all(&batch)
             .map_err(|e| StreamsError::State {
                 task: task_id.to_string(),

@@ -114,7 +114,7 @@ pub(crate) fn open(
         out.stores.insert(
             name.clone(),
             StoreHandle {
-                store,
+                store: crate::processor::SharedStore::new(store),
                 changelog,
                 pending: Vec::new(),
             },

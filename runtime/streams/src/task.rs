@@ -460,7 +460,7 @@ impl StreamTask {
 
     pub fn flush_stores(&mut self) -> Result<()> {
         for h in self.shared.stores.values_mut() {
-            h.store.flush().map_err(|e| StreamsError::State {
+            h.store.lock().flush().map_err(|e| StreamsError::State {
                 task: self.id.to_string(),
                 source: e,
             })?;

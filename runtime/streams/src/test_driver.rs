@@ -245,7 +245,7 @@ impl TopologyTestDriver {
                 continue;
             };
             found = true;
-            let all = h.store.all().map_err(|e| StreamsError::State {
+            let all = h.store.lock().all().map_err(|e| StreamsError::State {
                 task: task.id.to_string(),
                 source: e,
             })?;

@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -28,7 +28,8 @@ use tracing::{info, info_span, warn};
 use crate::assignor::{LocalInfo, StreamsAssignor};
 use crate::config::StreamsConfig;
 use crate::error::{Recovery, Result, StreamsError};
-use crate::processor::PunctuationType;
+use crate::metadata::{History, RebalanceEvent, HISTORY_LIMIT};
+use crate::processor::{PunctuationType, SharedStore};
 use crate::restore::StateRestoreListener;
 use crate::task::{OutRecord, StreamTask, TaskId};
 use crate::topology::Topology;
@@ -89,7 +90,59 @@ pub(crate) struct ThreadShared {
     pub request_app_shutdown: AtomicBool,
     /// Records dropped by the log-and-continue handler (Kafka's `dropped-records-total`).
     pub dropped_records: std::sync::atomic::AtomicU64,
+    /// Stores of the active tasks, for interactive queries (task → store → handle).
+    pub queryable: Mutex<BTreeMap<TaskId, BTreeMap<String, SharedStore>>>,
+    /// Partitions of the active tasks.
+    pub partitions: Mutex<Vec<(String, i32)>>,
+    pub metrics: ThreadMetrics,
     pub on_change: Box<dyn Fn() + Send + Sync>,
+}
+
+/// Counters behind `GET /metrics` (Kafka Streams' thread-level metrics).
+#[derive(Default)]
+pub(crate) struct ThreadMetrics {
+    pub processed: AtomicU64,
+    pub rebalances: AtomicU64,
+    pub commits: AtomicU64,
+    pub commit_ns_total: AtomicU64,
+    pub commit_ns_max: AtomicU64,
+    pub restored: AtomicU64,
+    pub restore_remaining: AtomicU64,
+    /// (topic, partition, lag) as of the last refresh.
+    pub lags: Mutex<Vec<(String, i32, i64)>>,
+}
+
+/// Feeds the restore metrics, then the application's listener.
+struct RestoreMetrics<'a> {
+    metrics: &'a ThreadMetrics,
+    user: Option<&'a dyn StateRestoreListener>,
+}
+
+impl StateRestoreListener for RestoreMetrics<'_> {
+    fn on_restore_start(&self, tp: &TopicPartition, store: &str, start: i64, end: i64) {
+        self.metrics
+            .restore_remaining
+            .fetch_add((end - start).max(0) as u64, Ordering::Relaxed);
+        if let Some(u) = self.user {
+            u.on_restore_start(tp, store, start, end);
+        }
+    }
+    fn on_batch_restored(&self, tp: &TopicPartition, store: &str, end: i64, records: u64) {
+        self.metrics.restored.fetch_add(records, Ordering::Relaxed);
+        let _ = self.metrics.restore_remaining.fetch_update(
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+            |r| Some(r.saturating_sub(records)),
+        );
+        if let Some(u) = self.user {
+            u.on_batch_restored(tp, store, end, records);
+        }
+    }
+    fn on_restore_end(&self, tp: &TopicPartition, store: &str, total: u64) {
+        if let Some(u) = self.user {
+            u.on_restore_end(tp, store, total);
+        }
+    }
 }
 
 impl ThreadShared {
@@ -124,6 +177,10 @@ pub(crate) struct ThreadContext {
     pub process_id: String,
     pub restore_listener: Option<Arc<dyn StateRestoreListener>>,
     pub shared: Arc<ThreadShared>,
+    /// This instance's advertised REST endpoint (`application.server`, port resolved).
+    pub endpoint: Option<String>,
+    /// The instance's rebalance timeline.
+    pub history: History,
 }
 
 struct ActiveTask {
@@ -259,6 +316,35 @@ impl TaskManager {
             .active_tasks
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = ids;
+        *self
+            .ctx
+            .shared
+            .queryable
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = self
+            .tasks
+            .iter()
+            .map(|(id, t)| {
+                let stores = t
+                    .task
+                    .shared
+                    .stores
+                    .iter()
+                    .map(|(name, h)| (name.clone(), h.store.clone()))
+                    .collect();
+                (*id, stores)
+            })
+            .collect();
+        *self
+            .ctx
+            .shared
+            .partitions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = self
+            .tasks
+            .values()
+            .flat_map(|t| t.task.partitions().map(|(t, p)| (t.clone(), *p)))
+            .collect();
     }
 
     fn create_task(&mut self, id: TaskId, partitions: Vec<(String, i32)>) -> Result<ActiveTask> {
@@ -280,6 +366,10 @@ impl TaskManager {
             now_ms(),
         )?;
         let mut changelog_end = BTreeMap::new();
+        let listener = RestoreMetrics {
+            metrics: &self.ctx.shared.metrics,
+            user: self.ctx.restore_listener.as_deref(),
+        };
         for plan in &opened.restore {
             let end = crate::restore::restore_store(
                 &mut self.restore_consumer,
@@ -287,7 +377,7 @@ impl TaskManager {
                 &mut task,
                 plan,
                 c.restore_batch_size,
-                self.ctx.restore_listener.as_deref(),
+                Some(&listener),
             )?;
             changelog_end.insert((plan.topic.clone(), plan.partition), end);
         }
@@ -362,6 +452,11 @@ impl TaskManager {
             }
             r?;
             done += n;
+            self.ctx
+                .shared
+                .metrics
+                .processed
+                .fetch_add(n as u64, Ordering::Relaxed);
             self.commit_requested |= std::mem::take(&mut t.task.shared.commit_requested);
             let out = t.task.take_out();
             self.send(out)?;
@@ -383,6 +478,17 @@ impl TaskManager {
 
     /// Flush stores → flush producer → commit offsets → write checkpoints.
     fn commit(&mut self, consumer: &mut Consumer) -> Result<()> {
+        let started = Instant::now();
+        let r = self.commit_inner(consumer);
+        let ns = started.elapsed().as_nanos() as u64;
+        let m = &self.ctx.shared.metrics;
+        m.commits.fetch_add(1, Ordering::Relaxed);
+        m.commit_ns_total.fetch_add(ns, Ordering::Relaxed);
+        m.commit_ns_max.fetch_max(ns, Ordering::Relaxed);
+        r
+    }
+
+    fn commit_inner(&mut self, consumer: &mut Consumer) -> Result<()> {
         self.commit_requested = false;
         let mut offsets = BTreeMap::new();
         for t in self.tasks.values_mut() {
@@ -540,13 +646,36 @@ impl TaskManager {
                 }
             }
         }
-        let generation = self
+        let (generation, members) = self
             .ctx
             .shared
             .local
             .lock()
-            .map(|l| l.generation)
-            .unwrap_or(-1);
+            .map(|l| {
+                (
+                    l.generation,
+                    l.assignment.as_ref().map_or(0, |a| a.members.len()),
+                )
+            })
+            .unwrap_or((-1, 0));
+        self.ctx
+            .shared
+            .metrics
+            .rebalances
+            .fetch_add(1, Ordering::Relaxed);
+        {
+            let mut h = self.ctx.history.lock().unwrap_or_else(|e| e.into_inner());
+            if h.len() >= HISTORY_LIMIT {
+                h.pop_front();
+            }
+            h.push_back(RebalanceEvent {
+                time_ms: now_ms(),
+                thread_name: self.ctx.name.clone(),
+                generation,
+                members,
+                tasks: self.tasks.keys().map(|t| t.to_string()).collect(),
+            });
+        }
         info!(
             thread = %self.ctx.name,
             generation,
@@ -735,7 +864,8 @@ fn run_inner(ctx: &Arc<ThreadContext>) -> Result<()> {
     {
         let mut local = ctx.shared.local.lock().unwrap_or_else(|e| e.into_inner());
         local.subscription.process_id = ctx.process_id.clone();
-        local.subscription.endpoint = ctx.config.application_server.clone();
+        local.subscription.endpoint = ctx.endpoint.clone();
+        local.subscription.thread_name = ctx.name.clone();
     }
     tm.lock().unwrap_or_else(|e| e.into_inner()).publish_tasks();
     let assignor: Arc<dyn PartitionAssignor> = Arc::new(StreamsAssignor {
@@ -753,6 +883,7 @@ fn run_inner(ctx: &Arc<ThreadContext>) -> Result<()> {
     let mut next_commit = Instant::now() + ctx.config.commit_interval;
     let mut paused: BTreeSet<TopicPartition> = BTreeSet::new();
     let limit = ctx.config.buffered_records_per_partition;
+    let mut next_lag_refresh = Instant::now();
     let result = 'main: loop {
         if ctx.shared.shutdown.load(Ordering::Acquire) {
             break Ok(());
@@ -784,6 +915,18 @@ fn run_inner(ctx: &Arc<ThreadContext>) -> Result<()> {
             .member_id
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = consumer.group_metadata().map(|g| g.member_id);
+        if Instant::now() >= next_lag_refresh {
+            next_lag_refresh = Instant::now() + Duration::from_secs(1);
+            *ctx.shared
+                .metrics
+                .lags
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = consumer
+                .lags()
+                .into_iter()
+                .map(|(tp, lag)| (tp.topic, tp.partition, lag))
+                .collect();
+        }
         // KIP-671: a shutdown request travels through the group: this member
         // flags its subscription and rejoins; the leader answers every member
         // with the flag, and each instance shuts down.

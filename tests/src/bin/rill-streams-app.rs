@@ -8,8 +8,11 @@
 //! every `--commit-ms`, the ceiling the runtime is compared with).
 //!
 //! Prints `RUNNING` on stdout once the application is Running, then runs
-//! until SIGTERM / SIGINT (clean close: static members stay in the group) or
-//! until it is killed.
+//! until SIGTERM / SIGINT (clean close: static members stay in the group),
+//! until a REST shutdown stops it, or until it is killed.
+//! `--application-server HOST:PORT` (port 0: any) starts the REST server
+//! and prints `REST <host:port>` first; `--rest-token T` enables its
+//! mutating endpoints.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -154,10 +157,19 @@ fn main() {
     if let Some(id) = arg("--group-instance-id") {
         cfg = cfg.set("group.instance.id", id);
     }
+    if let Some(a) = arg("--application-server") {
+        cfg = cfg.set("application.server", a);
+    }
+    if let Some(t) = arg("--rest-token") {
+        cfg = cfg.set("rest.admin.token", t);
+    }
     let streams =
         KafkaStreams::new(b.build().expect("topology"), cfg.build().expect("config")).expect("app");
     install_signals();
     streams.start().expect("start");
+    if let Some(addr) = streams.rest_address() {
+        println!("REST {addr}");
+    }
     if !streams.wait_for_state(State::Running, Duration::from_secs(60)) {
         eprintln!("not running after 60 s: {:?}", streams.state());
         std::process::exit(1);
@@ -167,6 +179,11 @@ fn main() {
         if streams.state() == State::Error {
             eprintln!("application failed");
             std::process::exit(1);
+        }
+        if streams.state() == State::NotRunning {
+            // Shut down over REST.
+            println!("CLOSED true");
+            return;
         }
         std::thread::sleep(Duration::from_millis(20));
     }

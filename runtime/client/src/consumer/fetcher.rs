@@ -40,6 +40,8 @@ pub struct PartitionFetch {
     pub tp: TopicPartition,
     pub fetch_offset: i64,
     pub error: i16,
+    /// The partition's high watermark as the leader reported it.
+    pub high_watermark: i64,
     pub records: Bytes,
 }
 
@@ -66,6 +68,9 @@ pub struct Fetcher {
     in_flight: HashSet<i32>,
     /// Parsed records per partition, in fetch order.
     buffered: VecDeque<(TopicPartition, VecDeque<ConsumerRecord>)>,
+    /// The last high watermark each partition's leader reported (for lag,
+    /// Kafka's `records-lag` metric).
+    high_watermarks: std::collections::HashMap<TopicPartition, i64>,
 }
 
 impl Default for Fetcher {
@@ -76,11 +81,17 @@ impl Default for Fetcher {
             rx,
             in_flight: HashSet::new(),
             buffered: VecDeque::new(),
+            high_watermarks: Default::default(),
         }
     }
 }
 
 impl Fetcher {
+    /// The last high watermark fetched for `tp`.
+    pub fn high_watermark(&self, tp: &TopicPartition) -> Option<i64> {
+        self.high_watermarks.get(tp).copied()
+    }
+
     pub fn has_buffered(&self, tp: &TopicPartition) -> bool {
         self.buffered.iter().any(|(t, r)| t == tp && !r.is_empty())
     }
@@ -140,6 +151,10 @@ impl Fetcher {
                     ));
                 }
                 continue;
+            }
+            if pf.high_watermark >= 0 {
+                self.high_watermarks
+                    .insert(pf.tp.clone(), pf.high_watermark);
             }
             match parse(&pf, cfg) {
                 Ok(records) if !records.is_empty() => {
@@ -296,6 +311,7 @@ async fn fetch(
                 tp: TopicPartition::new(t.topic.0.to_string(), p.partition_index),
                 fetch_offset: *fetch_offset,
                 error: p.error_code,
+                high_watermark: p.high_watermark,
                 records: p.records.unwrap_or_default(),
             });
         }

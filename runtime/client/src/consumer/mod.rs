@@ -1046,6 +1046,20 @@ impl Consumer {
             .ok_or_else(|| Error::IllegalState(format!("no position for {tp}")))
     }
 
+    /// How far each assigned partition's position is behind its high
+    /// watermark, as of the last fetch (Kafka's `records-lag`); partitions
+    /// not fetched yet are left out.
+    pub fn lags(&self) -> Vec<(TopicPartition, i64)> {
+        self.subs
+            .assignment
+            .iter()
+            .filter_map(|(tp, st)| {
+                let hw = self.fetcher.high_watermark(tp)?;
+                Some((tp.clone(), (hw - st.position?).max(0)))
+            })
+            .collect()
+    }
+
     /// Stops fetching from partitions (they stay assigned).
     pub fn pause(&mut self, partitions: &[TopicPartition]) -> Result<()> {
         for tp in partitions {

@@ -1,0 +1,648 @@
+//! Operator commands: `rill instances`, `rill shutdown`, `rill groups ...`
+//! and `rill topics ...`.
+//!
+//! The instance commands talk to a Rill app's REST API (JSON shapes in
+//! docs/openapi.json); the group and topic commands use the admin client
+//! against any Kafka-compatible cluster. `groups remove-members` is KIP-345's
+//! batch removal of static members by `group.instance.id` (one LeaveGroup
+//! v3+ carrying every id), with `--from-url` taking the ids from an
+//! instance's metadata and `--offline-only` keeping only instances whose
+//! REST endpoint no longer answers.
+//!
+//! Every failure names what failed and the process exits non-zero.
+
+use std::time::{Duration, Instant};
+
+use clap::{Args, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use rill_client::admin::NewTopic;
+use rill_client::{Admin, ClientConfig};
+use serde_json::{json, Value};
+
+pub type CliResult = Result<(), String>;
+
+const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn admin(bootstrap: &str) -> Result<Admin, String> {
+    Admin::new(&ClientConfig::new().set("bootstrap.servers", bootstrap.to_string()))
+        .map_err(|e| format!("connecting to {bootstrap}: {e}"))
+}
+
+fn base_url(url: &str) -> String {
+    let u = url.trim_end_matches('/');
+    if u.starts_with("http://") || u.starts_with("https://") {
+        u.to_string()
+    } else {
+        format!("http://{u}")
+    }
+}
+
+/// GET a JSON document from an instance.
+fn get_json(url: &str, token: Option<&str>) -> Result<Value, String> {
+    let agent = ureq::AgentBuilder::new().timeout(HTTP_TIMEOUT).build();
+    let mut req = agent.get(url);
+    if let Some(t) = token {
+        req = req.set("Authorization", &format!("Bearer {t}"));
+    }
+    match req.call() {
+        Ok(r) => r
+            .into_json()
+            .map_err(|e| format!("{url} did not answer JSON: {e}")),
+        Err(ureq::Error::Status(code, r)) => Err(format!(
+            "{url} answered {code}: {}",
+            r.into_string().unwrap_or_default()
+        )),
+        Err(e) => Err(format!("{url}: {e}")),
+    }
+}
+
+/// Whether anything answers HTTP at `endpoint` (any status counts: a
+/// starting instance answers /health with 503 and is still alive).
+fn answers(endpoint: &str) -> bool {
+    let agent = ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(2))
+        .build();
+    match agent.get(&format!("http://{endpoint}/health")).call() {
+        Ok(_) | Err(ureq::Error::Status(..)) => true,
+        Err(_) => false,
+    }
+}
+
+fn spinner(msg: impl Into<String>) -> ProgressBar {
+    let pb = ProgressBar::new_spinner();
+    pb.set_style(ProgressStyle::with_template("{spinner} {msg} ({elapsed})").expect("template"));
+    pb.set_message(msg.into());
+    pb.enable_steady_tick(Duration::from_millis(120));
+    pb
+}
+
+fn s(v: &Value) -> String {
+    match v {
+        Value::Null => "-".into(),
+        Value::String(s) => s.clone(),
+        v => v.to_string(),
+    }
+}
+
+fn partitions(v: &Value) -> String {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .map(|p| format!("{}-{}", s(&p["topic"]), p["partition"]))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default()
+}
+
+/// Prints rows as aligned columns.
+fn table(header: &[&str], rows: &[Vec<String>]) {
+    let mut w: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            w[i] = w[i].max(c.len());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let parts: Vec<String> = cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c:<width$}", width = w[i]))
+            .collect();
+        println!("{}", parts.join("  ").trim_end());
+    };
+    line(header.iter().map(|h| h.to_string()).collect());
+    for r in rows {
+        line(r.clone());
+    }
+}
+
+// ---------------------------------------------------------------- instances
+
+#[derive(Args, Debug)]
+pub struct InstancesArgs {
+    /// An instance's REST address (http://HOST:PORT).
+    #[arg(long)]
+    url: String,
+    /// Bearer token, if the instance requires one for reads.
+    #[arg(long, env = "RILL_REST_TOKEN")]
+    token: Option<String>,
+    /// Print the JSON answer instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn instances(a: InstancesArgs) -> CliResult {
+    let view = get_json(
+        &format!("{}/v1/instances", base_url(&a.url)),
+        a.token.as_deref(),
+    )?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&view).expect("json"));
+        return Ok(());
+    }
+    println!(
+        "application {}  generation {}",
+        s(&view["application_id"]),
+        s(&view["generation"])
+    );
+    let mut rows = Vec::new();
+    for i in view["instances"].as_array().into_iter().flatten() {
+        let reach = match i["reachable"].as_bool() {
+            Some(false) => "unreachable",
+            Some(true) => "up",
+            None if i["local"].as_bool() == Some(true) => "up (answered)",
+            None => "?",
+        };
+        for t in i["threads"].as_array().into_iter().flatten() {
+            rows.push(vec![
+                s(&i["endpoint"]),
+                s(&i["state"]),
+                reach.to_string(),
+                s(&t["thread_name"]),
+                s(&t["group_instance_id"]),
+                s(&t["member_id"]),
+                s(&t["thread_state"]),
+                partitions(&t["partitions"]),
+            ]);
+        }
+    }
+    table(
+        &[
+            "ENDPOINT",
+            "STATE",
+            "REACHABLE",
+            "THREAD",
+            "GROUP.INSTANCE.ID",
+            "MEMBER ID",
+            "THREAD STATE",
+            "PARTITIONS",
+        ],
+        &rows,
+    );
+    Ok(())
+}
+
+// ----------------------------------------------------------------- shutdown
+
+#[derive(Args, Debug)]
+pub struct ShutdownArgs {
+    /// The instance's REST address (http://HOST:PORT).
+    #[arg(long)]
+    url: String,
+    /// Its static members leave the group at once (batch LeaveGroup), so
+    /// its partitions move now instead of after session.timeout.ms.
+    #[arg(long)]
+    leave_group: bool,
+    /// The instance's rest.admin.token.
+    #[arg(long, env = "RILL_REST_TOKEN")]
+    token: String,
+    /// Return without waiting for the instance to stop answering.
+    #[arg(long)]
+    no_wait: bool,
+}
+
+pub fn shutdown(a: ShutdownArgs) -> CliResult {
+    let base = base_url(&a.url);
+    let url = format!("{base}/v1/shutdown");
+    let agent = ureq::AgentBuilder::new().timeout(HTTP_TIMEOUT).build();
+    let answer = agent
+        .post(&url)
+        .set("Authorization", &format!("Bearer {}", a.token))
+        .send_json(json!({"leave_group": a.leave_group}));
+    let body: Value = match answer {
+        Ok(r) => r.into_json().map_err(|e| format!("{url}: {e}"))?,
+        Err(ureq::Error::Status(code, r)) => {
+            return Err(format!(
+                "{url} refused the shutdown ({code}): {}",
+                r.into_string().unwrap_or_default()
+            ))
+        }
+        Err(e) => return Err(format!("{url}: {e}")),
+    };
+    println!(
+        "shutting down process {} (leave_group: {}, members {})",
+        s(&body["process_id"]),
+        a.leave_group,
+        s(&body["group_instance_ids"])
+    );
+    if a.no_wait {
+        return Ok(());
+    }
+    let endpoint = base.trim_start_matches("http://").to_string();
+    let pb = spinner(format!("waiting for {endpoint} to stop"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while answers(&endpoint) {
+        if Instant::now() > deadline {
+            pb.finish_and_clear();
+            return Err(format!("{endpoint} still answers after 60 s"));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    pb.finish_and_clear();
+    println!("{endpoint} stopped");
+    Ok(())
+}
+
+// ------------------------------------------------------------------- groups
+
+#[derive(Subcommand, Debug)]
+pub enum GroupsCommand {
+    /// List consumer groups.
+    List(GroupsListArgs),
+    /// Describe groups: members with member id, group.instance.id, client id, host, assignment.
+    Describe(GroupsDescribeArgs),
+    /// Remove static members by group.instance.id in one batch LeaveGroup (KIP-345).
+    RemoveMembers(RemoveMembersArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct GroupsListArgs {
+    #[arg(long)]
+    bootstrap_server: String,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct GroupsDescribeArgs {
+    #[arg(long)]
+    bootstrap_server: String,
+    /// The group (default: every group).
+    #[arg(long)]
+    group: Option<String>,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct RemoveMembersArgs {
+    #[arg(long)]
+    bootstrap_server: String,
+    /// The group (the application.id); with --from-url it defaults to the app's.
+    #[arg(long)]
+    group: Option<String>,
+    /// A group.instance.id to remove (repeatable).
+    #[arg(
+        long = "instance-id",
+        required_unless_present = "from_url",
+        conflicts_with = "from_url"
+    )]
+    instance_ids: Vec<String>,
+    /// Take the instance ids from an instance's REST API (GET /v1/instances).
+    #[arg(long)]
+    from_url: Option<String>,
+    /// With --from-url: only instances whose REST endpoint no longer answers.
+    #[arg(long, requires = "from_url")]
+    offline_only: bool,
+    /// Show what would be removed; remove nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Bearer token for the REST read, if required.
+    #[arg(long, env = "RILL_REST_TOKEN")]
+    token: Option<String>,
+}
+
+pub fn groups(cmd: GroupsCommand) -> CliResult {
+    match cmd {
+        GroupsCommand::List(a) => groups_list(a),
+        GroupsCommand::Describe(a) => groups_describe(a),
+        GroupsCommand::RemoveMembers(a) => remove_members(a),
+    }
+}
+
+fn groups_list(a: GroupsListArgs) -> CliResult {
+    let groups = admin(&a.bootstrap_server)?
+        .list_groups()
+        .map_err(|e| format!("listing groups: {e}"))?;
+    if a.json {
+        let v: Vec<Value> = groups
+            .iter()
+            .map(|g| json!({"group_id": g.group_id, "protocol_type": g.protocol_type, "state": g.state, "group_type": g.group_type}))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = groups
+        .iter()
+        .map(|g| {
+            vec![
+                g.group_id.clone(),
+                g.group_type.clone(),
+                g.protocol_type.clone(),
+                g.state.clone(),
+            ]
+        })
+        .collect();
+    table(&["GROUP", "TYPE", "PROTOCOL TYPE", "STATE"], &rows);
+    Ok(())
+}
+
+fn groups_describe(a: GroupsDescribeArgs) -> CliResult {
+    let admin = admin(&a.bootstrap_server)?;
+    let names: Vec<String> = match a.group {
+        Some(g) => vec![g],
+        None => admin
+            .list_groups()
+            .map_err(|e| format!("listing groups: {e}"))?
+            .into_iter()
+            .map(|g| g.group_id)
+            .collect(),
+    };
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let described = admin
+        .describe_groups(&refs)
+        .map_err(|e| format!("describing groups {names:?}: {e}"))?;
+    let mut out = Vec::new();
+    let mut failed = Vec::new();
+    for (name, d) in described {
+        match d {
+            Ok(d) => out.push(d),
+            Err(e) => failed.push(format!("group {name}: {e}")),
+        }
+    }
+    if a.json {
+        let v: Vec<Value> = out
+            .iter()
+            .map(|d| {
+                json!({
+                    "group_id": d.group_id, "state": d.state, "protocol_type": d.protocol_type,
+                    "protocol": d.protocol, "generation": d.generation,
+                    "consumer_protocol": d.consumer_protocol,
+                    "members": d.members.iter().map(|m| json!({
+                        "member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                        "client_id": m.client_id, "host": m.host,
+                        "assignment": m.assignment.iter().map(|tp| json!({"topic": tp.topic, "partition": tp.partition})).collect::<Vec<_>>(),
+                    })).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+    } else {
+        for d in &out {
+            println!(
+                "group {}  state {}  {} {}  protocol {}",
+                d.group_id,
+                d.state,
+                if d.consumer_protocol {
+                    "epoch"
+                } else {
+                    "generation"
+                },
+                d.generation,
+                d.protocol
+            );
+            let rows: Vec<Vec<String>> = d
+                .members
+                .iter()
+                .map(|m| {
+                    vec![
+                        m.member_id.clone(),
+                        m.group_instance_id.clone().unwrap_or_else(|| "-".into()),
+                        m.client_id.clone(),
+                        m.host.clone(),
+                        m.assignment
+                            .iter()
+                            .map(|tp| tp.to_string())
+                            .collect::<Vec<_>>()
+                            .join(","),
+                    ]
+                })
+                .collect();
+            table(
+                &[
+                    "MEMBER ID",
+                    "GROUP.INSTANCE.ID",
+                    "CLIENT ID",
+                    "HOST",
+                    "ASSIGNMENT",
+                ],
+                &rows,
+            );
+            println!();
+        }
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(failed.join("; "))
+    }
+}
+
+fn remove_members(a: RemoveMembersArgs) -> CliResult {
+    let (group, ids) = match &a.from_url {
+        None => (
+            a.group
+                .clone()
+                .ok_or("--group is required with --instance-id")?,
+            a.instance_ids.clone(),
+        ),
+        Some(url) => {
+            let view = get_json(
+                &format!("{}/v1/instances?probe=false", base_url(url)),
+                a.token.as_deref(),
+            )?;
+            let app = s(&view["application_id"]);
+            let group = a.group.clone().unwrap_or(app);
+            let mut ids = Vec::new();
+            let instances = view["instances"].as_array().cloned().unwrap_or_default();
+            let pb = spinner(format!("checking {} instances", instances.len()));
+            for i in &instances {
+                let endpoint = i["endpoint"].as_str();
+                if a.offline_only {
+                    // The instance that answered is online by definition.
+                    let online =
+                        i["local"].as_bool() == Some(true) || endpoint.is_some_and(answers);
+                    if online {
+                        continue;
+                    }
+                }
+                for t in i["threads"].as_array().into_iter().flatten() {
+                    if let Some(id) = t["group_instance_id"].as_str() {
+                        ids.push(id.to_string());
+                    }
+                }
+            }
+            pb.finish_and_clear();
+            (group, ids)
+        }
+    };
+    if ids.is_empty() {
+        println!("no members to remove from group {group}");
+        return Ok(());
+    }
+    if a.dry_run {
+        for id in &ids {
+            println!("would remove {id} from group {group}");
+        }
+        return Ok(());
+    }
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let results = admin(&a.bootstrap_server)?
+        .remove_members_from_group(&group, &refs)
+        .map_err(|e| format!("removing {ids:?} from group {group}: {e}"))?;
+    let mut failed = 0;
+    for id in &ids {
+        match results.get(id) {
+            Some(Ok(())) => println!("removed {id} from group {group}"),
+            Some(Err(e)) => {
+                failed += 1;
+                println!("FAILED {id}: {e}");
+            }
+            None => {
+                failed += 1;
+                println!("FAILED {id}: the coordinator did not answer for it");
+            }
+        }
+    }
+    if failed > 0 {
+        Err(format!(
+            "{failed} of {} members were not removed",
+            ids.len()
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+// ------------------------------------------------------------------- topics
+
+#[derive(Subcommand, Debug)]
+pub enum TopicsCommand {
+    List {
+        #[arg(long)]
+        bootstrap_server: String,
+    },
+    Create {
+        #[arg(long)]
+        bootstrap_server: String,
+        #[arg(long)]
+        topic: String,
+        #[arg(long, default_value_t = 1)]
+        partitions: i32,
+        /// -1: the broker's default.
+        #[arg(long, default_value_t = -1)]
+        replication_factor: i16,
+        /// A topic config key=value (repeatable).
+        #[arg(long = "config")]
+        configs: Vec<String>,
+    },
+    Describe {
+        #[arg(long)]
+        bootstrap_server: String,
+        #[arg(long)]
+        topic: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Raise a topic's partition count (Kafka's --alter --partitions).
+    AddPartitions {
+        #[arg(long)]
+        bootstrap_server: String,
+        #[arg(long)]
+        topic: String,
+        /// The new total.
+        #[arg(long)]
+        partitions: i32,
+    },
+}
+
+pub fn topics(cmd: TopicsCommand) -> CliResult {
+    match cmd {
+        TopicsCommand::List { bootstrap_server } => {
+            for t in admin(&bootstrap_server)?
+                .list_topics()
+                .map_err(|e| format!("listing topics: {e}"))?
+            {
+                println!("{t}");
+            }
+            Ok(())
+        }
+        TopicsCommand::Create {
+            bootstrap_server,
+            topic,
+            partitions,
+            replication_factor,
+            configs,
+        } => {
+            let mut nt = NewTopic::new(&topic, partitions, replication_factor);
+            for c in &configs {
+                let (k, v) = c
+                    .split_once('=')
+                    .ok_or_else(|| format!("--config {c:?}: expected key=value"))?;
+                nt = nt.config(k, v);
+            }
+            let pb = spinner(format!("creating {topic}"));
+            let r = admin(&bootstrap_server)?
+                .create_topics(&[nt])
+                .map_err(|e| format!("creating topic {topic}: {e}"));
+            pb.finish_and_clear();
+            match r?.remove(&topic) {
+                Some(Ok(())) | None => {
+                    println!("created topic {topic} with {partitions} partitions");
+                    Ok(())
+                }
+                Some(Err(e)) => Err(format!("creating topic {topic}: {e}")),
+            }
+        }
+        TopicsCommand::Describe {
+            bootstrap_server,
+            topic,
+            json,
+        } => {
+            let admin = admin(&bootstrap_server)?;
+            let names = if topic.is_empty() {
+                admin
+                    .list_topics()
+                    .map_err(|e| format!("listing topics: {e}"))?
+            } else {
+                topic
+            };
+            let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+            let md = admin
+                .describe_topics(&refs)
+                .map_err(|e| format!("describing {names:?}: {e}"))?;
+            if json {
+                let v: Vec<Value> = md
+                    .iter()
+                    .map(|t| json!({
+                        "name": t.name, "id": t.id.to_string(), "internal": t.internal,
+                        "partitions": t.partitions.iter().map(|p| json!({
+                            "partition": p.partition, "leader": p.leader, "replicas": p.replicas, "isr": p.isr,
+                        })).collect::<Vec<_>>(),
+                    }))
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+                return Ok(());
+            }
+            let mut rows = Vec::new();
+            for t in &md {
+                for p in &t.partitions {
+                    rows.push(vec![
+                        t.name.clone(),
+                        p.partition.to_string(),
+                        p.leader.to_string(),
+                        format!("{:?}", p.replicas),
+                        format!("{:?}", p.isr),
+                    ]);
+                }
+            }
+            table(&["TOPIC", "PARTITION", "LEADER", "REPLICAS", "ISR"], &rows);
+            Ok(())
+        }
+        TopicsCommand::AddPartitions {
+            bootstrap_server,
+            topic,
+            partitions,
+        } => {
+            let pb = spinner(format!("raising {topic} to {partitions} partitions"));
+            let r = admin(&bootstrap_server)?
+                .create_partitions(&topic, partitions)
+                .map_err(|e| format!("adding partitions to {topic}: {e}"));
+            pb.finish_and_clear();
+            r?;
+            println!("{topic} now has {partitions} partitions");
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,568 @@
+//! The instance's REST server (axum, on the client's tokio runtime): the
+//! group's metadata with every stream thread's `group.instance.id`
+//! (KIP-345's "Kafka Streams Change"), interactive queries, Prometheus
+//! metrics, health, a dashboard, and shutdown with an optional batch
+//! LeaveGroup so partitions move at once instead of after the session
+//! timeout.
+//!
+//! Invariants:
+//! - Handlers never block a tokio worker: store reads, calls to other
+//!   instances and `close` run on blocking threads.
+//! - Mutating endpoints need `Authorization: Bearer <rest.admin.token>`;
+//!   with no token configured they answer 403, a missing or wrong token 401.
+//!   Read endpoints are open unless `rest.read.requires.token` is true.
+//! - Every error is JSON `{"error": ..., "reason": ...}` with a status that
+//!   says who is at fault (400 bad request, 404 unknown store/key/route,
+//!   503 not ready, 502 owner unreachable).
+//! - A key query this instance cannot answer is forwarded once to the
+//!   owner (`?forwarded=true` stops loops); the answer names the owner.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::error::{Result, StreamsError};
+use crate::kafka_streams::{CloseOptions, Inner};
+use crate::metadata::{StoreQueryError, StreamsMetadata};
+
+/// Turns a stored value into JSON for REST answers.
+pub(crate) type ValueRenderer =
+    Box<dyn Fn(&[u8]) -> std::result::Result<Value, String> + Send + Sync>;
+
+/// The dashboard: one static page, no build step.
+const DASHBOARD: &str = include_str!("dashboard.html");
+/// The REST API's OpenAPI document (also in docs/).
+const OPENAPI: &str = include_str!("../../../docs/openapi.json");
+
+/// How long a call to another instance may take.
+const PEER_TIMEOUT: Duration = Duration::from_secs(2);
+
+pub(crate) struct RestServer {
+    addr: SocketAddr,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl RestServer {
+    /// Binds `listen` (host:port, port 0 picks one) and serves in the background.
+    pub(crate) fn start(inner: Arc<Inner>, listen: &str) -> Result<Self> {
+        let bind_err = |e: std::io::Error| {
+            StreamsError::config("rest.listen", listen, format!("cannot listen there: {e}"))
+        };
+        let std_listener = std::net::TcpListener::bind(listen).map_err(bind_err)?;
+        std_listener.set_nonblocking(true).map_err(bind_err)?;
+        let addr = std_listener.local_addr().map_err(bind_err)?;
+        let handle = rill_client::runtime::io_handle();
+        let listener = {
+            let _guard = handle.enter();
+            tokio::net::TcpListener::from_std(std_listener).map_err(bind_err)?
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let app = router(inner);
+        handle.spawn(async move {
+            let served = axum::serve(listener, app)
+                .with_graceful_shutdown(async {
+                    let _ = rx.await;
+                })
+                .await;
+            if let Err(e) = served {
+                tracing::error!("REST server stopped: {e}");
+            }
+        });
+        Ok(Self {
+            addr,
+            shutdown: Some(tx),
+        })
+    }
+
+    pub(crate) fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting; requests in flight finish.
+    pub(crate) fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+pub(crate) fn register_renderer(inner: &Inner, store: &str, render: ValueRenderer) {
+    inner
+        .renderers
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(store.to_string(), Arc::new(render));
+}
+
+type AppState = Arc<Inner>;
+
+fn router(inner: Arc<Inner>) -> Router {
+    Router::new()
+        .route("/", get(dashboard))
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .route("/v1/openapi.json", get(openapi))
+        .route("/v1/instances", get(instances))
+        .route("/v1/instances/self", get(instance_self))
+        .route("/v1/history", get(history))
+        .route("/v1/stores/{store}/keys/{key}", get(store_key))
+        .route("/v1/shutdown", post(shutdown))
+        .fallback(|| async {
+            error(
+                StatusCode::NOT_FOUND,
+                "not found",
+                "no such endpoint; see GET /v1/openapi.json",
+            )
+        })
+        .with_state(inner)
+}
+
+fn error(status: StatusCode, error: &str, reason: impl Into<String>) -> Response {
+    (
+        status,
+        Json(json!({"error": error, "reason": reason.into()})),
+    )
+        .into_response()
+}
+
+/// Checks the bearer token; `mutating` endpoints always need one.
+fn authorize(
+    inner: &Inner,
+    headers: &HeaderMap,
+    mutating: bool,
+) -> std::result::Result<(), Box<Response>> {
+    let required = mutating || inner.config.rest_read_requires_token;
+    if !required {
+        return Ok(());
+    }
+    let Some(token) = inner.config.rest_admin_token.as_deref() else {
+        return Err(Box::new(error(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "mutating endpoints are disabled: this instance has no rest.admin.token",
+        )));
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let unauthorized = |reason: &str| {
+        let mut r = error(StatusCode::UNAUTHORIZED, "unauthorized", reason);
+        r.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            header::HeaderValue::from_static("Bearer"),
+        );
+        Box::new(r)
+    };
+    match given {
+        None => Err(unauthorized(
+            "missing Authorization: Bearer <rest.admin.token>",
+        )),
+        Some(g) if !constant_time_eq(g.as_bytes(), token.as_bytes()) => {
+            Err(unauthorized("wrong token"))
+        }
+        Some(_) => Ok(()),
+    }
+}
+
+/// Compares without leaking where the first difference is.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn dashboard(State(inner): State<AppState>, headers: HeaderMap) -> Response {
+    if let Err(r) = authorize(&inner, &headers, false) {
+        return *r;
+    }
+    (
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        DASHBOARD,
+    )
+        .into_response()
+}
+
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}
+
+async fn health(State(inner): State<AppState>) -> Response {
+    let state = inner.current_state();
+    let ready = state == crate::State::Running;
+    let live = !matches!(state, crate::State::Error | crate::State::NotRunning);
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        status,
+        Json(json!({"live": live, "ready": ready, "state": format!("{state:?}")})),
+    )
+        .into_response()
+}
+
+async fn metrics(State(inner): State<AppState>, headers: HeaderMap) -> Response {
+    if let Err(r) = authorize(&inner, &headers, false) {
+        return *r;
+    }
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        inner.prometheus(),
+    )
+        .into_response()
+}
+
+async fn instance_self(State(inner): State<AppState>, headers: HeaderMap) -> Response {
+    if let Err(r) = authorize(&inner, &headers, false) {
+        return *r;
+    }
+    Json(inner.local_metadata()).into_response()
+}
+
+#[derive(Deserialize)]
+struct InstancesQuery {
+    /// Ask every other instance for its live state (default true).
+    probe: Option<bool>,
+}
+
+/// GET from another instance, with the caller's Authorization header.
+fn peer_get(url: &str, auth: Option<&str>) -> std::result::Result<(u16, String), String> {
+    let agent = ureq::AgentBuilder::new().timeout(PEER_TIMEOUT).build();
+    let mut req = agent.get(url);
+    if let Some(a) = auth {
+        req = req.set("Authorization", a);
+    }
+    match req.call() {
+        Ok(r) => {
+            let status = r.status();
+            r.into_string()
+                .map(|b| (status, b))
+                .map_err(|e| format!("reading the answer of {url}: {e}"))
+        }
+        Err(ureq::Error::Status(code, r)) => Ok((code, r.into_string().unwrap_or_default())),
+        Err(e) => Err(format!("{url}: {e}")),
+    }
+}
+
+async fn instances(
+    State(inner): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<InstancesQuery>,
+) -> Response {
+    if let Err(r) = authorize(&inner, &headers, false) {
+        return *r;
+    }
+    let auth = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let probe = q.probe.unwrap_or(true);
+    let view = tokio::task::spawn_blocking(move || {
+        let mut view = inner.all_metadata();
+        if probe {
+            // Ask the others in parallel; an instance that does not answer
+            // is shown unreachable (the CLI's --offline-only uses this too).
+            std::thread::scope(|s| {
+                for i in view.instances.iter_mut().filter(|i| !i.local) {
+                    let auth = auth.clone();
+                    s.spawn(move || probe_instance(i, auth.as_deref()));
+                }
+            });
+        }
+        view
+    })
+    .await;
+    match view {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()),
+    }
+}
+
+/// Fills an instance's live fields from its own `/v1/instances/self`.
+fn probe_instance(i: &mut StreamsMetadata, auth: Option<&str>) {
+    let Some(endpoint) = i.endpoint.clone() else {
+        return;
+    };
+    let answer = peer_get(&format!("http://{endpoint}/v1/instances/self"), auth);
+    let live: Option<StreamsMetadata> = match answer {
+        Ok((200, body)) => serde_json::from_str(&body).ok(),
+        _ => None,
+    };
+    i.reachable = Some(live.is_some());
+    let Some(live) = live else {
+        return;
+    };
+    if live.process_id != i.process_id {
+        // Another process answers at that address now: the listed one is gone.
+        i.reachable = Some(false);
+        return;
+    }
+    i.state = live.state;
+    for t in &mut i.threads {
+        if let Some(l) = live.threads.iter().find(|l| l.thread_name == t.thread_name) {
+            t.thread_state = l.thread_state.clone();
+        }
+    }
+}
+
+async fn history(State(inner): State<AppState>, headers: HeaderMap) -> Response {
+    if let Err(r) = authorize(&inner, &headers, false) {
+        return *r;
+    }
+    let generation = inner.latest_assignment().map_or(-1, |a| a.generation);
+    Json(json!({
+        "application_id": inner.config.application_id,
+        "generation": generation,
+        "events": inner.rebalance_history(),
+    }))
+    .into_response()
+}
+
+#[derive(Deserialize)]
+struct KeyQuery {
+    #[serde(default)]
+    forwarded: bool,
+    /// How the path's key becomes bytes: `string` (UTF-8, default) or `hex`.
+    key_format: Option<String>,
+}
+
+fn decode_key(key: &str, format: Option<&str>) -> std::result::Result<Vec<u8>, String> {
+    match format.unwrap_or("string") {
+        "string" => Ok(key.as_bytes().to_vec()),
+        "hex" => {
+            if !key.len().is_multiple_of(2) {
+                return Err(format!("key {key:?} is not hex: odd length"));
+            }
+            (0..key.len())
+                .step_by(2)
+                .map(|i| {
+                    u8::from_str_radix(&key[i..i + 2], 16)
+                        .map_err(|_| format!("key {key:?} is not hex"))
+                })
+                .collect()
+        }
+        other => Err(format!("key_format {other:?}: expected string or hex")),
+    }
+}
+
+fn render_value(inner: &Inner, store: &str, bytes: &[u8]) -> Value {
+    let renderer = inner
+        .renderers
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(store)
+        .cloned();
+    match renderer {
+        Some(r) => match r(bytes) {
+            Ok(v) => v,
+            Err(e) => json!({"undecodable": hex(bytes), "reason": e}),
+        },
+        None => match std::str::from_utf8(bytes) {
+            Ok(s) => Value::String(s.to_string()),
+            Err(_) => json!({"hex": hex(bytes)}),
+        },
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+async fn store_key(
+    State(inner): State<AppState>,
+    headers: HeaderMap,
+    Path((store, key)): Path<(String, String)>,
+    Query(q): Query<KeyQuery>,
+) -> Response {
+    if let Err(r) = authorize(&inner, &headers, false) {
+        return *r;
+    }
+    let bytes = match decode_key(&key, q.key_format.as_deref()) {
+        Ok(b) => b,
+        Err(e) => return error(StatusCode::BAD_REQUEST, "bad key", e),
+    };
+    let auth = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let answer = tokio::task::spawn_blocking(move || {
+        let local = inner.query_local(&store, &bytes);
+        let endpoint = inner.endpoint();
+        match local {
+            Ok((md, Some(v))) => (
+                StatusCode::OK,
+                json!({
+                    "store": store, "key": key, "partition": md.partition, "task": md.task,
+                    "value": render_value(&inner, &store, &v),
+                    "owner": endpoint, "served_by": "owner",
+                }),
+            ),
+            Ok((md, None)) => (
+                StatusCode::NOT_FOUND,
+                json!({
+                    "error": "key not found",
+                    "reason": format!("store {store} partition {} has no key {key:?}", md.partition),
+                    "owner": endpoint,
+                }),
+            ),
+            Err(StoreQueryError::UnknownStore(s)) => (
+                StatusCode::NOT_FOUND,
+                json!({"error": "unknown store", "reason": format!("this application has no state store {s:?}")}),
+            ),
+            Err(e @ StoreQueryError::NotAvailable { .. }) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                json!({"error": "not available", "reason": e.to_string()}),
+            ),
+            Err(e @ StoreQueryError::Failed { .. }) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                json!({"error": "query failed", "reason": e.to_string()}),
+            ),
+            Err(StoreQueryError::NotLocal { owner, partition, task, .. }) => {
+                forward(&store, &key, q.key_format.as_deref(), &owner, partition, &task, q.forwarded, auth.as_deref())
+            }
+        }
+    })
+    .await;
+    match answer {
+        Ok((status, body)) => (status, Json(body)).into_response(),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()),
+    }
+}
+
+/// Asks the owning instance; its answer (plus who answered) or why not.
+#[allow(clippy::too_many_arguments)]
+fn forward(
+    store: &str,
+    key: &str,
+    key_format: Option<&str>,
+    owner: &str,
+    partition: i32,
+    task: &str,
+    forwarded: bool,
+    auth: Option<&str>,
+) -> (StatusCode, Value) {
+    let misdirected = |reason: String| {
+        (
+            StatusCode::BAD_GATEWAY,
+            json!({"error": "owner unavailable", "reason": reason, "owner": owner,
+                   "partition": partition, "task": task}),
+        )
+    };
+    if forwarded || !owner.contains(':') {
+        return misdirected(format!(
+            "task {task} (store {store} partition {partition}) is owned by {owner}, which cannot answer here"
+        ));
+    }
+    let mut url = format!(
+        "http://{owner}/v1/stores/{}/keys/{}?forwarded=true",
+        encode(store),
+        encode(key)
+    );
+    if let Some(f) = key_format {
+        url.push_str(&format!("&key_format={}", encode(f)));
+    }
+    match peer_get(&url, auth) {
+        Ok((status, body)) => {
+            let mut v: Value = serde_json::from_str(&body).unwrap_or_else(|_| json!({"raw": body}));
+            if let Some(o) = v.as_object_mut() {
+                o.insert("owner".into(), json!(owner));
+                o.insert("served_by".into(), json!("forwarded"));
+            }
+            (
+                StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
+                v,
+            )
+        }
+        Err(e) => misdirected(format!("asking the owner failed: {e}")),
+    }
+}
+
+/// Percent-encodes a path segment.
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ShutdownRequest {
+    #[serde(default)]
+    leave_group: bool,
+}
+
+async fn shutdown(State(inner): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    if let Err(r) = authorize(&inner, &headers, true) {
+        return *r;
+    }
+    let req: ShutdownRequest = if body.iter().all(|b| b.is_ascii_whitespace()) {
+        ShutdownRequest { leave_group: false }
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(r) => r,
+            Err(e) => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "bad request",
+                    format!("expected {{\"leave_group\": true|false}}: {e}"),
+                )
+            }
+        }
+    };
+    let state = inner.current_state();
+    if matches!(
+        state,
+        crate::State::PendingShutdown | crate::State::NotRunning | crate::State::Error
+    ) {
+        return error(
+            StatusCode::CONFLICT,
+            "already stopping",
+            format!("the instance is {state:?}"),
+        );
+    }
+    let instance_ids: Vec<String> = inner
+        .local_thread_metadata()
+        .into_iter()
+        .filter_map(|t| t.group_instance_id)
+        .collect();
+    let leave_group = req.leave_group;
+    tracing::info!(leave_group, "shutdown requested over REST");
+    // Off the runtime: close joins threads and may send a LeaveGroup.
+    let closing = inner.clone();
+    std::thread::spawn(move || {
+        Inner::close(
+            &closing,
+            CloseOptions {
+                timeout: Duration::from_secs(30),
+                leave_group,
+            },
+        )
+    });
+    (
+        StatusCode::ACCEPTED,
+        Json(json!({
+            "shutting_down": true,
+            "leave_group": leave_group,
+            "process_id": inner.process_id,
+            "group_instance_ids": instance_ids,
+        })),
+    )
+        .into_response()
+}

@@ -1,0 +1,644 @@
+//! Operator scenarios (metadata, REST, CLI, dashboard), written once and run
+//! on the embedded broker and on Apache Kafka like every streams scenario.
+//!
+//! What they prove, from outside the app wherever possible (HTTP answers,
+//! DescribeGroups, the `rill` binary's output and exit code):
+//! - any instance lists every instance's stream threads with their
+//!   `group.instance.id`s, and the partitions cover the input exactly once;
+//! - an interactive query for a key another instance owns is forwarded to
+//!   it and returns the right count;
+//! - tokens: missing or wrong → 401, none configured → 403;
+//! - `POST /v1/shutdown` with `leave_group` removes the instance's static
+//!   members at once (not after the 30 s session timeout);
+//! - after `kill -9`, `rill groups remove-members --from-url --offline-only`
+//!   removes exactly the dead instance's members.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::BufRead;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use rill_streams::{KafkaStreams, Serdes, State, StoreBackend};
+use serde_json::Value;
+
+use crate::client_scenarios::{admin, wait_until};
+use crate::streams_scenarios::{lines, start, wordcount, Setup, PARTITIONS};
+
+fn http() -> ureq::Agent {
+    ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(10))
+        .build()
+}
+
+/// (status, JSON body) of a GET.
+fn get(url: &str, token: Option<&str>) -> (u16, Value) {
+    let mut r = http().get(url);
+    if let Some(t) = token {
+        r = r.set("Authorization", &format!("Bearer {t}"));
+    }
+    let resp = match r.call() {
+        Ok(resp) => resp,
+        Err(ureq::Error::Status(_, resp)) => resp,
+        Err(e) => panic!("GET {url}: {e}"),
+    };
+    let status = resp.status();
+    let body = resp.into_string().unwrap_or_default();
+    (
+        status,
+        serde_json::from_str(&body).unwrap_or(Value::String(body)),
+    )
+}
+
+/// (status, JSON body) of a POST with a raw body.
+fn post(url: &str, token: Option<&str>, body: &str) -> (u16, Value) {
+    let mut r = http().post(url).set("Content-Type", "application/json");
+    if let Some(t) = token {
+        r = r.set("Authorization", &format!("Bearer {t}"));
+    }
+    let resp = match r.send_string(body) {
+        Ok(resp) => resp,
+        Err(ureq::Error::Status(_, resp)) => resp,
+        Err(e) => panic!("POST {url}: {e}"),
+    };
+    let status = resp.status();
+    let body = resp.into_string().unwrap_or_default();
+    (
+        status,
+        serde_json::from_str(&body).unwrap_or(Value::String(body)),
+    )
+}
+
+/// group.instance.id → partitions of `topic`, from a `/v1/instances` answer.
+fn partitions_by_instance_id(view: &Value, topic: &str) -> BTreeMap<String, Vec<i32>> {
+    let mut out = BTreeMap::new();
+    for i in view["instances"].as_array().expect("instances") {
+        for t in i["threads"].as_array().expect("threads") {
+            let id = t["group_instance_id"].as_str().unwrap_or("-").to_string();
+            let ps: Vec<i32> = t["partitions"]
+                .as_array()
+                .expect("partitions")
+                .iter()
+                .filter(|p| p["topic"] == topic)
+                .map(|p| p["partition"].as_i64().unwrap() as i32)
+                .collect();
+            out.insert(id, ps);
+        }
+    }
+    out
+}
+
+/// Every partition of `topic` appears exactly once.
+fn covers_exactly_once(by_id: &BTreeMap<String, Vec<i32>>) -> bool {
+    let mut all: Vec<i32> = by_id.values().flatten().copied().collect();
+    all.sort();
+    all == (0..PARTITIONS).collect::<Vec<_>>()
+}
+
+fn expected_ids(prefix: &str, threads: usize) -> BTreeSet<String> {
+    (1..=threads)
+        .map(|n| format!("{prefix}-thread-{n}"))
+        .collect()
+}
+
+/// Static instance ids the broker reports for the group right now.
+fn group_members(bootstrap: &str, group: &str) -> BTreeMap<String, String> {
+    admin(bootstrap)
+        .describe_groups(&[group])
+        .unwrap()
+        .remove(group)
+        .unwrap()
+        .map(|g| {
+            g.members
+                .into_iter()
+                .filter_map(|m| m.group_instance_id.map(|i| (i, m.member_id)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn rest_config(
+    s: &Setup,
+    dir: &Path,
+    instance: &str,
+    token: Option<&str>,
+) -> rill_streams::StreamsConfig {
+    let mut extra = vec![
+        ("group.instance.id", instance.to_string()),
+        ("num.stream.threads", "2".to_string()),
+        ("application.server", "127.0.0.1:0".to_string()),
+    ];
+    if let Some(t) = token {
+        extra.push(("rest.admin.token", t.to_string()));
+    }
+    s.config(dir, &extra)
+}
+
+fn base(app: &KafkaStreams) -> String {
+    format!("http://{}", app.rest_address().expect("REST server runs"))
+}
+
+/// Two instances × two threads, each serving REST: metadata from either
+/// instance, interactive queries across instances, metrics, health, token
+/// checks, and JSON errors for bad requests.
+pub fn streams_rest_metadata_and_queries(bootstrap: &str) {
+    let s = Setup::new(bootstrap, "rest");
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (ia, ib) = (format!("{}-a", s.app), format!("{}-b", s.app));
+    let mut expected = BTreeMap::new();
+    s.produce(&lines(0, 200), &mut expected);
+    let a = start(
+        wordcount(&s.input, &s.output, StoreBackend::RocksDb),
+        rest_config(&s, d1.path(), &ia, Some("secret-a")),
+    );
+    let b = start(
+        wordcount(&s.input, &s.output, StoreBackend::InMemory),
+        rest_config(&s, d2.path(), &ib, None),
+    );
+    a.expose_store("counts", Serdes::i64(), |n| serde_json::json!(n));
+    b.expose_store("counts", Serdes::i64(), |n| serde_json::json!(n));
+    let want: BTreeSet<String> = expected_ids(&ia, 2)
+        .into_iter()
+        .chain(expected_ids(&ib, 2))
+        .collect();
+
+    // Either instance lists all four instance ids, and the input's
+    // partitions are covered exactly once.
+    let settled = wait_until(Duration::from_secs(60), || {
+        [&a, &b].iter().all(|x| {
+            let (st, view) = get(&format!("{}/v1/instances", base(x)), None);
+            let by_id = partitions_by_instance_id(&view, &s.input);
+            let running = view["instances"].as_array().is_some_and(|is| {
+                is.iter().all(|i| {
+                    i["state"] == "Running"
+                        && i["threads"]
+                            .as_array()
+                            .is_some_and(|ts| ts.iter().all(|t| t["thread_state"] == "Running"))
+                })
+            });
+            st == 200
+                && running
+                && by_id.keys().cloned().collect::<BTreeSet<_>>() == want
+                && covers_exactly_once(&by_id)
+        })
+    });
+    let (_, view) = get(&format!("{}/v1/instances", base(&a)), None);
+    assert!(settled, "instances never settled: {view:#}");
+    // The other instance was probed live; member ids and states are there.
+    for i in view["instances"].as_array().unwrap() {
+        // The answering instance is local; the other one was probed.
+        let local = i["local"].as_bool() == Some(true);
+        assert!(local || i["reachable"] == true, "{i:#}");
+        assert_eq!(i["state"], "Running", "{i:#}");
+        assert!(
+            i["stores"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|x| x == "counts"),
+            "{i:#}"
+        );
+        for t in i["threads"].as_array().unwrap() {
+            assert!(
+                t["member_id"].as_str().is_some_and(|m| !m.is_empty()),
+                "{t:#}"
+            );
+            assert_eq!(t["thread_state"], "Running", "{t:#}");
+        }
+    }
+    // The library API agrees with REST.
+    let lib = a.metadata_for_all_instances();
+    assert_eq!(lib.instances.len(), 2);
+    let lib_ids: BTreeSet<String> = lib
+        .instances
+        .iter()
+        .flat_map(|i| i.threads.iter().filter_map(|t| t.group_instance_id.clone()))
+        .collect();
+    assert_eq!(lib_ids, want);
+    assert_eq!(a.metadata_for_store("counts").len(), 2);
+    let (st, me) = get(&format!("{}/v1/instances/self", base(&b)), None);
+    assert_eq!(st, 200);
+    assert_eq!(me["process_id"], b.process_id());
+    assert_eq!(me["local"], true);
+
+    // Interactive queries: wait for the counts, then ask `a` for a word
+    // that `b` owns: the answer comes from b and is the right count.
+    crate::streams_scenarios::await_counts(
+        &mut s.reader(),
+        &mut BTreeMap::new(),
+        &expected,
+        &[&a, &b],
+    );
+    let b_endpoint = b.rest_address().unwrap().to_string();
+    let a_endpoint = a.rest_address().unwrap().to_string();
+    let owned_by = |endpoint: &str| -> String {
+        expected
+            .keys()
+            .find(|w| {
+                a.query_metadata_for_key("counts", *w, &Serdes::string())
+                    .unwrap()
+                    .active_host
+                    .as_deref()
+                    == Some(endpoint)
+            })
+            .unwrap_or_else(|| panic!("no word is owned by {endpoint}"))
+            .clone()
+    };
+    let (wb, wa) = (owned_by(&b_endpoint), owned_by(&a_endpoint));
+    let (st, ans) = get(&format!("{}/v1/stores/counts/keys/{wb}", base(&a)), None);
+    assert_eq!(st, 200, "{ans:#}");
+    assert_eq!(ans["value"], expected[&wb], "{ans:#}");
+    assert_eq!(ans["owner"], b_endpoint.as_str(), "{ans:#}");
+    assert_eq!(ans["served_by"], "forwarded", "{ans:#}");
+    let (st, ans) = get(&format!("{}/v1/stores/counts/keys/{wa}", base(&a)), None);
+    assert_eq!(
+        (st, &ans["served_by"]),
+        (200, &Value::from("owner")),
+        "{ans:#}"
+    );
+    assert_eq!(ans["value"], expected[&wa]);
+    // The library's local query: the owner answers, the other names the owner.
+    assert_eq!(
+        b.query_store("counts", &wb, &Serdes::string(), &Serdes::i64()),
+        Ok(Some(expected[&wb]))
+    );
+    match a.query_store("counts", &wb, &Serdes::string(), &Serdes::i64()) {
+        Err(rill_streams::StoreQueryError::NotLocal { owner, .. }) => assert_eq!(owner, b_endpoint),
+        other => panic!("expected NotLocal naming {b_endpoint}, got {other:?}"),
+    }
+    // Unknown store and unknown key: 404 with a reason.
+    let (st, ans) = get(&format!("{}/v1/stores/nope/keys/x", base(&a)), None);
+    assert_eq!(st, 404, "{ans:#}");
+    assert!(ans["reason"].as_str().unwrap().contains("nope"), "{ans:#}");
+    let (st, ans) = get(
+        &format!("{}/v1/stores/counts/keys/no-such-word", base(&b)),
+        None,
+    );
+    assert_eq!(st, 404, "{ans:#}");
+    let (st, ans) = get(
+        &format!("{}/v1/stores/counts/keys/zz?key_format=hex", base(&b)),
+        None,
+    );
+    assert_eq!(st, 400, "{ans:#}");
+    let (st, _) = get(&format!("{}/v1/no-such-endpoint", base(&b)), None);
+    assert_eq!(st, 404);
+
+    // Health, metrics, OpenAPI.
+    let (st, h) = get(&format!("{}/health", base(&a)), None);
+    assert_eq!((st, &h["ready"]), (200, &Value::Bool(true)), "{h:#}");
+    let fetch_metrics = || {
+        http()
+            .get(&format!("{}/metrics", base(&a)))
+            .call()
+            .unwrap()
+            .into_string()
+            .unwrap()
+    };
+    // Lag is sampled once a second by each thread.
+    wait_until(Duration::from_secs(10), || {
+        fetch_metrics().contains("rill_streams_records_lag{")
+    });
+    let metrics = fetch_metrics();
+    let processed: u64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("rill_streams_process_total{"))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert!(processed > 0, "{metrics}");
+    for family in [
+        "rill_streams_records_lag{",
+        "rill_streams_rebalances_total{",
+        "rill_streams_commit_latency_max_seconds{",
+        "rill_streams_restore_records_total{",
+    ] {
+        assert!(metrics.contains(family), "{family} missing:\n{metrics}");
+    }
+    let (st, doc) = get(&format!("{}/v1/openapi.json", base(&a)), None);
+    assert_eq!(st, 200);
+    assert!(doc["paths"]["/v1/shutdown"]["post"].is_object());
+
+    // Tokens: b has none configured → 403; a's: missing or wrong → 401;
+    // right token with a bad body → 400. Nothing shut down.
+    let (st, ans) = post(&format!("{}/v1/shutdown", base(&b)), Some("anything"), "{}");
+    assert_eq!(st, 403, "{ans:#}");
+    let (st, _) = post(&format!("{}/v1/shutdown", base(&a)), None, "{}");
+    assert_eq!(st, 401);
+    let (st, _) = post(&format!("{}/v1/shutdown", base(&a)), Some("wrong"), "{}");
+    assert_eq!(st, 401);
+    let (st, ans) = post(
+        &format!("{}/v1/shutdown", base(&a)),
+        Some("secret-a"),
+        r#"{"leave_group": "yes"}"#,
+    );
+    assert_eq!(st, 400, "{ans:#}");
+    assert_eq!((a.state(), b.state()), (State::Running, State::Running));
+    assert!(a.close());
+    assert!(b.close());
+}
+
+/// `POST /v1/shutdown` with `leave_group`: the instance's static members
+/// leave in one batch at once, so the survivor owns every partition long
+/// before the 30 s session timeout would have moved them.
+pub fn streams_rest_shutdown_leaves_group(bootstrap: &str) {
+    let s = Setup::new(bootstrap, "restdown");
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (ia, ib) = (format!("{}-a", s.app), format!("{}-b", s.app));
+    s.produce(&lines(0, 50), &mut BTreeMap::new());
+    let a = start(
+        wordcount(&s.input, &s.output, StoreBackend::InMemory),
+        rest_config(&s, d1.path(), &ia, Some("tok")),
+    );
+    let b = start(
+        wordcount(&s.input, &s.output, StoreBackend::InMemory),
+        rest_config(&s, d2.path(), &ib, Some("tok")),
+    );
+    let all: BTreeSet<String> = expected_ids(&ia, 2)
+        .into_iter()
+        .chain(expected_ids(&ib, 2))
+        .collect();
+    assert!(
+        wait_until(Duration::from_secs(60), || {
+            group_members(bootstrap, &s.app)
+                .keys()
+                .cloned()
+                .collect::<BTreeSet<_>>()
+                == all
+        }),
+        "{:?}",
+        group_members(bootstrap, &s.app)
+    );
+    let asked = Instant::now();
+    let (st, ans) = post(
+        &format!("{}/v1/shutdown", base(&b)),
+        Some("tok"),
+        r#"{"leave_group": true}"#,
+    );
+    assert_eq!(st, 202, "{ans:#}");
+    let ids: BTreeSet<String> = ans["group_instance_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids, expected_ids(&ib, 2));
+    let survivors = expected_ids(&ia, 2);
+    // Well inside the 30 s session timeout: only a leave gets here this fast.
+    let left = wait_until(Duration::from_secs(15), || {
+        group_members(bootstrap, &s.app)
+            .keys()
+            .cloned()
+            .collect::<BTreeSet<_>>()
+            == survivors
+    });
+    assert!(
+        left,
+        "b's members still in the group: {:?}",
+        group_members(bootstrap, &s.app)
+    );
+    assert!(b.wait_for_state(State::NotRunning, Duration::from_secs(30)));
+    // The survivor owns every input partition (seen through its REST API).
+    let owns_all = wait_until(Duration::from_secs(30), || {
+        let (_, view) = get(&format!("{}/v1/instances", base(&a)), None);
+        let by_id = partitions_by_instance_id(&view, &s.input);
+        by_id.keys().cloned().collect::<BTreeSet<_>>() == survivors && covers_exactly_once(&by_id)
+    });
+    let (_, view) = get(&format!("{}/v1/instances", base(&a)), None);
+    assert!(owns_all, "{view:#}");
+    eprintln!(
+        "members left {:.1} s after the shutdown request (session timeout 30 s)",
+        asked.elapsed().as_secs_f64()
+    );
+    assert!(a.close());
+}
+
+/// A `rill-streams-app` process serving REST.
+struct RestApp {
+    child: std::process::Child,
+    rest: String,
+}
+
+impl RestApp {
+    fn start(s: &Setup, state_dir: &Path, instance: &str) -> Self {
+        let mut child = std::process::Command::new(crate::streams_scenarios::app_binary())
+            .args(["--bootstrap", &s.bootstrap, "--application-id", &s.app])
+            .args(["--input", &s.input, "--output", &s.output])
+            .args(["--topology", "wordcount"])
+            .args(["--state-dir", &state_dir.display().to_string()])
+            .args(["--group-instance-id", instance, "--threads", "2"])
+            .args(["--application-server", "127.0.0.1:0"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("app starts");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = crossbeam_channel::bounded(2);
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(|l| l.ok())
+            {
+                if line.starts_with("REST ") || line == "RUNNING" {
+                    let _ = tx.send(line);
+                }
+            }
+        });
+        let rest = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the app prints its REST address");
+        let running = rx.recv_timeout(Duration::from_secs(60));
+        assert_eq!(running.as_deref(), Ok("RUNNING"));
+        RestApp {
+            child,
+            rest: rest.trim_start_matches("REST ").to_string(),
+        }
+    }
+
+    fn kill_9(&mut self) {
+        // SAFETY: plain kill(2) on our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGKILL) };
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for RestApp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The `rill` binary next to the test binaries (built by `cargo test --workspace`).
+pub fn rill_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
+    let bin = dir.join("rill");
+    assert!(
+        bin.exists(),
+        "{} is not built; run the tests with --workspace so cargo builds the rill CLI",
+        bin.display()
+    );
+    bin
+}
+
+/// kill -9 one of two instances (separate processes), then
+/// `rill groups remove-members --from-url <survivor> --offline-only`: the
+/// dead instance's static members go at once and the survivor takes its
+/// partitions; the survivor's members are untouched (same member ids).
+pub fn streams_cli_removes_offline_members(bootstrap: &str) {
+    let s = Setup::new(bootstrap, "offline");
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (ia, ib) = (format!("{}-a", s.app), format!("{}-b", s.app));
+    s.produce(&lines(0, 50), &mut BTreeMap::new());
+    let a = RestApp::start(&s, d1.path(), &ia);
+    let mut b = RestApp::start(&s, d2.path(), &ib);
+    let all: BTreeSet<String> = expected_ids(&ia, 2)
+        .into_iter()
+        .chain(expected_ids(&ib, 2))
+        .collect();
+    let url_a = format!("http://{}", a.rest);
+    assert!(
+        wait_until(Duration::from_secs(60), || {
+            let (_, view) = get(&format!("{url_a}/v1/instances"), None);
+            let by_id = partitions_by_instance_id(&view, &s.input);
+            by_id.keys().cloned().collect::<BTreeSet<_>>() == all && covers_exactly_once(&by_id)
+        }),
+        "group never settled"
+    );
+    let before = group_members(bootstrap, &s.app);
+    assert_eq!(before.keys().cloned().collect::<BTreeSet<_>>(), all);
+    b.kill_9();
+    // Static members of a killed process stay until the session timeout
+    // (30 s here); the CLI removes them now.
+    let dry = std::process::Command::new(rill_binary())
+        .args(["groups", "remove-members", "--bootstrap-server", bootstrap])
+        .args(["--from-url", &url_a, "--offline-only", "--dry-run"])
+        .output()
+        .unwrap();
+    let dry_out = String::from_utf8_lossy(&dry.stdout);
+    assert!(
+        dry.status.success(),
+        "{dry_out}{}",
+        String::from_utf8_lossy(&dry.stderr)
+    );
+    for id in expected_ids(&ib, 2) {
+        assert!(dry_out.contains(&format!("would remove {id}")), "{dry_out}");
+    }
+    for id in expected_ids(&ia, 2) {
+        assert!(!dry_out.contains(&id), "live member listed: {dry_out}");
+    }
+    assert_eq!(
+        group_members(bootstrap, &s.app),
+        before,
+        "a dry run removed something"
+    );
+    let out = std::process::Command::new(rill_binary())
+        .args(["groups", "remove-members", "--bootstrap-server", bootstrap])
+        .args(["--from-url", &url_a, "--offline-only"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "rill failed: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for id in expected_ids(&ib, 2) {
+        assert!(
+            stdout.contains(&format!("removed {id} from group {}", s.app)),
+            "{stdout}"
+        );
+    }
+    let survivors = expected_ids(&ia, 2);
+    let after = group_members(bootstrap, &s.app);
+    assert_eq!(
+        after.keys().cloned().collect::<BTreeSet<_>>(),
+        survivors,
+        "{stdout}"
+    );
+    for id in &survivors {
+        assert_eq!(after[id], before[id], "the live member {id} was touched");
+    }
+    // The survivor takes every partition (it rebalances without the dead one).
+    let owns_all = wait_until(Duration::from_secs(30), || {
+        let (_, view) = get(&format!("{url_a}/v1/instances"), None);
+        let by_id = partitions_by_instance_id(&view, &s.input);
+        by_id.keys().cloned().collect::<BTreeSet<_>>() == survivors && covers_exactly_once(&by_id)
+    });
+    assert!(
+        owns_all,
+        "{:#}",
+        get(&format!("{url_a}/v1/instances"), None).1
+    );
+    // Removing an id the group does not know fails clearly, non-zero.
+    let bad = std::process::Command::new(rill_binary())
+        .args(["groups", "remove-members", "--bootstrap-server", bootstrap])
+        .args(["--group", &s.app, "--instance-id", "no-such-instance"])
+        .output()
+        .unwrap();
+    let bad_out = String::from_utf8_lossy(&bad.stdout);
+    assert!(!bad.status.success(), "{bad_out}");
+    assert!(bad_out.contains("FAILED no-such-instance"), "{bad_out}");
+    // `rill instances` shows the survivor's ids.
+    let inst = std::process::Command::new(rill_binary())
+        .args(["instances", "--url", &url_a])
+        .output()
+        .unwrap();
+    let inst_out = String::from_utf8_lossy(&inst.stdout);
+    assert!(inst.status.success(), "{inst_out}");
+    for id in &survivors {
+        assert!(inst_out.contains(id.as_str()), "{inst_out}");
+    }
+    drop(a);
+}
+
+/// The dashboard renders the live group in headless Chromium (interop
+/// only: it installs Debian's chromium).
+pub fn dashboard_renders_live_group(bootstrap: &str) {
+    let chromium = crate::tools::chromium().expect("chromium installs");
+    let s = Setup::new(bootstrap, "dash");
+    let dir = tempfile::tempdir().unwrap();
+    let inst = format!("{}-dash", s.app);
+    s.produce(&lines(0, 20), &mut BTreeMap::new());
+    let app = start(
+        wordcount(&s.input, &s.output, StoreBackend::InMemory),
+        rest_config(&s, dir.path(), &inst, None),
+    );
+    let generation = app
+        .latest_assignment()
+        .map(|a| a.generation)
+        .expect("assigned");
+    let profile = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--virtual-time-budget=10000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg("--dump-dom")
+        .arg(format!("{}/", base(&app)))
+        .output()
+        .expect("chromium runs");
+    let dom = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The rows come from the page's JavaScript calling the REST API.
+    for id in expected_ids(&inst, 2) {
+        assert!(
+            dom.contains(&format!("data-instance-id=\"{id}\"")),
+            "{id} not rendered:\n{dom}"
+        );
+    }
+    assert!(
+        dom.contains(&format!("<b id=\"generation\">{generation}</b>")),
+        "generation {generation} not rendered:\n{dom}"
+    );
+    assert!(
+        dom.contains(&format!("{}-", s.input)),
+        "partitions not rendered:\n{dom}"
+    );
+    assert!(app.close());
+}
