@@ -543,6 +543,32 @@ mod tests {
     }
 
     #[test]
+    fn rest_keys_are_checked() {
+        let c = base()
+            .set("application.server", "127.0.0.1:0")
+            .set("rest.admin.token", "t")
+            .set("rest.read.requires.token", "true")
+            .build()
+            .unwrap();
+        assert_eq!(c.rest_listen, None);
+        assert_eq!(c.rest_admin_token.as_deref(), Some("t"));
+        assert!(c.rest_read_requires_token);
+        let e = base().set("rest.listen", "7070").build().unwrap_err();
+        assert!(e.to_string().contains("rest.listen"), "{e}");
+        let e = base()
+            .set("rest.read.requires.token", "yes")
+            .build()
+            .unwrap_err();
+        assert!(e.to_string().contains("rest.read.requires.token"), "{e}");
+        // Requiring a token nobody can have would lock everyone out.
+        let e = base()
+            .set("rest.read.requires.token", "true")
+            .build()
+            .unwrap_err();
+        assert!(e.to_string().contains("needs rest.admin.token"), "{e}");
+    }
+
+    #[test]
     fn file_overrides_code_and_environment_overrides_file() {
         let dir = tempfile::tempdir().unwrap();
         let toml = dir.path().join("app.toml");

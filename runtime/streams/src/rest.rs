@@ -566,3 +566,37 @@ async fn shutdown(State(inner): State<AppState>, headers: HeaderMap, body: Bytes
     )
         .into_response()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_decode_as_text_or_hex_and_bad_ones_say_why() {
+        assert_eq!(decode_key("river", None).unwrap(), b"river");
+        assert_eq!(decode_key("00ff", Some("hex")).unwrap(), vec![0, 255]);
+        assert!(decode_key("abc", Some("hex"))
+            .unwrap_err()
+            .contains("odd length"));
+        assert!(decode_key("zz", Some("hex"))
+            .unwrap_err()
+            .contains("not hex"));
+        assert!(decode_key("x", Some("base64"))
+            .unwrap_err()
+            .contains("key_format"));
+    }
+
+    #[test]
+    fn tokens_compare_whole() {
+        assert!(constant_time_eq(b"s3cret", b"s3cret"));
+        assert!(!constant_time_eq(b"s3cret", b"s3creT"));
+        assert!(!constant_time_eq(b"s3cret", b"s3cre"));
+        assert!(!constant_time_eq(b"", b"x"));
+    }
+
+    #[test]
+    fn path_segments_are_percent_encoded() {
+        assert_eq!(encode("a b/c"), "a%20b%2Fc");
+        assert_eq!(encode("word-1_x.y~"), "word-1_x.y~");
+    }
+}
