@@ -52,14 +52,20 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    // The broker logs its life at info; operator commands print results on
+    // stdout and keep stderr for warnings.
+    let default_level = match cli.command {
+        Command::Broker(_) => "info",
+        _ => "warn",
+    };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("RILL_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
         )
         .init();
-    let cli = Cli::parse();
     let result = match cli.command {
         Command::Broker(args) => broker_cmd::run(args),
         Command::Instances(a) => ops::instances(a),

@@ -380,17 +380,16 @@ fn groups_describe(a: GroupsDescribeArgs) -> CliResult {
         println!("{}", serde_json::to_string_pretty(&v).expect("json"));
     } else {
         for d in &out {
+            // Classic DescribeGroups carries no generation (Kafka's tool
+            // does not show one either); KIP-848 groups have an epoch.
+            let generation = match (d.consumer_protocol, d.generation) {
+                (true, e) => format!("epoch {e}"),
+                (false, g) if g >= 0 => format!("generation {g}"),
+                (false, _) => "generation n/a (classic DescribeGroups does not report it)".into(),
+            };
             println!(
-                "group {}  state {}  {} {}  protocol {}",
-                d.group_id,
-                d.state,
-                if d.consumer_protocol {
-                    "epoch"
-                } else {
-                    "generation"
-                },
-                d.generation,
-                d.protocol
+                "group {}  state {}  {generation}  protocol {}",
+                d.group_id, d.state, d.protocol
             );
             let rows: Vec<Vec<String>> = d
                 .members
