@@ -106,7 +106,9 @@ fn topics_and_groups_commands() {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while consumer.assignment().is_empty() {
         assert!(std::time::Instant::now() < deadline, "no assignment");
-        consumer.poll(std::time::Duration::from_millis(100)).unwrap();
+        consumer
+            .poll(std::time::Duration::from_millis(100))
+            .unwrap();
     }
     let o = rill(&["groups", "list", "--bootstrap-server", &b]);
     assert!(stdout(&o).contains(&group), "{}", stdout(&o));
@@ -120,7 +122,10 @@ fn topics_and_groups_commands() {
         "--json",
     ]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
-    assert_eq!(v[0]["members"][0]["group_instance_id"], "cli-member-1", "{v:#}");
+    assert_eq!(
+        v[0]["members"][0]["group_instance_id"], "cli-member-1",
+        "{v:#}"
+    );
     assert_eq!(
         v[0]["members"][0]["assignment"].as_array().unwrap().len(),
         5,
