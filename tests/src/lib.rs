@@ -11,6 +11,7 @@ pub mod backend;
 pub mod client_scenarios;
 pub mod operator_scenarios;
 pub mod proxy;
+pub mod rolling;
 pub mod scenarios;
 pub mod streams_scenarios;
 pub mod tools;

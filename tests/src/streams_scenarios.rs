@@ -25,6 +25,11 @@ pub use crate::operator_scenarios::{
     dashboard_renders_live_group, streams_cli_removes_offline_members,
     streams_rest_metadata_and_queries, streams_rest_shutdown_leaves_group,
 };
+// The rolling-restart guarantees too.
+pub use crate::rolling::{
+    streams_roll_dynamic, streams_roll_static_clean, streams_roll_static_kill9,
+    streams_roll_static_stateful, Runtime,
+};
 
 pub(crate) const PARTITIONS: i32 = 4;
 
@@ -1085,6 +1090,10 @@ macro_rules! for_each_streams_scenario {
             streams_rest_metadata_and_queries => streams_rest_metadata_and_queries(),
             streams_rest_shutdown_leaves_group => streams_rest_shutdown_leaves_group(),
             streams_cli_removes_offline_members => streams_cli_removes_offline_members(),
+            streams_roll_static_clean => streams_roll_static_clean(Runtime::Rill),
+            streams_roll_static_stateful => streams_roll_static_stateful(Runtime::Rill),
+            streams_roll_static_kill9 => streams_roll_static_kill9(Runtime::Rill),
+            streams_roll_dynamic => streams_roll_dynamic(Runtime::Rill),
         );
     };
 }

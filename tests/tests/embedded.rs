@@ -39,6 +39,7 @@ mod client {
 /// Apache Kafka in `interop`).
 mod streams {
     use rill_streams::StoreBackend;
+    use rill_tests::rolling::Runtime;
     use rill_tests::backend::Embedded;
 
     macro_rules! streams_on_embedded {

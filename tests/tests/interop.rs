@@ -51,6 +51,7 @@ macro_rules! streams_on_apache_kafka {
         mod streams_on_apache_kafka {
             use super::*;
             use rill_streams::StoreBackend;
+            use rill_tests::rolling::Runtime;
                     $(
                 #[test]
                 fn $name() {
@@ -682,4 +683,39 @@ fn rill_and_librdkafka_share_a_group_on_rill() {
 #[test]
 fn rill_and_librdkafka_share_a_group_on_kafka() {
     rill_and_librdkafka_share_a_group(shared_kafka());
+}
+
+/// The Kafka Streams (Java) reference app through the same rolling-restart
+/// harness, on both backends: static membership keeps the roll free of
+/// rebalances there too, and dynamic membership rebalances.
+mod kafka_streams_rolling {
+    use rill_tests::backend::{shared_kafka, Embedded};
+    use rill_tests::rolling::{self, Runtime};
+
+    #[test]
+    fn kafka_streams_roll_static_clean_on_apache_kafka() {
+        rolling::streams_roll_static_clean(shared_kafka(), Runtime::KafkaStreams);
+    }
+
+    #[test]
+    fn kafka_streams_roll_static_clean_on_embedded() {
+        let cluster = Embedded::for_clients();
+        rolling::streams_roll_static_clean(&cluster.bootstrap(), Runtime::KafkaStreams);
+    }
+
+    #[test]
+    fn kafka_streams_roll_static_stateful_on_apache_kafka() {
+        rolling::streams_roll_static_stateful(shared_kafka(), Runtime::KafkaStreams);
+    }
+
+    #[test]
+    fn kafka_streams_roll_dynamic_on_apache_kafka() {
+        rolling::streams_roll_dynamic(shared_kafka(), Runtime::KafkaStreams);
+    }
+
+    #[test]
+    fn kafka_streams_roll_dynamic_on_embedded() {
+        let cluster = Embedded::for_clients();
+        rolling::streams_roll_dynamic(&cluster.bootstrap(), Runtime::KafkaStreams);
+    }
 }

@@ -109,6 +109,16 @@ fn raw_loop(input: &str, output: &str) {
     println!("CLOSED true");
 }
 
+/// Prints `RESTORED <n>` after each store restoration (like the Kafka
+/// Streams reference app), for the rolling-restart harness.
+struct PrintRestored;
+
+impl rill_streams::StateRestoreListener for PrintRestored {
+    fn on_restore_end(&self, _: &rill_client::TopicPartition, _: &str, total: u64) {
+        println!("RESTORED {total}");
+    }
+}
+
 fn main() {
     rill_tests::init_tracing();
     let (input, output) = (need("--input"), need("--output"));
@@ -165,6 +175,8 @@ fn main() {
     }
     let streams =
         KafkaStreams::new(b.build().expect("topology"), cfg.build().expect("config")).expect("app");
+    // The rolling-restart harness reads how much each restart restored.
+    streams.set_global_state_restore_listener(PrintRestored);
     install_signals();
     streams.start().expect("start");
     if let Some(addr) = streams.rest_address() {
