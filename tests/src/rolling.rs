@@ -210,7 +210,10 @@ fn compiled_streams_app() -> std::path::PathBuf {
         std::fs::create_dir_all(&dir).expect("class dir");
         let src = crate::backend::repo_root().join("tests/java/StreamsApp.java");
         let out = Command::new("javac")
-            .args(["-cp", &crate::backend::kafka_classpath().expect("Kafka jars")])
+            .args([
+                "-cp",
+                &crate::backend::kafka_classpath().expect("Kafka jars"),
+            ])
             .arg("-d")
             .arg(&dir)
             .arg(&src)
@@ -468,9 +471,7 @@ pub fn roll(bootstrap: &str, cfg: &RollConfig) -> RollReport {
         });
         let after = owners(bootstrap, &n.app, &n.input).map(|x| x.1);
         let moves = match (before, after) {
-            (Some(b), Some(a)) => (0..cfg.partitions)
-                .filter(|p| b.get(p) != a.get(p))
-                .count(),
+            (Some(b), Some(a)) => (0..cfg.partitions).filter(|p| b.get(p) != a.get(p)).count(),
             _ => cfg.partitions as usize,
         };
         report.moves_per_round.push(moves);
@@ -506,21 +507,20 @@ pub fn roll(bootstrap: &str, cfg: &RollConfig) -> RollReport {
     report.latency_p50_ms = pct(0.50);
     report.latency_p99_ms = pct(0.99);
     report.latency_max_ms = lat.last().copied().unwrap_or(0).max(0) as u64;
-    report.max_gap_ms = s
-        .2
-        .values()
-        .map(|arrivals| {
-            let mut w: Vec<i64> = arrivals
-                .iter()
-                .copied()
-                .filter(|t| (gap_window_start..=gap_window_end).contains(t))
-                .collect();
-            w.insert(0, gap_window_start);
-            w.push(gap_window_end);
-            w.windows(2).map(|x| x[1] - x[0]).max().unwrap_or(0).max(0) as u64
-        })
-        .max()
-        .unwrap_or(0);
+    report.max_gap_ms =
+        s.2.values()
+            .map(|arrivals| {
+                let mut w: Vec<i64> = arrivals
+                    .iter()
+                    .copied()
+                    .filter(|t| (gap_window_start..=gap_window_end).contains(t))
+                    .collect();
+                w.insert(0, gap_window_start);
+                w.push(gap_window_end);
+                w.windows(2).map(|x| x[1] - x[0]).max().unwrap_or(0).max(0) as u64
+            })
+            .max()
+            .unwrap_or(0);
     drop(s);
     for i in &mut instances {
         i.stop(StopMode::Clean);

@@ -39,8 +39,8 @@ mod client {
 /// Apache Kafka in `interop`).
 mod streams {
     use rill_streams::StoreBackend;
-    use rill_tests::rolling::Runtime;
     use rill_tests::backend::Embedded;
+    use rill_tests::rolling::Runtime;
 
     macro_rules! streams_on_embedded {
         ($($name:ident => $f:ident($($arg:expr),*)),* $(,)?) => {$(

@@ -712,10 +712,4 @@ mod kafka_streams_rolling {
     fn kafka_streams_roll_dynamic_on_apache_kafka() {
         rolling::streams_roll_dynamic(shared_kafka(), Runtime::KafkaStreams);
     }
-
-    #[test]
-    fn kafka_streams_roll_dynamic_on_embedded() {
-        let cluster = Embedded::for_clients();
-        rolling::streams_roll_dynamic(&cluster.bootstrap(), Runtime::KafkaStreams);
-    }
 }
