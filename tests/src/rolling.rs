@@ -167,23 +167,7 @@ fn spawn(cfg: &RollConfig, n: &Names, state_dir: &Path, index: usize) -> Instanc
         args.push("--group-instance-id".into());
         args.push(format!("{}-i{index}", n.app));
     }
-    let mut cmd = match cfg.runtime {
-        Runtime::Rill => Command::new(crate::streams_scenarios::app_binary()),
-        Runtime::KafkaStreams => {
-            // Compiled once: launching the single-file source would charge
-            // every restart a javac run that a deployed app does not pay.
-            let classes = compiled_streams_app();
-            let cp = format!(
-                "{}:{}",
-                classes.display(),
-                crate::backend::kafka_classpath().expect("Kafka jars")
-            );
-            let mut c = Command::new("java");
-            c.args(["-Xmx512m", "-cp", &cp, "StreamsApp"]);
-            c
-        }
-    };
-    let mut child = cmd
+    let mut child = app_command(cfg.runtime, &crate::streams_scenarios::app_binary())
         .args(&args)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -200,6 +184,28 @@ fn spawn(cfg: &RollConfig, n: &Names, state_dir: &Path, index: usize) -> Instanc
         }
     });
     Instance { child, lines: rx }
+}
+
+/// The command that starts one app instance: Rill's `rill-streams-app`
+/// (`rill_app`) or the Kafka Streams reference app; both take the same
+/// arguments.
+pub fn app_command(runtime: Runtime, rill_app: &Path) -> Command {
+    match runtime {
+        Runtime::Rill => Command::new(rill_app),
+        Runtime::KafkaStreams => {
+            // Compiled once: launching the single-file source would charge
+            // every restart a javac run that a deployed app does not pay.
+            let classes = compiled_streams_app();
+            let cp = format!(
+                "{}:{}",
+                classes.display(),
+                crate::backend::kafka_classpath().expect("Kafka jars")
+            );
+            let mut c = Command::new("java");
+            c.args(["-Xmx512m", "-cp", &cp, "StreamsApp"]);
+            c
+        }
+    }
 }
 
 /// `tests/java/StreamsApp.java` compiled into a temporary class directory.
