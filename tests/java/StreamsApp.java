@@ -12,8 +12,9 @@
 // changelog (Kafka Streams' defaults, with the record cache off like Rill's
 // runtime, `--cache-bytes` to change it). With --group-instance-id each stream
 // thread is the static member `<ID>-<n>` (Kafka Streams appends the thread
-// index itself). Prints `RUNNING` when the app reaches RUNNING and
-// `RESTORED <n>` after each store restoration; SIGTERM closes it (static
+// index itself). Prints `RUNNING` when the app reaches RUNNING,
+// `RESTORING <n>` when a store restoration starts and `RESTORED <n>` when
+// it ends; SIGTERM closes it (static
 // members stay in the group, Kafka's default) and prints `CLOSED true`.
 
 import java.time.Duration;
@@ -80,7 +81,9 @@ public class StreamsApp {
         }
         KafkaStreams streams = new KafkaStreams(b.build(), p);
         streams.setGlobalStateRestoreListener(new StateRestoreListener() {
-            public void onRestoreStart(TopicPartition tp, String store, long start, long end) {}
+            public void onRestoreStart(TopicPartition tp, String store, long start, long end) {
+                emit("RESTORING " + (end - start));
+            }
             public void onBatchRestored(TopicPartition tp, String store, long end, long n) {}
             public void onRestoreEnd(TopicPartition tp, String store, long total) {
                 emit("RESTORED " + total);

@@ -377,8 +377,9 @@ pub fn roll(bootstrap: &str, cfg: &RollConfig) -> RollReport {
 
     // The output reader: arrivals per partition, latencies, sequence numbers.
     let stop_read = Arc::new(AtomicBool::new(false));
-    type Arrivals = BTreeMap<i32, Vec<i64>>;
-    let seen: Arc<Mutex<(BTreeMap<u64, u32>, Vec<i64>, Arrivals)>> = Arc::default();
+    /// Times each sequence number arrived, latencies (ms), arrival times per partition.
+    type Seen = (BTreeMap<u64, u32>, Vec<i64>, BTreeMap<i32, Vec<i64>>);
+    let seen: Arc<Mutex<Seen>> = Arc::default();
     let reader = {
         let (stop, seen) = (stop_read.clone(), seen.clone());
         let (bootstrap, output, parts, topo) = (

@@ -109,11 +109,15 @@ fn raw_loop(input: &str, output: &str) {
     println!("CLOSED true");
 }
 
-/// Prints `RESTORED <n>` after each store restoration (like the Kafka
-/// Streams reference app), for the rolling-restart harness.
+/// Prints `RESTORING <n>` / `RESTORED <n>` when each store restoration
+/// starts / ends (like the Kafka Streams reference app), for the harness
+/// and the restore benchmark.
 struct PrintRestored;
 
 impl rill_streams::StateRestoreListener for PrintRestored {
+    fn on_restore_start(&self, _: &rill_client::TopicPartition, _: &str, start: i64, end: i64) {
+        println!("RESTORING {}", end - start);
+    }
     fn on_restore_end(&self, _: &rill_client::TopicPartition, _: &str, total: u64) {
         println!("RESTORED {total}");
     }
