@@ -8,8 +8,9 @@
 //!
 //! Everything it reports is observed from outside the app:
 //! - the group, polled with DescribeGroups every 50 ms: a rebalance is the
-//!   group leaving Stable (classic DescribeGroups carries no generation, so
-//!   the state is what an outsider can see), and the owner of each input
+//!   group leaving Stable, or its dynamic members changing between two
+//!   Stable polls (a rebalance shorter than the poll; classic DescribeGroups
+//!   carries no generation, so this is what an outsider can see), and the owner of each input
 //!   partition (by `group.instance.id`'s instance prefix, or by client id
 //!   for dynamic members) before and after each round gives the moves;
 //! - the output topic: per-record end-to-end latency (arrival minus the
@@ -317,6 +318,25 @@ fn owners(bootstrap: &str, group: &str, input: &str) -> Option<(String, BTreeMap
     Some((d.state, out))
 }
 
+/// The group's state and its dynamic members' ids.
+fn group_view(
+    bootstrap: &str,
+    group: &str,
+) -> Option<(String, std::collections::BTreeSet<String>)> {
+    let d = admin(bootstrap)
+        .describe_groups(&[group])
+        .ok()?
+        .remove(group)?
+        .ok()?;
+    let dynamic = d
+        .members
+        .into_iter()
+        .filter(|m| m.group_instance_id.is_none())
+        .map(|m| m.member_id)
+        .collect();
+    Some((d.state, dynamic))
+}
+
 /// Runs one roll and reports what an outsider saw.
 pub fn roll(bootstrap: &str, cfg: &RollConfig) -> RollReport {
     let n = Names {
@@ -424,15 +444,22 @@ pub fn roll(bootstrap: &str, cfg: &RollConfig) -> RollReport {
     let left_stable = Arc::new(AtomicU64::new(0));
     let observer = {
         let (stop, left) = (stop_obs.clone(), left_stable.clone());
-        let (bootstrap, app, input) = (n.bootstrap.clone(), n.app.clone(), n.input.clone());
+        let (bootstrap, app) = (n.bootstrap.clone(), n.app.clone());
         std::thread::spawn(move || {
             let mut last = String::from("Stable");
+            let mut last_dynamic: Option<std::collections::BTreeSet<String>> = None;
             while !stop.load(Ordering::Acquire) {
-                if let Some((state, _)) = owners(&bootstrap, &app, &input) {
-                    if last == "Stable" && state != "Stable" {
+                if let Some((state, dynamic)) = group_view(&bootstrap, &app) {
+                    // A rebalance is the group leaving Stable; one too short
+                    // for a 50 ms poll still shows: dynamic members only come
+                    // and go through a rebalance (static replacements keep
+                    // their instance id and are not counted).
+                    let changed = last_dynamic.as_ref().is_some_and(|d| *d != dynamic);
+                    if last == "Stable" && (state != "Stable" || changed) {
                         left.fetch_add(1, Ordering::AcqRel);
                     }
                     last = state;
+                    last_dynamic = Some(dynamic);
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }

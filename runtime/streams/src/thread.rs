@@ -166,6 +166,9 @@ impl ThreadShared {
     }
 }
 
+/// How long an idle thread polls before it sends its lingering records.
+const IDLE_PROBE: Duration = Duration::from_millis(2);
+
 /// Everything a thread needs to run.
 pub(crate) struct ThreadContext {
     pub index: usize,
@@ -892,12 +895,29 @@ fn run_inner(ctx: &Arc<ThreadContext>) -> Result<()> {
             let t = tm.lock().unwrap_or_else(|e| e.into_inner());
             !t.tasks.values().any(|t| t.task.has_buffered())
         };
-        let timeout = if idle {
-            ctx.config.poll_timeout
+        // Idle (nothing buffered): a short poll first; if that brings
+        // nothing either, what this thread produced would only wait out
+        // linger.ms (100 ms, Kafka Streams' default) while the next poll
+        // waits, so it is sent now. Under load the short poll finds records
+        // and batching is unchanged.
+        let first = if idle {
+            IDLE_PROBE.min(ctx.config.poll_timeout)
         } else {
             Duration::ZERO
         };
-        let records = match consumer.poll(timeout) {
+        let mut polled = consumer.poll(first);
+        if idle && polled.as_ref().is_ok_and(|r| r.is_empty()) {
+            if let Some(p) = tm
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .producer
+                .as_ref()
+            {
+                p.send_buffered_now();
+            }
+            polled = consumer.poll(ctx.config.poll_timeout.saturating_sub(first));
+        }
+        let records = match polled {
             Ok(r) => r,
             Err(e) => {
                 let err = classify_client_error(ctx, "polling", e);

@@ -329,6 +329,19 @@ impl Producer {
         Ok((outcome, index, timestamp))
     }
 
+    /// Makes every buffered batch ready to send now (as `flush` does)
+    /// without waiting for the outcomes: for a caller that knows no more
+    /// records are coming soon, so lingering would only add latency.
+    pub fn send_buffered_now(&self) {
+        let mut acc = self.inner.lock();
+        if !acc.has_incomplete_up_to(u64::MAX) {
+            return;
+        }
+        acc.flush_mark();
+        drop(acc);
+        self.inner.wake.notify_one();
+    }
+
     /// Sends every buffered record now and waits until each has an outcome.
     pub fn flush(&self) -> Result<()> {
         let mut acc = self.inner.lock();
