@@ -28,9 +28,7 @@ use rill_benches::{
     cpu_seconds, machine_summary, median, peak_rss_kib, ratio_stats, spawn_broker_process,
 };
 use rill_client::admin::NewTopic;
-use rill_client::rpc::LATEST_TIMESTAMP;
-use rill_client::{Admin, ClientConfig, Producer, ProducerRecord, TopicPartition};
-use rill_tests::backend::repo_root;
+use rill_client::{Admin, ClientConfig, Producer, ProducerRecord};
 
 const PARTITIONS: i32 = 6;
 const WORDS_PER_LINE: usize = 10;
@@ -82,36 +80,8 @@ struct Run {
     peak_rss_mib: f64,
 }
 
-fn app_binary() -> PathBuf {
-    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .current_dir(repo_root())
-        .args([
-            "build",
-            "--release",
-            "--quiet",
-            "-p",
-            "rill-tests",
-            "--bin",
-            "rill-streams-app",
-        ])
-        .status()
-        .expect("cargo runs");
-    assert!(status.success(), "building rill-streams-app failed");
-    let exe = std::env::current_exe().unwrap();
-    exe.parent()
-        .and_then(|d| d.parent())
-        .unwrap()
-        .join("rill-streams-app")
-}
-
 fn end_offsets(admin: &Admin, topic: &str) -> i64 {
-    let want: BTreeMap<TopicPartition, i64> = (0..PARTITIONS)
-        .map(|p| (TopicPartition::new(topic, p), LATEST_TIMESTAMP))
-        .collect();
-    admin
-        .list_offsets(&want)
-        .map(|m| m.values().map(|o| o.offset).sum())
-        .unwrap_or(0)
+    rill_benches::total_end_offset(admin, topic, PARTITIONS)
 }
 
 /// Writes the input: 100-byte values, or lines of WORDS_PER_LINE words.
@@ -255,7 +225,7 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(3);
-    let bin = app_binary();
+    let bin = rill_benches::streams_app_binary();
     let broker = spawn_broker_process();
     let mut results: BTreeMap<Variant, Vec<Run>> = BTreeMap::new();
     for round in 0..=rounds {

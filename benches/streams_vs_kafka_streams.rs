@@ -27,15 +27,14 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use plotters::prelude::*;
 use rill_benches::{cpu_seconds, machine_summary, median, peak_rss_kib, spawn_broker_process};
 use rill_client::admin::NewTopic;
-use rill_client::rpc::LATEST_TIMESTAMP;
-use rill_client::{Admin, ClientConfig, Producer, ProducerRecord, TopicPartition};
+use rill_client::{Admin, ClientConfig, Producer, ProducerRecord};
 use rill_tests::backend::repo_root;
 use rill_tests::rolling::{self, AppTopology, RollConfig, Runtime};
 
@@ -49,40 +48,12 @@ fn env_or<T: std::str::FromStr>(k: &str, d: T) -> T {
         .unwrap_or(d)
 }
 
-fn app_binary() -> PathBuf {
-    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .current_dir(repo_root())
-        .args([
-            "build",
-            "--release",
-            "--quiet",
-            "-p",
-            "rill-tests",
-            "--bin",
-            "rill-streams-app",
-        ])
-        .status()
-        .expect("cargo runs");
-    assert!(status.success(), "building rill-streams-app failed");
-    let exe = std::env::current_exe().unwrap();
-    exe.parent()
-        .and_then(|d| d.parent())
-        .unwrap()
-        .join("rill-streams-app")
-}
-
 fn admin(bootstrap: &str) -> Admin {
     Admin::new(&ClientConfig::new().set("bootstrap.servers", bootstrap)).unwrap()
 }
 
 fn end_offsets(admin: &Admin, topic: &str) -> i64 {
-    let want: BTreeMap<TopicPartition, i64> = (0..PARTITIONS)
-        .map(|p| (TopicPartition::new(topic, p), LATEST_TIMESTAMP))
-        .collect();
-    admin
-        .list_offsets(&want)
-        .map(|m| m.values().map(|o| o.offset).sum())
-        .unwrap_or(0)
+    rill_benches::total_end_offset(admin, topic, PARTITIONS)
 }
 
 /// Writes `records` inputs; word count lines carry `words_per_line` words
@@ -677,7 +648,7 @@ fn main() {
     rill_benches::serve_broker_if_requested();
     let parts =
         std::env::var("PARTS").unwrap_or_else(|_| "rolling,throughput,startup,restore".into());
-    let bin = app_binary();
+    let bin = rill_benches::streams_app_binary();
     let broker = spawn_broker_process();
     let b = broker.bootstrap.clone();
     println!("{}", machine_summary());

@@ -179,6 +179,43 @@ pub fn machine_summary() -> String {
     )
 }
 
+/// Builds `rill-streams-app` (tests/src/bin) in release and returns its path
+/// next to the running bench binary.
+pub fn streams_app_binary() -> std::path::PathBuf {
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .current_dir(rill_tests::backend::repo_root())
+        .args([
+            "build",
+            "--release",
+            "--quiet",
+            "-p",
+            "rill-tests",
+            "--bin",
+            "rill-streams-app",
+        ])
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "building rill-streams-app failed");
+    let exe = std::env::current_exe().expect("current exe");
+    exe.parent()
+        .and_then(|d| d.parent())
+        .expect("target dir")
+        .join("rill-streams-app")
+}
+
+/// The sum of the end offsets of `topic`'s partitions `0..partitions` (0 on error).
+pub fn total_end_offset(admin: &rill_client::Admin, topic: &str, partitions: i32) -> i64 {
+    use rill_client::rpc::LATEST_TIMESTAMP;
+    use rill_client::TopicPartition;
+    let want: std::collections::BTreeMap<TopicPartition, i64> = (0..partitions)
+        .map(|p| (TopicPartition::new(topic, p), LATEST_TIMESTAMP))
+        .collect();
+    admin
+        .list_offsets(&want)
+        .map(|m| m.values().map(|o| o.offset).sum())
+        .unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

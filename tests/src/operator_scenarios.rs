@@ -30,16 +30,11 @@ fn http() -> ureq::Agent {
         .build()
 }
 
-/// (status, JSON body) of a GET.
-fn get(url: &str, token: Option<&str>) -> (u16, Value) {
-    let mut r = http().get(url);
-    if let Some(t) = token {
-        r = r.set("Authorization", &format!("Bearer {t}"));
-    }
-    let resp = match r.call() {
-        Ok(resp) => resp,
-        Err(ureq::Error::Status(_, resp)) => resp,
-        Err(e) => panic!("GET {url}: {e}"),
+/// (status, JSON body) of a request; non-JSON bodies come back as a string.
+fn answer(what: &str, url: &str, sent: Result<ureq::Response, ureq::Error>) -> (u16, Value) {
+    let resp = match sent {
+        Ok(resp) | Err(ureq::Error::Status(_, resp)) => resp,
+        Err(e) => panic!("{what} {url}: {e}"),
     };
     let status = resp.status();
     let body = resp.into_string().unwrap_or_default();
@@ -49,23 +44,22 @@ fn get(url: &str, token: Option<&str>) -> (u16, Value) {
     )
 }
 
+fn with_token(r: ureq::Request, token: Option<&str>) -> ureq::Request {
+    match token {
+        Some(t) => r.set("Authorization", &format!("Bearer {t}")),
+        None => r,
+    }
+}
+
+/// (status, JSON body) of a GET.
+fn get(url: &str, token: Option<&str>) -> (u16, Value) {
+    answer("GET", url, with_token(http().get(url), token).call())
+}
+
 /// (status, JSON body) of a POST with a raw body.
 fn post(url: &str, token: Option<&str>, body: &str) -> (u16, Value) {
-    let mut r = http().post(url).set("Content-Type", "application/json");
-    if let Some(t) = token {
-        r = r.set("Authorization", &format!("Bearer {t}"));
-    }
-    let resp = match r.send_string(body) {
-        Ok(resp) => resp,
-        Err(ureq::Error::Status(_, resp)) => resp,
-        Err(e) => panic!("POST {url}: {e}"),
-    };
-    let status = resp.status();
-    let body = resp.into_string().unwrap_or_default();
-    (
-        status,
-        serde_json::from_str(&body).unwrap_or(Value::String(body)),
-    )
+    let r = http().post(url).set("Content-Type", "application/json");
+    answer("POST", url, with_token(r, token).send_string(body))
 }
 
 /// group.instance.id → partitions of `topic`, from a `/v1/instances` answer.

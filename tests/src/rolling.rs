@@ -286,14 +286,19 @@ impl Drop for Instance {
     }
 }
 
-/// Who owns each input partition (instance prefix of the static id, else client id).
-fn owners(bootstrap: &str, group: &str, input: &str) -> Option<(String, BTreeMap<i32, String>)> {
-    let d = admin(bootstrap)
-        .describe_groups(&[group])
-        .ok()?
-        .remove(group)?
-        .ok()?;
-    let mut out = BTreeMap::new();
+/// The group as DescribeGroups shows it.
+struct GroupView {
+    state: String,
+    /// Input partition → owner (instance prefix of the static id, else client id).
+    owners: BTreeMap<i32, String>,
+    /// Member ids of the dynamic members.
+    dynamic: std::collections::BTreeSet<String>,
+}
+
+fn observe(admin: &rill_client::Admin, group: &str, input: &str) -> Option<GroupView> {
+    let d = admin.describe_groups(&[group]).ok()?.remove(group)?.ok()?;
+    let mut owners = BTreeMap::new();
+    let mut dynamic = std::collections::BTreeSet::new();
     for m in d.members {
         let who = match &m.group_instance_id {
             // `<app>-i<k>-thread-<n>` (Rill) or `<app>-i<k>-<n>` (Kafka Streams):
@@ -304,37 +309,24 @@ fn owners(bootstrap: &str, group: &str, input: &str) -> Option<(String, BTreeMap
                 .or_else(|| id.rsplit_once('-').map(|(i, _)| i.to_string()))
                 .unwrap_or_else(|| id.clone()),
             // Dynamic members: the client id names process and thread.
-            None => m
-                .client_id
-                .rsplit_once("-StreamThread-")
-                .map_or(m.client_id.clone(), |(p, _)| p.to_string()),
+            None => {
+                dynamic.insert(m.member_id.clone());
+                m.client_id
+                    .rsplit_once("-StreamThread-")
+                    .map_or(m.client_id.clone(), |(p, _)| p.to_string())
+            }
         };
         for tp in m.assignment {
             if tp.topic == input {
-                out.insert(tp.partition, who.clone());
+                owners.insert(tp.partition, who.clone());
             }
         }
     }
-    Some((d.state, out))
-}
-
-/// The group's state and its dynamic members' ids.
-fn group_view(
-    bootstrap: &str,
-    group: &str,
-) -> Option<(String, std::collections::BTreeSet<String>)> {
-    let d = admin(bootstrap)
-        .describe_groups(&[group])
-        .ok()?
-        .remove(group)?
-        .ok()?;
-    let dynamic = d
-        .members
-        .into_iter()
-        .filter(|m| m.group_instance_id.is_none())
-        .map(|m| m.member_id)
-        .collect();
-    Some((d.state, dynamic))
+    Some(GroupView {
+        state: d.state,
+        owners,
+        dynamic,
+    })
 }
 
 /// Runs one roll and reports what an outsider saw.
@@ -444,12 +436,13 @@ pub fn roll(bootstrap: &str, cfg: &RollConfig) -> RollReport {
     let left_stable = Arc::new(AtomicU64::new(0));
     let observer = {
         let (stop, left) = (stop_obs.clone(), left_stable.clone());
-        let (bootstrap, app) = (n.bootstrap.clone(), n.app.clone());
+        let (bootstrap, app, input) = (n.bootstrap.clone(), n.app.clone(), n.input.clone());
         std::thread::spawn(move || {
+            let admin = admin(&bootstrap);
             let mut last = String::from("Stable");
             let mut last_dynamic: Option<std::collections::BTreeSet<String>> = None;
             while !stop.load(Ordering::Acquire) {
-                if let Some((state, dynamic)) = group_view(&bootstrap, &app) {
+                if let Some(GroupView { state, dynamic, .. }) = observe(&admin, &app, &input) {
                     // A rebalance is the group leaving Stable; one too short
                     // for a 50 ms poll still shows: dynamic members only come
                     // and go through a rebalance (static replacements keep
@@ -466,11 +459,17 @@ pub fn roll(bootstrap: &str, cfg: &RollConfig) -> RollReport {
         })
     };
 
+    // The group as the harness checks it between restarts.
+    let group_admin = admin(bootstrap);
+    let stable = |a: &rill_client::Admin| {
+        observe(a, &n.app, &n.input)
+            .is_some_and(|v| v.state == "Stable" && v.owners.len() == cfg.partitions as usize)
+    };
+    let owners_now = |a: &rill_client::Admin| observe(a, &n.app, &n.input).map(|v| v.owners);
+
     // Let everything flow before the roll starts.
     let settled = crate::client_scenarios::wait_until(Duration::from_secs(60), || {
-        seen.lock().unwrap().0.len() > 100
-            && owners(bootstrap, &n.app, &n.input)
-                .is_some_and(|(s, o)| s == "Stable" && o.len() == cfg.partitions as usize)
+        seen.lock().unwrap().0.len() > 100 && stable(&group_admin)
     });
     assert!(settled, "the app never processed steadily before the roll");
     let gap_window_start = now_ms();
@@ -478,7 +477,7 @@ pub fn roll(bootstrap: &str, cfg: &RollConfig) -> RollReport {
 
     let mut report = RollReport::default();
     for _round in 0..cfg.rounds {
-        let before = owners(bootstrap, &n.app, &n.input).map(|x| x.1);
+        let before = owners_now(&group_admin);
         for i in 0..cfg.instances {
             instances[i].stop(cfg.stop);
             let restarted = Instant::now();
@@ -499,11 +498,8 @@ pub fn roll(bootstrap: &str, cfg: &RollConfig) -> RollReport {
                 .push(restored + instances[i].drain_restored());
         }
         // Owners once the group is stable again.
-        crate::client_scenarios::wait_until(Duration::from_secs(60), || {
-            owners(bootstrap, &n.app, &n.input)
-                .is_some_and(|(s, o)| s == "Stable" && o.len() == cfg.partitions as usize)
-        });
-        let after = owners(bootstrap, &n.app, &n.input).map(|x| x.1);
+        crate::client_scenarios::wait_until(Duration::from_secs(60), || stable(&group_admin));
+        let after = owners_now(&group_admin);
         let moves = match (before, after) {
             (Some(b), Some(a)) => (0..cfg.partitions).filter(|p| b.get(p) != a.get(p)).count(),
             _ => cfg.partitions as usize,
