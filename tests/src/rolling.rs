@@ -641,6 +641,8 @@ pub fn streams_roll_dynamic(bootstrap: &str, runtime: Runtime) {
     cfg.rounds = 1;
     let r = run(bootstrap, cfg.clone());
     let d = describe(&cfg, &r);
-    assert!(r.rebalances >= cfg.instances, "{d}");
+    // At least one: the 50 ms observer can merge or miss fast rebalances
+    // (a lower bound), but a static roll must show none.
+    assert!(r.rebalances >= 1, "{d}");
     assert_eq!(r.lost, 0, "{d}");
 }
