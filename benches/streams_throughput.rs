@@ -11,7 +11,8 @@
 //! starts, then the app's output end offsets polled every 10 ms; the rate is
 //! input records / (time of the last expected output record − time of the
 //! first). The bench asserts the output reaches the expected count (for the
-//! word count, one update per word occurrence: no record cache). CPU is the
+//! word count, one update per word occurrence: the record cache is off,
+//! `--cache-bytes 0`). CPU is the
 //! app process's user+system seconds over the same window; RSS its VmHWM.
 //! One warm-up round, then `ROUNDS` rounds with the variant order rotating.
 //!
@@ -157,6 +158,9 @@ fn run(bin: &PathBuf, bootstrap: &str, variant: Variant, records: usize, round: 
             &state.path().display().to_string(),
             "--commit-ms",
             "1000",
+            // Every count update reaches the output (the expected count below).
+            "--cache-bytes",
+            "0",
         ])
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())

@@ -2,7 +2,8 @@
 //! (issue 8): rolling restarts, throughput, CPU, memory, startup and state
 //! restoration. Both apps are separate OS processes started with the same
 //! command line (`rill-streams-app` and `tests/java/StreamsApp.java`, same
-//! topologies; Kafka Streams with its record cache off, like Rill). The
+//! topologies; both with their default 10 MiB record cache unless a part
+//! says otherwise). The
 //! broker is Rill's embedded broker in its own child process.
 //!
 //! 1. Rolling restart (the harness of `rill_tests::rolling`): 3 instances ×
@@ -127,6 +128,9 @@ fn topics(bootstrap: &str, tag: &str) -> Topics {
     t
 }
 
+/// `cache_bytes`: `statestore.cache.max.bytes` (`None`: the runtime's default,
+/// 10 MiB in both).
+#[allow(clippy::too_many_arguments)]
 fn start_app(
     runtime: Runtime,
     bin: &Path,
@@ -135,8 +139,19 @@ fn start_app(
     topology: &str,
     threads: usize,
     state: &Path,
+    cache_bytes: Option<&str>,
 ) -> Child {
-    start_app_as(runtime, bin, bootstrap, t, topology, threads, state, None)
+    start_app_as(
+        runtime,
+        bin,
+        bootstrap,
+        t,
+        topology,
+        threads,
+        state,
+        None,
+        cache_bytes,
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -149,6 +164,7 @@ fn start_app_as(
     threads: usize,
     state: &Path,
     instance: Option<&str>,
+    cache_bytes: Option<&str>,
 ) -> Child {
     let mut cmd = if topology == "raw" {
         Command::new(bin)
@@ -176,6 +192,9 @@ fn start_app_as(
     .args(["--state-dir", &state.display().to_string()]);
     if let Some(id) = instance {
         cmd.args(["--group-instance-id", id]);
+    }
+    if let Some(bytes) = cache_bytes {
+        cmd.args(["--cache-bytes", bytes]);
     }
     cmd.env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
@@ -267,11 +286,19 @@ struct Run {
     rss_mib: f64,
 }
 
+/// One throughput run. The clock (and the CPU count) starts when the app
+/// prints RUNNING: with a record cache the first output only appears at
+/// the first commit, so the first output cannot start it. Passthrough and
+/// uncached word counts end when the output holds every expected record;
+/// a cached word count when the latest count of every word adds up to the
+/// number of words written (the last commit's flush included).
+#[allow(clippy::too_many_arguments)]
 fn throughput_run(
     bin: &Path,
     bootstrap: &str,
     runtime: Runtime,
     topology: &str,
+    cache_bytes: Option<&str>,
     records: usize,
     tag: &str,
 ) -> Run {
@@ -284,27 +311,46 @@ fn throughput_run(
     };
     let expected = load(bootstrap, &t.input, n, wordcount, 1000, WORDS_PER_LINE);
     let state = tempfile::tempdir().unwrap();
-    let mut child = start_app(runtime, bin, bootstrap, &t, topology, 2, state.path());
+    let mut child = start_app(
+        runtime,
+        bin,
+        bootstrap,
+        &t,
+        topology,
+        2,
+        state.path(),
+        cache_bytes,
+    );
     let pid = child.id();
-    let a = admin(bootstrap);
+    let lines = lines_of(&mut child);
     let deadline = Instant::now() + Duration::from_secs(900);
-    let (mut t0, mut cpu0) = (None, 0.0);
+    loop {
+        let l = lines
+            .recv_deadline(deadline)
+            .unwrap_or_else(|_| panic!("{tag}: the app never printed RUNNING"));
+        if l == "RUNNING" {
+            break;
+        }
+    }
+    let (t0, cpu0) = (Instant::now(), cpu_seconds(pid));
+    let a = admin(bootstrap);
+    let cached = wordcount && cache_bytes != Some("0");
+    let mut counts = cached.then(|| LatestCounts::new(bootstrap, &t.output));
     loop {
         assert!(
             Instant::now() < deadline,
             "{tag}: output did not reach {expected}"
         );
-        let got = end_offsets(&a, &t.output);
-        if got > 0 && t0.is_none() {
-            t0 = Some(Instant::now());
-            cpu0 = cpu_seconds(pid);
-        }
-        if got >= expected {
+        let done = match counts.as_mut() {
+            Some(c) => c.poll() >= expected,
+            None => end_offsets(&a, &t.output) >= expected,
+        };
+        if done {
             break;
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    let secs = t0.unwrap().elapsed().as_secs_f64();
+    let secs = t0.elapsed().as_secs_f64();
     let cpu = cpu_seconds(pid) - cpu0;
     let rss = peak_rss_kib(pid) as f64 / 1024.0;
     stop(&mut child);
@@ -316,35 +362,86 @@ fn throughput_run(
     }
 }
 
+/// The word count's output read as a table: the latest count per word.
+struct LatestCounts {
+    consumer: rill_client::Consumer,
+    latest: std::collections::HashMap<bytes::Bytes, i64>,
+    sum: i64,
+}
+
+impl LatestCounts {
+    fn new(bootstrap: &str, topic: &str) -> Self {
+        let mut consumer = rill_client::Consumer::new(
+            &ClientConfig::new()
+                .set("bootstrap.servers", bootstrap)
+                .set("enable.auto.commit", "false"),
+        )
+        .unwrap();
+        let tps: Vec<rill_client::TopicPartition> = (0..PARTITIONS)
+            .map(|p| rill_client::TopicPartition::new(topic, p))
+            .collect();
+        consumer.assign(&tps).unwrap();
+        consumer.seek_to_beginning(&tps).unwrap();
+        Self {
+            consumer,
+            latest: Default::default(),
+            sum: 0,
+        }
+    }
+
+    /// Reads what arrived; the sum of the latest counts.
+    fn poll(&mut self) -> i64 {
+        for r in self.consumer.poll(Duration::ZERO).expect("poll the output") {
+            let (Some(k), Some(v)) = (r.key, r.value) else {
+                panic!(
+                    "word count output without key or value at offset {}",
+                    r.offset
+                )
+            };
+            let count = i64::from_be_bytes(v[..].try_into().expect("an 8-byte count"));
+            let old = self.latest.insert(k, count).unwrap_or(0);
+            self.sum += count - old;
+        }
+        self.sum
+    }
+}
+
 fn throughput_part(bin: &Path, bootstrap: &str) -> BTreeMap<String, Vec<Run>> {
     let records: usize = env_or("RECORDS", 1_000_000);
     let rounds: usize = env_or("ROUNDS", 3);
-    let variants: [(&str, Runtime, &str); 5] = [
-        ("raw client loop", Runtime::Rill, "raw"),
-        ("Rill passthrough", Runtime::Rill, "passthrough"),
+    // Defaults on both sides (a 10 MiB record cache), and the word count
+    // again with the cache off (every count update written and sent).
+    let ks = Runtime::KafkaStreams;
+    let variants: [(&str, Runtime, &str, Option<&str>); 7] = [
+        ("raw client loop", Runtime::Rill, "raw", None),
+        ("Rill passthrough", Runtime::Rill, "passthrough", None),
+        ("Kafka Streams passthrough", ks, "passthrough", None),
+        ("Rill word count", Runtime::Rill, "wordcount", None),
+        ("Kafka Streams word count", ks, "wordcount", None),
         (
-            "Kafka Streams passthrough",
-            Runtime::KafkaStreams,
-            "passthrough",
-        ),
-        ("Rill word count", Runtime::Rill, "wordcount"),
-        (
-            "Kafka Streams word count",
-            Runtime::KafkaStreams,
+            "Rill word count, cache off",
+            Runtime::Rill,
             "wordcount",
+            Some("0"),
+        ),
+        (
+            "Kafka Streams word count, cache off",
+            ks,
+            "wordcount",
+            Some("0"),
         ),
     ];
     let mut out: BTreeMap<String, Vec<Run>> = BTreeMap::new();
     for round in 0..=rounds {
         for i in 0..variants.len() {
-            let (label, runtime, topology) = variants[(i + round) % variants.len()];
-            let tag = format!("{}-{round}-{}", topology, std::process::id())
+            let (label, runtime, topology, cache) = variants[(i + round) % variants.len()];
+            let tag = format!("{topology}-{i}-{round}-{}", std::process::id())
                 + if runtime == Runtime::KafkaStreams {
                     "-ks"
                 } else {
                     ""
                 };
-            let r = throughput_run(bin, bootstrap, runtime, topology, records, &tag);
+            let r = throughput_run(bin, bootstrap, runtime, topology, cache, records, &tag);
             println!("round {round} {label}: {:.0} input records/s, {:.0} records per CPU s, peak RSS {:.1} MiB", r.rate, r.per_cpu_s, r.rss_mib);
             if round > 0 {
                 out.entry(label.to_string()).or_default().push(r);
@@ -366,6 +463,10 @@ fn throughput_part(bin: &Path, bootstrap: &str) -> BTreeMap<String, Vec<Run>> {
     for (rill, ks) in [
         ("Rill passthrough", "Kafka Streams passthrough"),
         ("Rill word count", "Kafka Streams word count"),
+        (
+            "Rill word count, cache off",
+            "Kafka Streams word count, cache off",
+        ),
     ] {
         println!(
             "{rill} / {ks}: throughput {:.2}x, per CPU-second {:.2}x, RSS {:.3}",
@@ -437,6 +538,10 @@ fn startup_run(bin: &Path, bootstrap: &str, runtime: Runtime, tag: &str) -> f64 
         2,
         state.path(),
         Some(&id),
+        // Processing, not the commit cadence, is timed: every update is
+        // sent at once (with the cache on, both runtimes would show their
+        // commit interval).
+        Some("0"),
     );
     wait_output(&a, &t.output, expected, Duration::from_secs(300));
     std::thread::sleep(Duration::from_millis(1500)); // a commit writes the checkpoint
@@ -452,6 +557,10 @@ fn startup_run(bin: &Path, bootstrap: &str, runtime: Runtime, tag: &str) -> f64 
         2,
         state.path(),
         Some(&id),
+        // Processing, not the commit cadence, is timed: every update is
+        // sent at once (with the cache on, both runtimes would show their
+        // commit interval).
+        Some("0"),
     );
     wait_output(&a, &t.output, expected + 1, Duration::from_secs(120));
     let ms = spawned.elapsed().as_secs_f64() * 1000.0;
@@ -479,12 +588,33 @@ fn restore_run(
         WORDS_PER_LINE,
     );
     let state = tempfile::tempdir().unwrap();
-    let mut child = start_app(runtime, bin, bootstrap, &t, "wordcount", 2, state.path());
+    // Cache off: every update reaches the output, so its size tells when
+    // the changelog is complete.
+    let off = Some("0");
+    let mut child = start_app(
+        runtime,
+        bin,
+        bootstrap,
+        &t,
+        "wordcount",
+        2,
+        state.path(),
+        off,
+    );
     wait_output(&a, &t.output, expected, Duration::from_secs(900));
     std::thread::sleep(Duration::from_millis(1500));
     stop(&mut child);
     let fresh = tempfile::tempdir().unwrap();
-    let mut child = start_app(runtime, bin, bootstrap, &t, "wordcount", 2, fresh.path());
+    let mut child = start_app(
+        runtime,
+        bin,
+        bootstrap,
+        &t,
+        "wordcount",
+        2,
+        fresh.path(),
+        off,
+    );
     let pid = child.id();
     let rx = lines_of(&mut child);
     let mut restored = 0u64;

@@ -9,8 +9,8 @@
 //
 // `passthrough` copies input to output; `wordcount` splits values on
 // whitespace, repartitions by word and counts in a RocksDB store with a
-// changelog (Kafka Streams' defaults, with the record cache off like Rill's
-// runtime, `--cache-bytes` to change it). With --group-instance-id each stream
+// changelog (Kafka Streams' defaults, including its 10 MiB record cache;
+// `--cache-bytes N` sets statestore.cache.max.bytes, 0 turns it off). With --group-instance-id each stream
 // thread is the static member `<ID>-<n>` (Kafka Streams appends the thread
 // index itself). Prints `RUNNING` when the app reaches RUNNING,
 // `RESTORING <n>` when a store restoration starts and `RESTORED <n>` when
@@ -68,9 +68,11 @@ public class StreamsApp {
         p.put(StreamsConfig.STATE_DIR_CONFIG, a.get("--state-dir"));
         p.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, a.getOrDefault("--threads", "1"));
         p.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, a.getOrDefault("--commit-ms", "200"));
-        // No record cache by default, like Rill (every update reaches the
-        // output, so both runtimes write the same records).
-        p.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, a.getOrDefault("--cache-bytes", "0"));
+        // Kafka's default record cache unless --cache-bytes says otherwise
+        // (rill-streams-app takes the same flag).
+        if (a.containsKey("--cache-bytes")) {
+            p.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, a.get("--cache-bytes"));
+        }
         p.put(StreamsConfig.consumerPrefix(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG),
               a.getOrDefault("--session-ms", "30000"));
         p.put(StreamsConfig.consumerPrefix(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG), "500");

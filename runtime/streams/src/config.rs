@@ -38,6 +38,9 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("max.task.idle.ms", "0"),
     ("buffered.records.per.partition", "1000"),
     ("restore.batch.size", "1000"),
+    // KIP-63 record cache for DSL stores, per instance, split evenly over
+    // the stream threads (Kafka's default: 10 MiB; 0 turns caching off).
+    ("statestore.cache.max.bytes", "10485760"),
     // Rill's REST server (no Kafka equivalent): read endpoints are open
     // unless this is true; mutating ones always need `rest.admin.token`.
     ("rest.read.requires.token", "false"),
@@ -91,6 +94,8 @@ pub struct StreamsConfig {
     pub deserialization_handler: DeserializationHandler,
     pub buffered_records_per_partition: usize,
     pub restore_batch_size: usize,
+    /// `statestore.cache.max.bytes`: the record caches' budget per instance.
+    pub cache_max_bytes: usize,
     /// `consumer.` / `producer.` / `admin.` / `restore.consumer.` overrides, prefix kept.
     pub client_overrides: BTreeMap<String, String>,
 }
@@ -480,6 +485,11 @@ fn parse(mut flat: BTreeMap<String, String>) -> Result<StreamsConfig> {
             1usize,
         )?,
         restore_batch_size: num("restore.batch.size", take("restore.batch.size"), 1usize)?,
+        cache_max_bytes: num(
+            "statestore.cache.max.bytes",
+            take("statestore.cache.max.bytes"),
+            0usize,
+        )?,
         group_instance_id: take("group.instance.id"),
         client_id: take("client.id"),
         application_id,

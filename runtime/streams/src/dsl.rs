@@ -170,6 +170,7 @@ pub struct Materialized<V> {
     value: Option<SharedSerde<V>>,
     backend: Option<StoreBackend>,
     logged: bool,
+    cached: bool,
 }
 
 impl<V> Default for Materialized<V> {
@@ -179,6 +180,8 @@ impl<V> Default for Materialized<V> {
             value: None,
             backend: None,
             logged: true,
+            // Kafka's `Materialized` caches by default.
+            cached: true,
         }
     }
 }
@@ -193,6 +196,18 @@ impl<V> Materialized<V> {
     }
     pub fn with_value_serde(mut self, serde: SharedSerde<V>) -> Self {
         self.value = Some(serde);
+        self
+    }
+    /// Every update goes to the store, the changelog and downstream at once
+    /// (Kafka's `withCachingDisabled`).
+    pub fn with_caching_disabled(mut self) -> Self {
+        self.cached = false;
+        self
+    }
+    /// Updates are deduplicated per key in the record cache until commit or
+    /// eviction (the default; Kafka's `withCachingEnabled`).
+    pub fn with_caching_enabled(mut self) -> Self {
+        self.cached = true;
         self
     }
     pub fn in_memory(mut self) -> Self {
@@ -882,6 +897,7 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
                     name: store.clone(),
                     backend: m.backend,
                     logged: m.logged,
+                    cached: m.cached,
                 },
             );
         }
@@ -894,6 +910,11 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
                 let mut s = ctx.store(&store_c)?;
                 let old = s.get_typed(&ks, &vs, &r.key)?;
                 let new = step(&r.key, &r.value, old);
+                if s.is_cached() {
+                    // The cache forwards the latest value when it flushes
+                    // (Kafka's `TimestampedTupleForwarder` with caching on).
+                    return s.put_typed_cached(&ks, &vs, &r.key, &new, r.timestamp, r.headers);
+                }
                 s.put_typed(&ks, &vs, &r.key, &new)?;
                 ctx.forward(Record {
                     key: r.key,

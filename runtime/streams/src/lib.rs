@@ -15,6 +15,7 @@
 //! and the producer are flushed).
 
 mod assignor;
+mod cache;
 mod config;
 mod dsl;
 mod error;

@@ -364,7 +364,7 @@ impl Inner {
         };
         let value = shared
             .lock()
-            .get(key)
+            .peek(key)
             .map_err(|e| StoreQueryError::Failed {
                 store: store.into(),
                 reason: e.to_string(),

@@ -322,29 +322,125 @@ impl<'c, 'a, KOut: Send + 'static, VOut: Send + 'static> ProcessorContext<'c, 'a
         let handle = self.inner.shared.stores.get_mut(name).ok_or_else(|| {
             StreamsError::IllegalState(format!("task {task}: state store {name} is not open"))
         })?;
-        Ok(StoreRef { task, handle })
+        Ok(StoreRef {
+            task,
+            node: self.inner.node,
+            handle,
+        })
     }
 }
 
-/// A store as the task holds it: the store and, when logged, its changelog
-/// partition and the writes not yet sent there.
+/// Turns a flushed cache entry back into the owning node's output types.
+pub(crate) type FlushDecoder =
+    std::sync::Arc<dyn Fn(&Bytes, &Bytes) -> Result<(AnyBox, AnyBox)> + Send + Sync>;
+
+/// A store as the task holds it: the store (with its record cache, if any)
+/// and, when logged, its changelog partition and the writes not yet sent
+/// there.
 pub(crate) struct StoreHandle {
     pub store: SharedStore,
     pub changelog: Option<(String, i32)>,
-    pub pending: Vec<(Bytes, Option<Bytes>)>,
+    /// `(key, value, timestamp)`: `None` takes the current record's.
+    pub pending: Vec<(Bytes, Option<Bytes>, Option<i64>)>,
+    /// The node whose output a flushed cache entry is, and how to decode it
+    /// (set by the DSL aggregation writing the store).
+    pub flush_to: Option<(usize, FlushDecoder)>,
+    /// Dirty entries the cache evicted while a record was processed; the
+    /// task writes and forwards them once the processor returns.
+    pub evicted: Vec<crate::cache::Flushed>,
+}
+
+impl StoreHandle {
+    pub fn new(
+        store: Box<dyn KeyValueStore>,
+        cache: Option<crate::cache::RecordCache>,
+        changelog: Option<(String, i32)>,
+    ) -> Self {
+        Self {
+            store: SharedStore::new(StoreCell { store, cache }),
+            changelog,
+            pending: Vec::new(),
+            flush_to: None,
+            evicted: Vec::new(),
+        }
+    }
+}
+
+/// A store and the record cache in front of it. Reads go through the cache,
+/// so processors and interactive queries never see an older value than the
+/// one last written.
+pub(crate) struct StoreCell {
+    pub store: Box<dyn KeyValueStore>,
+    pub cache: Option<crate::cache::RecordCache>,
+}
+
+impl StoreCell {
+    /// `key`'s value, the cache's if it holds the key.
+    pub fn get(&mut self, key: &[u8]) -> rill_state::Result<Option<Bytes>> {
+        if let Some(e) = self.cache.as_mut().and_then(|c| c.get(key)) {
+            return Ok(e.value.clone());
+        }
+        self.store.get(key)
+    }
+    /// As `get`, without touching the cache's LRU order (interactive queries).
+    pub fn peek(&self, key: &[u8]) -> rill_state::Result<Option<Bytes>> {
+        if let Some(e) = self.cache.as_ref().and_then(|c| c.peek(key)) {
+            return Ok(e.value.clone());
+        }
+        self.store.get(key)
+    }
+    /// The store's entries `keep` selects, overlaid with the cache's.
+    fn merged(
+        &self,
+        from_store: Vec<(Bytes, Bytes)>,
+        keep: impl Fn(&[u8]) -> bool,
+    ) -> Vec<(Bytes, Bytes)> {
+        let Some(cache) = &self.cache else {
+            return from_store;
+        };
+        let mut all: BTreeMap<Bytes, Option<Bytes>> =
+            from_store.into_iter().map(|(k, v)| (k, Some(v))).collect();
+        all.extend(cache.entries_where(keep));
+        all.into_iter()
+            .filter_map(|(k, v)| v.map(|v| (k, v)))
+            .collect()
+    }
+    pub fn range(&self, from: &[u8], to: &[u8]) -> rill_state::Result<Vec<(Bytes, Bytes)>> {
+        let found = self.store.range(from, to)?;
+        Ok(self.merged(found, |k| k >= from && k <= to))
+    }
+    pub fn prefix_scan(&self, prefix: &[u8]) -> rill_state::Result<Vec<(Bytes, Bytes)>> {
+        let found = self.store.prefix_scan(prefix)?;
+        Ok(self.merged(found, |k| k.starts_with(prefix)))
+    }
+    pub fn all(&self) -> rill_state::Result<Vec<(Bytes, Bytes)>> {
+        let found = self.store.all()?;
+        Ok(self.merged(found, |_| true))
+    }
+    /// Writes flushed cache entries to the store in one batch.
+    pub fn write_flushed(&mut self, flushed: &[crate::cache::Flushed]) -> rill_state::Result<()> {
+        if flushed.is_empty() {
+            return Ok(());
+        }
+        let batch: Vec<(Bytes, Option<Bytes>)> = flushed
+            .iter()
+            .map(|f| (f.key.clone(), f.value.clone()))
+            .collect();
+        self.store.put_all(&batch)
+    }
 }
 
 /// A store shared between the task that writes it (its stream thread) and
 /// interactive queries (REST handlers, `KafkaStreams::query_store`). The
 /// lock is uncontended on the processing path: queries are rare and short.
 #[derive(Clone)]
-pub(crate) struct SharedStore(std::sync::Arc<std::sync::Mutex<Box<dyn KeyValueStore>>>);
+pub(crate) struct SharedStore(std::sync::Arc<std::sync::Mutex<StoreCell>>);
 
 impl SharedStore {
-    pub fn new(store: Box<dyn KeyValueStore>) -> Self {
-        Self(std::sync::Arc::new(std::sync::Mutex::new(store)))
+    fn new(cell: StoreCell) -> Self {
+        Self(std::sync::Arc::new(std::sync::Mutex::new(cell)))
     }
-    pub fn lock(&self) -> std::sync::MutexGuard<'_, Box<dyn KeyValueStore>> {
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, StoreCell> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -353,6 +449,7 @@ impl SharedStore {
 /// store's changelog topic (sent after the current record).
 pub struct StoreRef<'s> {
     task: crate::TaskId,
+    node: usize,
     handle: &'s mut StoreHandle,
 }
 
@@ -366,30 +463,32 @@ impl StoreRef<'_> {
     pub fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
         self.handle.store.lock().get(key).map_err(|e| self.err(e))
     }
+    /// Writes through to the store and its changelog (a cached copy of the
+    /// key is replaced, clean).
     pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
-        self.handle
-            .store
-            .lock()
-            .put(key, value)
-            .map_err(|e| self.err(e))?;
-        if self.handle.changelog.is_some() {
-            self.handle.pending.push((
-                Bytes::copy_from_slice(key),
-                Some(Bytes::copy_from_slice(value)),
-            ));
-        }
-        Ok(())
+        self.write(key, Some(value))
     }
     pub fn delete(&mut self, key: &[u8]) -> Result<()> {
-        self.handle
-            .store
-            .lock()
-            .delete(key)
-            .map_err(|e| self.err(e))?;
+        self.write(key, None)
+    }
+    fn write(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<()> {
+        let mut cell = self.handle.store.lock();
+        let written = match value {
+            Some(v) => cell.store.put(key, v),
+            None => cell.store.delete(key),
+        };
+        written.map_err(|e| self.err(e))?;
+        let (key, value) = (
+            Bytes::copy_from_slice(key),
+            value.map(Bytes::copy_from_slice),
+        );
+        if let Some(cache) = cell.cache.as_mut() {
+            cache.put(key.clone(), value.clone(), false, -1, Vec::new());
+            self.handle.evicted.extend(cache.evict());
+        }
+        drop(cell);
         if self.handle.changelog.is_some() {
-            self.handle
-                .pending
-                .push((Bytes::copy_from_slice(key), None));
+            self.handle.pending.push((key, value, None));
         }
         Ok(())
     }
@@ -414,8 +513,57 @@ impl StoreRef<'_> {
         self.handle
             .store
             .lock()
+            .store
             .approximate_num_entries()
             .map_err(|e| self.err(e))
+    }
+
+    /// Whether a record cache sits in front of this store.
+    pub(crate) fn is_cached(&self) -> bool {
+        self.handle.store.lock().cache.is_some()
+    }
+
+    /// Writes `value` into the record cache only; the store, the changelog
+    /// and this node's children get the key's latest value when the cache
+    /// flushes it (commit) or evicts it.
+    pub(crate) fn put_typed_cached<K: Send + 'static, V: Send + 'static>(
+        &mut self,
+        kser: &SharedSerde<K>,
+        vser: &SharedSerde<V>,
+        key: &K,
+        value: &V,
+        timestamp: i64,
+        headers: Headers,
+    ) -> Result<()> {
+        let mut cell = self.handle.store.lock();
+        let name = cell.store.name().to_string();
+        let k = ser(kser, &name, key)?;
+        let v = ser(vser, &name, value)?;
+        let Some(cache) = cell.cache.as_mut() else {
+            return Err(StreamsError::IllegalState(format!(
+                "task {}: state store {name} has no record cache",
+                self.task
+            )));
+        };
+        cache.put(k, Some(v), true, timestamp, headers);
+        self.handle.evicted.extend(cache.evict());
+        drop(cell);
+        if self.handle.flush_to.is_none() {
+            let (ks, vs) = (kser.clone(), vser.clone());
+            let task = self.task;
+            let decode: FlushDecoder = std::sync::Arc::new(move |k: &Bytes, v: &Bytes| {
+                let bad = |reason: String| {
+                    StreamsError::IllegalState(format!(
+                        "task {task}: state store {name}: a cached entry does not deserialize: {reason}"
+                    ))
+                };
+                let key = ks.deserialize_bytes(&name, Some(k)).map_err(bad)?;
+                let value = vs.deserialize_bytes(&name, Some(v)).map_err(bad)?;
+                Ok((Box::new(key) as AnyBox, Box::new(value) as AnyBox))
+            });
+            self.handle.flush_to = Some((self.node, decode));
+        }
+        Ok(())
     }
 
     /// Typed get through serdes (the store's topic name for the serdes is its name).
@@ -425,7 +573,7 @@ impl StoreRef<'_> {
         vser: &SharedSerde<V>,
         key: &K,
     ) -> Result<Option<V>> {
-        let name = self.handle.store.lock().name().to_string();
+        let name = self.handle.store.lock().store.name().to_string();
         let k = ser(kser, &name, key)?;
         match self.get(&k)? {
             None => Ok(None),
@@ -449,7 +597,7 @@ impl StoreRef<'_> {
         key: &K,
         value: &V,
     ) -> Result<()> {
-        let name = self.handle.store.lock().name().to_string();
+        let name = self.handle.store.lock().store.name().to_string();
         let k = ser(kser, &name, key)?;
         let v = ser(vser, &name, value)?;
         self.put(&k, &v)

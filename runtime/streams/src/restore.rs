@@ -112,6 +112,7 @@ pub(crate) fn restore_store(
         handle
             .store
             .lock()
+            .store
             .put_all(&batch)
             .map_err(|e| StreamsError::State {
                 task: task_id.to_string(),

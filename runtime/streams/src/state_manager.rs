@@ -8,11 +8,13 @@
 //! full restore, as Kafka does; in-memory stores always restore in full.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rill_state::{
     Checkpoint, InMemoryStore, KeyValueStore, RocksDbStore, StoreBackend, TaskDirLock,
 };
 
+use crate::cache::{CacheBudget, RecordCache};
 use crate::error::{Result, StreamsError};
 use crate::processor::{StoreHandle, Stores};
 use crate::task::TaskId;
@@ -51,6 +53,7 @@ pub(crate) fn open(
     application_id: &str,
     state_dir: &Path,
     default_backend: StoreBackend,
+    cache_budget: Option<&Arc<CacheBudget>>,
 ) -> Result<OpenedState> {
     let st = &topology.subtopologies[task.subtopology as usize];
     let state_err = |e: rill_state::Error| StreamsError::State {
@@ -113,11 +116,13 @@ pub(crate) fn open(
         }
         out.stores.insert(
             name.clone(),
-            StoreHandle {
-                store: crate::processor::SharedStore::new(store),
+            StoreHandle::new(
+                store,
+                cache_budget
+                    .filter(|_| def.cached)
+                    .map(|b| RecordCache::new(b.clone())),
                 changelog,
-                pending: Vec::new(),
-            },
+            ),
         );
     }
     out.dir = Some(dir);

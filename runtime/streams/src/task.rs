@@ -20,6 +20,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use rill_client::ConsumerRecord;
 
+use crate::cache::Flushed;
 use crate::config::DeserializationHandler;
 use crate::dsl::INTERNAL_MARK;
 use crate::error::{Result, StreamsError};
@@ -136,13 +137,13 @@ impl TaskShared {
             let Some((topic, partition)) = &h.changelog else {
                 continue;
             };
-            for (k, v) in h.pending.drain(..) {
+            for (k, v, ts) in h.pending.drain(..) {
                 self.out.push(OutRecord {
                     topic: topic.clone(),
                     partition: Some(*partition),
                     key: Some(k),
                     value: v,
-                    timestamp,
+                    timestamp: ts.unwrap_or(timestamp),
                     headers: Vec::new(),
                     store: Some(name.clone()),
                 });
@@ -319,7 +320,93 @@ impl StreamTask {
         for (to, rec) in forwarded {
             self.forward(node, to, rec)?;
         }
+        for store in &def.stores {
+            let evicted = match self.shared.stores.get_mut(store) {
+                Some(h) if !h.evicted.is_empty() => std::mem::take(&mut h.evicted),
+                _ => continue,
+            };
+            self.apply_flushed(store, evicted)?;
+        }
         Ok(())
+    }
+
+    /// Writes flushed cache entries of `store` to the store and its
+    /// changelog (each with its own record's timestamp), then forwards them
+    /// from the node that owns the store, as that node's output.
+    fn apply_flushed(&mut self, store: &str, flushed: Vec<Flushed>) -> Result<()> {
+        let Some(h) = self.shared.stores.get_mut(store) else {
+            return Ok(());
+        };
+        h.store
+            .lock()
+            .write_flushed(&flushed)
+            .map_err(|e| StreamsError::State {
+                task: self.id.to_string(),
+                source: e,
+            })?;
+        if h.changelog.is_some() {
+            h.pending.extend(
+                flushed
+                    .iter()
+                    .map(|f| (f.key.clone(), f.value.clone(), Some(f.timestamp))),
+            );
+        }
+        let flush_to = h.flush_to.clone();
+        self.shared.drain_changelogs(self.shared.stream_time);
+        let Some((node, decode)) = flush_to else {
+            return Ok(());
+        };
+        for f in flushed {
+            // A deleted key has no typed value to forward (aggregations never
+            // delete; a table's tombstones are not modelled yet).
+            let Some(value) = &f.value else { continue };
+            let (key, value) = decode(&f.key, value)?;
+            let rec = RawRecord {
+                key,
+                value,
+                timestamp: f.timestamp,
+                headers: f.headers,
+            };
+            self.forward(node, None, rec)?;
+            self.shared.drain_changelogs(f.timestamp);
+        }
+        Ok(())
+    }
+
+    /// Flushes every record cache of the task (Kafka flushes caches before
+    /// committing): dirty entries go to their stores, changelogs and
+    /// downstream nodes, upstream stores first so what they forward into a
+    /// downstream cache is flushed too.
+    pub fn flush_caches(&mut self) -> Result<()> {
+        let mut cached: Vec<(usize, String)> = Vec::new();
+        for (name, h) in self.shared.stores.iter() {
+            if h.store.lock().cache.is_some() {
+                let node = h.flush_to.as_ref().map_or(usize::MAX, |(n, _)| *n);
+                cached.push((node, name.clone()));
+            }
+        }
+        cached.sort();
+        let current = self.shared.current.take();
+        let mut r = Ok(());
+        for (_, name) in cached {
+            let flushed = {
+                let h = self.shared.stores.get_mut(&name).expect("listed above");
+                let mut cell = h.store.lock();
+                cell.cache
+                    .as_mut()
+                    .map(|c| c.flush_dirty())
+                    .unwrap_or_default()
+            };
+            if flushed.is_empty() {
+                continue;
+            }
+            r = self.apply_flushed(&name, flushed);
+            if r.is_err() {
+                break;
+            }
+        }
+        self.shared.current = current;
+        r
     }
 
     fn forward(&mut self, from: usize, to: Option<usize>, rec: RawRecord) -> Result<()> {
@@ -460,10 +547,14 @@ impl StreamTask {
 
     pub fn flush_stores(&mut self) -> Result<()> {
         for h in self.shared.stores.values_mut() {
-            h.store.lock().flush().map_err(|e| StreamsError::State {
-                task: self.id.to_string(),
-                source: e,
-            })?;
+            h.store
+                .lock()
+                .store
+                .flush()
+                .map_err(|e| StreamsError::State {
+                    task: self.id.to_string(),
+                    source: e,
+                })?;
         }
         Ok(())
     }

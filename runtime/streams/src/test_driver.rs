@@ -14,6 +14,7 @@ use bytes::Bytes;
 use rill_client::ConsumerRecord;
 use rill_state::StoreBackend;
 
+use crate::cache::CacheBudget;
 use crate::config::DeserializationHandler;
 use crate::error::{Result, StreamsError};
 use crate::processor::PunctuationType;
@@ -48,16 +49,51 @@ impl TopologyTestDriver {
         handler: DeserializationHandler,
         wall_clock_ms: i64,
     ) -> Result<Self> {
+        Self::build(topology, backend, handler, wall_clock_ms, 10 << 20)
+    }
+
+    /// With `statestore.cache.max.bytes` set (Kafka's default is 10 MiB; 0
+    /// turns the record caches off), to see eviction or uncached updates.
+    pub fn with_cache_max_bytes(
+        topology: Topology,
+        backend: StoreBackend,
+        cache_max_bytes: usize,
+    ) -> Result<Self> {
+        Self::build(
+            topology,
+            backend,
+            DeserializationHandler::LogAndFail,
+            0,
+            cache_max_bytes,
+        )
+    }
+
+    fn build(
+        topology: Topology,
+        backend: StoreBackend,
+        handler: DeserializationHandler,
+        wall_clock_ms: i64,
+        cache_max_bytes: usize,
+    ) -> Result<Self> {
         let application_id = "test-driver".to_string();
         let topology = Arc::new(topology);
         let dir = tempfile::tempdir().map_err(|e| {
             StreamsError::IllegalState(format!("test driver: no temporary state dir: {e}"))
         })?;
         let mut tasks = BTreeMap::new();
+        // The driver flushes the caches after every piped record, as
+        // Kafka's TopologyTestDriver commits after each one.
+        let cache_budget = (cache_max_bytes > 0).then(|| CacheBudget::new(cache_max_bytes));
         for st in &topology.subtopologies {
             let id = TaskId::new(st.id, 0);
-            let opened =
-                crate::state_manager::open(&topology, id, &application_id, dir.path(), backend)?;
+            let opened = crate::state_manager::open(
+                &topology,
+                id,
+                &application_id,
+                dir.path(),
+                backend,
+                cache_budget.as_ref(),
+            )?;
             let partitions: Vec<(String, i32)> = st
                 .source_topics
                 .iter()
@@ -145,10 +181,22 @@ impl TopologyTestDriver {
         for _ in 0..1_000_000 {
             let mut busy = false;
             let ids: Vec<u32> = self.tasks.keys().copied().collect();
-            for id in ids {
-                let task = self.tasks.get_mut(&id).expect("listed");
+            for id in &ids {
+                let task = self.tasks.get_mut(id).expect("listed");
                 busy |= task.process_one()?;
                 let out = task.take_out();
+                self.route(out)?;
+            }
+            if busy {
+                continue;
+            }
+            // Idle: commit, which flushes the record caches; what they
+            // forward may feed another sub-topology.
+            for id in &ids {
+                let task = self.tasks.get_mut(id).expect("listed");
+                task.flush_caches()?;
+                let out = task.take_out();
+                busy |= !out.is_empty();
                 self.route(out)?;
             }
             if !busy {

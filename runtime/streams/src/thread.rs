@@ -26,6 +26,7 @@ use rill_state::{Checkpoint, TaskDirLock};
 use tracing::{info, info_span, warn};
 
 use crate::assignor::{LocalInfo, StreamsAssignor};
+use crate::cache::CacheBudget;
 use crate::config::StreamsConfig;
 use crate::error::{Recovery, Result, StreamsError};
 use crate::metadata::{History, RebalanceEvent, HISTORY_LIMIT};
@@ -193,7 +194,16 @@ struct ActiveTask {
     persistent: bool,
     /// Changelog partition -> next offset (restored end, then written + 1).
     changelog_end: BTreeMap<(String, i32), i64>,
+    /// What the task's checkpoint file says now.
+    checkpointed: BTreeMap<(String, i32), i64>,
 }
+
+/// A commit writes a checkpoint (flushing the stores' memtables first) only
+/// once the changelogs moved this far past the last one, or when the task
+/// is suspended or closed: Kafka Streams' `OFFSET_DELTA_THRESHOLD_FOR_CHECKPOINT`.
+/// A crash in between restores from the older checkpoint, which the stores
+/// on disk still cover.
+const CHECKPOINT_DELTA: i64 = 10_000;
 
 /// What delivery callbacks report back to the thread.
 #[derive(Default)]
@@ -221,6 +231,9 @@ pub(crate) struct TaskManager {
     fatal: Option<StreamsError>,
     /// topic -> sub-topology reading it (regex matching is not per record).
     topic_cache: Mutex<std::collections::HashMap<String, Option<u32>>>,
+    /// This thread's share of `statestore.cache.max.bytes` (KIP-63), used
+    /// by its tasks' record caches; `None` when caching is off.
+    cache_budget: Option<Arc<CacheBudget>>,
 }
 
 fn now_ms() -> i64 {
@@ -236,7 +249,11 @@ impl TaskManager {
             .map_err(|e| StreamsError::client("creating the stream thread's producer", e))?;
         let restore_consumer = Consumer::new(&c.restore_consumer_config(&ctx.client_id, ctx.index))
             .map_err(|e| StreamsError::client("creating the restore consumer", e))?;
+        // Kafka splits the cache evenly over the stream threads.
+        let share = c.cache_max_bytes / c.num_stream_threads.max(1);
+        let cache_budget = (share > 0).then(|| CacheBudget::new(share));
         Ok(Self {
+            cache_budget,
             ctx,
             tasks: BTreeMap::new(),
             suspended: BTreeMap::new(),
@@ -358,6 +375,7 @@ impl TaskManager {
             &c.application_id,
             &c.state_dir,
             c.default_store,
+            self.cache_budget.as_ref(),
         )?;
         let mut task = StreamTask::new(
             id,
@@ -369,6 +387,7 @@ impl TaskManager {
             now_ms(),
         )?;
         let mut changelog_end = BTreeMap::new();
+        let mut checkpointed = BTreeMap::new();
         let listener = RestoreMetrics {
             metrics: &self.ctx.shared.metrics,
             user: self.ctx.restore_listener.as_deref(),
@@ -383,6 +402,7 @@ impl TaskManager {
                 Some(&listener),
             )?;
             changelog_end.insert((plan.topic.clone(), plan.partition), end);
+            checkpointed.insert((plan.topic.clone(), plan.partition), plan.from);
         }
         Ok(ActiveTask {
             task,
@@ -390,6 +410,7 @@ impl TaskManager {
             _lock: opened.lock,
             persistent: opened.persistent,
             changelog_end,
+            checkpointed,
         })
     }
 
@@ -481,8 +502,14 @@ impl TaskManager {
 
     /// Flush stores → flush producer → commit offsets → write checkpoints.
     fn commit(&mut self, consumer: &mut Consumer) -> Result<()> {
+        self.commit_with(consumer, false)
+    }
+
+    /// `checkpoint`: write every task's checkpoint whatever the delta (the
+    /// tasks are being suspended or closed).
+    fn commit_with(&mut self, consumer: &mut Consumer, checkpoint: bool) -> Result<()> {
         let started = Instant::now();
-        let r = self.commit_inner(consumer);
+        let r = self.commit_inner(consumer, checkpoint);
         let ns = started.elapsed().as_nanos() as u64;
         let m = &self.ctx.shared.metrics;
         m.commits.fetch_add(1, Ordering::Relaxed);
@@ -491,11 +518,18 @@ impl TaskManager {
         r
     }
 
-    fn commit_inner(&mut self, consumer: &mut Consumer) -> Result<()> {
+    fn commit_inner(&mut self, consumer: &mut Consumer, checkpoint: bool) -> Result<()> {
         self.commit_requested = false;
+        // Record caches first: what they flush is part of this commit.
+        let ids: Vec<TaskId> = self.tasks.keys().copied().collect();
+        for id in ids {
+            let t = self.tasks.get_mut(&id).expect("listed");
+            t.task.flush_caches()?;
+            let out = t.task.take_out();
+            self.send(out)?;
+        }
         let mut offsets = BTreeMap::new();
         for t in self.tasks.values_mut() {
-            t.task.flush_stores()?;
             for ((topic, p), o) in t.task.consumed() {
                 offsets.insert(
                     TopicPartition::new(topic.clone(), *p),
@@ -529,11 +563,11 @@ impl TaskManager {
                     e => classify_client_error(&self.ctx, "committing offsets", e),
                 })?;
         }
-        self.write_checkpoints();
+        self.write_checkpoints(checkpoint);
         Ok(())
     }
 
-    fn write_checkpoints(&mut self) {
+    fn write_checkpoints(&mut self, enforce: bool) {
         let written = self
             .sends
             .written
@@ -549,11 +583,25 @@ impl TaskManager {
             let (true, Some(dir)) = (t.persistent, &t.dir) else {
                 continue;
             };
+            let delta: i64 = t
+                .changelog_end
+                .iter()
+                .map(|(tp, end)| end - t.checkpointed.get(tp).copied().unwrap_or(0))
+                .sum();
+            if delta == 0 || (!enforce && delta < CHECKPOINT_DELTA) {
+                continue;
+            }
+            // The stores must hold what the checkpoint claims before it says so.
+            if let Err(e) = t.task.flush_stores() {
+                warn!(task = %t.task.id, "could not flush the stores, no checkpoint: {e}");
+                continue;
+            }
             let cp = Checkpoint {
                 offsets: t.changelog_end.clone(),
             };
-            if let Err(e) = cp.write(dir) {
-                warn!(task = %t.task.id, "could not write the checkpoint: {e}");
+            match cp.write(dir) {
+                Ok(()) => t.checkpointed = t.changelog_end.clone(),
+                Err(e) => warn!(task = %t.task.id, "could not write the checkpoint: {e}"),
             }
         }
     }
@@ -572,7 +620,7 @@ impl TaskManager {
         if partitions.is_empty() {
             return;
         }
-        if let Err(e) = self.commit(consumer) {
+        if let Err(e) = self.commit_with(consumer, true) {
             warn!(thread = %self.ctx.name, "commit before revocation failed ({e}); the uncommitted records will be processed again");
         }
         let revoked: BTreeSet<TaskId> = partitions
@@ -739,7 +787,7 @@ impl TaskManager {
 
     fn close_all(&mut self, consumer: Option<&mut Consumer>) -> Result<()> {
         let r = match consumer {
-            Some(c) if !self.tasks.is_empty() => self.commit(c),
+            Some(c) if !self.tasks.is_empty() => self.commit_with(c, true),
             _ => Ok(()),
         };
         let ids: Vec<TaskId> = self

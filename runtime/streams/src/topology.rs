@@ -91,6 +91,10 @@ pub struct StoreDef {
     pub backend: Option<StoreBackend>,
     /// Whether writes go to `<app>-<name>-changelog`.
     pub logged: bool,
+    /// Whether a record cache sits in front of the store (KIP-63): on for
+    /// DSL aggregations unless `Materialized::with_caching_disabled`; off for
+    /// stores added with `add_state_store` (Kafka's `StoreBuilder` default).
+    pub cached: bool,
 }
 
 /// One sub-topology: its nodes and topics.

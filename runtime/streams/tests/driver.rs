@@ -38,7 +38,11 @@ fn wordcount_counts_through_a_repartition_on_both_store_backends() {
         input.pipe(&None, &"a b a".to_string(), 10).unwrap();
         input.pipe(&None, &"b c".to_string(), 20).unwrap();
         let out = d.read_output("counts-out", &s(), &Serdes::i64()).unwrap();
-        let expect: Vec<(String, i64)> = [("a", 1), ("b", 1), ("a", 2), ("b", 2), ("c", 1)]
+        // The record cache (on by default) sends one update per word and
+        // piped line, in the order the words were first counted: "a b a"
+        // gives a=2, b=1 (as Kafka's TopologyTestDriver, which commits after
+        // every input record).
+        let expect: Vec<(String, i64)> = [("a", 2), ("b", 1), ("b", 2), ("c", 1)]
             .iter()
             .map(|(w, n)| (w.to_string(), *n))
             .collect();
@@ -53,6 +57,76 @@ fn wordcount_counts_through_a_repartition_on_both_store_backends() {
         // The repartition topic carried every word.
         let rep = format!("{}-counts-repartition", d.application_id());
         assert_eq!(d.read_output(&rep, &s(), &s()).unwrap().len(), 5);
+    }
+}
+
+fn counts(pairs: &[(&str, i64)]) -> Vec<(String, i64)> {
+    pairs.iter().map(|(w, n)| (w.to_string(), *n)).collect()
+}
+
+#[test]
+fn without_a_record_cache_every_update_is_forwarded() {
+    for backend in [StoreBackend::InMemory, StoreBackend::RocksDb] {
+        // Off through the budget, and off through Materialized.
+        let b = StreamsBuilder::new();
+        b.stream(&["lines"], Consumed::with(Serdes::nullable(s()), s()))
+            .flat_map_values(|l: &String| l.split(' ').map(str::to_string).collect::<Vec<_>>())
+            .group_by(|_, w: &String| w.clone(), Grouped::with(s(), s()))
+            .count(
+                Materialized::as_store("counts")
+                    .with_backend(backend)
+                    .with_caching_disabled(),
+            )
+            .to_stream()
+            .to("counts-out", Produced::with(s(), Serdes::i64()));
+        for (mut d, how) in [
+            (
+                TopologyTestDriver::with_cache_max_bytes(wordcount_topology(backend), backend, 0)
+                    .unwrap(),
+                "statestore.cache.max.bytes=0",
+            ),
+            (
+                TopologyTestDriver::new(b.build().unwrap()).unwrap(),
+                "with_caching_disabled",
+            ),
+        ] {
+            let mut input = d.input_topic("lines", Serdes::nullable(s()), s());
+            input.pipe(&None, &"a b a".to_string(), 10).unwrap();
+            let out = d.read_output("counts-out", &s(), &Serdes::i64()).unwrap();
+            assert_eq!(
+                out,
+                counts(&[("a", 1), ("b", 1), ("a", 2)]),
+                "{backend:?} {how}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_full_record_cache_evicts_least_recently_used_entries_downstream() {
+    for backend in [StoreBackend::InMemory, StoreBackend::RocksDb] {
+        // Room for two entries: 1-byte word + 8-byte count + 64 bytes of
+        // bookkeeping each.
+        let mut d =
+            TopologyTestDriver::with_cache_max_bytes(wordcount_topology(backend), backend, 150)
+                .unwrap();
+        let mut input = d.input_topic("lines", Serdes::nullable(s()), s());
+        input.pipe(&None, &"a b c a".to_string(), 10).unwrap();
+        // c evicts a (a=1 goes out), the second a reads 1 back from the store
+        // and evicts b (b=1); the flush after the line sends c=1, then a=2.
+        let out = d.read_output("counts-out", &s(), &Serdes::i64()).unwrap();
+        assert_eq!(
+            out,
+            counts(&[("a", 1), ("b", 1), ("c", 1), ("a", 2)]),
+            "{backend:?}"
+        );
+        let mut store = d.store_entries("counts", &s(), &Serdes::i64()).unwrap();
+        store.sort();
+        assert_eq!(
+            store,
+            counts(&[("a", 2), ("b", 1), ("c", 1)]),
+            "{backend:?}"
+        );
     }
 }
 
@@ -200,6 +274,7 @@ fn processor_api_with_store_and_both_punctuations() {
         name: "seen".into(),
         backend: None,
         logged: true,
+        cached: false,
     });
     b.stream(&["in"], Consumed::with(s(), s()))
         .process(|| Batcher { wall: None }, &["seen"])

@@ -10,6 +10,8 @@
 //! Prints `RUNNING` on stdout once the application is Running, then runs
 //! until SIGTERM / SIGINT (clean close: static members stay in the group),
 //! until a REST shutdown stops it, or until it is killed.
+//! `--cache-bytes N` sets `statestore.cache.max.bytes` (default 10 MiB, 0:
+//! every count update reaches the output).
 //! `--application-server HOST:PORT` (port 0: any) starts the REST server
 //! and prints `REST <host:port>` first; `--rest-token T` enables its
 //! mutating endpoints.
@@ -170,6 +172,9 @@ fn main() {
         .set("heartbeat.interval.ms", 500);
     if let Some(id) = arg("--group-instance-id") {
         cfg = cfg.set("group.instance.id", id);
+    }
+    if let Some(bytes) = arg("--cache-bytes") {
+        cfg = cfg.set("statestore.cache.max.bytes", bytes);
     }
     if let Some(a) = arg("--application-server") {
         cfg = cfg.set("application.server", a);

@@ -1,0 +1,347 @@
+//! The record cache in front of DSL state stores (Kafka Streams' `ThreadCache`
+//! and `CachingKeyValueStore`, KIP-63).
+//!
+//! An aggregation writes its new value into the cache instead of the store;
+//! the store, its changelog and the downstream nodes see a key's value only
+//! when the entry is flushed: at commit (every dirty entry, in the order the
+//! keys became dirty, like Kafka's `NamedCache`) or when the stream thread's cache is over its budget (the
+//! least recently used entries of the cache being written are evicted). So a
+//! key updated a thousand times between two commits costs one store write,
+//! one changelog record and one downstream record, as in Kafka Streams with
+//! its default `statestore.cache.max.bytes` of 10 MiB.
+//!
+//! Invariants:
+//! - reads see the cache first (processors and interactive queries alike), so
+//!   a cached value is never older than the store's;
+//! - a dirty entry leaves the cache only through [`RecordCache::evict`] or
+//!   [`RecordCache::flush_dirty`], which return it for the store, the
+//!   changelog and the downstream nodes: nothing is dropped;
+//! - the budget (`statestore.cache.max.bytes` / number of stream threads) is
+//!   shared by every cache of one stream thread; the bytes counted per entry
+//!   are key + value + a fixed overhead, like Kafka's `LRUCacheEntry::size`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::processor::Headers;
+
+/// Bookkeeping bytes counted per entry besides key and value.
+const ENTRY_OVERHEAD: usize = 64;
+
+/// One stream thread's cache budget, shared by its tasks' caches.
+#[derive(Debug)]
+pub(crate) struct CacheBudget {
+    max_bytes: usize,
+    used: AtomicUsize,
+}
+
+impl CacheBudget {
+    pub fn new(max_bytes: usize) -> Arc<Self> {
+        Arc::new(Self {
+            max_bytes,
+            used: AtomicUsize::new(0),
+        })
+    }
+    fn over(&self) -> bool {
+        self.used.load(Ordering::Relaxed) > self.max_bytes
+    }
+    #[cfg(test)]
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+}
+
+/// A key's latest write, and the record context it came with (the
+/// timestamp and headers the downstream record will carry).
+#[derive(Debug, Clone)]
+pub(crate) struct CacheEntry {
+    /// `None`: the key was deleted.
+    pub value: Option<Bytes>,
+    pub dirty: bool,
+    pub timestamp: i64,
+    pub headers: Headers,
+    /// Position in the LRU order.
+    seq: u64,
+    /// Position in the dirty list while dirty.
+    dirty_at: Option<u64>,
+}
+
+impl CacheEntry {
+    fn size(key: &[u8], value: &Option<Bytes>) -> usize {
+        key.len() + value.as_ref().map_or(0, |v| v.len()) + ENTRY_OVERHEAD
+    }
+}
+
+/// A dirty entry on its way to the store, the changelog and downstream.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Flushed {
+    pub key: Bytes,
+    pub value: Option<Bytes>,
+    pub timestamp: i64,
+    pub headers: Headers,
+}
+
+/// One store's cache (Kafka's `NamedCache`).
+#[derive(Debug)]
+pub(crate) struct RecordCache {
+    entries: HashMap<Bytes, CacheEntry>,
+    /// seq -> key, least recently used first.
+    order: BTreeMap<u64, Bytes>,
+    next_seq: u64,
+    /// Keys in the order they became dirty since the last flush; an item
+    /// whose entry no longer carries its position is stale and skipped.
+    dirty: Vec<(u64, Bytes)>,
+    bytes: usize,
+    budget: Arc<CacheBudget>,
+}
+
+impl RecordCache {
+    pub fn new(budget: Arc<CacheBudget>) -> Self {
+        Self {
+            entries: HashMap::new(),
+            order: BTreeMap::new(),
+            next_seq: 0,
+            dirty: Vec::new(),
+            bytes: 0,
+            budget,
+        }
+    }
+
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// The cached entry of `key`, if any (marks it recently used).
+    pub fn get(&mut self, key: &[u8]) -> Option<&CacheEntry> {
+        let seq = self.next_seq;
+        let e = self.entries.get_mut(key)?;
+        self.next_seq += 1;
+        let k = self
+            .order
+            .remove(&e.seq)
+            .expect("every entry is in the order");
+        self.order.insert(seq, k);
+        e.seq = seq;
+        Some(e)
+    }
+
+    /// The entry of `key` without touching the LRU order (for queries).
+    pub fn peek(&self, key: &[u8]) -> Option<&CacheEntry> {
+        self.entries.get(key)
+    }
+
+    /// Every entry whose key satisfies `keep`, in key order.
+    pub fn entries_where(&self, keep: impl Fn(&[u8]) -> bool) -> Vec<(Bytes, Option<Bytes>)> {
+        let mut out: Vec<_> = self
+            .entries
+            .iter()
+            .filter(|(k, _)| keep(k))
+            .map(|(k, e)| (k.clone(), e.value.clone()))
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// Records a write (`dirty`) or a value written through to the store
+    /// (clean).
+    pub fn put(
+        &mut self,
+        key: Bytes,
+        value: Option<Bytes>,
+        dirty: bool,
+        timestamp: i64,
+        headers: Headers,
+    ) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let size = CacheEntry::size(&key, &value);
+        let mut entry = CacheEntry {
+            value,
+            dirty,
+            timestamp,
+            headers,
+            seq,
+            dirty_at: None,
+        };
+        if let Some(old) = self.entries.remove(&key) {
+            self.order.remove(&old.seq);
+            self.shrink(CacheEntry::size(&key, &old.value));
+            // A key keeps its place in the dirty list while it stays dirty;
+            // a clean write-through replaces the pending value (it is newer).
+            if dirty {
+                entry.dirty_at = old.dirty_at;
+            }
+        }
+        if dirty && entry.dirty_at.is_none() {
+            entry.dirty_at = Some(seq);
+            self.dirty.push((seq, key.clone()));
+        }
+        self.entries.insert(key.clone(), entry);
+        self.order.insert(seq, key);
+        self.bytes += size;
+        self.budget.used.fetch_add(size, Ordering::Relaxed);
+    }
+
+    fn shrink(&mut self, size: usize) {
+        self.bytes -= size;
+        self.budget.used.fetch_sub(size, Ordering::Relaxed);
+    }
+
+    /// While the thread's caches are over budget, removes this cache's least
+    /// recently used entries; returns the dirty ones, oldest first.
+    pub fn evict(&mut self) -> Vec<Flushed> {
+        let mut out = Vec::new();
+        while self.budget.over() {
+            let Some((_, key)) = self.order.pop_first() else {
+                break;
+            };
+            let e = self
+                .entries
+                .remove(&key)
+                .expect("every ordered key has an entry");
+            self.shrink(CacheEntry::size(&key, &e.value));
+            if e.dirty {
+                out.push(Flushed {
+                    key,
+                    value: e.value,
+                    timestamp: e.timestamp,
+                    headers: e.headers,
+                });
+            }
+        }
+        out
+    }
+
+    /// Every dirty entry, in the order the keys became dirty; they stay
+    /// cached, clean.
+    pub fn flush_dirty(&mut self) -> Vec<Flushed> {
+        let mut out = Vec::new();
+        for (at, key) in std::mem::take(&mut self.dirty) {
+            let Some(e) = self.entries.get_mut(&key) else {
+                continue;
+            };
+            if e.dirty_at != Some(at) {
+                continue;
+            }
+            e.dirty = false;
+            e.dirty_at = None;
+            out.push(Flushed {
+                key,
+                value: e.value.clone(),
+                timestamp: e.timestamp,
+                headers: std::mem::take(&mut e.headers),
+            });
+        }
+        out
+    }
+
+    /// Drops every entry (the store was wiped, or the task is closing).
+    pub fn clear(&mut self) {
+        let bytes = self.bytes;
+        self.shrink(bytes);
+        self.entries.clear();
+        self.order.clear();
+        self.dirty.clear();
+    }
+}
+
+impl Drop for RecordCache {
+    fn drop(&mut self) {
+        // The budget outlives a closed task's cache.
+        self.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(s: &str) -> Bytes {
+        Bytes::copy_from_slice(s.as_bytes())
+    }
+
+    #[test]
+    fn flush_order_is_the_order_keys_became_dirty_not_recency() {
+        let mut c = RecordCache::new(CacheBudget::new(1 << 20));
+        c.put(b("a"), Some(b("1")), true, 1, Vec::new());
+        c.put(b("b"), Some(b("1")), true, 2, Vec::new());
+        c.put(b("a"), Some(b("2")), true, 3, Vec::new());
+        let keys: Vec<Bytes> = c.flush_dirty().into_iter().map(|f| f.key).collect();
+        assert_eq!(keys, vec![b("a"), b("b")]);
+    }
+
+    #[test]
+    fn repeated_writes_flush_once_with_the_latest_value_and_context() {
+        let budget = CacheBudget::new(1 << 20);
+        let mut c = RecordCache::new(budget.clone());
+        for (i, v) in ["1", "2", "3"].iter().enumerate() {
+            c.put(b("k"), Some(b(v)), true, i as i64, Vec::new());
+        }
+        c.put(b("j"), Some(b("x")), true, 7, Vec::new());
+        let flushed = c.flush_dirty();
+        assert_eq!(
+            flushed,
+            vec![
+                Flushed {
+                    key: b("k"),
+                    value: Some(b("3")),
+                    timestamp: 2,
+                    headers: Vec::new()
+                },
+                Flushed {
+                    key: b("j"),
+                    value: Some(b("x")),
+                    timestamp: 7,
+                    headers: Vec::new()
+                },
+            ]
+        );
+        // Flushed entries stay readable and clean: a second flush has nothing.
+        assert_eq!(c.peek(b"k").unwrap().value, Some(b("3")));
+        assert!(c.flush_dirty().is_empty());
+        assert_eq!(budget.used(), 2 * ENTRY_OVERHEAD + 1 + 1 + 1 + 1);
+    }
+
+    #[test]
+    fn over_budget_evicts_least_recently_used_and_returns_only_dirty_entries() {
+        // Room for two entries of 1-byte key + 1-byte value.
+        let budget = CacheBudget::new(2 * (ENTRY_OVERHEAD + 2));
+        let mut c = RecordCache::new(budget.clone());
+        c.put(b("a"), Some(b("1")), true, 1, Vec::new());
+        c.put(b("b"), Some(b("2")), false, 2, Vec::new()); // clean (read from the store)
+        assert!(c.evict().is_empty());
+        c.get(b"a"); // a is now more recent than b
+        c.put(b("c"), Some(b("3")), true, 3, Vec::new());
+        // b is the LRU entry and clean: evicted without a flush.
+        assert!(c.evict().is_empty());
+        assert!(c.peek(b"b").is_none());
+        c.put(b("d"), Some(b("4")), true, 4, Vec::new());
+        // a is next: dirty, so it comes back for the store.
+        let out = c.evict();
+        assert_eq!(out.len(), 1);
+        assert_eq!((out[0].key.clone(), out[0].timestamp), (b("a"), 1));
+        assert_eq!(c.len(), 2);
+        assert_eq!(budget.used(), 2 * (ENTRY_OVERHEAD + 2));
+    }
+
+    #[test]
+    fn write_through_supersedes_a_cached_write_and_drop_returns_the_budget() {
+        let budget = CacheBudget::new(1 << 20);
+        {
+            let mut c = RecordCache::new(budget.clone());
+            // A write-through after a cached write leaves nothing to flush.
+            c.put(b("k"), Some(b("old")), true, 1, Vec::new());
+            c.put(b("k"), Some(b("new")), false, 1, Vec::new());
+            assert!(c.flush_dirty().is_empty());
+            c.put(b("k"), Some(b("newer")), true, 2, Vec::new());
+            assert_eq!(c.flush_dirty()[0].value, Some(b("newer")));
+            c.put(b("gone"), None, true, 2, Vec::new());
+            assert_eq!(c.entries_where(|_| true).len(), 2);
+        }
+        assert_eq!(budget.used(), 0);
+    }
+}
