@@ -10,6 +10,7 @@
 //! Prints `RUNNING` on stdout once the application is Running, then runs
 //! until SIGTERM / SIGINT (clean close: static members stay in the group),
 //! until a REST shutdown stops it, or until it is killed.
+//! `RILL_APP_CONFIG=k=v,k2=v2` sets any Rill config key (bench experiments).
 //! `--cache-bytes N` sets `statestore.cache.max.bytes` (default 10 MiB, 0:
 //! every count update reaches the output).
 //! `--application-server HOST:PORT` (port 0: any) starts the REST server
@@ -175,6 +176,12 @@ fn main() {
     }
     if let Some(bytes) = arg("--cache-bytes") {
         cfg = cfg.set("statestore.cache.max.bytes", bytes);
+    }
+    // Experiments from the benches: `RILL_APP_CONFIG="producer.batch.size=65536,..."`.
+    for kv in std::env::var("RILL_APP_CONFIG").unwrap_or_default().split(',') {
+        if let Some((k, v)) = kv.split_once('=') {
+            cfg = cfg.set(k.trim(), v.trim());
+        }
     }
     if let Some(a) = arg("--application-server") {
         cfg = cfg.set("application.server", a);
