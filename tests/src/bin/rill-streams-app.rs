@@ -178,7 +178,10 @@ fn main() {
         cfg = cfg.set("statestore.cache.max.bytes", bytes);
     }
     // Experiments from the benches: `RILL_APP_CONFIG="producer.batch.size=65536,..."`.
-    for kv in std::env::var("RILL_APP_CONFIG").unwrap_or_default().split(',') {
+    for kv in std::env::var("RILL_APP_CONFIG")
+        .unwrap_or_default()
+        .split(',')
+    {
         if let Some((k, v)) = kv.split_once('=') {
             cfg = cfg.set(k.trim(), v.trim());
         }
