@@ -9,9 +9,12 @@
 //!   seek, a revocation, a pause that dropped its buffer) is discarded, so a
 //!   stale answer never moves a position;
 //! - positions advance only as records are returned to the application;
-//! - a partition with buffered records is not fetched again until they are
-//!   returned (memory stays bounded by `max.partition.fetch.bytes` per
-//!   partition).
+//! - a partition with one buffered answer is fetched again from the offset
+//!   after it (one answer ahead, so the next one is on the wire while the
+//!   application works through the buffer); with two it is not fetched
+//!   (memory stays bounded by two `max.partition.fetch.bytes` per
+//!   partition). An answer is used only if it starts where the buffered
+//!   records, or the position, end.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -96,6 +99,22 @@ impl Fetcher {
         self.buffered.iter().any(|(t, r)| t == tp && !r.is_empty())
     }
 
+    /// Where the next fetch of `tp` starts (after its buffered records, else
+    /// at `position`), and how many answers it has buffered.
+    fn next_fetch(&self, tp: &TopicPartition, position: i64) -> (i64, usize) {
+        let mut next = position;
+        let mut chunks = 0;
+        for (t, r) in &self.buffered {
+            if t == tp {
+                if let Some(last) = r.back() {
+                    next = last.offset + 1;
+                    chunks += 1;
+                }
+            }
+        }
+        (next, chunks)
+    }
+
     /// Drops buffered records of partitions (seek, revoke, unsubscribe).
     pub fn clear(&mut self, tp: Option<&TopicPartition>) {
         match tp {
@@ -134,7 +153,16 @@ impl Fetcher {
             let Some(state) = subs.assignment.get(&pf.tp) else {
                 continue;
             };
-            if state.position != Some(pf.fetch_offset) || self.has_buffered(&pf.tp) {
+            let Some(position) = state.position else {
+                continue;
+            };
+            let (expected, chunks) = self.next_fetch(&pf.tp, position);
+            if expected != pf.fetch_offset {
+                continue;
+            }
+            if pf.error != 0 && chunks > 0 {
+                // A fetch ahead failed: the buffered records are still good;
+                // the partition is fetched again once they are returned.
                 continue;
             }
             if pf.error != 0 {
@@ -210,8 +238,11 @@ impl Fetcher {
         let meta = cluster.metadata();
         let mut by_node: BTreeMap<i32, Vec<(TopicPartition, i64, i32)>> = BTreeMap::new();
         for (tp, st) in &subs.assignment {
-            let Some(pos) = st.position else { continue };
-            if st.paused || self.has_buffered(tp) {
+            let Some(position) = st.position else {
+                continue;
+            };
+            let (pos, chunks) = self.next_fetch(tp, position);
+            if st.paused || chunks >= 2 {
                 continue;
             }
             let Some(leader) = meta.leader(&tp.topic, tp.partition) else {
@@ -382,4 +413,80 @@ fn parse(pf: &PartitionFetch, cfg: &ConsumerConfig) -> Result<VecDeque<ConsumerR
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::consumer::{PartitionState, SubscriptionKind};
+    use rill_protocol::records::{encode_records, set_base_offset, simple_record, Compression};
+
+    /// A batch of `count` records at offsets `base..base + count`.
+    fn batch(base: i64, count: i64) -> Bytes {
+        let recs: Vec<_> = (0..count)
+            .map(|i| simple_record(i, 1, None, Some(Bytes::from(format!("v{}", base + i)))))
+            .collect();
+        let mut b = encode_records(&recs, Compression::None).unwrap().to_vec();
+        set_base_offset(&mut b, base);
+        Bytes::from(b)
+    }
+
+    fn answer(tp: &TopicPartition, fetch_offset: i64, records: Bytes) -> FetchAnswer {
+        FetchAnswer {
+            node: 1,
+            result: Ok(vec![PartitionFetch {
+                tp: tp.clone(),
+                fetch_offset,
+                error: 0,
+                high_watermark: 100,
+                records,
+            }]),
+        }
+    }
+
+    #[test]
+    fn fetches_one_answer_ahead_and_keeps_offsets_in_order() {
+        let tp = TopicPartition::new("t", 0);
+        let mut subs = Subscriptions {
+            kind: SubscriptionKind::Assigned,
+            topics: Default::default(),
+            pattern: None,
+            assignment: BTreeMap::from([(
+                tp.clone(),
+                PartitionState {
+                    position: Some(0),
+                    ..Default::default()
+                },
+            )]),
+        };
+        let cfg = ConsumerConfig::from_config(
+            &crate::ClientConfig::new().set("bootstrap.servers", "127.0.0.1:1"),
+        )
+        .unwrap();
+        let mut f = Fetcher::default();
+        f.process(answer(&tp, 0, batch(0, 3)), &subs, &cfg);
+        // One answer buffered: the next fetch starts after it.
+        assert_eq!(f.next_fetch(&tp, 0), (3, 1));
+        f.process(answer(&tp, 3, batch(3, 3)), &subs, &cfg);
+        assert_eq!(f.next_fetch(&tp, 0), (6, 2));
+        // A stale answer (from before the buffered one) is not used.
+        f.process(answer(&tp, 3, batch(3, 3)), &subs, &cfg);
+        assert_eq!(f.next_fetch(&tp, 0), (6, 2));
+        let got: Vec<i64> = f.take(4, &mut subs).iter().map(|r| r.offset).collect();
+        assert_eq!(got, vec![0, 1, 2, 3]);
+        assert_eq!(subs.assignment[&tp].position, Some(4));
+        assert_eq!(f.next_fetch(&tp, 4), (6, 1));
+        let got: Vec<i64> = f.take(10, &mut subs).iter().map(|r| r.offset).collect();
+        assert_eq!(got, vec![4, 5]);
+        assert_eq!(f.next_fetch(&tp, 6), (6, 0));
+        // An error on a fetch ahead leaves the buffered records alone.
+        f.process(answer(&tp, 6, batch(6, 2)), &subs, &cfg);
+        let mut failed = answer(&tp, 8, Bytes::new());
+        if let Ok(parts) = failed.result.as_mut() {
+            parts[0].error = ErrorCode::OffsetOutOfRange.code();
+        }
+        let fx = f.process(failed, &subs, &cfg);
+        assert!(fx.out_of_range.is_empty());
+        assert_eq!(f.next_fetch(&tp, 6), (8, 1));
+    }
 }
