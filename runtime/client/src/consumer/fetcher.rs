@@ -95,10 +95,6 @@ impl Fetcher {
         self.high_watermarks.get(tp).copied()
     }
 
-    pub fn has_buffered(&self, tp: &TopicPartition) -> bool {
-        self.buffered.iter().any(|(t, r)| t == tp && !r.is_empty())
-    }
-
     /// Where the next fetch of `tp` starts (after its buffered records, else
     /// at `position`), and how many answers it has buffered.
     fn next_fetch(&self, tp: &TopicPartition, position: i64) -> (i64, usize) {
