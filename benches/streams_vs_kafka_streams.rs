@@ -520,6 +520,30 @@ fn wait_output(admin: &Admin, topic: &str, at_least: i64, within: Duration) {
     }
 }
 
+/// The word count (2 threads) with the record cache off on both runtimes:
+/// processing, not the commit cadence, is timed, and every update reaches
+/// the output, so the output's size tells how far the app is.
+fn start_uncached_wordcount(
+    runtime: Runtime,
+    bin: &Path,
+    bootstrap: &str,
+    t: &Topics,
+    state: &Path,
+    instance: Option<&str>,
+) -> Child {
+    start_app_as(
+        runtime,
+        bin,
+        bootstrap,
+        t,
+        "wordcount",
+        2,
+        state,
+        instance,
+        Some("0"),
+    )
+}
+
 /// Startup with checkpointed state, as in a rolling restart (static member
 /// back within its session timeout, so no rebalance and no empty-group
 /// delay): spawn → the new record's count in the output (ms).
@@ -529,39 +553,13 @@ fn startup_run(bin: &Path, bootstrap: &str, runtime: Runtime, tag: &str) -> f64 
     let expected = load(bootstrap, &t.input, 10_000, true, 1000, WORDS_PER_LINE);
     let state = tempfile::tempdir().unwrap();
     let id = format!("{}-static", t.app);
-    let mut child = start_app_as(
-        runtime,
-        bin,
-        bootstrap,
-        &t,
-        "wordcount",
-        2,
-        state.path(),
-        Some(&id),
-        // Processing, not the commit cadence, is timed: every update is
-        // sent at once (with the cache on, both runtimes would show their
-        // commit interval).
-        Some("0"),
-    );
+    let mut child = start_uncached_wordcount(runtime, bin, bootstrap, &t, state.path(), Some(&id));
     wait_output(&a, &t.output, expected, Duration::from_secs(300));
     std::thread::sleep(Duration::from_millis(1500)); // a commit writes the checkpoint
     stop(&mut child);
     load(bootstrap, &t.input, 1, true, 1000, 1);
     let spawned = Instant::now();
-    let mut child = start_app_as(
-        runtime,
-        bin,
-        bootstrap,
-        &t,
-        "wordcount",
-        2,
-        state.path(),
-        Some(&id),
-        // Processing, not the commit cadence, is timed: every update is
-        // sent at once (with the cache on, both runtimes would show their
-        // commit interval).
-        Some("0"),
-    );
+    let mut child = start_uncached_wordcount(runtime, bin, bootstrap, &t, state.path(), Some(&id));
     wait_output(&a, &t.output, expected + 1, Duration::from_secs(120));
     let ms = spawned.elapsed().as_secs_f64() * 1000.0;
     stop(&mut child);
@@ -588,33 +586,12 @@ fn restore_run(
         WORDS_PER_LINE,
     );
     let state = tempfile::tempdir().unwrap();
-    // Cache off: every update reaches the output, so its size tells when
-    // the changelog is complete.
-    let off = Some("0");
-    let mut child = start_app(
-        runtime,
-        bin,
-        bootstrap,
-        &t,
-        "wordcount",
-        2,
-        state.path(),
-        off,
-    );
+    let mut child = start_uncached_wordcount(runtime, bin, bootstrap, &t, state.path(), None);
     wait_output(&a, &t.output, expected, Duration::from_secs(900));
     std::thread::sleep(Duration::from_millis(1500));
     stop(&mut child);
     let fresh = tempfile::tempdir().unwrap();
-    let mut child = start_app(
-        runtime,
-        bin,
-        bootstrap,
-        &t,
-        "wordcount",
-        2,
-        fresh.path(),
-        off,
-    );
+    let mut child = start_uncached_wordcount(runtime, bin, bootstrap, &t, fresh.path(), None);
     let pid = child.id();
     let rx = lines_of(&mut child);
     let mut restored = 0u64;
