@@ -47,6 +47,13 @@ struct Shared {
     poisoned: Option<Error>,
 }
 
+/// A request written to a connection whose answer has not been read yet.
+pub struct PendingAnswer {
+    api: ApiKey,
+    version: i16,
+    rx: oneshot::Receiver<Result<Bytes>>,
+}
+
 /// A connection to one broker.
 pub struct Connection {
     /// Broker node id, or -1 for a bootstrap address.
@@ -203,9 +210,29 @@ impl Connection {
         body: RequestKind,
         timeout: Duration,
     ) -> Result<ResponseKind> {
-        let Some(rx) = self.write(api, version, &body, true).await? else {
-            return Err(self.poison_error());
-        };
+        let pending = self.start(api, version, body).await?;
+        self.answer(pending, timeout).await
+    }
+
+    /// Writes a request and returns its answer-to-come (await it with
+    /// [`Connection::answer`]). Requests started one after another on a
+    /// connection reach the broker in that order, which the idempotent
+    /// producer relies on to keep several batches of a partition in flight.
+    pub async fn start(
+        &self,
+        api: ApiKey,
+        version: i16,
+        body: RequestKind,
+    ) -> Result<PendingAnswer> {
+        match self.write(api, version, &body, true).await? {
+            Some(rx) => Ok(PendingAnswer { api, version, rx }),
+            None => Err(self.poison_error()),
+        }
+    }
+
+    /// Waits up to `timeout` for the answer to a started request.
+    pub async fn answer(&self, pending: PendingAnswer, timeout: Duration) -> Result<ResponseKind> {
+        let PendingAnswer { api, version, rx } = pending;
         let frame = match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(r)) => r?,
             Ok(Err(_)) => return Err(self.poison_error()),

@@ -1,6 +1,9 @@
 //! Fetching: one Fetch request in flight per broker, answers handed from the
-//! I/O tasks to the polling thread over a crossbeam channel, records parsed
-//! on the polling thread.
+//! I/O tasks to the polling thread over a crossbeam channel, records decoded
+//! on the polling thread one batch at a time as they are taken (Kafka's
+//! `CompletedFetch`): buffered answers stay in the compact form the broker
+//! sent, so a buffer of small records costs its wire size, not a
+//! `ConsumerRecord` per record.
 //!
 //! `poll` returns buffered records while the next fetches are already on the
 //! wire (Kafka's fetch pipelining). Invariants:
@@ -14,7 +17,10 @@
 //!   application works through the buffer); with two it is not fetched
 //!   (memory stays bounded by two `max.partition.fetch.bytes` per
 //!   partition). An answer is used only if it starts where the buffered
-//!   records, or the position, end.
+//!   records, or the position, end;
+//! - once a buffered answer is used up the position moves to the offset
+//!   after its last batch, also past batches that return nothing (control
+//!   batches, records compacted away), as Kafka's consumer does.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -26,7 +32,7 @@ use rill_protocol::kafka_protocol::messages::{
     BrokerId, FetchRequest,
 };
 use rill_protocol::kafka_protocol::records::{RecordBatchDecoder, TimestampType};
-use rill_protocol::records::{validate_batch, BatchIter};
+use rill_protocol::records::{validate_batch, BatchError, BatchHeader, BatchIter};
 use rill_protocol::{ApiKey, ErrorCode, RequestKind, ResponseKind};
 use tracing::debug;
 
@@ -69,11 +75,84 @@ pub struct Fetcher {
     tx: Sender<FetchAnswer>,
     rx: Receiver<FetchAnswer>,
     in_flight: HashSet<i32>,
-    /// Parsed records per partition, in fetch order.
-    buffered: VecDeque<(TopicPartition, VecDeque<ConsumerRecord>)>,
+    /// Fetched answers per partition, in fetch order.
+    buffered: VecDeque<BufferedFetch>,
     /// The last high watermark each partition's leader reported (for lag,
     /// Kafka's `records-lag` metric).
     high_watermarks: std::collections::HashMap<TopicPartition, i64>,
+}
+
+/// One partition's part of an answer, kept as the broker sent it and decoded
+/// one batch at a time as its records are taken.
+struct BufferedFetch {
+    tp: TopicPartition,
+    /// Whole batches not decoded yet.
+    raw: Bytes,
+    /// Records below this offset are not returned (a fetch may start in the
+    /// middle of a batch).
+    fetch_offset: i64,
+    /// The offset after the last whole batch: where the next fetch starts.
+    next_offset: i64,
+    /// Records of the batch being returned.
+    decoded: VecDeque<ConsumerRecord>,
+}
+
+impl BufferedFetch {
+    fn is_used_up(&self) -> bool {
+        self.decoded.is_empty() && self.raw.is_empty()
+    }
+
+    /// Decodes the next batch into `decoded` (skipping control batches and
+    /// records below the fetch offset). A batch that fails stays next.
+    fn decode_next(&mut self, check_crcs: bool) -> Result<()> {
+        let h = BatchHeader::parse(&self.raw).map_err(|e| self.corrupt(self.fetch_offset, &e))?;
+        let batch = self.raw.slice(..h.total_size().min(self.raw.len()));
+        if h.next_offset() <= self.fetch_offset || h.is_control() {
+            self.raw = self.raw.slice(batch.len()..);
+            return Ok(());
+        }
+        if check_crcs {
+            validate_batch(&batch, false).map_err(|e| self.corrupt(h.base_offset, &e))?;
+        }
+        let mut buf = batch.clone();
+        let set = RecordBatchDecoder::decode(&mut buf).map_err(|e| Error::Protocol {
+            broker: format!("leader of {}", self.tp),
+            reason: format!(
+                "undecodable record batch at offset {} of {}: {e}",
+                h.base_offset, self.tp
+            ),
+        })?;
+        self.raw = self.raw.slice(batch.len()..);
+        let epoch = (h.partition_leader_epoch >= 0).then_some(h.partition_leader_epoch);
+        for r in set.records {
+            if r.offset < self.fetch_offset {
+                continue;
+            }
+            self.decoded.push_back(ConsumerRecord {
+                topic: self.tp.topic.clone(),
+                partition: self.tp.partition,
+                offset: r.offset,
+                timestamp: r.timestamp,
+                log_append_time: r.timestamp_type == TimestampType::LogAppend,
+                key: r.key,
+                value: r.value,
+                headers: r
+                    .headers
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v))
+                    .collect(),
+                leader_epoch: epoch,
+            });
+        }
+        Ok(())
+    }
+
+    fn corrupt(&self, offset: i64, e: &dyn std::fmt::Display) -> Error {
+        Error::Protocol {
+            broker: format!("leader of {}", self.tp),
+            reason: format!("corrupt record batch at offset {offset} of {}: {e}", self.tp),
+        }
+    }
 }
 
 impl Default for Fetcher {
@@ -100,12 +179,10 @@ impl Fetcher {
     fn next_fetch(&self, tp: &TopicPartition, position: i64) -> (i64, usize) {
         let mut next = position;
         let mut chunks = 0;
-        for (t, r) in &self.buffered {
-            if t == tp {
-                if let Some(last) = r.back() {
-                    next = last.offset + 1;
-                    chunks += 1;
-                }
+        for b in &self.buffered {
+            if &b.tp == tp {
+                next = b.next_offset;
+                chunks += 1;
             }
         }
         (next, chunks)
@@ -114,7 +191,7 @@ impl Fetcher {
     /// Drops buffered records of partitions (seek, revoke, unsubscribe).
     pub fn clear(&mut self, tp: Option<&TopicPartition>) {
         match tp {
-            Some(tp) => self.buffered.retain(|(t, _)| t != tp),
+            Some(tp) => self.buffered.retain(|b| &b.tp != tp),
             None => self.buffered.clear(),
         }
     }
@@ -128,13 +205,9 @@ impl Fetcher {
         self.rx.try_recv().ok()
     }
 
-    /// Parses an answer into the buffer; returns what the consumer must do.
-    pub fn process(
-        &mut self,
-        answer: FetchAnswer,
-        subs: &Subscriptions,
-        cfg: &ConsumerConfig,
-    ) -> FetchEffects {
+    /// Buffers an answer (its batches' framing checked, records decoded
+    /// later by `take`); returns what the consumer must do.
+    pub fn process(&mut self, answer: FetchAnswer, subs: &Subscriptions) -> FetchEffects {
         self.in_flight.remove(&answer.node);
         let mut fx = FetchEffects::default();
         let parts = match answer.result {
@@ -180,9 +253,15 @@ impl Fetcher {
                 self.high_watermarks
                     .insert(pf.tp.clone(), pf.high_watermark);
             }
-            match parse(&pf, cfg) {
-                Ok(records) if !records.is_empty() => {
-                    self.buffered.push_back((pf.tp.clone(), records))
+            match whole_batches(&pf) {
+                Ok(Some((end, next_offset))) if next_offset > pf.fetch_offset => {
+                    self.buffered.push_back(BufferedFetch {
+                        raw: pf.records.slice(..end),
+                        tp: pf.tp,
+                        fetch_offset: pf.fetch_offset,
+                        next_offset,
+                        decoded: VecDeque::new(),
+                    })
                 }
                 Ok(_) => {}
                 Err(e) => fx.error = Some(e),
@@ -192,12 +271,19 @@ impl Fetcher {
     }
 
     /// Takes up to `max` records of fetchable partitions, advancing positions.
-    pub fn take(&mut self, max: usize, subs: &mut Subscriptions) -> Vec<ConsumerRecord> {
+    /// A batch that fails to decode (or its CRC check) is an error once the
+    /// records before it were returned; the position stays at it.
+    pub fn take(
+        &mut self,
+        max: usize,
+        subs: &mut Subscriptions,
+        cfg: &ConsumerConfig,
+    ) -> Result<Vec<ConsumerRecord>> {
         let mut out = Vec::new();
         let mut i = 0;
         while i < self.buffered.len() && out.len() < max {
-            let (tp, records) = &mut self.buffered[i];
-            let Some(state) = subs.assignment.get_mut(tp) else {
+            let b = &mut self.buffered[i];
+            let Some(state) = subs.assignment.get_mut(&b.tp) else {
                 self.buffered.remove(i);
                 continue;
             };
@@ -206,22 +292,35 @@ impl Fetcher {
                 continue;
             }
             while out.len() < max {
-                let Some(r) = records.pop_front() else {
-                    break;
-                };
-                state.position = Some(r.offset + 1);
-                if r.leader_epoch.is_some() {
-                    state.leader_epoch = r.leader_epoch;
+                if let Some(r) = b.decoded.pop_front() {
+                    state.position = Some(r.offset + 1);
+                    if r.leader_epoch.is_some() {
+                        state.leader_epoch = r.leader_epoch;
+                    }
+                    out.push(r);
+                    continue;
                 }
-                out.push(r);
+                if b.raw.is_empty() {
+                    break;
+                }
+                if let Err(e) = b.decode_next(cfg.check_crcs) {
+                    if out.is_empty() {
+                        self.buffered.remove(i);
+                        return Err(e);
+                    }
+                    return Ok(out);
+                }
             }
-            if records.is_empty() {
+            if b.is_used_up() {
+                if state.position.is_some_and(|p| p < b.next_offset) {
+                    state.position = Some(b.next_offset);
+                }
                 self.buffered.remove(i);
             } else {
                 i += 1;
             }
         }
-        out
+        Ok(out)
     }
 
     /// Sends a Fetch to every leader of fetchable partitions with none in flight.
@@ -346,59 +445,18 @@ async fn fetch(
     Ok(out)
 }
 
-/// Parses the record batches of one partition, from the fetch offset on.
-fn parse(pf: &PartitionFetch, cfg: &ConsumerConfig) -> Result<VecDeque<ConsumerRecord>> {
-    let mut out = VecDeque::new();
-    let bytes = &pf.records;
-    let mut iter = BatchIter::new(bytes);
+/// The length of the whole batches at the start of a partition's answer
+/// and the offset after the last of them (`None` when there is none). A
+/// batch cut off at the end is normal (`max.partition.fetch.bytes`); a
+/// malformed first batch is an error.
+fn whole_batches(pf: &PartitionFetch) -> Result<Option<(usize, i64)>> {
+    let mut iter = BatchIter::new(&pf.records);
+    let mut last = None;
     for (at, h) in iter.by_ref() {
-        if h.next_offset() <= pf.fetch_offset || h.is_control() {
-            continue;
-        }
-        let slice = bytes.slice(at..at + h.total_size());
-        if cfg.check_crcs {
-            validate_batch(&slice, false).map_err(|e| Error::Protocol {
-                broker: format!("leader of {}", pf.tp),
-                reason: format!(
-                    "corrupt record batch at offset {} of {}: {e}",
-                    h.base_offset, pf.tp
-                ),
-            })?;
-        }
-        let mut buf = slice;
-        let set = RecordBatchDecoder::decode(&mut buf).map_err(|e| Error::Protocol {
-            broker: format!("leader of {}", pf.tp),
-            reason: format!(
-                "undecodable record batch at offset {} of {}: {e}",
-                h.base_offset, pf.tp
-            ),
-        })?;
-        let epoch = (h.partition_leader_epoch >= 0).then_some(h.partition_leader_epoch);
-        for r in set.records {
-            if r.offset < pf.fetch_offset {
-                continue;
-            }
-            out.push_back(ConsumerRecord {
-                topic: pf.tp.topic.clone(),
-                partition: pf.tp.partition,
-                offset: r.offset,
-                timestamp: r.timestamp,
-                log_append_time: r.timestamp_type == TimestampType::LogAppend,
-                key: r.key,
-                value: r.value,
-                headers: r
-                    .headers
-                    .into_iter()
-                    .map(|(k, v)| (k.to_string(), v))
-                    .collect(),
-                leader_epoch: epoch,
-            });
-        }
+        last = Some((at + h.total_size(), h.next_offset()));
     }
-    // A batch cut off at the end of the answer is normal (max bytes); a
-    // corrupt one before any record was read is an error.
     if let Some((_, e)) = iter.stopped_at() {
-        if out.is_empty() && !matches!(e, rill_protocol::records::BatchError::Truncated { .. }) {
+        if last.is_none() && !matches!(e, BatchError::Truncated { .. }) {
             return Err(Error::Protocol {
                 broker: format!("leader of {}", pf.tp),
                 reason: format!(
@@ -408,7 +466,7 @@ fn parse(pf: &PartitionFetch, cfg: &ConsumerConfig) -> Result<VecDeque<ConsumerR
             });
         }
     }
-    Ok(out)
+    Ok(last)
 }
 
 #[cfg(test)]
@@ -440,10 +498,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn fetches_one_answer_ahead_and_keeps_offsets_in_order() {
-        let tp = TopicPartition::new("t", 0);
-        let mut subs = Subscriptions {
+    /// A subscription assigned `tp` at offset 0, and a consumer config.
+    fn assigned(tp: &TopicPartition) -> (Subscriptions, ConsumerConfig) {
+        let subs = Subscriptions {
             kind: SubscriptionKind::Assigned,
             topics: Default::default(),
             pattern: None,
@@ -459,30 +516,81 @@ mod tests {
             &crate::ClientConfig::new().set("bootstrap.servers", "127.0.0.1:1"),
         )
         .unwrap();
+        (subs, cfg)
+    }
+
+    #[test]
+    fn fetches_one_answer_ahead_and_keeps_offsets_in_order() {
+        let tp = TopicPartition::new("t", 0);
+        let (mut subs, cfg) = assigned(&tp);
         let mut f = Fetcher::default();
-        f.process(answer(&tp, 0, batch(0, 3)), &subs, &cfg);
+        f.process(answer(&tp, 0, batch(0, 3)), &subs);
         // One answer buffered: the next fetch starts after it.
         assert_eq!(f.next_fetch(&tp, 0), (3, 1));
-        f.process(answer(&tp, 3, batch(3, 3)), &subs, &cfg);
+        f.process(answer(&tp, 3, batch(3, 3)), &subs);
         assert_eq!(f.next_fetch(&tp, 0), (6, 2));
         // A stale answer (from before the buffered one) is not used.
-        f.process(answer(&tp, 3, batch(3, 3)), &subs, &cfg);
+        f.process(answer(&tp, 3, batch(3, 3)), &subs);
         assert_eq!(f.next_fetch(&tp, 0), (6, 2));
-        let got: Vec<i64> = f.take(4, &mut subs).iter().map(|r| r.offset).collect();
+        let got: Vec<i64> = f.take(4, &mut subs, &cfg).unwrap().iter().map(|r| r.offset).collect();
         assert_eq!(got, vec![0, 1, 2, 3]);
         assert_eq!(subs.assignment[&tp].position, Some(4));
         assert_eq!(f.next_fetch(&tp, 4), (6, 1));
-        let got: Vec<i64> = f.take(10, &mut subs).iter().map(|r| r.offset).collect();
+        let got: Vec<i64> = f.take(10, &mut subs, &cfg).unwrap().iter().map(|r| r.offset).collect();
         assert_eq!(got, vec![4, 5]);
         assert_eq!(f.next_fetch(&tp, 6), (6, 0));
         // An error on a fetch ahead leaves the buffered records alone.
-        f.process(answer(&tp, 6, batch(6, 2)), &subs, &cfg);
+        f.process(answer(&tp, 6, batch(6, 2)), &subs);
         let mut failed = answer(&tp, 8, Bytes::new());
         if let Ok(parts) = failed.result.as_mut() {
             parts[0].error = ErrorCode::OffsetOutOfRange.code();
         }
-        let fx = f.process(failed, &subs, &cfg);
+        let fx = f.process(failed, &subs);
         assert!(fx.out_of_range.is_empty());
         assert_eq!(f.next_fetch(&tp, 6), (8, 1));
+    }
+
+    #[test]
+    fn a_used_up_answer_moves_the_position_past_control_batches() {
+        let tp = TopicPartition::new("t", 0);
+        let (mut subs, cfg) = assigned(&tp);
+        // Records 0..2, then a transaction marker (control batch) at 2.
+        let mut marker = simple_record(0, 1, Some(Bytes::from_static(&[0, 0, 0, 1])), None);
+        marker.control = true;
+        marker.transactional = true;
+        let mut control = encode_records(&[marker], Compression::None).unwrap().to_vec();
+        set_base_offset(&mut control, 2);
+        let mut bytes = batch(0, 2).to_vec();
+        bytes.extend_from_slice(&control);
+        let mut f = Fetcher::default();
+        f.process(answer(&tp, 0, Bytes::from(bytes)), &subs);
+        assert_eq!(f.next_fetch(&tp, 0), (3, 1));
+        let got: Vec<i64> = f.take(10, &mut subs, &cfg).unwrap().iter().map(|r| r.offset).collect();
+        assert_eq!(got, vec![0, 1]);
+        // The marker is never returned, but the position is past it, so the
+        // next fetch does not ask for it again.
+        assert_eq!(subs.assignment[&tp].position, Some(3));
+        assert_eq!(f.next_fetch(&tp, 3), (3, 0));
+    }
+
+    #[test]
+    fn a_corrupt_batch_fails_after_the_records_before_it_and_keeps_its_position() {
+        let tp = TopicPartition::new("t", 0);
+        let (mut subs, cfg) = assigned(&tp);
+        let mut bad = batch(2, 2).to_vec();
+        let last = bad.len() - 1;
+        bad[last] ^= 0xff; // inside the records: the CRC no longer matches
+        let mut bytes = batch(0, 2).to_vec();
+        bytes.extend_from_slice(&bad);
+        let mut f = Fetcher::default();
+        let fx = f.process(answer(&tp, 0, Bytes::from(bytes)), &subs);
+        assert!(fx.error.is_none(), "framing is intact; the CRC is checked when decoding");
+        let got: Vec<i64> = f.take(10, &mut subs, &cfg).unwrap().iter().map(|r| r.offset).collect();
+        assert_eq!(got, vec![0, 1]);
+        let err = f.take(10, &mut subs, &cfg).unwrap_err().to_string();
+        assert!(err.contains("offset 2 of t-0"), "{err}");
+        assert_eq!(subs.assignment[&tp].position, Some(2));
+        // The bad answer is dropped: the next fetch asks for offset 2 again.
+        assert_eq!(f.next_fetch(&tp, 2), (2, 0));
     }
 }

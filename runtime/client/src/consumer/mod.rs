@@ -489,7 +489,9 @@ impl Consumer {
             while let Some(a) = self.fetcher.try_answer() {
                 self.handle_answer(a)?;
             }
-            let records = self.fetcher.take(self.cfg.max_poll_records, &mut self.subs);
+            let records = self
+                .fetcher
+                .take(self.cfg.max_poll_records, &mut self.subs, &self.cfg)?;
             self.fetcher
                 .send_fetches(&self.cluster, &self.subs, &self.cfg);
             if !records.is_empty() {
@@ -507,7 +509,7 @@ impl Consumer {
     }
 
     fn handle_answer(&mut self, a: fetcher::FetchAnswer) -> Result<()> {
-        let fx = self.fetcher.process(a, &self.subs, &self.cfg);
+        let fx = self.fetcher.process(a, &self.subs);
         for tp in fx.out_of_range {
             let Some(st) = self.subs.assignment.get_mut(&tp) else {
                 continue;

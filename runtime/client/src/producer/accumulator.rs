@@ -4,8 +4,18 @@
 //!
 //! Invariants: `buffer_used` is the sum of `reserved` over batches not yet
 //! completed; `incomplete` holds exactly the ids of those batches; a queue's
-//! `in_flight` is true while its front batch's request is outstanding (the
-//! batch is then out of the queue, owned by the request).
+//! `in_flight` holds the ids of its batches whose requests are outstanding
+//! (those batches are out of the queue, owned by the requests). Ids grow in
+//! creation order, so a partition's batches are queued, stamped with
+//! sequence numbers and sent in id order; a batch put back for a retry goes
+//! back to its place by id.
+//!
+//! In flight per partition: with idempotence up to
+//! `max.in.flight.requests.per.connection` batches (at most 5, Kafka's
+//! limit: the broker keeps the last five batches' sequences to detect
+//! duplicates), the order held by the sequence numbers; without it one, so
+//! a retry cannot overtake a later batch. A retried batch goes out alone
+//! (nothing of its partition in flight), as Kafka's sender does.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex};
@@ -158,7 +168,8 @@ pub struct ProducerBatch {
 #[derive(Default)]
 pub struct PartitionQueue {
     pub batches: VecDeque<ProducerBatch>,
-    pub in_flight: bool,
+    /// Ids of the batches whose requests are outstanding.
+    pub in_flight: Vec<u64>,
     pub next_sequence: i32,
 }
 
@@ -297,7 +308,20 @@ impl Accumulator {
     }
 
     pub fn in_flight(&self) -> bool {
-        self.queues.values().flatten().any(|q| q.in_flight)
+        self.queues.values().flatten().any(|q| !q.in_flight.is_empty())
+    }
+
+    /// Whether a batch of `b`'s partition created before it has no outcome
+    /// yet (in flight or queued for a retry): a broker refusing `b` with
+    /// OUT_OF_ORDER_SEQUENCE_NUMBER is then waiting for that one first.
+    pub fn has_earlier_unfinished(&self, b: &ProducerBatch) -> bool {
+        self.queues
+            .get(&b.tp.topic)
+            .and_then(|qs| qs.get(b.tp.partition.max(0) as usize))
+            .is_some_and(|q| {
+                q.in_flight.iter().any(|id| *id < b.id)
+                    || q.batches.front().is_some_and(|f| f.id < b.id)
+            })
     }
 
     pub fn is_idle(&self) -> bool {
@@ -325,9 +349,14 @@ impl Accumulator {
         }
         let closed = self.closed;
         let flush_up_to = self.flush_up_to;
+        let max_in_flight = if producer.is_some() {
+            cfg.max_in_flight_requests_per_connection.clamp(1, 5)
+        } else {
+            1
+        };
         for (topic, qs) in self.queues.iter_mut() {
             for (partition, q) in qs.iter_mut().enumerate() {
-                if q.in_flight {
+                if q.in_flight.len() >= max_in_flight {
                     continue;
                 }
                 // Expire what waited past delivery.timeout.ms.
@@ -339,6 +368,9 @@ impl Accumulator {
                 let Some(b) = q.batches.front() else {
                     continue;
                 };
+                if b.attempts > 0 && !q.in_flight.is_empty() {
+                    continue;
+                }
                 let full = q.batches.len() > 1 || b.builder.size_in_bytes() >= cfg.batch_size;
                 let linger_done = b.created + cfg.linger;
                 let ready_at = match b.retry_at {
@@ -379,7 +411,7 @@ impl Accumulator {
                     };
                     b.stamp = Some(seq);
                 }
-                q.in_flight = true;
+                q.in_flight.push(b.id);
                 out.by_leader.entry(leader).or_default().push(b);
             }
         }
@@ -389,7 +421,7 @@ impl Accumulator {
     /// A batch is done (written or failed for good).
     pub fn finish(&mut self, b: &ProducerBatch, result: Result<(i64, i64)>) {
         if let Some(q) = self.queue_mut(&b.tp) {
-            q.in_flight = false;
+            q.in_flight.retain(|id| *id != b.id);
         }
         if result.is_err() && self.idempotent && b.stamp.is_some_and(|s| s.0 >= 0) {
             self.reset_producer = true;
@@ -421,8 +453,9 @@ impl Accumulator {
         b.attempts += 1;
         b.retry_at = Some(Instant::now() + backoff);
         let q = queue_in(&mut self.queues, &b.tp.topic, b.tp.partition);
-        q.in_flight = false;
-        q.batches.push_front(b);
+        q.in_flight.retain(|id| *id != b.id);
+        let at = q.batches.iter().take_while(|q| q.id < b.id).count();
+        q.batches.insert(at, b);
     }
 
     fn release(&mut self, b: &ProducerBatch) {
@@ -460,5 +493,93 @@ impl Accumulator {
                 .complete(Err(Error::IllegalState(why.to_string())));
         }
         n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An idempotent accumulator (producer id 7) with `n` one-record batches
+    /// queued for t-0 (batch.size 1: every record gets a batch of its own).
+    fn with_batches(n: usize) -> (Accumulator, ProducerConfig) {
+        let cfg = ProducerConfig::from_config(
+            &crate::ClientConfig::new()
+                .set("bootstrap.servers", "127.0.0.1:1")
+                .set("batch.size", "1"),
+        )
+        .unwrap();
+        let mut acc = Accumulator::new(true);
+        acc.reset_to(7, 0);
+        for i in 0..n {
+            let v = format!("v{i}");
+            let _ = acc.append("t", 0, 1, None, Some(v.as_bytes()), &[], None, &cfg);
+        }
+        (acc, cfg)
+    }
+
+    /// Drains once; the ids and base sequences sent.
+    fn drain_once(acc: &mut Accumulator, cfg: &ProducerConfig) -> Vec<ProducerBatch> {
+        acc.drain(Instant::now(), cfg, |_, _| Some(1))
+            .by_leader
+            .remove(&1)
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn up_to_five_batches_of_a_partition_are_in_flight_in_sequence_order() {
+        let (mut acc, cfg) = with_batches(7);
+        let mut sent = Vec::new();
+        for _ in 0..7 {
+            sent.extend(drain_once(&mut acc, &cfg));
+        }
+        let seqs: Vec<i32> = sent.iter().map(|b| b.stamp.unwrap().2).collect();
+        assert_eq!(seqs, vec![0, 1, 2, 3, 4], "five in flight, then the partition waits");
+        acc.finish(&sent[0], Ok((0, -1)));
+        let next = drain_once(&mut acc, &cfg);
+        assert_eq!(next.len(), 1);
+        assert_eq!(next[0].stamp.unwrap().2, 5);
+    }
+
+    #[test]
+    fn a_retried_batch_goes_back_in_order_and_alone() {
+        let (mut acc, cfg) = with_batches(4);
+        let mut sent: Vec<ProducerBatch> = (0..4).flat_map(|_| drain_once(&mut acc, &cfg)).collect();
+        // The first batch fails retriably; the broker refuses the second as
+        // out of sequence: it waits for the first.
+        let second = sent.remove(1);
+        let first = sent.remove(0);
+        acc.requeue(first, Duration::ZERO);
+        assert!(acc.has_earlier_unfinished(&second));
+        acc.requeue(second, Duration::ZERO);
+        // Nothing goes while the partition's other batches are in flight.
+        assert!(drain_once(&mut acc, &cfg).is_empty());
+        for b in sent.drain(..) {
+            acc.requeue(b, Duration::ZERO);
+        }
+        // Back in sequence order, one at a time.
+        for seq in 0..4 {
+            let out = drain_once(&mut acc, &cfg);
+            assert_eq!(out.len(), 1, "sequence {seq}");
+            assert_eq!(out[0].stamp.unwrap().2, seq);
+            assert!(drain_once(&mut acc, &cfg).is_empty(), "a retry goes alone");
+            acc.finish(&out[0], Ok((seq as i64, -1)));
+        }
+        assert!(acc.is_idle());
+    }
+
+    #[test]
+    fn without_idempotence_one_batch_of_a_partition_is_in_flight() {
+        let (_, cfg) = with_batches(0);
+        let mut acc = Accumulator::new(false);
+        for i in 0..3 {
+            let v = format!("v{i}");
+            let _ = acc.append("t", 0, 1, None, Some(v.as_bytes()), &[], None, &cfg);
+        }
+        let first = drain_once(&mut acc, &cfg);
+        assert_eq!(first.len(), 1);
+        assert!(drain_once(&mut acc, &cfg).is_empty());
+        acc.finish(&first[0], Ok((0, -1)));
+        assert_eq!(drain_once(&mut acc, &cfg).len(), 1);
     }
 }

@@ -19,6 +19,7 @@ use tracing::{debug, warn};
 use super::accumulator::ProducerBatch;
 use super::Inner;
 use crate::config::Acks;
+use crate::conn::{Connection, PendingAnswer};
 use crate::error::{needs_metadata_refresh, Error, Result};
 use crate::rpc::topic_name;
 
@@ -76,9 +77,18 @@ pub(super) async fn run(inner: Arc<Inner>) {
                 Ok(p) => p,
                 Err(_) => continue,
             };
+            // Written here, one request after another, so a partition's
+            // batches reach the broker in sequence order; only the answers
+            // are awaited concurrently.
+            let Some(request) = write_request(&inner, leader, batches).await else {
+                drop(permit);
+                inner.changed.notify_all();
+                inner.wake.notify_one();
+                continue;
+            };
             let inner2 = inner.clone();
             tokio::spawn(async move {
-                send_request(&inner2, leader, batches).await;
+                complete_request(&inner2, request).await;
                 drop(permit);
                 inner2.changed.notify_all();
                 inner2.wake.notify_one();
@@ -138,7 +148,17 @@ async fn init_producer_id(inner: &Inner) -> Result<(i64, i16)> {
 fn retry_or_fail(inner: &Inner, b: ProducerBatch, e: Error) {
     let cfg = &inner.cfg;
     let mut acc = inner.lock();
-    if e.is_retriable() && b.attempts < cfg.retries && Instant::now() < b.deadline {
+    // With several batches of a partition in flight, the broker refuses the
+    // ones behind a batch that failed with OUT_OF_ORDER_SEQUENCE_NUMBER (it
+    // expects the earlier sequence first); they are retried after it, or,
+    // when that one failed for good, with fresh sequences under the new
+    // producer id the sender takes next (KIP-360's epoch bump).
+    let behind_a_retry = e.code() == Some(ErrorCode::OutOfOrderSequenceNumber)
+        && (acc.has_earlier_unfinished(&b) || acc.reset_producer);
+    if (e.is_retriable() || behind_a_retry)
+        && b.attempts < cfg.retries
+        && Instant::now() < b.deadline
+    {
         debug!(partition = %b.tp, attempt = b.attempts + 1, error = %e, "retrying batch");
         acc.requeue(b, cfg.common.retry_backoff);
     } else {
@@ -146,9 +166,23 @@ fn retry_or_fail(inner: &Inner, b: ProducerBatch, e: Error) {
     }
 }
 
-async fn send_request(inner: &Inner, leader: i32, mut batches: Vec<ProducerBatch>) {
+/// A Produce request written to its leader, its answer not read yet.
+struct InFlightRequest {
+    conn: Arc<Connection>,
+    pending: PendingAnswer,
+    batches: Vec<ProducerBatch>,
+}
+
+/// Encodes the batches (once: retries resend the same bytes with the same
+/// sequence) and writes their Produce request. Returns the request to await;
+/// `None` when every batch already has its outcome or was requeued (acks=0,
+/// no connection, an encoding error).
+async fn write_request(
+    inner: &Inner,
+    leader: i32,
+    mut batches: Vec<ProducerBatch>,
+) -> Option<InFlightRequest> {
     let cfg = &inner.cfg;
-    // Encode (once: retries resend the same bytes with the same sequence).
     let mut ready = Vec::with_capacity(batches.len());
     for mut b in batches.drain(..) {
         if b.encoded.is_none() {
@@ -173,7 +207,7 @@ async fn send_request(inner: &Inner, leader: i32, mut batches: Vec<ProducerBatch
         ready.push(b);
     }
     if ready.is_empty() {
-        return;
+        return None;
     }
     let conn = match inner.cluster.connection(leader).await {
         Ok(c) => c,
@@ -182,7 +216,7 @@ async fn send_request(inner: &Inner, leader: i32, mut batches: Vec<ProducerBatch
             for b in ready {
                 retry_or_fail(inner, b, e.clone());
             }
-            return;
+            return None;
         }
     };
     let mut topics: BTreeMap<&str, Vec<PartitionProduceData>> = BTreeMap::new();
@@ -215,7 +249,7 @@ async fn send_request(inner: &Inner, leader: i32, mut batches: Vec<ProducerBatch
             for b in ready {
                 inner.lock().finish(&b, Err(e.clone()));
             }
-            return;
+            return None;
         }
     };
     if cfg.acks == Acks::None {
@@ -226,12 +260,34 @@ async fn send_request(inner: &Inner, leader: i32, mut batches: Vec<ProducerBatch
         for b in &ready {
             acc.finish(b, r.clone().map(|_| (-1, -1)));
         }
-        return;
+        return None;
     }
-    let resp = match conn
-        .send(ApiKey::Produce, version, RequestKind::Produce(req))
+    match conn
+        .start(ApiKey::Produce, version, RequestKind::Produce(req))
         .await
     {
+        Ok(pending) => Some(InFlightRequest {
+            conn,
+            pending,
+            batches: ready,
+        }),
+        Err(e) => {
+            for b in ready {
+                retry_or_fail(inner, b, e.clone());
+            }
+            None
+        }
+    }
+}
+
+/// Reads a Produce answer and completes, retries or fails each batch.
+async fn complete_request(inner: &Inner, request: InFlightRequest) {
+    let InFlightRequest {
+        conn,
+        pending,
+        batches: ready,
+    } = request;
+    let resp = match conn.answer(pending, inner.cfg.common.request_timeout).await {
         Ok(ResponseKind::Produce(r)) => r,
         Ok(_) => {
             let e = Error::Protocol {
