@@ -35,6 +35,7 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("replication.factor", "-1"),
     ("default.dsl.store", "rocksDB"),
     ("default.deserialization.exception.handler", "log-and-fail"),
+    ("default.timestamp.extractor", "FailOnInvalidTimestamp"),
     ("max.task.idle.ms", "0"),
     ("buffered.records.per.partition", "1000"),
     ("restore.batch.size", "1000"),
@@ -92,6 +93,9 @@ pub struct StreamsConfig {
     pub replication_factor: i16,
     pub default_store: StoreBackend,
     pub deserialization_handler: DeserializationHandler,
+    /// `default.timestamp.extractor`: one of Kafka's built-in extractors
+    /// (checked when the config is built).
+    pub default_timestamp_extractor: String,
     pub buffered_records_per_partition: usize,
     pub restore_batch_size: usize,
     /// `statestore.cache.max.bytes`: the record caches' budget per instance.
@@ -109,6 +113,12 @@ pub struct StreamsConfigBuilder {
 }
 
 impl StreamsConfig {
+    /// The extractor `default.timestamp.extractor` names.
+    pub(crate) fn timestamp_extractor(&self) -> crate::timestamp::SharedExtractor {
+        crate::timestamp::by_name(&self.default_timestamp_extractor)
+            .unwrap_or_else(|| std::sync::Arc::new(crate::timestamp::FailOnInvalidTimestamp))
+    }
+
     pub fn builder() -> StreamsConfigBuilder {
         StreamsConfigBuilder {
             env_prefix: Some("RILL".into()),
@@ -431,6 +441,14 @@ fn parse(mut flat: BTreeMap<String, String>) -> Result<StreamsConfig> {
             ))
         }
     };
+    let default_timestamp_extractor = take("default.timestamp.extractor").unwrap_or_default();
+    if crate::timestamp::by_name(&default_timestamp_extractor).is_none() {
+        return Err(StreamsError::config(
+            "default.timestamp.extractor",
+            &default_timestamp_extractor,
+            "expected FailOnInvalidTimestamp, LogAndSkipOnInvalidTimestamp, UsePartitionTimeOnInvalidTimestamp or WallclockTimestampExtractor (custom extractors: Consumed::with_timestamp_extractor)",
+        ));
+    }
     let host_port = |key: &str, v: Option<String>| -> Result<Option<String>> {
         if let Some(s) = &v {
             let ok = s
@@ -501,6 +519,7 @@ fn parse(mut flat: BTreeMap<String, String>) -> Result<StreamsConfig> {
         rest_read_requires_token,
         default_store,
         deserialization_handler,
+        default_timestamp_extractor,
         client_overrides,
     })
 }

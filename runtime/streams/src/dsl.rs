@@ -10,11 +10,18 @@
 //! (`<app>-<store>-repartition`), as Kafka does, so records with equal keys
 //! meet in one task.
 
+mod suppress;
+mod windowed;
+
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::marker::PhantomData;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Duration;
+
+pub use suppress::{BufferConfig, Suppressed};
+pub use windowed::TimeWindowedKStream;
 
 use rill_state::StoreBackend;
 
@@ -84,6 +91,7 @@ pub struct Consumed<K, V> {
     key: SharedSerde<K>,
     value: SharedSerde<V>,
     name: Option<String>,
+    extractor: Option<crate::timestamp::SharedExtractor>,
 }
 
 impl<K, V> Consumed<K, V> {
@@ -92,7 +100,17 @@ impl<K, V> Consumed<K, V> {
             key,
             value,
             name: None,
+            extractor: None,
         }
+    }
+    /// This source's timestamp extractor (instead of
+    /// `default.timestamp.extractor`; Kafka's `withTimestampExtractor`).
+    pub fn with_timestamp_extractor(
+        mut self,
+        extractor: impl crate::timestamp::TimestampExtractor,
+    ) -> Self {
+        self.extractor = Some(Arc::new(extractor));
+        self
     }
     pub fn with_name(mut self, name: &str) -> Self {
         self.name = Some(name.into());
@@ -126,6 +144,16 @@ pub struct Grouped<K, V> {
     key: SharedSerde<K>,
     value: SharedSerde<V>,
     name: Option<String>,
+}
+
+impl<K, V> Clone for Grouped<K, V> {
+    fn clone(&self) -> Self {
+        Self {
+            key: self.key.clone(),
+            value: self.value.clone(),
+            name: self.name.clone(),
+        }
+    }
 }
 
 impl<K, V> Grouped<K, V> {
@@ -171,6 +199,8 @@ pub struct Materialized<V> {
     backend: Option<StoreBackend>,
     logged: bool,
     cached: bool,
+    /// Window stores: how long windows are kept (`None`: size + grace).
+    retention: Option<Duration>,
 }
 
 impl<V> Default for Materialized<V> {
@@ -179,6 +209,7 @@ impl<V> Default for Materialized<V> {
             name: None,
             value: None,
             backend: None,
+            retention: None,
             logged: true,
             // Kafka's `Materialized` caches by default.
             cached: true,
@@ -220,6 +251,12 @@ impl<V> Materialized<V> {
     }
     pub fn with_backend(mut self, backend: StoreBackend) -> Self {
         self.backend = Some(backend);
+        self
+    }
+    /// How long a window store keeps windows (Kafka's `withRetention`); at
+    /// least the window size plus grace, which is also the default.
+    pub fn with_retention(mut self, retention: Duration) -> Self {
+        self.retention = Some(retention);
         self
     }
     /// No changelog: the store is lost with its task directory (Kafka's `withLoggingDisabled`).
@@ -288,6 +325,7 @@ impl StreamsBuilder {
                 topics,
                 pattern,
                 decode,
+                extractor: consumed.extractor,
             },
             &[],
             Vec::new(),
@@ -386,8 +424,19 @@ impl<K: Data, V: Data> KStream<K, V> {
         stores: Vec<String>,
         factory: impl Fn() -> Box<dyn ErasedProcessor> + Send + Sync + 'static,
     ) -> KStream<K2, V2> {
+        let name = self.graph.borrow_mut().next_name(prefix);
+        self.then_named(name, key_changed, stores, factory)
+    }
+
+    /// As `then`, with the node's name given.
+    fn then_named<K2: Data, V2: Data>(
+        &self,
+        name: String,
+        key_changed: bool,
+        stores: Vec<String>,
+        factory: impl Fn() -> Box<dyn ErasedProcessor> + Send + Sync + 'static,
+    ) -> KStream<K2, V2> {
         let mut g = self.graph.borrow_mut();
-        let name = g.next_name(prefix);
         let node = g.add::<K2, V2>(
             name,
             NodeKind::Processor {
@@ -778,7 +827,43 @@ pub struct KGroupedStream<K, V> {
     grouped: Grouped<K, V>,
 }
 
+impl<K, V> Clone for KGroupedStream<K, V> {
+    fn clone(&self) -> Self {
+        Self {
+            stream: self.stream.clone(),
+            grouped: self.grouped.clone(),
+        }
+    }
+}
+
 impl<K: Data, V: Data> KGroupedStream<K, V> {
+    /// Cuts the groups into time windows (Kafka's `windowedBy(TimeWindows)`);
+    /// invalid windows are reported by `build()`.
+    pub fn windowed_by(&self, windows: crate::window::TimeWindows) -> TimeWindowedKStream<K, V> {
+        TimeWindowedKStream {
+            grouped: self.clone(),
+            windows,
+        }
+    }
+
+    /// Declares an aggregation's store (an error at `build()` if the name is taken).
+    fn register_store<VA>(&self, store: &str, m: &Materialized<VA>) {
+        let mut g = self.stream.graph.borrow_mut();
+        if g.stores.contains_key(store) {
+            let e = StreamsError::Topology(format!("state store {store} is defined twice"));
+            g.fail(e);
+        }
+        g.stores.insert(
+            store.to_string(),
+            StoreDef {
+                name: store.to_string(),
+                backend: m.backend,
+                logged: m.logged,
+                cached: m.cached,
+            },
+        );
+    }
+
     /// The stream aggregations read: repartitioned first if its key changed.
     fn input(&self, store: &str) -> KStream<K, V> {
         if self.stream.key_changed {
@@ -885,24 +970,10 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
         step: impl Fn(&K, &V, Option<VA>) -> VA + Send + Sync + 'static,
     ) -> KTable<K, VA> {
         let input = self.input(&store);
-        {
-            let mut g = self.stream.graph.borrow_mut();
-            if g.stores.contains_key(&store) {
-                let e = StreamsError::Topology(format!("state store {store} is defined twice"));
-                g.fail(e);
-            }
-            g.stores.insert(
-                store.clone(),
-                StoreDef {
-                    name: store.clone(),
-                    backend: m.backend,
-                    logged: m.logged,
-                    cached: m.cached,
-                },
-            );
-        }
+        self.register_store(&store, &m);
         let ks = self.grouped.key.clone();
         let vs = m.value.clone().unwrap_or_else(crate::serde::missing);
+        let serdes = (ks.clone(), vs.clone());
         let step = Arc::new(step);
         let store_c = store.clone();
         let f = Arc::new(
@@ -934,19 +1005,51 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
         KTable {
             stream: table,
             store,
+            info: TableInfo {
+                serdes: Some(serdes),
+                window_end: None,
+            },
         }
     }
 }
 
 /// A changelog stream seen as a table (Kafka's `KTable`): every update to a
-/// key replaces its value. Updates are forwarded as they happen (Kafka with
-/// the record cache disabled).
+/// key replaces its value. Updates are forwarded when the record cache
+/// flushes them (commit or eviction), or at once with caching disabled.
 pub struct KTable<K, V> {
     stream: KStream<K, V>,
     store: String,
+    info: TableInfo<K, V>,
+}
+
+/// What operations downstream of a table need to know about it.
+struct TableInfo<K, V> {
+    /// Key and value serdes (suppression buffers updates as bytes).
+    serdes: Option<(SharedSerde<K>, SharedSerde<V>)>,
+    /// Windowed tables: the aggregation's grace and each key's window end.
+    window_end: Option<(i64, WindowEnd<K>)>,
+}
+
+type WindowEnd<K> = Arc<dyn Fn(&K) -> i64 + Send + Sync>;
+
+impl<K, V> Clone for TableInfo<K, V> {
+    fn clone(&self) -> Self {
+        Self {
+            serdes: self.serdes.clone(),
+            window_end: self.window_end.clone(),
+        }
+    }
 }
 
 impl<K: Data, V: Data> KTable<K, V> {
+    fn clone_table(&self) -> Self {
+        Self {
+            stream: self.stream.clone(),
+            store: self.store.clone(),
+            info: self.info.clone(),
+        }
+    }
+
     /// The table's updates as a stream.
     pub fn to_stream(&self) -> KStream<K, V> {
         let f = Arc::new(

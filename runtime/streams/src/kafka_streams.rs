@@ -459,6 +459,7 @@ impl KafkaStreams {
     }
 
     /// Records dropped by the deserialization handler (log-and-continue)
+    /// or as late for a closed window
     /// across this instance's live threads (Kafka's `dropped-records-total`).
     pub fn dropped_records(&self) -> u64 {
         let threads = self.inner.threads.lock().unwrap_or_else(|e| e.into_inner());

@@ -29,15 +29,17 @@ mod state_manager;
 mod task;
 mod test_driver;
 mod thread;
+mod timestamp;
 mod topology;
+mod window;
 
 pub use assignor::{AssignmentInfo, MemberInfo, PROTOCOL_NAME};
 pub use config::{
     instance_id_for_thread, DeserializationHandler, StreamsConfig, StreamsConfigBuilder,
 };
 pub use dsl::{
-    BranchedKStream, Consumed, Data, Grouped, KGroupedStream, KStream, KTable, Materialized,
-    Produced, Repartitioned, StreamsBuilder,
+    BranchedKStream, BufferConfig, Consumed, Data, Grouped, KGroupedStream, KStream, KTable,
+    Materialized, Produced, Repartitioned, StreamsBuilder, Suppressed, TimeWindowedKStream,
 };
 pub use error::{Recovery, Result, StreamsError};
 pub use kafka_streams::{
@@ -52,9 +54,15 @@ pub use processor::{
     StoreRef,
 };
 pub use restore::StateRestoreListener;
+pub use rill_client::ConsumerRecord;
 pub use rill_state::StoreBackend;
 pub use serde::{Serde, Serdes, SharedSerde};
 pub use task::TaskId;
 pub use test_driver::{TestInputTopic, TopologyTestDriver};
 pub use thread::ThreadState;
+pub use timestamp::{
+    FailOnInvalidTimestamp, LogAndSkipOnInvalidTimestamp, SharedExtractor, TimestampExtractor,
+    UsePartitionTimeOnInvalidTimestamp, WallclockTimestampExtractor,
+};
 pub use topology::{StoreDef, SubTopology, TopicName, Topology};
+pub use window::{TimeWindows, Window, Windowed};

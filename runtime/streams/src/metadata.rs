@@ -412,7 +412,7 @@ impl Inner {
         family(
             "rill_streams_dropped_records_total",
             "counter",
-            "Records dropped by the deserialization handler (Kafka's dropped-records-total).",
+            "Records dropped by the deserialization handler or as late for a closed window (Kafka's dropped-records-total).",
             threads
                 .iter()
                 .map(|t| {

@@ -305,6 +305,13 @@ impl<'c, 'a, KOut: Send + 'static, VOut: Send + 'static> ProcessorContext<'c, 'a
         Ok(self.inner.shared.schedule(self.inner.node, interval, kind))
     }
 
+    /// Counts a record this processor dropped on purpose (a late record for
+    /// a closed window): Kafka's `dropped-records` metric, which also counts
+    /// records the deserialization handler skipped.
+    pub fn record_dropped(&mut self) {
+        self.inner.shared.dropped += 1;
+    }
+
     /// Asks the thread to commit after this record (Kafka's `context.commit()`).
     pub fn commit(&mut self) {
         self.inner.shared.commit_requested = true;
@@ -516,6 +523,17 @@ impl StoreRef<'_> {
             .store
             .approximate_num_entries()
             .map_err(|e| self.err(e))
+    }
+
+    /// Whether the record cache holds a write to `key` not yet flushed.
+    pub(crate) fn is_dirty(&self, key: &[u8]) -> bool {
+        self.handle
+            .store
+            .lock()
+            .cache
+            .as_ref()
+            .and_then(|c| c.peek(key))
+            .is_some_and(|e| e.dirty)
     }
 
     /// Whether a record cache sits in front of this store.

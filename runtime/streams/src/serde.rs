@@ -53,6 +53,15 @@ impl Serdes {
     pub fn nullable<T: Send + Sync + 'static>(inner: SharedSerde<T>) -> SharedSerde<Option<T>> {
         Arc::new(NullableSerde(inner))
     }
+    /// Windowed keys as Kafka's `WindowedSerdes.timeWindowedSerdeFrom`
+    /// writes them: the inner key's bytes, then the window start (8 bytes
+    /// big-endian); the end read back is start + `window_size`.
+    pub fn time_windowed<K: Send + Sync + 'static>(
+        inner: SharedSerde<K>,
+        window_size: std::time::Duration,
+    ) -> SharedSerde<crate::window::Windowed<K>> {
+        crate::window::time_windowed(inner, window_size)
+    }
     /// Ignores the bytes entirely (`()`); for keys an app does not use.
     pub fn unit() -> SharedSerde<()> {
         Arc::new(UnitSerde)

@@ -28,6 +28,7 @@ use crate::processor::{
     ErasedProcessor, Headers, NodeContext, PunctuationType, RawRecord, RecordMetadata, ScheduleId,
     Stores,
 };
+use crate::timestamp::SharedExtractor;
 use crate::topology::{NodeKind, Topology};
 
 /// `<subtopology>_<partition>` (Kafka's `TaskId`).
@@ -101,6 +102,8 @@ pub(crate) struct TaskShared {
     pub current: Option<RecordMetadata>,
     pub stream_time: i64,
     pub wall_clock_ms: i64,
+    /// Records processors dropped on purpose (late records).
+    pub dropped: u64,
     pub schedules: Vec<Schedule>,
     pub commit_requested: bool,
     pub out: Vec<OutRecord>,
@@ -154,11 +157,22 @@ impl TaskShared {
 
 struct PartitionQueue {
     tp: (String, i32),
+    /// Records with their extracted timestamps in `timestamp`.
     records: VecDeque<ConsumerRecord>,
+    extractor: SharedExtractor,
+    /// The largest timestamp extracted from this partition (-1: none yet).
+    partition_time: i64,
     /// Next offset to commit (one past the last record fully processed).
     next_offset: Option<i64>,
     /// The source node reading this partition's topic.
     source: usize,
+}
+
+/// How a task treats what it consumes: records that do not deserialize,
+/// and the timestamp extractor of sources without their own.
+pub(crate) struct InputPolicy {
+    pub deserialization: DeserializationHandler,
+    pub timestamp_extractor: SharedExtractor,
 }
 
 pub(crate) struct StreamTask {
@@ -182,9 +196,13 @@ impl StreamTask {
         application_id: &str,
         partitions: &[(String, i32)],
         stores: Stores,
-        handler: DeserializationHandler,
+        input: InputPolicy,
         wall_clock_ms: i64,
     ) -> Result<Self> {
+        let InputPolicy {
+            deserialization: handler,
+            timestamp_extractor: default_extractor,
+        } = input;
         let st = topology
             .subtopologies
             .get(id.subtopology as usize)
@@ -222,9 +240,17 @@ impl StreamTask {
                         id.subtopology
                     ))
                 })?;
+            let extractor = match &topology.nodes[node].kind {
+                NodeKind::Source {
+                    extractor: Some(e), ..
+                } => e.clone(),
+                _ => default_extractor.clone(),
+            };
             queues.push(PartitionQueue {
                 tp: (topic.clone(), *partition),
                 records: VecDeque::new(),
+                extractor,
+                partition_time: -1,
                 next_offset: None,
                 source: node,
             });
@@ -238,6 +264,7 @@ impl StreamTask {
                 current: None,
                 stream_time: -1,
                 wall_clock_ms,
+                dropped: 0,
                 schedules: Vec::new(),
                 commit_requested: false,
                 out: Vec::new(),
@@ -253,6 +280,12 @@ impl StreamTask {
             task.with_processor(i, |p, ctx| p.init(ctx))?;
         }
         Ok(task)
+    }
+
+    /// Records dropped so far: skipped by the deserialization handler or
+    /// dropped by processors (Kafka's `dropped-records`).
+    pub fn dropped_records(&self) -> u64 {
+        self.skipped + self.shared.dropped
     }
 
     pub fn partitions(&self) -> impl Iterator<Item = &(String, i32)> {
@@ -277,7 +310,10 @@ impl StreamTask {
             .filter_map(|q| q.next_offset.map(|o| (&q.tp, o)))
     }
 
-    pub fn add_record(&mut self, rec: ConsumerRecord) -> Result<()> {
+    /// Queues a consumed record under the timestamp its source's extractor
+    /// gives it; a negative one drops it (counted), a failing extractor is
+    /// an error naming the record.
+    pub fn add_record(&mut self, mut rec: ConsumerRecord) -> Result<()> {
         let Some(q) = self
             .queues
             .iter_mut()
@@ -288,6 +324,31 @@ impl StreamTask {
                 self.id, rec.topic, rec.partition
             )));
         };
+        let ts = q
+            .extractor
+            .extract(&rec, q.partition_time)
+            .map_err(|reason| StreamsError::Processor {
+                task: self.id.to_string(),
+                processor: "timestamp extractor".into(),
+                reason: format!(
+                    "record at {}-{} offset {}: {reason}",
+                    rec.topic, rec.partition, rec.offset
+                ),
+            })?;
+        if ts < 0 {
+            tracing::warn!(
+                task = %self.id,
+                topic = %rec.topic,
+                partition = rec.partition,
+                offset = rec.offset,
+                timestamp = ts,
+                "skipping a record with a negative extracted timestamp"
+            );
+            self.skipped += 1;
+            return Ok(());
+        }
+        q.partition_time = q.partition_time.max(ts);
+        rec.timestamp = ts;
         q.records.push_back(rec);
         Ok(())
     }

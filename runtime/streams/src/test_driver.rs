@@ -105,7 +105,10 @@ impl TopologyTestDriver {
                 &application_id,
                 &partitions,
                 opened.stores,
-                handler,
+                crate::task::InputPolicy {
+                    deserialization: handler,
+                    timestamp_extractor: Arc::new(crate::timestamp::FailOnInvalidTimestamp),
+                },
                 wall_clock_ms,
             )?;
             tasks.insert(st.id, task);
@@ -315,9 +318,30 @@ impl TopologyTestDriver {
         Ok(out)
     }
 
-    /// Records dropped by the log-and-continue handler.
+    /// Every window of a window store as `(key, window start, value)`,
+    /// across the driver's tasks (Kafka's `getWindowStore(..).all()`).
+    pub fn window_store_entries<K: Send + Sync + 'static, V: 'static>(
+        &mut self,
+        store: &str,
+        key: &SharedSerde<K>,
+        value: &SharedSerde<V>,
+    ) -> Result<Vec<(K, i64, V)>> {
+        let windowed: SharedSerde<crate::window::Windowed<K>> =
+            Arc::new(crate::window::WindowStoreKeySerde {
+                inner: key.clone(),
+                size_ms: 0,
+            });
+        Ok(self
+            .store_entries(store, &windowed, value)?
+            .into_iter()
+            .map(|(k, v)| (k.key, k.window.start, v))
+            .collect())
+    }
+
+    /// Records dropped: skipped by the log-and-continue handler or late for
+    /// a closed window (Kafka's `dropped-records`).
     pub fn skipped_records(&self) -> u64 {
-        self.tasks.values().map(|t| t.skipped).sum()
+        self.tasks.values().map(|t| t.dropped_records()).sum()
     }
 }
 

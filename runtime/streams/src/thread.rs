@@ -383,7 +383,10 @@ impl TaskManager {
             &c.application_id,
             &partitions,
             opened.stores,
-            c.deserialization_handler,
+            crate::task::InputPolicy {
+                deserialization: c.deserialization_handler,
+                timestamp_extractor: c.timestamp_extractor(),
+            },
             now_ms(),
         )?;
         let mut changelog_end = BTreeMap::new();
@@ -460,14 +463,14 @@ impl TaskManager {
             let _span = tracing::debug_span!("task", task = %id).entered();
             let t = self.tasks.get_mut(&id).expect("listed");
             let mut n = 0;
-            let skipped_before = t.task.skipped;
+            let dropped_before = t.task.dropped_records();
             let r = (|| {
                 while n < per_task && t.task.process_one()? {
                     n += 1;
                 }
                 Ok::<(), StreamsError>(())
             })();
-            let dropped = t.task.skipped - skipped_before;
+            let dropped = t.task.dropped_records() - dropped_before;
             if dropped > 0 {
                 self.ctx
                     .shared

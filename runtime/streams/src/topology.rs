@@ -60,6 +60,8 @@ pub(crate) enum NodeKind {
         topics: Vec<TopicName>,
         pattern: Option<String>,
         decode: SourceDecoder,
+        /// `None`: the app's `default.timestamp.extractor`.
+        extractor: Option<crate::timestamp::SharedExtractor>,
     },
     Processor {
         factory: ProcessorFactory,

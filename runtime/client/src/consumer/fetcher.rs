@@ -150,7 +150,10 @@ impl BufferedFetch {
     fn corrupt(&self, offset: i64, e: &dyn std::fmt::Display) -> Error {
         Error::Protocol {
             broker: format!("leader of {}", self.tp),
-            reason: format!("corrupt record batch at offset {offset} of {}: {e}", self.tp),
+            reason: format!(
+                "corrupt record batch at offset {offset} of {}: {e}",
+                self.tp
+            ),
         }
     }
 }
@@ -532,11 +535,21 @@ mod tests {
         // A stale answer (from before the buffered one) is not used.
         f.process(answer(&tp, 3, batch(3, 3)), &subs);
         assert_eq!(f.next_fetch(&tp, 0), (6, 2));
-        let got: Vec<i64> = f.take(4, &mut subs, &cfg).unwrap().iter().map(|r| r.offset).collect();
+        let got: Vec<i64> = f
+            .take(4, &mut subs, &cfg)
+            .unwrap()
+            .iter()
+            .map(|r| r.offset)
+            .collect();
         assert_eq!(got, vec![0, 1, 2, 3]);
         assert_eq!(subs.assignment[&tp].position, Some(4));
         assert_eq!(f.next_fetch(&tp, 4), (6, 1));
-        let got: Vec<i64> = f.take(10, &mut subs, &cfg).unwrap().iter().map(|r| r.offset).collect();
+        let got: Vec<i64> = f
+            .take(10, &mut subs, &cfg)
+            .unwrap()
+            .iter()
+            .map(|r| r.offset)
+            .collect();
         assert_eq!(got, vec![4, 5]);
         assert_eq!(f.next_fetch(&tp, 6), (6, 0));
         // An error on a fetch ahead leaves the buffered records alone.
@@ -558,14 +571,21 @@ mod tests {
         let mut marker = simple_record(0, 1, Some(Bytes::from_static(&[0, 0, 0, 1])), None);
         marker.control = true;
         marker.transactional = true;
-        let mut control = encode_records(&[marker], Compression::None).unwrap().to_vec();
+        let mut control = encode_records(&[marker], Compression::None)
+            .unwrap()
+            .to_vec();
         set_base_offset(&mut control, 2);
         let mut bytes = batch(0, 2).to_vec();
         bytes.extend_from_slice(&control);
         let mut f = Fetcher::default();
         f.process(answer(&tp, 0, Bytes::from(bytes)), &subs);
         assert_eq!(f.next_fetch(&tp, 0), (3, 1));
-        let got: Vec<i64> = f.take(10, &mut subs, &cfg).unwrap().iter().map(|r| r.offset).collect();
+        let got: Vec<i64> = f
+            .take(10, &mut subs, &cfg)
+            .unwrap()
+            .iter()
+            .map(|r| r.offset)
+            .collect();
         assert_eq!(got, vec![0, 1]);
         // The marker is never returned, but the position is past it, so the
         // next fetch does not ask for it again.
@@ -584,8 +604,16 @@ mod tests {
         bytes.extend_from_slice(&bad);
         let mut f = Fetcher::default();
         let fx = f.process(answer(&tp, 0, Bytes::from(bytes)), &subs);
-        assert!(fx.error.is_none(), "framing is intact; the CRC is checked when decoding");
-        let got: Vec<i64> = f.take(10, &mut subs, &cfg).unwrap().iter().map(|r| r.offset).collect();
+        assert!(
+            fx.error.is_none(),
+            "framing is intact; the CRC is checked when decoding"
+        );
+        let got: Vec<i64> = f
+            .take(10, &mut subs, &cfg)
+            .unwrap()
+            .iter()
+            .map(|r| r.offset)
+            .collect();
         assert_eq!(got, vec![0, 1]);
         let err = f.take(10, &mut subs, &cfg).unwrap_err().to_string();
         assert!(err.contains("offset 2 of t-0"), "{err}");

@@ -489,9 +489,9 @@ impl Consumer {
             while let Some(a) = self.fetcher.try_answer() {
                 self.handle_answer(a)?;
             }
-            let records = self
-                .fetcher
-                .take(self.cfg.max_poll_records, &mut self.subs, &self.cfg)?;
+            let records =
+                self.fetcher
+                    .take(self.cfg.max_poll_records, &mut self.subs, &self.cfg)?;
             self.fetcher
                 .send_fetches(&self.cluster, &self.subs, &self.cfg);
             if !records.is_empty() {

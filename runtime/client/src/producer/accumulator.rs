@@ -308,7 +308,10 @@ impl Accumulator {
     }
 
     pub fn in_flight(&self) -> bool {
-        self.queues.values().flatten().any(|q| !q.in_flight.is_empty())
+        self.queues
+            .values()
+            .flatten()
+            .any(|q| !q.in_flight.is_empty())
     }
 
     /// Whether a batch of `b`'s partition created before it has no outcome
@@ -534,7 +537,11 @@ mod tests {
             sent.extend(drain_once(&mut acc, &cfg));
         }
         let seqs: Vec<i32> = sent.iter().map(|b| b.stamp.unwrap().2).collect();
-        assert_eq!(seqs, vec![0, 1, 2, 3, 4], "five in flight, then the partition waits");
+        assert_eq!(
+            seqs,
+            vec![0, 1, 2, 3, 4],
+            "five in flight, then the partition waits"
+        );
         acc.finish(&sent[0], Ok((0, -1)));
         let next = drain_once(&mut acc, &cfg);
         assert_eq!(next.len(), 1);
@@ -544,7 +551,8 @@ mod tests {
     #[test]
     fn a_retried_batch_goes_back_in_order_and_alone() {
         let (mut acc, cfg) = with_batches(4);
-        let mut sent: Vec<ProducerBatch> = (0..4).flat_map(|_| drain_once(&mut acc, &cfg)).collect();
+        let mut sent: Vec<ProducerBatch> =
+            (0..4).flat_map(|_| drain_once(&mut acc, &cfg)).collect();
         // The first batch fails retriably; the broker refuses the second as
         // out of sequence: it waits for the first.
         let second = sent.remove(1);

@@ -1,0 +1,354 @@
+//! Time windows (Kafka's `TimeWindows`, `Window`, `Windowed<K>`) and how
+//! windowed keys become bytes, in stores and in topics.
+//!
+//! - [`TimeWindows`]: tumbling (advance = size) or hopping (advance < size)
+//!   windows `[start, end)` aligned to the epoch, with a grace period. A
+//!   record at `ts` falls into every window with `start <= ts < end`
+//!   (Kafka's `TimeWindows.windowsFor`), starts never negative.
+//! - A window is *closed* once stream time reaches `end + grace`; a record
+//!   for a closed window is late: dropped and counted (`dropped-records`),
+//!   as Kafka's `KStreamWindowAggregate` does.
+//! - Window stores keep Kafka's `WindowKeySchema` layout: `key bytes ||
+//!   window start (8 bytes BE) || sequence number (4 bytes BE)`, so the
+//!   changelog topic carries the same keys a Kafka Streams window store's
+//!   does. Retention (window size + grace unless `Materialized::
+//!   with_retention` says more; less is refused at build time) is enforced
+//!   per segment interval (`max(retention / 2, 60 s)`, Kafka's default):
+//!   each time stream time enters a new segment, windows that ended before
+//!   `stream time - retention` are deleted from the store (and tombstoned
+//!   in its compacted changelog) — Kafka drops whole segment stores; Rill
+//!   keeps one store per window store and deletes the expired keys.
+//! - In topics a windowed key is `key bytes || window start (8 bytes BE)`
+//!   (Kafka's `TimeWindowedSerializer`); the end is start + the window size
+//!   the reader knows ([`Serdes::time_windowed`](crate::Serdes::time_windowed)).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::error::StreamsError;
+use crate::serde::{Serde, SharedSerde};
+
+/// A time window `[start, end)` in milliseconds (Kafka's `TimeWindow`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Window {
+    pub start: i64,
+    pub end: i64,
+}
+
+impl Window {
+    pub fn new(start: i64, end: i64) -> Self {
+        Self { start, end }
+    }
+}
+
+/// A key and the window it was aggregated in (Kafka's `Windowed<K>`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Windowed<K> {
+    pub key: K,
+    pub window: Window,
+}
+
+impl<K> Windowed<K> {
+    pub fn new(key: K, window: Window) -> Self {
+        Self { key, window }
+    }
+}
+
+impl<K: std::fmt::Display> std::fmt::Display for Windowed<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "[{}@{}/{}]",
+            self.key, self.window.start, self.window.end
+        )
+    }
+}
+
+/// Fixed-size windows, tumbling or hopping (Kafka's `TimeWindows`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeWindows {
+    size_ms: i64,
+    advance_ms: i64,
+    grace_ms: i64,
+    /// Why these windows are unusable; reported when the topology is built.
+    invalid: Option<&'static str>,
+}
+
+fn millis(d: Duration) -> Option<i64> {
+    i64::try_from(d.as_millis()).ok()
+}
+
+impl TimeWindows {
+    /// Tumbling windows of `size`; records are late as soon as their window
+    /// ends (Kafka's `ofSizeWithNoGrace`).
+    pub fn of_size_with_no_grace(size: Duration) -> Self {
+        Self::of_size_and_grace(size, Duration::ZERO)
+    }
+
+    /// Tumbling windows of `size` that accept out-of-order records until
+    /// `grace` after their end (Kafka's `ofSizeAndGrace`).
+    pub fn of_size_and_grace(size: Duration, grace: Duration) -> Self {
+        let (size_ms, grace_ms) = (millis(size), millis(grace));
+        let invalid = match (size_ms, grace_ms) {
+            (Some(0), _) => Some("window size must be larger than zero"),
+            (None, _) => Some("window size does not fit in i64 milliseconds"),
+            (_, None) => Some("grace period does not fit in i64 milliseconds"),
+            (Some(s), Some(g)) if s.checked_add(g).is_none() => {
+                Some("window size plus grace period overflows i64 milliseconds")
+            }
+            _ => None,
+        };
+        Self {
+            size_ms: size_ms.unwrap_or(1),
+            advance_ms: size_ms.unwrap_or(1).max(1),
+            grace_ms: grace_ms.unwrap_or(0),
+            invalid,
+        }
+    }
+
+    /// Hopping windows: a new window every `advance` (Kafka's `advanceBy`);
+    /// `advance` must be positive and at most the size.
+    pub fn advance_by(mut self, advance: Duration) -> Self {
+        match millis(advance) {
+            Some(a) if a > 0 && a <= self.size_ms => self.advance_ms = a,
+            _ => {
+                self.invalid = self.invalid.or(Some(
+                    "window advance interval must be larger than zero and no larger than the window size",
+                ))
+            }
+        }
+        self
+    }
+
+    pub fn size_ms(&self) -> i64 {
+        self.size_ms
+    }
+    pub fn advance_ms(&self) -> i64 {
+        self.advance_ms
+    }
+    pub fn grace_ms(&self) -> i64 {
+        self.grace_ms
+    }
+
+    /// The windows a record at `ts` belongs to, oldest first.
+    pub fn windows_for(&self, ts: i64) -> Vec<Window> {
+        let first = (ts - self.size_ms + self.advance_ms).max(0);
+        let mut start = first - first % self.advance_ms;
+        let mut out = Vec::with_capacity((self.size_ms / self.advance_ms) as usize);
+        while start <= ts {
+            out.push(Window::new(start, start.saturating_add(self.size_ms)));
+            start += self.advance_ms;
+        }
+        out
+    }
+
+    /// Checks the windows and the store's retention (`None`: size + grace).
+    pub(crate) fn validate(
+        &self,
+        store: &str,
+        retention: Option<Duration>,
+    ) -> Result<WindowSpec, StreamsError> {
+        let bad =
+            |what: &str| StreamsError::Topology(format!("windows of state store {store}: {what}"));
+        if let Some(why) = self.invalid {
+            return Err(bad(why));
+        }
+        let min = self.size_ms + self.grace_ms;
+        let retention_ms = match retention {
+            None => min,
+            Some(r) => {
+                let r =
+                    millis(r).ok_or_else(|| bad("retention does not fit in i64 milliseconds"))?;
+                if r < min {
+                    return Err(bad(&format!(
+                        "the retention period ({r} ms) must be no smaller than the window size ({} ms) plus the grace period ({} ms)",
+                        self.size_ms, self.grace_ms
+                    )));
+                }
+                r
+            }
+        };
+        Ok(WindowSpec {
+            windows: *self,
+            retention_ms,
+        })
+    }
+}
+
+/// Validated windows and their store's retention.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WindowSpec {
+    pub windows: TimeWindows,
+    pub retention_ms: i64,
+}
+
+impl WindowSpec {
+    /// Kafka's default segment interval: half the retention, at least a minute.
+    pub fn segment_interval_ms(&self) -> i64 {
+        (self.retention_ms / 2).max(60_000)
+    }
+}
+
+/// Bytes after the key in a window store key: start (8) + sequence number (4).
+const STORE_SUFFIX: usize = 12;
+
+/// A window store key: Kafka's `WindowKeySchema.toStoreKeyBinary`.
+pub(crate) fn store_key(key: &[u8], start: i64, seq: i32) -> Bytes {
+    let mut b = BytesMut::with_capacity(key.len() + STORE_SUFFIX);
+    b.put_slice(key);
+    b.put_i64(start);
+    b.put_i32(seq);
+    b.freeze()
+}
+
+/// The window start in a window store key, if it is one.
+pub(crate) fn store_key_start(k: &[u8]) -> Option<i64> {
+    let at = k.len().checked_sub(STORE_SUFFIX)?;
+    Some(i64::from_be_bytes(k[at..at + 8].try_into().ok()?))
+}
+
+/// `Windowed<K>` as a window store key (sequence number 0: aggregations
+/// keep one value per key and window).
+pub(crate) struct WindowStoreKeySerde<K> {
+    pub inner: SharedSerde<K>,
+    pub size_ms: i64,
+}
+
+impl<K: Send + Sync + 'static> Serde<Windowed<K>> for WindowStoreKeySerde<K> {
+    fn serialize(&self, topic: &str, data: &Windowed<K>) -> Result<Option<Bytes>, String> {
+        let k = self.inner.serialize(topic, &data.key)?.unwrap_or_default();
+        Ok(Some(store_key(&k, data.window.start, 0)))
+    }
+    fn deserialize(&self, topic: &str, data: Option<&[u8]>) -> Result<Windowed<K>, String> {
+        let d = data.ok_or("a window store key is never null")?;
+        let start = store_key_start(d).ok_or_else(|| {
+            format!(
+                "a window store key needs at least {STORE_SUFFIX} bytes, got {}",
+                d.len()
+            )
+        })?;
+        let key = self
+            .inner
+            .deserialize(topic, Some(&d[..d.len() - STORE_SUFFIX]))?;
+        Ok(Windowed::new(
+            key,
+            Window::new(start, start.saturating_add(self.size_ms)),
+        ))
+    }
+}
+
+/// `Windowed<K>` in topics: Kafka's `TimeWindowedSerializer` /
+/// `TimeWindowedDeserializer` (`key || start`, end = start + size).
+pub(crate) struct TimeWindowedSerde<K> {
+    pub inner: SharedSerde<K>,
+    pub size_ms: i64,
+}
+
+impl<K: Send + Sync + 'static> Serde<Windowed<K>> for TimeWindowedSerde<K> {
+    fn serialize(&self, topic: &str, data: &Windowed<K>) -> Result<Option<Bytes>, String> {
+        let k = self.inner.serialize(topic, &data.key)?.unwrap_or_default();
+        let mut b = BytesMut::with_capacity(k.len() + 8);
+        b.put_slice(&k);
+        b.put_i64(data.window.start);
+        Ok(Some(b.freeze()))
+    }
+    fn deserialize(&self, topic: &str, data: Option<&[u8]>) -> Result<Windowed<K>, String> {
+        let d = data.ok_or("a windowed key is never null")?;
+        let at = d.len().checked_sub(8).ok_or_else(|| {
+            format!(
+                "a time-windowed key needs at least 8 bytes, got {}",
+                d.len()
+            )
+        })?;
+        let start = i64::from_be_bytes(d[at..].try_into().map_err(|_| "short key")?);
+        let key = self.inner.deserialize(topic, Some(&d[..at]))?;
+        Ok(Windowed::new(
+            key,
+            Window::new(start, start.saturating_add(self.size_ms)),
+        ))
+    }
+}
+
+pub(crate) fn time_windowed<K: Send + Sync + 'static>(
+    inner: SharedSerde<K>,
+    size: Duration,
+) -> SharedSerde<Windowed<K>> {
+    Arc::new(TimeWindowedSerde {
+        inner,
+        size_ms: millis(size).unwrap_or(i64::MAX),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Serdes;
+
+    fn starts(w: &TimeWindows, ts: i64) -> Vec<(i64, i64)> {
+        w.windows_for(ts).iter().map(|w| (w.start, w.end)).collect()
+    }
+
+    #[test]
+    fn tumbling_and_hopping_windows_match_kafkas_windows_for() {
+        let tumbling = TimeWindows::of_size_with_no_grace(Duration::from_millis(10));
+        assert_eq!(starts(&tumbling, 0), vec![(0, 10)]);
+        assert_eq!(starts(&tumbling, 9), vec![(0, 10)]);
+        assert_eq!(starts(&tumbling, 10), vec![(10, 20)]);
+        let hopping = TimeWindows::of_size_with_no_grace(Duration::from_millis(10))
+            .advance_by(Duration::from_millis(5));
+        // Every window with start <= ts < start + size, none starting below 0.
+        assert_eq!(starts(&hopping, 3), vec![(0, 10)]);
+        assert_eq!(starts(&hopping, 7), vec![(0, 10), (5, 15)]);
+        assert_eq!(starts(&hopping, 10), vec![(5, 15), (10, 20)]);
+        assert_eq!(starts(&hopping, 14), vec![(5, 15), (10, 20)]);
+    }
+
+    #[test]
+    fn bad_windows_and_short_retention_are_refused_with_the_store_named() {
+        let z = TimeWindows::of_size_with_no_grace(Duration::ZERO);
+        let e = z.validate("counts", None).unwrap_err().to_string();
+        assert!(
+            e.contains("counts") && e.contains("larger than zero"),
+            "{e}"
+        );
+        let hop = TimeWindows::of_size_with_no_grace(Duration::from_millis(10))
+            .advance_by(Duration::from_millis(11));
+        let e = hop.validate("counts", None).unwrap_err().to_string();
+        assert!(e.contains("advance interval"), "{e}");
+        let w = TimeWindows::of_size_and_grace(Duration::from_secs(60), Duration::from_secs(10));
+        let e = w
+            .validate("counts", Some(Duration::from_secs(69)))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("retention period (69000 ms)")
+                && e.contains("window size (60000 ms)")
+                && e.contains("grace period (10000 ms)"),
+            "{e}"
+        );
+        let spec = w.validate("counts", None).unwrap();
+        assert_eq!(spec.retention_ms, 70_000);
+        assert_eq!(spec.segment_interval_ms(), 60_000);
+    }
+
+    #[test]
+    fn windowed_keys_use_kafkas_byte_layouts() {
+        let wk = Windowed::new("ab".to_string(), Window::new(256, 266));
+        let store = WindowStoreKeySerde {
+            inner: Serdes::string(),
+            size_ms: 10,
+        };
+        let b = store.serialize("s", &wk).unwrap().unwrap();
+        assert_eq!(&b[..], b"ab\0\0\0\0\0\0\x01\0\0\0\0\0");
+        assert_eq!(store.deserialize("s", Some(&b)).unwrap(), wk);
+        assert_eq!(store_key_start(&b), Some(256));
+        let topic = time_windowed(Serdes::string(), Duration::from_millis(10));
+        let b = topic.serialize("t", &wk).unwrap().unwrap();
+        assert_eq!(&b[..], b"ab\0\0\0\0\0\0\x01\0");
+        assert_eq!(topic.deserialize("t", Some(&b)).unwrap(), wk);
+        let e = topic.deserialize("t", Some(b"abc")).unwrap_err();
+        assert!(e.contains("at least 8 bytes"), "{e}");
+    }
+}
