@@ -9,6 +9,7 @@
 
 pub mod backend;
 pub mod client_scenarios;
+pub mod dsl_scenarios;
 pub mod operator_scenarios;
 pub mod proxy;
 pub mod rolling;

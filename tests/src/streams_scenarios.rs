@@ -25,6 +25,10 @@ pub use crate::operator_scenarios::{
     dashboard_renders_live_group, streams_cli_removes_offline_members,
     streams_rest_metadata_and_queries, streams_rest_shutdown_leaves_group,
 };
+// The DSL scenarios (tables, joins, windows) too.
+pub use crate::dsl_scenarios::{
+    streams_join_needs_copartitioned_topics, streams_pageviews_windowed_join,
+};
 // The rolling-restart guarantees too.
 pub use crate::rolling::{
     streams_roll_dynamic, streams_roll_static_clean, streams_roll_static_kill9,
@@ -1087,6 +1091,9 @@ macro_rules! for_each_streams_scenario {
             streams_replace_thread_after_an_error => streams_replace_thread_after_an_error(),
             streams_shutdown_application => streams_shutdown_application(),
             streams_pattern_source => streams_pattern_source(),
+            streams_pageviews_windowed_join_rocksdb => streams_pageviews_windowed_join(StoreBackend::RocksDb),
+            streams_pageviews_windowed_join_in_memory => streams_pageviews_windowed_join(StoreBackend::InMemory),
+            streams_join_needs_copartitioned_topics => streams_join_needs_copartitioned_topics(),
             streams_rest_metadata_and_queries => streams_rest_metadata_and_queries(),
             streams_rest_shutdown_leaves_group => streams_rest_shutdown_leaves_group(),
             streams_cli_removes_offline_members => streams_cli_removes_offline_members(),

@@ -10,7 +10,9 @@
 //! (`<app>-<store>-repartition`), as Kafka does, so records with equal keys
 //! meet in one task.
 
+mod join;
 mod suppress;
+mod table;
 mod windowed;
 
 use std::cell::RefCell;
@@ -20,7 +22,11 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use join::Joined;
 pub use suppress::{BufferConfig, Suppressed};
+pub(crate) use table::Change;
+pub use table::KTable;
+use table::TableInfo;
 pub use windowed::TimeWindowedKStream;
 
 use rill_state::StoreBackend;
@@ -977,10 +983,10 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
         let step = Arc::new(step);
         let store_c = store.clone();
         let f = Arc::new(
-            move |ctx: &mut ProcessorContext<'_, '_, K, VA>, r: Record<K, V>| {
+            move |ctx: &mut ProcessorContext<'_, '_, K, Change<VA>>, r: Record<K, V>| {
                 let mut s = ctx.store(&store_c)?;
                 let old = s.get_typed(&ks, &vs, &r.key)?;
-                let new = step(&r.key, &r.value, old);
+                let new = step(&r.key, &r.value, old.clone());
                 if s.is_cached() {
                     // The cache forwards the latest value when it flushes
                     // (Kafka's `TimestampedTupleForwarder` with caching on).
@@ -989,83 +995,19 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
                 s.put_typed(&ks, &vs, &r.key, &new)?;
                 ctx.forward(Record {
                     key: r.key,
-                    value: new,
+                    value: Change::new(Some(new), old),
                     timestamp: r.timestamp,
                     headers: r.headers,
                 });
                 Ok(())
             },
         );
-        let table = input.then::<K, VA>(
+        let table = input.then::<K, Change<VA>>(
             &format!("KSTREAM-{what}"),
             false,
             vec![store.clone()],
-            move || erase::<_, K, V, K, VA>(FnProcessor(f.clone())),
+            move || erase::<_, K, V, K, Change<VA>>(FnProcessor(f.clone())),
         );
-        KTable {
-            stream: table,
-            store,
-            info: TableInfo {
-                serdes: Some(serdes),
-                window_end: None,
-            },
-        }
-    }
-}
-
-/// A changelog stream seen as a table (Kafka's `KTable`): every update to a
-/// key replaces its value. Updates are forwarded when the record cache
-/// flushes them (commit or eviction), or at once with caching disabled.
-pub struct KTable<K, V> {
-    stream: KStream<K, V>,
-    store: String,
-    info: TableInfo<K, V>,
-}
-
-/// What operations downstream of a table need to know about it.
-struct TableInfo<K, V> {
-    /// Key and value serdes (suppression buffers updates as bytes).
-    serdes: Option<(SharedSerde<K>, SharedSerde<V>)>,
-    /// Windowed tables: the aggregation's grace and each key's window end.
-    window_end: Option<(i64, WindowEnd<K>)>,
-}
-
-type WindowEnd<K> = Arc<dyn Fn(&K) -> i64 + Send + Sync>;
-
-impl<K, V> Clone for TableInfo<K, V> {
-    fn clone(&self) -> Self {
-        Self {
-            serdes: self.serdes.clone(),
-            window_end: self.window_end.clone(),
-        }
-    }
-}
-
-impl<K: Data, V: Data> KTable<K, V> {
-    fn clone_table(&self) -> Self {
-        Self {
-            stream: self.stream.clone(),
-            store: self.store.clone(),
-            info: self.info.clone(),
-        }
-    }
-
-    /// The table's updates as a stream.
-    pub fn to_stream(&self) -> KStream<K, V> {
-        let f = Arc::new(
-            |ctx: &mut ProcessorContext<'_, '_, K, V>, r: Record<K, V>| {
-                ctx.forward(r);
-                Ok(())
-            },
-        );
-        self.stream
-            .then("KTABLE-TOSTREAM", false, Vec::new(), move || {
-                erase::<_, K, V, K, V>(FnProcessor(f.clone()))
-            })
-    }
-
-    /// The name of the store holding the table (for interactive queries).
-    pub fn queryable_store_name(&self) -> &str {
-        &self.store
+        KTable::materialized(table, store, serdes, None)
     }
 }

@@ -794,6 +794,24 @@ fn prepare_topics(inner: &Inner) -> Result<()> {
     };
     let rf = inner.config.replication_factor;
     let mut counts: BTreeMap<String, i32> = BTreeMap::new();
+    // A repartition topic read next to user topics (a join after a key
+    // change) must be co-partitioned with them: it takes their partition
+    // count, not its writer's (Kafka's co-partition groups).
+    for st in inner.topology.subtopologies() {
+        let user: BTreeSet<i32> = st
+            .source_topics
+            .iter()
+            .filter(|t| matches!(t, TopicName::User(_)))
+            .filter_map(|t| existing.get(&t.resolve(app)).copied())
+            .collect();
+        if let [n] = user.iter().copied().collect::<Vec<_>>()[..] {
+            for t in &st.source_topics {
+                if let TopicName::Internal(_) = t {
+                    counts.entry(t.resolve(app)).or_insert(n);
+                }
+            }
+        }
+    }
     let mut create: Vec<NewTopic> = Vec::new();
     for st in inner.topology.subtopologies() {
         let mut sources: Vec<(String, i32)> = Vec::new();
@@ -834,6 +852,7 @@ fn prepare_topics(inner: &Inner) -> Result<()> {
         for t in &st.sink_topics {
             if let TopicName::Internal(_) = t {
                 let name = t.resolve(app);
+                let n = counts.get(&name).copied().unwrap_or(n);
                 check_or_create(&name, n, &existing, &mut create, rf, false)?;
                 counts.insert(name, n);
             }

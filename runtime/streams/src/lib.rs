@@ -38,7 +38,7 @@ pub use config::{
     instance_id_for_thread, DeserializationHandler, StreamsConfig, StreamsConfigBuilder,
 };
 pub use dsl::{
-    BranchedKStream, BufferConfig, Consumed, Data, Grouped, KGroupedStream, KStream, KTable,
+    BranchedKStream, BufferConfig, Consumed, Data, Grouped, Joined, KGroupedStream, KStream, KTable,
     Materialized, Produced, Repartitioned, StreamsBuilder, Suppressed, TimeWindowedKStream,
 };
 pub use error::{Recovery, Result, StreamsError};

@@ -337,9 +337,10 @@ impl<'c, 'a, KOut: Send + 'static, VOut: Send + 'static> ProcessorContext<'c, 'a
     }
 }
 
-/// Turns a flushed cache entry back into the owning node's output types.
+/// Turns a flushed cache entry (`None`: a deletion) back into the owning
+/// node's output types: the key and a table `Change` without its old value.
 pub(crate) type FlushDecoder =
-    std::sync::Arc<dyn Fn(&Bytes, &Bytes) -> Result<(AnyBox, AnyBox)> + Send + Sync>;
+    std::sync::Arc<dyn Fn(&Bytes, Option<&Bytes>) -> Result<(AnyBox, AnyBox)> + Send + Sync>;
 
 /// A store as the task holds it: the store (with its record cache, if any)
 /// and, when logged, its changelog partition and the writes not yet sent
@@ -553,32 +554,50 @@ impl StoreRef<'_> {
         timestamp: i64,
         headers: Headers,
     ) -> Result<()> {
+        self.write_typed_cached(kser, vser, key, Some(value), timestamp, headers)
+    }
+
+    /// As `put_typed_cached`; `None` caches a deletion, flushed as one.
+    pub(crate) fn write_typed_cached<K: Send + 'static, V: Send + 'static>(
+        &mut self,
+        kser: &SharedSerde<K>,
+        vser: &SharedSerde<V>,
+        key: &K,
+        value: Option<&V>,
+        timestamp: i64,
+        headers: Headers,
+    ) -> Result<()> {
         let mut cell = self.handle.store.lock();
         let name = cell.store.name().to_string();
         let k = ser(kser, &name, key)?;
-        let v = ser(vser, &name, value)?;
+        let v = value.map(|v| ser(vser, &name, v)).transpose()?;
         let Some(cache) = cell.cache.as_mut() else {
             return Err(StreamsError::IllegalState(format!(
                 "task {}: state store {name} has no record cache",
                 self.task
             )));
         };
-        cache.put(k, Some(v), true, timestamp, headers);
+        cache.put(k, v, true, timestamp, headers);
         self.handle.evicted.extend(cache.evict());
         drop(cell);
         if self.handle.flush_to.is_none() {
             let (ks, vs) = (kser.clone(), vser.clone());
             let task = self.task;
-            let decode: FlushDecoder = std::sync::Arc::new(move |k: &Bytes, v: &Bytes| {
-                let bad = |reason: String| {
-                    StreamsError::IllegalState(format!(
+            let decode: FlushDecoder =
+                std::sync::Arc::new(move |k: &Bytes, v: Option<&Bytes>| {
+                    let bad = |reason: String| {
+                        StreamsError::IllegalState(format!(
                         "task {task}: state store {name}: a cached entry does not deserialize: {reason}"
                     ))
-                };
-                let key = ks.deserialize_bytes(&name, Some(k)).map_err(bad)?;
-                let value = vs.deserialize_bytes(&name, Some(v)).map_err(bad)?;
-                Ok((Box::new(key) as AnyBox, Box::new(value) as AnyBox))
-            });
+                    };
+                    let key = ks.deserialize_bytes(&name, Some(k)).map_err(bad)?;
+                    let value = v
+                        .map(|v| vs.deserialize_bytes(&name, Some(v)))
+                        .transpose()
+                        .map_err(bad)?;
+                    let change = crate::dsl::Change::new(value, None);
+                    Ok((Box::new(key) as AnyBox, Box::new(change) as AnyBox))
+                });
             self.handle.flush_to = Some((self.node, decode));
         }
         Ok(())
@@ -605,6 +624,13 @@ impl StoreRef<'_> {
                 ))
                 }),
         }
+    }
+
+    /// Typed delete through the key serde.
+    pub fn delete_typed<K: 'static>(&mut self, kser: &SharedSerde<K>, key: &K) -> Result<()> {
+        let name = self.handle.store.lock().store.name().to_string();
+        let k = ser(kser, &name, key)?;
+        self.delete(&k)
     }
 
     /// Typed put through serdes.

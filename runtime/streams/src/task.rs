@@ -418,10 +418,7 @@ impl StreamTask {
             return Ok(());
         };
         for f in flushed {
-            // A deleted key has no typed value to forward (aggregations never
-            // delete; a table's tombstones are not modelled yet).
-            let Some(value) = &f.value else { continue };
-            let (key, value) = decode(&f.key, value)?;
+            let (key, value) = decode(&f.key, f.value.as_ref())?;
             let rec = RawRecord {
                 key,
                 value,

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
-use super::{Data, KTable, TableInfo};
+use super::{Change, Data, KTable, TableInfo};
 use crate::error::{Result, StreamsError};
 use crate::processor::{Processor, ProcessorContext, Record};
 use crate::serde::SharedSerde;
@@ -89,8 +89,8 @@ impl<K: Data, V: Data> KTable<K, V> {
         let graph = self.stream.graph.clone();
         let fail = |why: String| {
             graph.borrow_mut().fail(StreamsError::Topology(format!(
-                "suppress() on the table of store {}: {why}",
-                self.store
+                "suppress() on {}: {why}",
+                self.describe()
             )));
             self.clone_table()
         };
@@ -146,8 +146,8 @@ impl<K: Data, V: Data> KTable<K, V> {
         let (ks2, vs2, store_c) = (ks.clone(), vs.clone(), store.clone());
         let stream =
             self.stream
-                .then_named::<K, V>(node_name, false, vec![store.clone()], move || {
-                    super::erase::<_, K, V, K, V>(Suppress {
+                .then_named::<K, Change<V>>(node_name, false, vec![store.clone()], move || {
+                    super::erase::<_, K, Change<V>, K, Change<V>>(Suppress {
                         store: store_c.clone(),
                         key_serde: ks2.clone(),
                         value_serde: vs2.clone(),
@@ -160,10 +160,12 @@ impl<K: Data, V: Data> KTable<K, V> {
                 });
         KTable {
             stream,
-            store,
+            // The buffer holds only what is not emitted yet, not the table.
+            store: None,
             info: TableInfo {
                 serdes: Some((ks, vs)),
                 window_end: self.info.window_end.clone(),
+                getter: None,
             },
         }
     }
@@ -192,7 +194,7 @@ impl<K: Data, V: Data> Suppress<K, V> {
     }
 
     /// Emits, in buffer-time order, every update whose time has come.
-    fn emit_due(&mut self, ctx: &mut ProcessorContext<'_, '_, K, V>) -> Result<()> {
+    fn emit_due(&mut self, ctx: &mut ProcessorContext<'_, '_, K, Change<V>>) -> Result<()> {
         let limit = self.observed.saturating_sub(self.suppress_ms);
         let mut out = Vec::new();
         {
@@ -217,11 +219,11 @@ impl<K: Data, V: Data> Suppress<K, V> {
                     .key_serde
                     .deserialize(&self.store, Some(&key))
                     .map_err(|e| self.corrupt(&key, &e))?;
-                let v = self
-                    .value_serde
-                    .deserialize(&self.store, present.then_some(&entry[..]))
+                let v = present
+                    .then(|| self.value_serde.deserialize(&self.store, Some(&entry[..])))
+                    .transpose()
                     .map_err(|e| self.corrupt(&key, &e))?;
-                out.push(Record::new(k, v, timestamp));
+                out.push(Record::new(k, Change::new(v, None), timestamp));
             }
         }
         for r in out {
@@ -231,9 +233,9 @@ impl<K: Data, V: Data> Suppress<K, V> {
     }
 }
 
-impl<K: Data, V: Data> Processor<K, V, K, V> for Suppress<K, V> {
+impl<K: Data, V: Data> Processor<K, Change<V>, K, Change<V>> for Suppress<K, V> {
     /// Rebuilds the emit order from the (restored) buffer store.
-    fn init(&mut self, ctx: &mut ProcessorContext<'_, '_, K, V>) -> Result<()> {
+    fn init(&mut self, ctx: &mut ProcessorContext<'_, '_, K, Change<V>>) -> Result<()> {
         let s = ctx.store(&self.store)?;
         for (k, v) in s.all()? {
             if v.len() < 17 {
@@ -246,7 +248,11 @@ impl<K: Data, V: Data> Processor<K, V, K, V> for Suppress<K, V> {
         Ok(())
     }
 
-    fn process(&mut self, ctx: &mut ProcessorContext<'_, '_, K, V>, r: Record<K, V>) -> Result<()> {
+    fn process(
+        &mut self,
+        ctx: &mut ProcessorContext<'_, '_, K, Change<V>>,
+        r: Record<K, Change<V>>,
+    ) -> Result<()> {
         self.observed = self.observed.max(r.timestamp);
         let ser_err = |reason: String| StreamsError::Serialization {
             topic: format!("suppression buffer {}", self.store),
@@ -257,10 +263,10 @@ impl<K: Data, V: Data> Processor<K, V, K, V> for Suppress<K, V> {
             .serialize(&self.store, &r.key)
             .map_err(ser_err)?
             .ok_or_else(|| ser_err("the key serialized to null".into()))?;
-        let value = self
-            .value_serde
-            .serialize(&self.store, &r.value)
-            .map_err(ser_err)?;
+        let value = match &r.value.new {
+            Some(v) => self.value_serde.serialize(&self.store, v).map_err(ser_err)?,
+            None => None,
+        };
         // A key keeps the buffer time of its first buffered update.
         let at = match self.buffered_at.get(&key) {
             Some(at) => *at,

@@ -23,7 +23,7 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use super::{erase, Data, KGroupedStream, KTable, Materialized, TableInfo};
+use super::{erase, Change, Data, KGroupedStream, KTable, Materialized};
 use crate::error::Result;
 use crate::processor::{Processor, ProcessorContext, Record};
 use crate::serde::SharedSerde;
@@ -119,12 +119,12 @@ impl<K: Data, V: Data> TimeWindowedKStream<K, V> {
         });
         let value_serde = m.value.clone().unwrap_or_else(crate::serde::missing);
         let (ks, vs, store_c) = (key_serde.clone(), value_serde.clone(), store.clone());
-        let table = input.then::<Windowed<K>, VA>(
+        let table = input.then::<Windowed<K>, Change<VA>>(
             &format!("KSTREAM-{what}"),
             false,
             vec![store.clone()],
             move || {
-                erase::<_, K, V, Windowed<K>, VA>(WindowAggregate {
+                erase::<_, K, V, Windowed<K>, Change<VA>>(WindowAggregate {
                     store: store_c.clone(),
                     spec,
                     key_serde: ks.clone(),
@@ -136,17 +136,15 @@ impl<K: Data, V: Data> TimeWindowedKStream<K, V> {
                 })
             },
         );
-        KTable {
-            stream: table,
+        KTable::materialized(
+            table,
             store,
-            info: TableInfo {
-                serdes: Some((key_serde, value_serde)),
-                window_end: Some((
-                    spec.windows.grace_ms(),
-                    Arc::new(|k: &Windowed<K>| k.window.end),
-                )),
-            },
-        }
+            (key_serde, value_serde),
+            Some((
+                spec.windows.grace_ms(),
+                Arc::new(|k: &Windowed<K>| k.window.end),
+            )),
+        )
     }
 }
 
@@ -164,10 +162,12 @@ struct WindowAggregate<K, V, VA> {
     _types: PhantomData<fn(V)>,
 }
 
-impl<K: Data, V: Data, VA: Data> Processor<K, V, Windowed<K>, VA> for WindowAggregate<K, V, VA> {
+impl<K: Data, V: Data, VA: Data> Processor<K, V, Windowed<K>, Change<VA>>
+    for WindowAggregate<K, V, VA>
+{
     fn process(
         &mut self,
-        ctx: &mut ProcessorContext<'_, '_, Windowed<K>, VA>,
+        ctx: &mut ProcessorContext<'_, '_, Windowed<K>, Change<VA>>,
         r: Record<K, V>,
     ) -> Result<()> {
         if r.timestamp < 0 {
@@ -188,7 +188,7 @@ impl<K: Data, V: Data, VA: Data> Processor<K, V, Windowed<K>, VA> for WindowAggr
                 }
                 let wk = Windowed::new(r.key.clone(), w);
                 let old = s.get_typed(&self.key_serde, &self.value_serde, &wk)?;
-                let new = (self.step)(&r.key, &r.value, old);
+                let new = (self.step)(&r.key, &r.value, old.clone());
                 if s.is_cached() {
                     s.put_typed_cached(
                         &self.key_serde,
@@ -200,7 +200,7 @@ impl<K: Data, V: Data, VA: Data> Processor<K, V, Windowed<K>, VA> for WindowAggr
                     )?;
                 } else {
                     s.put_typed(&self.key_serde, &self.value_serde, &wk, &new)?;
-                    updates.push((wk, new));
+                    updates.push((wk, Change::new(Some(new), old)));
                 }
             }
         }
@@ -234,7 +234,10 @@ impl<K: Data, V: Data, VA: Data> WindowAggregate<K, V, VA> {
     /// Once per segment interval of observed stream time: deletes windows
     /// that started at or before `observed - retention` (they are closed and
     /// past retention; Kafka drops their segment).
-    fn drop_expired(&mut self, ctx: &mut ProcessorContext<'_, '_, Windowed<K>, VA>) -> Result<()> {
+    fn drop_expired(
+        &mut self,
+        ctx: &mut ProcessorContext<'_, '_, Windowed<K>, Change<VA>>,
+    ) -> Result<()> {
         let segment = self.observed / self.spec.segment_interval_ms();
         if segment <= self.cleaned_segment {
             return Ok(());

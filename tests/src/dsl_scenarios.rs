@@ -1,0 +1,225 @@
+//! DSL scenarios (tables, stream–table joins, windowed aggregations),
+//! written once and run on the embedded broker and on Apache Kafka, with
+//! RocksDB and with in-memory stores. Expected outputs are computed here
+//! from the generated input, independently of the app.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use rill_client::{Consumer, Producer, ProducerRecord, TopicPartition};
+use rill_streams::{
+    Consumed, Grouped, Joined, KafkaStreams, Materialized, Produced, Serdes, State, StoreBackend,
+    StreamsBuilder, StreamsConfig, TimeWindows, Topology, Windowed,
+};
+
+use crate::client_scenarios::{admin, config, create_topic, send_and_wait, wait_until};
+use crate::streams_scenarios::{start, PARTITIONS};
+use crate::unique_topic;
+
+const WINDOW: Duration = Duration::from_secs(10);
+/// A window boundary, so the views fall into three whole windows.
+const BASE_MS: i64 = 1_700_000_000_000;
+const USERS: usize = 20;
+const REGIONS: [&str; 3] = ["eu", "us", "apac"];
+
+fn region_of(user: usize) -> &'static str {
+    REGIONS[user % REGIONS.len()]
+}
+
+/// Page views per region and 10-second window: views (user → page) joined
+/// with the users table (user → region), re-keyed by region (a repartition
+/// topic `<app>-by-region-repartition`), counted per tumbling window.
+fn pageviews(users: &str, views: &str, output: &str, backend: StoreBackend) -> Topology {
+    let s = Serdes::string;
+    let b = StreamsBuilder::new();
+    let regions = b.table(
+        users,
+        Consumed::with(s(), s()),
+        Materialized::as_store("users").with_backend(backend),
+    );
+    b.stream(&[views], Consumed::with(s(), s()))
+        .join(
+            &regions,
+            |_page: &String, region: &String| region.clone(),
+            Joined::with(s(), s()),
+        )
+        .group_by(
+            |_user, region: &String| region.clone(),
+            Grouped::with(s(), s()).with_name("by-region"),
+        )
+        .windowed_by(TimeWindows::of_size_and_grace(WINDOW, Duration::from_secs(3600)))
+        .count(Materialized::as_store("views-per-region").with_backend(backend))
+        .to_stream()
+        .to(
+            output,
+            Produced::with(Serdes::time_windowed(s(), WINDOW), Serdes::i64()),
+        );
+    b.build().expect("topology builds")
+}
+
+struct Topics {
+    bootstrap: String,
+    app: String,
+    users: String,
+    views: String,
+    output: String,
+}
+
+impl Topics {
+    fn config(&self, state_dir: &Path) -> StreamsConfig {
+        StreamsConfig::builder()
+            .env_prefix(None)
+            .set("application.id", &self.app)
+            .set("bootstrap.servers", &self.bootstrap)
+            .set("state.dir", state_dir.display())
+            .set("num.stream.threads", 2)
+            .set("commit.interval.ms", 200)
+            .set("session.timeout.ms", 30_000)
+            .set("heartbeat.interval.ms", 500)
+            .build()
+            .expect("config")
+    }
+
+    /// Writes views `from..from + n` and adds them to the expected counts.
+    fn write_views(&self, from: usize, n: usize, expected: &mut BTreeMap<(String, i64), i64>) {
+        let p = Producer::new(&config(&self.bootstrap, &[])).expect("producer");
+        let views: Vec<(usize, i64)> = (from..from + n)
+            .map(|i| (i % USERS, BASE_MS + (i as i64 * 97) % 30_000))
+            .collect();
+        send_and_wait(
+            &p,
+            views.iter().enumerate().map(|(i, (user, ts))| {
+                ProducerRecord::new(self.views.clone())
+                    .key(format!("u{user}"))
+                    .value(format!("page-{}", i % 5))
+                    .timestamp(*ts)
+            }),
+        );
+        for (user, ts) in views {
+            let start = ts - ts % WINDOW.as_millis() as i64;
+            *expected
+                .entry((region_of(user).to_string(), start))
+                .or_default() += 1;
+        }
+    }
+
+    fn reader(&self) -> Consumer {
+        let mut c = Consumer::new(&config(&self.bootstrap, &[])).expect("consumer");
+        let parts: Vec<TopicPartition> = (0..PARTITIONS)
+            .map(|p| TopicPartition::new(self.output.clone(), p))
+            .collect();
+        c.assign(&parts).unwrap();
+        c.seek_to_beginning(&parts).unwrap();
+        c
+    }
+}
+
+/// Reads windowed counts until the latest per (region, window) equals `expected`.
+fn await_windowed_counts(
+    reader: &mut Consumer,
+    seen: &mut BTreeMap<(String, i64), i64>,
+    expected: &BTreeMap<(String, i64), i64>,
+    app: &KafkaStreams,
+) {
+    let key = Serdes::time_windowed(Serdes::string(), WINDOW);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while seen != expected {
+        assert!(
+            Instant::now() < deadline,
+            "windowed counts did not converge: expected {expected:?}, saw {seen:?}; state {:?}",
+            app.state()
+        );
+        assert_ne!(app.state(), State::Error, "the app failed");
+        for r in reader.poll(Duration::from_millis(200)).unwrap() {
+            let k: Windowed<String> = key.deserialize("out", r.key.as_deref()).unwrap();
+            assert_eq!(k.window.end - k.window.start, WINDOW.as_millis() as i64);
+            let n = Serdes::i64().deserialize("out", r.value.as_deref()).unwrap();
+            seen.insert((k.key, k.window.start), n);
+        }
+    }
+}
+
+/// Views joined with a users table and counted per region and window,
+/// across a clean restart: the table, the windows and their counts come
+/// back from the local state (RocksDB) or the changelogs (in memory), so
+/// views written while the app was down add to the counts from before.
+pub fn streams_pageviews_windowed_join(bootstrap: &str, backend: StoreBackend) {
+    let t = Topics {
+        bootstrap: bootstrap.to_string(),
+        app: unique_topic("pageviews"),
+        users: unique_topic("users"),
+        views: unique_topic("views"),
+        output: unique_topic("views-per-region"),
+    };
+    for topic in [&t.users, &t.views, &t.output] {
+        create_topic(bootstrap, topic, PARTITIONS);
+    }
+    let p = Producer::new(&config(bootstrap, &[])).expect("producer");
+    send_and_wait(
+        &p,
+        (0..USERS).map(|u| {
+            ProducerRecord::new(t.users.clone())
+                .key(format!("u{u}"))
+                .value(region_of(u))
+                .timestamp(BASE_MS - 1_000)
+        }),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let topology = || pageviews(&t.users, &t.views, &t.output, backend);
+    let app = start(topology(), t.config(dir.path()));
+    // The join sees a user once the table holds it: wait for all of them.
+    let s = Serdes::string();
+    assert!(
+        wait_until(Duration::from_secs(60), || (0..USERS).all(|u| {
+            app.query_store("users", &format!("u{u}"), &s, &s)
+                .ok()
+                .flatten()
+                .is_some_and(|r| r == region_of(u))
+        })),
+        "the users table did not load"
+    );
+    let mut expected = BTreeMap::new();
+    t.write_views(0, 300, &mut expected);
+    let mut reader = t.reader();
+    let mut seen = BTreeMap::new();
+    await_windowed_counts(&mut reader, &mut seen, &expected, &app);
+    assert_eq!(expected.len(), REGIONS.len() * 3, "three regions × three windows");
+    let rep = format!("{}-by-region-repartition", t.app);
+    let md = admin(bootstrap).describe_topics(&[rep.as_str()]).unwrap();
+    assert_eq!(md[0].partitions.len() as i32, PARTITIONS, "{rep}");
+    assert!(app.close());
+
+    t.write_views(300, 200, &mut expected);
+    let app = start(topology(), t.config(dir.path()));
+    await_windowed_counts(&mut reader, &mut seen, &expected, &app);
+    assert!(app.close());
+}
+
+/// A stream–table join on topics with different partition counts cannot
+/// start: the error names both topics and their counts.
+pub fn streams_join_needs_copartitioned_topics(bootstrap: &str) {
+    let t = Topics {
+        bootstrap: bootstrap.to_string(),
+        app: unique_topic("copart"),
+        users: unique_topic("users"),
+        views: unique_topic("views"),
+        output: unique_topic("out"),
+    };
+    create_topic(bootstrap, &t.users, 2);
+    create_topic(bootstrap, &t.views, PARTITIONS);
+    create_topic(bootstrap, &t.output, PARTITIONS);
+    let dir = tempfile::tempdir().unwrap();
+    let app = KafkaStreams::new(
+        pageviews(&t.users, &t.views, &t.output, StoreBackend::InMemory),
+        t.config(dir.path()),
+    )
+    .unwrap();
+    let err = app.start().unwrap_err().to_string();
+    assert!(
+        err.contains("not co-partitioned")
+            && err.contains(&format!("{} (2 partitions)", t.users))
+            && err.contains(&format!("{} ({PARTITIONS} partitions)", t.views)),
+        "{err}"
+    );
+}
