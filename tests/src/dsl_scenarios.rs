@@ -48,7 +48,10 @@ fn pageviews(users: &str, views: &str, output: &str, backend: StoreBackend) -> T
             |_user, region: &String| region.clone(),
             Grouped::with(s(), s()).with_name("by-region"),
         )
-        .windowed_by(TimeWindows::of_size_and_grace(WINDOW, Duration::from_secs(3600)))
+        .windowed_by(TimeWindows::of_size_and_grace(
+            WINDOW,
+            Duration::from_secs(3600),
+        ))
         .count(Materialized::as_store("views-per-region").with_backend(backend))
         .to_stream()
         .to(
@@ -134,7 +137,9 @@ fn await_windowed_counts(
         for r in reader.poll(Duration::from_millis(200)).unwrap() {
             let k: Windowed<String> = key.deserialize("out", r.key.as_deref()).unwrap();
             assert_eq!(k.window.end - k.window.start, WINDOW.as_millis() as i64);
-            let n = Serdes::i64().deserialize("out", r.value.as_deref()).unwrap();
+            let n = Serdes::i64()
+                .deserialize("out", r.value.as_deref())
+                .unwrap();
             seen.insert((k.key, k.window.start), n);
         }
     }
@@ -184,7 +189,11 @@ pub fn streams_pageviews_windowed_join(bootstrap: &str, backend: StoreBackend) {
     let mut reader = t.reader();
     let mut seen = BTreeMap::new();
     await_windowed_counts(&mut reader, &mut seen, &expected, &app);
-    assert_eq!(expected.len(), REGIONS.len() * 3, "three regions × three windows");
+    assert_eq!(
+        expected.len(),
+        REGIONS.len() * 3,
+        "three regions × three windows"
+    );
     let rep = format!("{}-by-region-repartition", t.app);
     let md = admin(bootstrap).describe_topics(&[rep.as_str()]).unwrap();
     assert_eq!(md[0].partitions.len() as i32, PARTITIONS, "{rep}");

@@ -97,6 +97,10 @@ pub struct StreamsConfig {
     /// (checked when the config is built).
     pub default_timestamp_extractor: String,
     pub buffered_records_per_partition: usize,
+    /// `max.task.idle.ms`: how long a task with a caught-up empty partition
+    /// waits before processing the others anyway (-1: never waits, even for
+    /// data still being fetched; KIP-695).
+    pub max_task_idle_ms: i64,
     pub restore_batch_size: usize,
     /// `statestore.cache.max.bytes`: the record caches' budget per instance.
     pub cache_max_bytes: usize,
@@ -503,6 +507,7 @@ fn parse(mut flat: BTreeMap<String, String>) -> Result<StreamsConfig> {
             1usize,
         )?,
         restore_batch_size: num("restore.batch.size", take("restore.batch.size"), 1usize)?,
+        max_task_idle_ms: num("max.task.idle.ms", take("max.task.idle.ms"), -1i64)?,
         cache_max_bytes: num(
             "statestore.cache.max.bytes",
             take("statestore.cache.max.bytes"),

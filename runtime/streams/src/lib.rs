@@ -38,8 +38,8 @@ pub use config::{
     instance_id_for_thread, DeserializationHandler, StreamsConfig, StreamsConfigBuilder,
 };
 pub use dsl::{
-    BranchedKStream, BufferConfig, Consumed, Data, Grouped, Joined, KGroupedStream, KStream, KTable,
-    Materialized, Produced, Repartitioned, StreamsBuilder, Suppressed, TimeWindowedKStream,
+    BranchedKStream, BufferConfig, Consumed, Data, Grouped, Joined, KGroupedStream, KStream,
+    KTable, Materialized, Produced, Repartitioned, StreamsBuilder, Suppressed, TimeWindowedKStream,
 };
 pub use error::{Recovery, Result, StreamsError};
 pub use kafka_streams::{

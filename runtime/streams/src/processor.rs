@@ -583,21 +583,20 @@ impl StoreRef<'_> {
         if self.handle.flush_to.is_none() {
             let (ks, vs) = (kser.clone(), vser.clone());
             let task = self.task;
-            let decode: FlushDecoder =
-                std::sync::Arc::new(move |k: &Bytes, v: Option<&Bytes>| {
-                    let bad = |reason: String| {
-                        StreamsError::IllegalState(format!(
+            let decode: FlushDecoder = std::sync::Arc::new(move |k: &Bytes, v: Option<&Bytes>| {
+                let bad = |reason: String| {
+                    StreamsError::IllegalState(format!(
                         "task {task}: state store {name}: a cached entry does not deserialize: {reason}"
                     ))
-                    };
-                    let key = ks.deserialize_bytes(&name, Some(k)).map_err(bad)?;
-                    let value = v
-                        .map(|v| vs.deserialize_bytes(&name, Some(v)))
-                        .transpose()
-                        .map_err(bad)?;
-                    let change = crate::dsl::Change::new(value, None);
-                    Ok((Box::new(key) as AnyBox, Box::new(change) as AnyBox))
-                });
+                };
+                let key = ks.deserialize_bytes(&name, Some(k)).map_err(bad)?;
+                let value = v
+                    .map(|v| vs.deserialize_bytes(&name, Some(v)))
+                    .transpose()
+                    .map_err(bad)?;
+                let change = crate::dsl::Change::new(value, None);
+                Ok((Box::new(key) as AnyBox, Box::new(change) as AnyBox))
+            });
             self.handle.flush_to = Some((self.node, decode));
         }
         Ok(())

@@ -186,6 +186,9 @@ pub(crate) struct StreamTask {
     handler: DeserializationHandler,
     /// Records dropped by log-and-continue (Kafka's `dropped-records` metric).
     pub skipped: u64,
+    /// Wall-clock time the task started waiting on caught-up empty
+    /// partitions (`max.task.idle.ms` > 0).
+    idle_since: Option<i64>,
     pub processed: u64,
 }
 
@@ -274,6 +277,7 @@ impl StreamTask {
             topology,
             handler,
             skipped: 0,
+            idle_since: None,
             processed: 0,
         };
         for &i in &st.nodes {
@@ -509,6 +513,43 @@ impl StreamTask {
         }
     }
 
+    /// Whether the task may process now without breaking timestamp order
+    /// across its partitions (KIP-695, Kafka's `PartitionGroup.readyToProcess`):
+    /// every partition has buffered records, or is known to be caught up
+    /// (`lag` 0, its fetched lag as of the last fetch) and `max_idle_ms` has
+    /// passed since the task started waiting on it. A partition whose lag is
+    /// unknown or positive has records on their way: the task waits for
+    /// them, so a join reads a table loaded up to the stream record's time.
+    /// `max_idle_ms` -1 processes whatever is buffered.
+    pub fn ready(
+        &mut self,
+        lag: impl Fn(&str, i32) -> Option<i64>,
+        max_idle_ms: i64,
+        now_ms: i64,
+    ) -> bool {
+        if !self.has_buffered() {
+            return false;
+        }
+        if max_idle_ms < 0 || self.queues.iter().all(|q| !q.records.is_empty()) {
+            self.idle_since = None;
+            return true;
+        }
+        let mut caught_up_empty = false;
+        for q in self.queues.iter().filter(|q| q.records.is_empty()) {
+            match lag(&q.tp.0, q.tp.1) {
+                Some(0) => caught_up_empty = true,
+                _ => return false,
+            }
+        }
+        if caught_up_empty && max_idle_ms > 0 {
+            let since = *self.idle_since.get_or_insert(now_ms);
+            if now_ms - since < max_idle_ms {
+                return false;
+            }
+        }
+        true
+    }
+
     /// Processes the next record (smallest head timestamp); `false` when idle.
     pub fn process_one(&mut self) -> Result<bool> {
         let Some(qi) = self
@@ -624,5 +665,69 @@ impl StreamTask {
                 tracing::warn!(task = %self.id, "processor close failed: {e}");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Consumed, Produced, Serdes, StreamsBuilder};
+
+    /// A task reading partitions a-0 and b-0 (two merged sources), with
+    /// one record buffered for a-0 only.
+    fn task_with_a_record_on_one_side() -> StreamTask {
+        let b = StreamsBuilder::new();
+        let a = b.stream(&["a"], Consumed::with(Serdes::string(), Serdes::string()));
+        let other = b.stream(&["b"], Consumed::with(Serdes::string(), Serdes::string()));
+        a.merge(&other)
+            .to("out", Produced::with(Serdes::string(), Serdes::string()));
+        let topology = Arc::new(b.build().unwrap());
+        let mut task = StreamTask::new(
+            TaskId::new(0, 0),
+            topology,
+            "app",
+            &[("a".into(), 0), ("b".into(), 0)],
+            Default::default(),
+            InputPolicy {
+                deserialization: DeserializationHandler::LogAndFail,
+                timestamp_extractor: Arc::new(crate::timestamp::FailOnInvalidTimestamp),
+            },
+            0,
+        )
+        .unwrap();
+        task.add_record(ConsumerRecord {
+            topic: "a".into(),
+            partition: 0,
+            offset: 0,
+            timestamp: 5,
+            log_append_time: false,
+            key: Some(Bytes::from_static(b"k")),
+            value: Some(Bytes::from_static(b"v")),
+            headers: Vec::new(),
+            leader_epoch: None,
+        })
+        .unwrap();
+        task
+    }
+
+    #[test]
+    fn a_task_waits_for_partitions_with_records_on_their_way_kip_695() {
+        let mut t = task_with_a_record_on_one_side();
+        let b_lag =
+            |lag: Option<i64>| move |topic: &str, _: i32| (topic == "b").then_some(lag).flatten();
+        // b-0 not fetched yet, or behind its high watermark: wait.
+        assert!(!t.ready(b_lag(None), 0, 0));
+        assert!(!t.ready(b_lag(Some(3)), 0, 0));
+        // Caught up and empty: process at once with max.task.idle.ms 0 ...
+        assert!(t.ready(b_lag(Some(0)), 0, 0));
+        // ... or once the idle time has passed since the task started waiting.
+        assert!(!t.ready(b_lag(Some(0)), 100, 1_000));
+        assert!(!t.ready(b_lag(Some(0)), 100, 1_099));
+        assert!(t.ready(b_lag(Some(0)), 100, 1_100));
+        // -1: whatever is buffered, whatever the lags.
+        assert!(t.ready(b_lag(Some(3)), -1, 0));
+        // Nothing buffered: nothing to do.
+        assert!(t.process_one().unwrap());
+        assert!(!t.ready(b_lag(Some(0)), -1, 0));
     }
 }

@@ -12,7 +12,7 @@
 //! restoring their stores from the changelogs first. Lost partitions (fenced
 //! or expired session) close their tasks without committing.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -454,9 +454,13 @@ impl TaskManager {
         Ok(())
     }
 
-    /// Processes up to `budget` records over all tasks; how many.
-    fn process(&mut self, budget: usize) -> Result<usize> {
+    /// Processes up to `budget` records over the tasks ready to process
+    /// (`lags`: each assigned partition's fetched lag); how many.
+    fn process(&mut self, budget: usize, lags: &HashMap<(String, i32), i64>) -> Result<usize> {
         let mut done = 0;
+        let idle_ms = self.ctx.config.max_task_idle_ms;
+        let now = now_ms();
+        let lag = |t: &str, p: i32| lags.get(&(t.to_string(), p)).copied();
         let ids: Vec<TaskId> = self.tasks.keys().copied().collect();
         let per_task = (budget / ids.len().max(1)).max(1);
         for id in ids {
@@ -465,7 +469,7 @@ impl TaskManager {
             let mut n = 0;
             let dropped_before = t.task.dropped_records();
             let r = (|| {
-                while n < per_task && t.task.process_one()? {
+                while n < per_task && t.task.ready(lag, idle_ms, now) && t.task.process_one()? {
                     n += 1;
                 }
                 Ok::<(), StreamsError>(())
@@ -1070,7 +1074,14 @@ fn run_inner(ctx: &Arc<ThreadContext>) -> Result<()> {
                 break 'main Err(e);
             }
         }
-        let step = t.process(10_000).and_then(|_| t.punctuate_wall_clock());
+        let lags: HashMap<(String, i32), i64> = consumer
+            .lags()
+            .into_iter()
+            .map(|(tp, lag)| ((tp.topic, tp.partition), lag))
+            .collect();
+        let step = t
+            .process(10_000, &lags)
+            .and_then(|_| t.punctuate_wall_clock());
         // Back-pressure, after processing so the queues show what is left:
         // pause a partition holding more than buffered.records.per.partition
         // (Kafka's rule; pausing drops the consumer's fetched data for it, so

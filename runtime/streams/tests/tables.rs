@@ -30,7 +30,11 @@ fn pairs(r: &[(&str, Option<&str>)]) -> Vec<(String, Option<String>)> {
         .collect()
 }
 
-fn users(b: &StreamsBuilder, backend: StoreBackend, cached: bool) -> rill_streams::KTable<String, String> {
+fn users(
+    b: &StreamsBuilder,
+    backend: StoreBackend,
+    cached: bool,
+) -> rill_streams::KTable<String, String> {
     let m = Materialized::as_store("users").with_backend(backend);
     let m = if cached { m } else { m.with_caching_disabled() };
     b.table("users", Consumed::with(s(), s()), m)
@@ -48,7 +52,12 @@ fn a_source_table_keeps_the_latest_value_and_a_null_value_deletes_its_key() {
             pipe(
                 &mut d,
                 "users",
-                &[("u1", Some("eu")), ("u2", Some("us")), ("u1", Some("asia")), ("u2", None)],
+                &[
+                    ("u1", Some("eu")),
+                    ("u2", Some("us")),
+                    ("u1", Some("asia")),
+                    ("u2", None),
+                ],
                 1,
             );
             assert_eq!(
@@ -82,7 +91,11 @@ fn filter_turns_updates_that_fail_into_deletions_and_map_values_maps_them() {
     pipe(
         &mut d,
         "users",
-        &[("u1", Some("eu")), ("u1", Some("blocked")), ("u2", Some("us"))],
+        &[
+            ("u1", Some("eu")),
+            ("u1", Some("blocked")),
+            ("u2", Some("us")),
+        ],
         1,
     );
     assert_eq!(
@@ -123,12 +136,21 @@ fn stream_table_joins_read_the_tables_current_value_through_its_view() {
     for backend in [StoreBackend::InMemory, StoreBackend::RocksDb] {
         for left in [false, true] {
             let mut d = driver(enrich(backend, left), backend);
-            pipe(&mut d, "users", &[("u1", Some("eu")), ("u2", Some("blocked"))], 1);
+            pipe(
+                &mut d,
+                "users",
+                &[("u1", Some("eu")), ("u2", Some("blocked"))],
+                1,
+            );
             // u2 is filtered out of the view, u3 was never a user.
             pipe(
                 &mut d,
                 "clicks",
-                &[("u1", Some("home")), ("u2", Some("cart")), ("u3", Some("faq"))],
+                &[
+                    ("u1", Some("home")),
+                    ("u2", Some("cart")),
+                    ("u3", Some("faq")),
+                ],
                 2,
             );
             // A table update emits nothing; the next click sees it.

@@ -116,8 +116,14 @@ struct StreamTableJoin<K, V, VT, VR> {
     joiner: Joiner<V, VT, VR>,
 }
 
-impl<K: Data, V: Data, VT: Data, VR: Data> Processor<K, V, K, VR> for StreamTableJoin<K, V, VT, VR> {
-    fn process(&mut self, ctx: &mut ProcessorContext<'_, '_, K, VR>, r: Record<K, V>) -> Result<()> {
+impl<K: Data, V: Data, VT: Data, VR: Data> Processor<K, V, K, VR>
+    for StreamTableJoin<K, V, VT, VR>
+{
+    fn process(
+        &mut self,
+        ctx: &mut ProcessorContext<'_, '_, K, VR>,
+        r: Record<K, V>,
+    ) -> Result<()> {
         let current = {
             let s = ctx.store(&self.store)?;
             (self.getter)(&s, &r.key)?

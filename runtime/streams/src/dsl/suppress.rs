@@ -144,20 +144,23 @@ impl<K: Data, V: Data> KTable<K, V> {
             );
         }
         let (ks2, vs2, store_c) = (ks.clone(), vs.clone(), store.clone());
-        let stream =
-            self.stream
-                .then_named::<K, Change<V>>(node_name, false, vec![store.clone()], move || {
-                    super::erase::<_, K, Change<V>, K, Change<V>>(Suppress {
-                        store: store_c.clone(),
-                        key_serde: ks2.clone(),
-                        value_serde: vs2.clone(),
-                        suppress_ms,
-                        buffer_time: buffer_time.clone(),
-                        observed: -1,
-                        due: BTreeSet::new(),
-                        buffered_at: HashMap::new(),
-                    })
-                });
+        let stream = self.stream.then_named::<K, Change<V>>(
+            node_name,
+            false,
+            vec![store.clone()],
+            move || {
+                super::erase::<_, K, Change<V>, K, Change<V>>(Suppress {
+                    store: store_c.clone(),
+                    key_serde: ks2.clone(),
+                    value_serde: vs2.clone(),
+                    suppress_ms,
+                    buffer_time: buffer_time.clone(),
+                    observed: -1,
+                    due: BTreeSet::new(),
+                    buffered_at: HashMap::new(),
+                })
+            },
+        );
         KTable {
             stream,
             // The buffer holds only what is not emitted yet, not the table.
@@ -264,7 +267,10 @@ impl<K: Data, V: Data> Processor<K, Change<V>, K, Change<V>> for Suppress<K, V> 
             .map_err(ser_err)?
             .ok_or_else(|| ser_err("the key serialized to null".into()))?;
         let value = match &r.value.new {
-            Some(v) => self.value_serde.serialize(&self.store, v).map_err(ser_err)?,
+            Some(v) => self
+                .value_serde
+                .serialize(&self.store, v)
+                .map_err(ser_err)?,
             None => None,
         };
         // A key keeps the buffer time of its first buffered update.

@@ -84,7 +84,8 @@ impl<K: Data, V: Data> KTable<K, V> {
         window_end: Option<(i64, WindowEnd<K>)>,
     ) -> Self {
         let (ks, vs) = serdes.clone();
-        let getter: Getter<K, V> = Arc::new(move |s: &StoreRef<'_>, k: &K| s.get_typed(&ks, &vs, k));
+        let getter: Getter<K, V> =
+            Arc::new(move |s: &StoreRef<'_>, k: &K| s.get_typed(&ks, &vs, k));
         Self {
             stream,
             info: TableInfo {
@@ -141,9 +142,8 @@ impl<K: Data, V: Data> KTable<K, V> {
             erase::<_, K, Change<V>, K, Change<V2>>(FnProcessor(update.clone()))
         });
         let getter = self.info.getter.clone().map(|(store, base)| {
-            let g: Getter<K, V2> = Arc::new(move |s: &StoreRef<'_>, k: &K| {
-                Ok(base(s, k)?.and_then(|v| f(k, v)))
-            });
+            let g: Getter<K, V2> =
+                Arc::new(move |s: &StoreRef<'_>, k: &K| Ok(base(s, k)?.and_then(|v| f(k, v))));
             (store, g)
         });
         KTable {
@@ -289,14 +289,15 @@ impl StreamsBuilder {
             );
         }
         let (ks2, vs2, store2) = (ks.clone(), vs.clone(), store.clone());
-        let stream = source.then::<K, Change<V>>("KTABLE-SOURCE", false, vec![store.clone()], move || {
-            erase::<_, K, Option<V>, K, Change<V>>(TableSource {
-                store: store2.clone(),
-                key_serde: ks2.clone(),
-                value_serde: vs2.clone(),
-                _types: PhantomData,
-            })
-        });
+        let stream =
+            source.then::<K, Change<V>>("KTABLE-SOURCE", false, vec![store.clone()], move || {
+                erase::<_, K, Option<V>, K, Change<V>>(TableSource {
+                    store: store2.clone(),
+                    key_serde: ks2.clone(),
+                    value_serde: vs2.clone(),
+                    _types: PhantomData,
+                })
+            });
         KTable::materialized(stream, store, (ks, vs), None)
     }
 }
