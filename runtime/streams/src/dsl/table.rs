@@ -45,6 +45,9 @@ pub(super) type Getter<K, V> = Arc<dyn Fn(&StoreRef<'_>, &K) -> Result<Option<V>
 
 type WindowEnd<K> = Arc<dyn Fn(&K) -> i64 + Send + Sync>;
 
+/// Maps a table's value into a view's (`None`: absent from the view).
+type ViewFn<K, V, V2> = Arc<dyn Fn(&K, V) -> Option<V2> + Send + Sync>;
+
 /// What operations downstream of a table need to know about it.
 pub(super) struct TableInfo<K, V> {
     /// Key and value serdes (suppression buffers updates as bytes).
@@ -122,7 +125,7 @@ impl<K: Data, V: Data> KTable<K, V> {
         &self,
         prefix: &str,
         serdes: Option<(SharedSerde<K>, SharedSerde<V2>)>,
-        f: Arc<dyn Fn(&K, V) -> Option<V2> + Send + Sync>,
+        f: ViewFn<K, V, V2>,
     ) -> KTable<K, V2> {
         let fu = f.clone();
         let update = Arc::new(
