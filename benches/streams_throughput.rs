@@ -6,7 +6,10 @@
 //! so neither its memory nor its CPU is counted for the app.
 //!
 //! Variants: passthrough (1 and 2 stream threads), word count with a RocksDB
-//! store and changelog (1 and 2 threads), raw loop (1 consumer). Per variant
+//! store and changelog (1 and 2 threads), the word count per 10-second
+//! tumbling window (RocksDB window store, 2 threads), a stream–table join
+//! (each record joined with its key's value in a 1,000-key RocksDB table
+//! loaded before the app starts, 2 threads), raw loop (1 consumer). Per variant
 //! and round: fresh topics (6 partitions), the input written before the app
 //! starts, then the app's output end offsets polled every 10 ms; the rate is
 //! input records / (time of the last expected output record − time of the
@@ -41,15 +44,19 @@ enum Variant {
     Passthrough2,
     WordCount1,
     WordCount2,
+    Windowed2,
+    Join2,
 }
 
 impl Variant {
-    const ALL: [Variant; 5] = [
+    const ALL: [Variant; 7] = [
         Variant::Raw,
         Variant::Passthrough1,
         Variant::Passthrough2,
         Variant::WordCount1,
         Variant::WordCount2,
+        Variant::Windowed2,
+        Variant::Join2,
     ];
     fn label(self) -> &'static str {
         match self {
@@ -58,6 +65,8 @@ impl Variant {
             Variant::Passthrough2 => "passthrough, 2 threads",
             Variant::WordCount1 => "word count (RocksDB), 1 thread",
             Variant::WordCount2 => "word count (RocksDB), 2 threads",
+            Variant::Windowed2 => "windowed word count (RocksDB), 2 threads",
+            Variant::Join2 => "stream-table join (RocksDB), 2 threads",
         }
     }
     fn args(self) -> (&'static str, &'static str) {
@@ -67,10 +76,16 @@ impl Variant {
             Variant::Passthrough2 => ("passthrough", "2"),
             Variant::WordCount1 => ("wordcount", "1"),
             Variant::WordCount2 => ("wordcount", "2"),
+            Variant::Windowed2 => ("windowed", "2"),
+            Variant::Join2 => ("join", "2"),
         }
     }
+    /// Whether the input is lines of words (one output per word).
     fn is_wordcount(self) -> bool {
-        matches!(self, Variant::WordCount1 | Variant::WordCount2)
+        matches!(
+            self,
+            Variant::WordCount1 | Variant::WordCount2 | Variant::Windowed2
+        )
     }
 }
 
@@ -124,14 +139,40 @@ fn load_input(bootstrap: &str, topic: &str, records: usize, wordcount: bool) -> 
     }
 }
 
+/// The join's table: the 1,000 keys the input uses, each with a value.
+fn load_table(bootstrap: &str, topic: &str) {
+    let p = Producer::new(&ClientConfig::new().set("bootstrap.servers", bootstrap)).unwrap();
+    let pending: Vec<_> = (0..1000)
+        .map(|k| {
+            p.send(
+                ProducerRecord::new(topic)
+                    .key(format!("k{k}"))
+                    .value(format!("region-{}", k % 7))
+                    .timestamp(0),
+            )
+            .unwrap()
+        })
+        .collect();
+    for f in pending {
+        f.wait().expect("table delivered");
+    }
+}
+
 fn run(bin: &PathBuf, bootstrap: &str, variant: Variant, records: usize, round: usize) -> Run {
     let admin = Admin::new(&ClientConfig::new().set("bootstrap.servers", bootstrap)).unwrap();
     let tag = format!("{:?}-{round}-{}", variant, std::process::id()).to_lowercase();
-    let (input, output) = (format!("in-{tag}"), format!("out-{tag}"));
-    for t in [&input, &output] {
+    let (input, output, table) = (
+        format!("in-{tag}"),
+        format!("out-{tag}"),
+        format!("table-{tag}"),
+    );
+    for t in [&input, &output, &table] {
         admin
             .create_topic(NewTopic::new(t.as_str(), PARTITIONS, 1))
             .unwrap();
+    }
+    if variant == Variant::Join2 {
+        load_table(bootstrap, &table);
     }
     let expected = load_input(bootstrap, &input, records, variant.is_wordcount());
     let state = tempfile::tempdir().unwrap();
@@ -152,6 +193,8 @@ fn run(bin: &PathBuf, bootstrap: &str, variant: Variant, records: usize, round: 
             topology,
             "--threads",
             threads,
+            "--table",
+            &table,
         ])
         .args([
             "--state-dir",
@@ -211,7 +254,7 @@ fn run(bin: &PathBuf, bootstrap: &str, variant: Variant, records: usize, round: 
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     let _ = lines.by_ref().count();
     let _ = child.wait();
-    let _ = admin.delete_topics(&[input.as_str(), output.as_str()]);
+    let _ = admin.delete_topics(&[input.as_str(), output.as_str(), table.as_str()]);
     Run {
         records_per_s: records as f64 / secs,
         cpu_s: cpu,

@@ -3,7 +3,10 @@
 //! measure its throughput, CPU and memory from outside.
 //!
 //! `--topology passthrough` (default: input → output, records unchanged),
-//! `wordcount` (lines → words → repartition → RocksDB count → output) or
+//! `wordcount` (lines → words → repartition → RocksDB count → output),
+//! `windowed` (the word count per 10-second tumbling window, 1 h grace,
+//! windowed keys in Kafka's time-windowed layout), `join` (each record
+//! joined with the value of its key in the table read from `--table`) or
 //! `raw` (no stream runtime: a plain consumer → producer loop that commits
 //! every `--commit-ms`, the ceiling the runtime is compared with).
 //!
@@ -22,8 +25,8 @@ use std::time::{Duration, Instant};
 
 use rill_client::{ClientConfig, Consumer, Producer, ProducerRecord};
 use rill_streams::{
-    Consumed, Grouped, KafkaStreams, Materialized, Produced, Serdes, State, StreamsBuilder,
-    StreamsConfig,
+    Consumed, Grouped, Joined, KafkaStreams, Materialized, Produced, Serdes, State, StreamsBuilder,
+    StreamsConfig, TimeWindows,
 };
 
 fn arg(name: &str) -> Option<String> {
@@ -151,8 +154,49 @@ fn main() {
             .count(Materialized::as_store("counts"))
             .to_stream()
             .to(&output, Produced::with(Serdes::string(), Serdes::i64())),
+        "windowed" => b
+            .stream(&[input.as_str()], Consumed::with(bytes(), Serdes::string()))
+            .flat_map_values(|line: &String| {
+                line.split_whitespace()
+                    .map(str::to_string)
+                    .collect::<Vec<_>>()
+            })
+            .group_by(
+                |_, w: &String| w.clone(),
+                Grouped::with(Serdes::string(), Serdes::string()),
+            )
+            .windowed_by(TimeWindows::of_size_and_grace(
+                Duration::from_secs(10),
+                Duration::from_secs(3600),
+            ))
+            .count(Materialized::as_store("counts"))
+            .to_stream()
+            .to(
+                &output,
+                Produced::with(
+                    Serdes::time_windowed(Serdes::string(), Duration::from_secs(10)),
+                    Serdes::i64(),
+                ),
+            ),
+        "join" => {
+            let table = b.table(
+                &need("--table"),
+                Consumed::with(Serdes::string(), Serdes::string()),
+                Materialized::as_store("table"),
+            );
+            b.stream(
+                &[input.as_str()],
+                Consumed::with(Serdes::string(), Serdes::string()),
+            )
+            .join(
+                &table,
+                |v: &String, t: &String| format!("{t}:{v}"),
+                Joined::with(Serdes::string(), Serdes::string()),
+            )
+            .to(&output, Produced::with(Serdes::string(), Serdes::string()))
+        }
         other => {
-            eprintln!("unknown --topology {other} (passthrough, wordcount, raw)");
+            eprintln!("unknown --topology {other} (passthrough, wordcount, windowed, join, raw)");
             std::process::exit(2);
         }
     }
