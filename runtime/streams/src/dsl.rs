@@ -11,6 +11,7 @@
 //! meet in one task.
 
 mod join;
+mod session;
 mod suppress;
 mod table;
 mod windowed;
@@ -23,6 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use join::Joined;
+pub use session::SessionWindowedKStream;
 pub use suppress::{BufferConfig, Suppressed};
 pub(crate) use table::Change;
 pub use table::KTable;
@@ -847,6 +849,18 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
     /// invalid windows are reported by `build()`.
     pub fn windowed_by(&self, windows: crate::window::TimeWindows) -> TimeWindowedKStream<K, V> {
         TimeWindowedKStream {
+            grouped: self.clone(),
+            windows,
+        }
+    }
+
+    /// Cuts the groups into sessions of activity (Kafka's
+    /// `windowedBy(SessionWindows)`).
+    pub fn windowed_by_session(
+        &self,
+        windows: crate::window::SessionWindows,
+    ) -> SessionWindowedKStream<K, V> {
+        SessionWindowedKStream {
             grouped: self.clone(),
             windows,
         }

@@ -62,6 +62,14 @@ impl Serdes {
     ) -> SharedSerde<crate::window::Windowed<K>> {
         crate::window::time_windowed(inner, window_size)
     }
+    /// Session-windowed keys as Kafka's `SessionWindowedSerde` writes them:
+    /// the inner key's bytes, the session end, then its start (8 bytes
+    /// big-endian each).
+    pub fn session_windowed<K: Send + Sync + 'static>(
+        inner: SharedSerde<K>,
+    ) -> SharedSerde<crate::window::Windowed<K>> {
+        Arc::new(crate::window::SessionWindowedSerde { inner })
+    }
     /// Ignores the bytes entirely (`()`); for keys an app does not use.
     pub fn unit() -> SharedSerde<()> {
         Arc::new(UnitSerde)

@@ -271,6 +271,129 @@ impl<K: Send + Sync + 'static> Serde<Windowed<K>> for TimeWindowedSerde<K> {
     }
 }
 
+/// Sessions: windows that grow while records keep arriving within the
+/// inactivity gap (Kafka's `SessionWindows`). A record at `ts` starts the
+/// session `[ts, ts]` or extends every session of its key that ends at or
+/// after `ts - gap` and starts at or before `ts + gap`, merging them; both
+/// ends of a session are inclusive, as Kafka's `SessionWindow`. A session
+/// is closed once stream time passes its end + grace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionWindows {
+    gap_ms: i64,
+    grace_ms: i64,
+    invalid: Option<&'static str>,
+}
+
+impl SessionWindows {
+    /// Kafka's `ofInactivityGapWithNoGrace`.
+    pub fn of_inactivity_gap_with_no_grace(gap: Duration) -> Self {
+        Self::of_inactivity_gap_and_grace(gap, Duration::ZERO)
+    }
+
+    /// Kafka's `ofInactivityGapAndGrace`.
+    pub fn of_inactivity_gap_and_grace(gap: Duration, grace: Duration) -> Self {
+        let (gap_ms, grace_ms) = (millis(gap), millis(grace));
+        let invalid = match (gap_ms, grace_ms) {
+            (Some(0), _) => Some("session inactivity gap must be larger than zero"),
+            (None, _) => Some("session inactivity gap does not fit in i64 milliseconds"),
+            (_, None) => Some("grace period does not fit in i64 milliseconds"),
+            (Some(g), Some(gr)) if g.checked_add(gr).is_none() => {
+                Some("inactivity gap plus grace period overflows i64 milliseconds")
+            }
+            _ => None,
+        };
+        Self {
+            gap_ms: gap_ms.unwrap_or(1),
+            grace_ms: grace_ms.unwrap_or(0),
+            invalid,
+        }
+    }
+
+    pub fn inactivity_gap_ms(&self) -> i64 {
+        self.gap_ms
+    }
+    pub fn grace_ms(&self) -> i64 {
+        self.grace_ms
+    }
+
+    /// Checks the windows and the store's retention (`None`: gap + grace,
+    /// Kafka's default).
+    pub(crate) fn validate(
+        &self,
+        store: &str,
+        retention: Option<Duration>,
+    ) -> Result<i64, StreamsError> {
+        let bad = |what: &str| {
+            StreamsError::Topology(format!("session windows of state store {store}: {what}"))
+        };
+        if let Some(why) = self.invalid {
+            return Err(bad(why));
+        }
+        let min = self.gap_ms + self.grace_ms;
+        match retention {
+            None => Ok(min),
+            Some(r) => {
+                let r =
+                    millis(r).ok_or_else(|| bad("retention does not fit in i64 milliseconds"))?;
+                if r < min {
+                    return Err(bad(&format!(
+                        "the retention period ({r} ms) must be no smaller than the inactivity gap ({} ms) plus the grace period ({} ms)",
+                        self.gap_ms, self.grace_ms
+                    )));
+                }
+                Ok(r)
+            }
+        }
+    }
+}
+
+/// Bytes after the key in a session key: end (8) + start (8).
+const SESSION_SUFFIX: usize = 16;
+
+/// A session store key and a session-windowed key in topics alike: Kafka's
+/// `SessionKeySchema` (`key || end || start`).
+pub(crate) fn session_key(key: &[u8], start: i64, end: i64) -> Bytes {
+    let mut b = BytesMut::with_capacity(key.len() + SESSION_SUFFIX);
+    b.put_slice(key);
+    b.put_i64(end);
+    b.put_i64(start);
+    b.freeze()
+}
+
+/// `(key bytes, start, end)` of a session key.
+pub(crate) fn parse_session_key(k: &[u8]) -> Option<(&[u8], i64, i64)> {
+    let at = k.len().checked_sub(SESSION_SUFFIX)?;
+    let end = i64::from_be_bytes(k[at..at + 8].try_into().ok()?);
+    let start = i64::from_be_bytes(k[at + 8..].try_into().ok()?);
+    Some((&k[..at], start, end))
+}
+
+/// `Windowed<K>` for sessions, in stores and topics (Kafka's
+/// `SessionWindowedSerde`).
+pub(crate) struct SessionWindowedSerde<K> {
+    pub inner: SharedSerde<K>,
+}
+
+impl<K: Send + Sync + 'static> Serde<Windowed<K>> for SessionWindowedSerde<K> {
+    fn serialize(&self, topic: &str, data: &Windowed<K>) -> Result<Option<Bytes>, String> {
+        let k = self.inner.serialize(topic, &data.key)?.unwrap_or_default();
+        Ok(Some(session_key(&k, data.window.start, data.window.end)))
+    }
+    fn deserialize(&self, topic: &str, data: Option<&[u8]>) -> Result<Windowed<K>, String> {
+        let d = data.ok_or("a session-windowed key is never null")?;
+        let (k, start, end) = parse_session_key(d).ok_or_else(|| {
+            format!(
+                "a session-windowed key needs at least {SESSION_SUFFIX} bytes, got {}",
+                d.len()
+            )
+        })?;
+        Ok(Windowed::new(
+            self.inner.deserialize(topic, Some(k))?,
+            Window::new(start, end),
+        ))
+    }
+}
+
 pub(crate) fn time_windowed<K: Send + Sync + 'static>(
     inner: SharedSerde<K>,
     size: Duration,
@@ -331,6 +454,35 @@ mod tests {
         let spec = w.validate("counts", None).unwrap();
         assert_eq!(spec.retention_ms, 70_000);
         assert_eq!(spec.segment_interval_ms(), 60_000);
+    }
+
+    #[test]
+    fn session_keys_are_key_end_start_and_bad_gaps_are_refused() {
+        let serde = SessionWindowedSerde {
+            inner: Serdes::string(),
+        };
+        let wk = Windowed::new("k".to_string(), Window::new(1, 2));
+        let b = serde.serialize("t", &wk).unwrap().unwrap();
+        assert_eq!(&b[..], b"k\0\0\0\0\0\0\0\x02\0\0\0\0\0\0\0\x01");
+        assert_eq!(serde.deserialize("t", Some(&b)).unwrap(), wk);
+        let e = SessionWindows::of_inactivity_gap_with_no_grace(Duration::ZERO)
+            .validate("sessions", None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("sessions") && e.contains("larger than zero"),
+            "{e}"
+        );
+        let w = SessionWindows::of_inactivity_gap_and_grace(
+            Duration::from_millis(10),
+            Duration::from_millis(5),
+        );
+        assert_eq!(w.validate("s", None).unwrap(), 15);
+        assert!(w
+            .validate("s", Some(Duration::from_millis(14)))
+            .unwrap_err()
+            .to_string()
+            .contains("retention period (14 ms)"));
     }
 
     #[test]

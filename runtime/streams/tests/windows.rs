@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use rill_streams::{
     BufferConfig, Consumed, DeserializationHandler, Grouped, Materialized, Produced, Serdes,
-    StoreBackend, StreamsBuilder, Suppressed, TimeWindows, Topology, TopologyTestDriver, Windowed,
+    SessionWindows, StoreBackend, StreamsBuilder, Suppressed, TimeWindows, Topology,
+    TopologyTestDriver, Windowed,
 };
 
 fn s() -> rill_streams::SharedSerde<String> {
@@ -437,4 +438,167 @@ fn the_default_extractor_fails_on_a_negative_timestamp_naming_the_record() {
         vec![("a".to_string(), "ok".to_string())]
     );
     assert_eq!(d.skipped_records(), 1);
+}
+
+/// `(key, session start, session end, value)` of a session-windowed output.
+fn sessions_out<V: 'static>(
+    d: &mut TopologyTestDriver,
+    value: rill_streams::SharedSerde<V>,
+) -> Vec<(String, i64, i64, V)> {
+    d.read_output("out", &Serdes::session_windowed(s()), &value)
+        .unwrap()
+        .into_iter()
+        .map(|(k, v): (Windowed<String>, V)| (k.key, k.window.start, k.window.end, v))
+        .collect()
+}
+
+#[test]
+fn sessions_grow_merge_and_drop_late_records() {
+    for backend in [StoreBackend::InMemory, StoreBackend::RocksDb] {
+        let b = StreamsBuilder::new();
+        b.stream(&["events"], Consumed::with(s(), s()))
+            .group_by_key(Grouped::with(s(), s()))
+            .windowed_by_session(SessionWindows::of_inactivity_gap_and_grace(
+                Duration::from_millis(10),
+                Duration::from_millis(5),
+            ))
+            .count(
+                Materialized::as_store("sessions")
+                    .with_backend(backend)
+                    .with_caching_disabled(),
+            )
+            .to_stream_with_deletes()
+            .to(
+                "out",
+                Produced::with(
+                    Serdes::session_windowed(s()),
+                    Serdes::nullable(Serdes::i64()),
+                ),
+            );
+        let mut d = driver(b.build().unwrap(), backend);
+        pipe(
+            &mut d,
+            &[
+                ("a", "", 0),  // [0,0]
+                ("a", "", 5),  // within the gap: [0,0] merges into [0,5]
+                ("a", "", 30), // a new session [30,30]; observed 30, close 25
+                ("a", "", 12), // would merge into [0,12], which ends before 25: late
+                ("a", "", 20), // extends [30,30] to [20,30]
+                ("a", "", 15), // bridges [0,5] and [20,30]: one session [0,30]
+            ],
+        );
+        let n = |x: i64| Some(x);
+        assert_eq!(
+            sessions_out(&mut d, Serdes::nullable(Serdes::i64())),
+            vec![
+                ("a".to_string(), 0, 0, n(1)),
+                ("a".to_string(), 0, 0, None),
+                ("a".to_string(), 0, 5, n(2)),
+                ("a".to_string(), 30, 30, n(1)),
+                ("a".to_string(), 30, 30, None),
+                ("a".to_string(), 20, 30, n(2)),
+                ("a".to_string(), 0, 5, None),
+                ("a".to_string(), 20, 30, None),
+                ("a".to_string(), 0, 30, n(5)),
+            ],
+            "{backend:?}"
+        );
+        assert_eq!(d.skipped_records(), 1, "{backend:?}");
+        let store: Vec<(Windowed<String>, i64)> = d
+            .store_entries("sessions", &Serdes::session_windowed(s()), &Serdes::i64())
+            .unwrap();
+        assert_eq!(
+            store,
+            vec![(
+                Windowed::new("a".to_string(), rill_streams::Window::new(0, 30)),
+                5
+            )],
+            "{backend:?}"
+        );
+    }
+}
+
+#[test]
+fn session_reduce_and_aggregate_merge_sessions_with_the_merger() {
+    let b = StreamsBuilder::new();
+    let grouped = b
+        .stream(&["events"], Consumed::with(s(), s()))
+        .group_by_key(Grouped::with(s(), s()));
+    let gap = SessionWindows::of_inactivity_gap_with_no_grace(Duration::from_millis(10));
+    grouped
+        .windowed_by_session(gap)
+        .reduce(
+            |a: &String, b: &String| format!("{a}{b}"),
+            Materialized::as_store("reduced").with_caching_disabled(),
+        )
+        .to_stream()
+        .to("out", Produced::with(Serdes::session_windowed(s()), s()));
+    grouped
+        .windowed_by_session(gap)
+        .aggregate(
+            || "<".to_string(),
+            |_k, v: &String, agg: &String| format!("{agg}{v}"),
+            |_k, a: &String, b: &String| format!("{a}|{b}"),
+            Materialized::as_store("aggregated")
+                .with_value_serde(s())
+                .with_caching_disabled(),
+        )
+        .to_stream()
+        .to(
+            "agg-out",
+            Produced::with(Serdes::session_windowed(s()), s()),
+        );
+    let mut d = driver(b.build().unwrap(), StoreBackend::InMemory);
+    // x@0 and y@20 are two sessions; z@10 is within the gap of both.
+    pipe(&mut d, &[("a", "x", 0), ("a", "y", 20), ("a", "z", 10)]);
+    assert_eq!(
+        sessions_out(&mut d, s()),
+        vec![
+            ("a".to_string(), 0, 0, "x".to_string()),
+            ("a".to_string(), 20, 20, "y".to_string()),
+            ("a".to_string(), 0, 20, "xyz".to_string()),
+        ]
+    );
+    // Kafka's aggregate: init, then the merger over the old sessions, then the adder.
+    let agg: Vec<(String, i64, i64, String)> = d
+        .read_output("agg-out", &Serdes::session_windowed(s()), &s())
+        .unwrap()
+        .into_iter()
+        .map(|(k, v): (Windowed<String>, String)| (k.key, k.window.start, k.window.end, v))
+        .collect();
+    assert_eq!(
+        agg,
+        vec![
+            ("a".to_string(), 0, 0, "<x".to_string()),
+            ("a".to_string(), 20, 20, "<y".to_string()),
+            ("a".to_string(), 0, 20, "<|<x|<yz".to_string()),
+        ]
+    );
+}
+
+#[test]
+fn suppressed_sessions_emit_once_when_gap_and_grace_have_passed() {
+    let b = StreamsBuilder::new();
+    b.stream(&["events"], Consumed::with(s(), s()))
+        .group_by_key(Grouped::with(s(), s()))
+        .windowed_by_session(SessionWindows::of_inactivity_gap_with_no_grace(
+            Duration::from_millis(10),
+        ))
+        .count(Materialized::as_store("sessions"))
+        .suppress(Suppressed::until_window_closes(BufferConfig::unbounded()))
+        .to_stream()
+        .to(
+            "out",
+            Produced::with(Serdes::session_windowed(s()), Serdes::i64()),
+        );
+    let mut d = driver(b.build().unwrap(), StoreBackend::InMemory);
+    pipe(&mut d, &[("a", "", 0), ("a", "", 5), ("b", "", 14)]);
+    assert!(sessions_out(&mut d, Serdes::i64()).is_empty());
+    // [0,5] can still grow until stream time 15 (end + gap); the merged-away
+    // [0,0] is never emitted.
+    pipe(&mut d, &[("b", "", 15)]);
+    assert_eq!(
+        sessions_out(&mut d, Serdes::i64()),
+        vec![("a".to_string(), 0, 5, 2)]
+    );
 }

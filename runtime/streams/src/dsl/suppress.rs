@@ -154,6 +154,7 @@ impl<K: Data, V: Data> KTable<K, V> {
                     key_serde: ks2.clone(),
                     value_serde: vs2.clone(),
                     suppress_ms,
+                    drop_deletions: suppressed.until == Until::WindowCloses,
                     buffer_time: buffer_time.clone(),
                     observed: -1,
                     due: BTreeSet::new(),
@@ -180,6 +181,10 @@ struct Suppress<K, V> {
     key_serde: SharedSerde<K>,
     value_serde: SharedSerde<V>,
     suppress_ms: i64,
+    /// Final results only: a window deleted before it closed (a session
+    /// merged into another) is not emitted at all (Kafka's
+    /// `safeToDropTombstones` for `untilWindowCloses`).
+    drop_deletions: bool,
     buffer_time: BufferTime<K>,
     /// The largest update timestamp seen (-1: none yet).
     observed: i64,
@@ -226,6 +231,9 @@ impl<K: Data, V: Data> Suppress<K, V> {
                     .then(|| self.value_serde.deserialize(&self.store, Some(&entry[..])))
                     .transpose()
                     .map_err(|e| self.corrupt(&key, &e))?;
+                if v.is_none() && self.drop_deletions {
+                    continue;
+                }
                 out.push(Record::new(k, Change::new(v, None), timestamp));
             }
         }
