@@ -12,6 +12,7 @@
 
 mod join;
 mod session;
+mod stream_join;
 mod suppress;
 mod table;
 mod windowed;
@@ -25,6 +26,7 @@ use std::time::Duration;
 
 pub use join::Joined;
 pub use session::SessionWindowedKStream;
+pub use stream_join::StreamJoined;
 pub use suppress::{BufferConfig, Suppressed};
 pub(crate) use table::Change;
 pub use table::KTable;

@@ -39,8 +39,8 @@ pub use config::{
 };
 pub use dsl::{
     BranchedKStream, BufferConfig, Consumed, Data, Grouped, Joined, KGroupedStream, KStream,
-    KTable, Materialized, Produced, Repartitioned, SessionWindowedKStream, StreamsBuilder,
-    Suppressed, TimeWindowedKStream,
+    KTable, Materialized, Produced, Repartitioned, SessionWindowedKStream, StreamJoined,
+    StreamsBuilder, Suppressed, TimeWindowedKStream,
 };
 pub use error::{Recovery, Result, StreamsError};
 pub use kafka_streams::{
@@ -66,4 +66,4 @@ pub use timestamp::{
     UsePartitionTimeOnInvalidTimestamp, WallclockTimestampExtractor,
 };
 pub use topology::{StoreDef, SubTopology, TopicName, Topology};
-pub use window::{SessionWindows, TimeWindows, Window, Windowed};
+pub use window::{JoinWindows, SessionWindows, TimeWindows, Window, Windowed};

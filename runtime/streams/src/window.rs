@@ -347,6 +347,91 @@ impl SessionWindows {
     }
 }
 
+/// How far apart in time two records of a stream–stream join may be
+/// (Kafka's `JoinWindows`): a left record at `t` joins right records in
+/// `[t - before, t + after]`; both default to the time difference given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JoinWindows {
+    before_ms: i64,
+    after_ms: i64,
+    grace_ms: i64,
+    invalid: Option<&'static str>,
+}
+
+impl JoinWindows {
+    /// Kafka's `ofTimeDifferenceWithNoGrace`.
+    pub fn of_time_difference_with_no_grace(difference: Duration) -> Self {
+        Self::of_time_difference_and_grace(difference, Duration::ZERO)
+    }
+
+    /// Kafka's `ofTimeDifferenceAndGrace`.
+    pub fn of_time_difference_and_grace(difference: Duration, grace: Duration) -> Self {
+        let (d, g) = (millis(difference), millis(grace));
+        let invalid = match (d, g) {
+            (None, _) => Some("join time difference does not fit in i64 milliseconds"),
+            (_, None) => Some("grace period does not fit in i64 milliseconds"),
+            (Some(d), Some(g)) if d.checked_mul(2).and_then(|x| x.checked_add(g)).is_none() => {
+                Some("join window plus grace period overflows i64 milliseconds")
+            }
+            _ => None,
+        };
+        Self {
+            before_ms: d.unwrap_or(0),
+            after_ms: d.unwrap_or(0),
+            grace_ms: g.unwrap_or(0),
+            invalid,
+        }
+    }
+
+    /// Only right records at most `before` older than the left one join
+    /// (Kafka's `before`).
+    pub fn before(mut self, before: Duration) -> Self {
+        match millis(before) {
+            Some(b) => self.before_ms = b,
+            None => {
+                self.invalid = self
+                    .invalid
+                    .or(Some("before does not fit in i64 milliseconds"))
+            }
+        }
+        self
+    }
+
+    /// Only right records at most `after` newer than the left one join
+    /// (Kafka's `after`).
+    pub fn after(mut self, after: Duration) -> Self {
+        match millis(after) {
+            Some(a) => self.after_ms = a,
+            None => {
+                self.invalid = self
+                    .invalid
+                    .or(Some("after does not fit in i64 milliseconds"))
+            }
+        }
+        self
+    }
+
+    pub fn before_ms(&self) -> i64 {
+        self.before_ms
+    }
+    pub fn after_ms(&self) -> i64 {
+        self.after_ms
+    }
+    pub fn grace_ms(&self) -> i64 {
+        self.grace_ms
+    }
+
+    /// Checks the windows; the join stores' retention (before + after + grace).
+    pub(crate) fn validate(&self, join: &str) -> Result<i64, StreamsError> {
+        if let Some(why) = self.invalid {
+            return Err(StreamsError::Topology(format!(
+                "join windows of {join}: {why}"
+            )));
+        }
+        Ok(self.before_ms + self.after_ms + self.grace_ms)
+    }
+}
+
 /// Bytes after the key in a session key: end (8) + start (8).
 const SESSION_SUFFIX: usize = 16;
 
