@@ -232,3 +232,94 @@ pub fn streams_join_needs_copartitioned_topics(bootstrap: &str) {
         "{err}"
     );
 }
+
+/// Views enriched from a global users table whose topic has a different
+/// partition count (global tables need no co-partitioning), across a
+/// restart: the global store comes back from its checkpoint (RocksDB) or
+/// the topic (in memory), and user changes written while the app was down
+/// are read before the first new view is processed.
+pub fn streams_global_table_join(bootstrap: &str, backend: StoreBackend) {
+    let t = Topics {
+        bootstrap: bootstrap.to_string(),
+        app: unique_topic("global"),
+        users: unique_topic("global-users"),
+        views: unique_topic("views"),
+        output: unique_topic("enriched"),
+    };
+    create_topic(bootstrap, &t.users, 2);
+    create_topic(bootstrap, &t.views, PARTITIONS);
+    create_topic(bootstrap, &t.output, PARTITIONS);
+    let s = Serdes::string;
+    let topology = || {
+        let b = StreamsBuilder::new();
+        let users = b.global_table(
+            &t.users,
+            Consumed::with(s(), s()),
+            Materialized::as_store("users").with_backend(backend),
+        );
+        b.stream(&[t.views.as_str()], Consumed::with(s(), s()))
+            .join_global(
+                &users,
+                |user: &String, _page| user.clone(),
+                |page: &String, region: &String| format!("{page}@{region}"),
+            )
+            .to(&t.output, Produced::with(s(), s()));
+        b.build().expect("topology builds")
+    };
+    let p = Producer::new(&config(bootstrap, &[])).expect("producer");
+    let write_users = |users: &[(usize, &str)]| {
+        send_and_wait(
+            &p,
+            users.iter().map(|(u, region)| {
+                ProducerRecord::new(t.users.clone())
+                    .key(format!("u{u}"))
+                    .value(region.to_string())
+            }),
+        )
+    };
+    let write_views = |from: usize, n: usize| {
+        send_and_wait(
+            &p,
+            (from..from + n).map(|i| {
+                ProducerRecord::new(t.views.clone())
+                    .key(format!("u{}", i % USERS))
+                    .value(format!("page-{i}"))
+            }),
+        )
+    };
+    let mut region: BTreeMap<usize, &str> = (0..USERS).map(|u| (u, region_of(u))).collect();
+    write_users(&region.iter().map(|(u, r)| (*u, *r)).collect::<Vec<_>>());
+    let dir = tempfile::tempdir().unwrap();
+    let mut expected: BTreeMap<String, String> = BTreeMap::new();
+    let mut reader = t.reader();
+    let mut seen: BTreeMap<String, String> = BTreeMap::new();
+    for (round, from) in [(0, 0), (1, 100)] {
+        let app = start(topology(), t.config(dir.path()));
+        // start() read the whole global table: every view joins.
+        write_views(from, 100);
+        for i in from..from + 100 {
+            expected.insert(format!("page-{i}"), region[&(i % USERS)].to_string());
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while seen != expected {
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: expected {} enriched views, saw {} (state {:?}); first missing: {:?}",
+                expected.len(),
+                seen.len(),
+                app.state(),
+                expected.iter().find(|(k, v)| seen.get(*k) != Some(v))
+            );
+            for r in reader.poll(Duration::from_millis(200)).unwrap() {
+                let v = String::from_utf8(r.value.unwrap().to_vec()).unwrap();
+                let (page, reg) = v.split_once('@').unwrap();
+                seen.insert(page.to_string(), reg.to_string());
+            }
+        }
+        assert!(app.close());
+        // While the app is down, two users move.
+        region.insert(0, "latam");
+        region.insert(1, "latam");
+        write_users(&[(0, "latam"), (1, "latam")]);
+    }
+}

@@ -193,6 +193,15 @@ impl StreamsConfig {
         c
     }
 
+    /// The global stream thread's consumer (no group; it assigns itself
+    /// every partition of the global tables' topics).
+    pub fn global_consumer_config(&self, client_id: &str) -> ClientConfig {
+        let mut c = self.base_client("global.consumer.");
+        c.insert("client.id", format!("{client_id}-global-consumer"));
+        c.insert("enable.auto.commit", "false");
+        c
+    }
+
     pub fn producer_config(&self, client_id: &str, thread: usize) -> ClientConfig {
         let mut c = ClientConfig::new()
             .set("bootstrap.servers", self.bootstrap_servers.clone())

@@ -10,6 +10,7 @@
 //! (`<app>-<store>-repartition`), as Kafka does, so records with equal keys
 //! meet in one task.
 
+mod global_table;
 mod join;
 mod session;
 mod stream_join;
@@ -24,6 +25,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use global_table::GlobalKTable;
 pub use join::Joined;
 pub use session::SessionWindowedKStream;
 pub use stream_join::StreamJoined;
@@ -51,6 +53,7 @@ struct Graph {
     nodes: Vec<Node>,
     stores: BTreeMap<String, StoreDef>,
     repartition_topics: BTreeSet<String>,
+    global_stores: BTreeMap<String, crate::global::GlobalStoreDef>,
     counter: usize,
     error: Option<StreamsError>,
 }
@@ -392,7 +395,7 @@ impl StreamsBuilder {
         if let Some(e) = g.error {
             return Err(e);
         }
-        Topology::new(g.nodes, g.stores, g.repartition_topics)
+        Topology::new(g.nodes, g.stores, g.repartition_topics, g.global_stores)
     }
 }
 

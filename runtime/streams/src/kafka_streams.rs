@@ -114,6 +114,9 @@ pub(crate) struct Inner {
     error_handler: Mutex<Option<ErrorHandler>>,
     restore_listener: Mutex<Option<Arc<dyn StateRestoreListener>>>,
     pub(crate) threads: Mutex<Vec<ThreadHandle>>,
+    /// Global tables' stores (read by every task) and the thread keeping them current.
+    global_stores: Mutex<Vec<(String, crate::processor::SharedStore)>>,
+    global_thread: Mutex<Option<crate::global::GlobalThread>>,
 }
 
 /// A running (or not yet started) streams application instance.
@@ -187,6 +190,8 @@ impl KafkaStreams {
                 error_handler: Mutex::new(None),
                 restore_listener: Mutex::new(None),
                 threads: Mutex::new(Vec::new()),
+                global_stores: Mutex::new(Vec::new()),
+                global_thread: Mutex::new(None),
                 endpoint: Mutex::new(None),
                 history: History::default(),
                 rest: Mutex::new(None),
@@ -245,6 +250,7 @@ impl KafkaStreams {
             )));
         }
         prepare_topics(&self.inner)?;
+        self.start_global_tables()?;
         // The REST server binds before the threads join, so the endpoint
         // they advertise carries the real port (`application.server` may
         // say port 0 in tests).
@@ -276,6 +282,34 @@ impl KafkaStreams {
         for _ in 0..self.inner.config.num_stream_threads {
             Inner::spawn_thread(&self.inner, None)?;
         }
+        Ok(())
+    }
+
+    /// Reads every global table to its end, then starts the global thread
+    /// (before any stream thread, so the first record joins the whole table).
+    fn start_global_tables(&self) -> Result<()> {
+        let inner = &self.inner;
+        let Some(mut state) = crate::global::GlobalState::open(&inner.topology, &inner.config)?
+        else {
+            return Ok(());
+        };
+        let mut consumer =
+            rill_client::Consumer::new(&inner.config.global_consumer_config(&inner.client_id))
+                .map_err(|e| StreamsError::client("creating the global consumer", e))?;
+        state.bootstrap(
+            &mut consumer,
+            &inner.admin,
+            Duration::from_millis(inner.config.max_poll_interval_ms),
+        )?;
+        *inner
+            .global_stores
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = state.shared();
+        let thread = crate::global::GlobalThread::spawn(state, consumer, &inner.config)?;
+        *inner
+            .global_thread
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(thread);
         Ok(())
     }
 
@@ -543,6 +577,14 @@ impl Inner {
                 }
             }
         }
+        if let Some(mut g) = this
+            .global_thread
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            g.stop();
+        }
         if let Some(rest) = this.rest.lock().unwrap_or_else(|e| e.into_inner()).take() {
             rest.stop();
         }
@@ -690,6 +732,11 @@ impl Inner {
             shared: shared.clone(),
             endpoint: this.endpoint(),
             history: this.history.clone(),
+            global_stores: this
+                .global_stores
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
         };
         let weak = Arc::downgrade(this);
         let join = std::thread::Builder::new()

@@ -19,6 +19,7 @@ mod cache;
 mod config;
 mod dsl;
 mod error;
+mod global;
 mod kafka_streams;
 mod metadata;
 mod processor;
@@ -38,8 +39,8 @@ pub use config::{
     instance_id_for_thread, DeserializationHandler, StreamsConfig, StreamsConfigBuilder,
 };
 pub use dsl::{
-    BranchedKStream, BufferConfig, Consumed, Data, Grouped, Joined, KGroupedStream, KStream,
-    KTable, Materialized, Produced, Repartitioned, SessionWindowedKStream, StreamJoined,
+    BranchedKStream, BufferConfig, Consumed, Data, GlobalKTable, Grouped, Joined, KGroupedStream,
+    KStream, KTable, Materialized, Produced, Repartitioned, SessionWindowedKStream, StreamJoined,
     StreamsBuilder, Suppressed, TimeWindowedKStream,
 };
 pub use error::{Recovery, Result, StreamsError};

@@ -356,6 +356,9 @@ pub(crate) struct StoreHandle {
     /// Dirty entries the cache evicted while a record was processed; the
     /// task writes and forwards them once the processor returns.
     pub evicted: Vec<crate::cache::Flushed>,
+    /// A global table's store: read by the task, written, flushed and
+    /// checkpointed by the global stream thread only.
+    pub global: bool,
 }
 
 impl StoreHandle {
@@ -370,6 +373,19 @@ impl StoreHandle {
             pending: Vec::new(),
             flush_to: None,
             evicted: Vec::new(),
+            global: false,
+        }
+    }
+
+    /// A task's read handle to a global store.
+    pub fn global(store: SharedStore) -> Self {
+        Self {
+            store,
+            changelog: None,
+            pending: Vec::new(),
+            flush_to: None,
+            evicted: Vec::new(),
+            global: true,
         }
     }
 }
@@ -445,7 +461,7 @@ impl StoreCell {
 pub(crate) struct SharedStore(std::sync::Arc<std::sync::Mutex<StoreCell>>);
 
 impl SharedStore {
-    fn new(cell: StoreCell) -> Self {
+    pub(crate) fn new(cell: StoreCell) -> Self {
         Self(std::sync::Arc::new(std::sync::Mutex::new(cell)))
     }
     pub fn lock(&self) -> std::sync::MutexGuard<'_, StoreCell> {

@@ -645,7 +645,7 @@ impl StreamTask {
     }
 
     pub fn flush_stores(&mut self) -> Result<()> {
-        for h in self.shared.stores.values_mut() {
+        for h in self.shared.stores.values_mut().filter(|h| !h.global) {
             h.store
                 .lock()
                 .store

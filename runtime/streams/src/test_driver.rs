@@ -24,6 +24,8 @@ use crate::topology::Topology;
 
 pub struct TopologyTestDriver {
     tasks: BTreeMap<u32, StreamTask>,
+    /// Global tables' stores by topic: records piped there are applied at once.
+    globals: BTreeMap<String, crate::processor::SharedStore>,
     topology: Arc<Topology>,
     application_id: String,
     next_offset: BTreeMap<String, i64>,
@@ -84,6 +86,31 @@ impl TopologyTestDriver {
         // The driver flushes the caches after every piped record, as
         // Kafka's TopologyTestDriver commits after each one.
         let cache_budget = (cache_max_bytes > 0).then(|| CacheBudget::new(cache_max_bytes));
+        let mut globals = BTreeMap::new();
+        let mut global_handles = Vec::new();
+        for def in topology.global_stores.values() {
+            let store: Box<dyn rill_state::KeyValueStore> = match def.backend.unwrap_or(backend) {
+                StoreBackend::InMemory => {
+                    Box::new(rill_state::InMemoryStore::new(def.name.clone()))
+                }
+                StoreBackend::RocksDb => Box::new(
+                    rill_state::RocksDbStore::open(
+                        def.name.clone(),
+                        &dir.path().join("global").join(&def.name),
+                    )
+                    .map_err(|e| StreamsError::State {
+                        task: "global".into(),
+                        source: e,
+                    })?,
+                ),
+            };
+            let shared = crate::processor::SharedStore::new(crate::processor::StoreCell {
+                store,
+                cache: None,
+            });
+            globals.insert(def.topic.clone(), shared.clone());
+            global_handles.push((def.name.clone(), shared));
+        }
         for st in &topology.subtopologies {
             let id = TaskId::new(st.id, 0);
             let opened = crate::state_manager::open(
@@ -99,12 +126,19 @@ impl TopologyTestDriver {
                 .iter()
                 .map(|t| (t.resolve(&application_id), 0))
                 .collect();
+            let mut stores = opened.stores;
+            for (name, s) in &global_handles {
+                stores.insert(
+                    name.clone(),
+                    crate::processor::StoreHandle::global(s.clone()),
+                );
+            }
             let task = StreamTask::new(
                 id,
                 topology.clone(),
                 &application_id,
                 &partitions,
-                opened.stores,
+                stores,
                 crate::task::InputPolicy {
                     deserialization: handler,
                     timestamp_extractor: Arc::new(crate::timestamp::FailOnInvalidTimestamp),
@@ -115,6 +149,7 @@ impl TopologyTestDriver {
         }
         Ok(Self {
             tasks,
+            globals,
             topology,
             application_id,
             next_offset: BTreeMap::new(),
@@ -149,6 +184,22 @@ impl TopologyTestDriver {
         timestamp: i64,
         headers: Vec<(String, Option<Bytes>)>,
     ) -> Result<bool> {
+        if let Some(store) = self.globals.get(topic) {
+            // A global table's topic: the global thread's work, done at once.
+            let Some(key) = key else {
+                return Ok(true);
+            };
+            let mut cell = store.lock();
+            let written = match value {
+                Some(v) => cell.store.put(&key, &v),
+                None => cell.store.delete(&key),
+            };
+            written.map_err(|e| StreamsError::State {
+                task: "global".into(),
+                source: e,
+            })?;
+            return Ok(true);
+        }
         let Some(st) = self
             .topology
             .subtopology_of_topic(&self.application_id, topic)

@@ -185,6 +185,8 @@ pub(crate) struct ThreadContext {
     pub endpoint: Option<String>,
     /// The instance's rebalance timeline.
     pub history: History,
+    /// Global tables' stores, handed to every task for reading.
+    pub global_stores: Vec<(String, crate::processor::SharedStore)>,
 }
 
 struct ActiveTask {
@@ -377,12 +379,19 @@ impl TaskManager {
             c.default_store,
             self.cache_budget.as_ref(),
         )?;
+        let mut stores = opened.stores;
+        for (name, s) in &self.ctx.global_stores {
+            stores.insert(
+                name.clone(),
+                crate::processor::StoreHandle::global(s.clone()),
+            );
+        }
         let mut task = StreamTask::new(
             id,
             self.ctx.topology.clone(),
             &c.application_id,
             &partitions,
-            opened.stores,
+            stores,
             crate::task::InputPolicy {
                 deserialization: c.deserialization_handler,
                 timestamp_extractor: c.timestamp_extractor(),

@@ -117,6 +117,8 @@ pub struct Topology {
     /// Repartition topics and the sub-topology that writes them.
     pub(crate) repartition_topics: BTreeSet<String>,
     pub(crate) subtopologies: Vec<SubTopology>,
+    /// Global tables' stores, by name (read by any task, no sub-topology).
+    pub(crate) global_stores: BTreeMap<String, crate::global::GlobalStoreDef>,
 }
 
 impl std::fmt::Debug for Topology {
@@ -130,6 +132,7 @@ impl Topology {
         nodes: Vec<Node>,
         stores: BTreeMap<String, StoreDef>,
         repartition_topics: BTreeSet<String>,
+        global_stores: BTreeMap<String, crate::global::GlobalStoreDef>,
     ) -> Result<Self> {
         if nodes.is_empty() {
             return Err(StreamsError::Topology(
@@ -146,6 +149,7 @@ impl Topology {
             stores,
             repartition_topics,
             subtopologies: Vec::new(),
+            global_stores,
         };
         t.subtopologies = t.split()?;
         Ok(t)
@@ -178,7 +182,12 @@ impl Topology {
             for &c in &node.children {
                 union(&mut parent, i, c);
             }
-            for s in &node.stores {
+            // A global store connects nothing: every task reads its own handle.
+            for s in node
+                .stores
+                .iter()
+                .filter(|s| !self.global_stores.contains_key(*s))
+            {
                 if !self.stores.contains_key(s) {
                     return Err(StreamsError::Topology(format!(
                         "processor {} uses state store {s}, which is not added to the topology",
@@ -213,7 +222,12 @@ impl Topology {
             };
             for &i in &nodes {
                 let node = &self.nodes[i];
-                st.stores.extend(node.stores.iter().cloned());
+                st.stores.extend(
+                    node.stores
+                        .iter()
+                        .filter(|s| !self.global_stores.contains_key(*s))
+                        .cloned(),
+                );
                 match &node.kind {
                     NodeKind::Source {
                         topics, pattern, ..
@@ -284,6 +298,13 @@ impl Topology {
     /// Kafka's `TopologyDescription`, as text.
     pub fn describe(&self) -> String {
         let mut s = String::from("Topologies:\n");
+        for g in self.global_stores.values() {
+            let _ = writeln!(
+                s,
+                "   Global store: {} (topic: {}, read by every task, no tasks of its own)",
+                g.name, g.topic
+            );
+        }
         for st in &self.subtopologies {
             let _ = writeln!(s, "   Sub-topology: {}", st.id);
             for &i in &st.nodes {

@@ -209,3 +209,77 @@ fn a_stream_whose_key_changed_is_repartitioned_before_the_join() {
         vec![("u1".to_string(), "u1".to_string())]
     );
 }
+
+#[test]
+fn stream_global_table_joins_look_up_any_key_without_co_partitioning() {
+    for backend in [StoreBackend::InMemory, StoreBackend::RocksDb] {
+        let b = StreamsBuilder::new();
+        let regions = b.global_table(
+            "regions",
+            Consumed::with(s(), s()),
+            Materialized::as_store("regions").with_backend(backend),
+        );
+        // clicks keyed by page, the user in the value: the lookup key is the value.
+        let clicks = b.stream(&["clicks-by-page"], Consumed::with(s(), s()));
+        clicks
+            .join_global(
+                &regions,
+                |_page, user: &String| user.clone(),
+                |user: &String, region: &String| format!("{user}@{region}"),
+            )
+            .to("out", Produced::with(s(), s()));
+        clicks
+            .left_join_global(
+                &regions,
+                |_page, user: &String| user.clone(),
+                |user: &String, region: Option<&String>| {
+                    format!("{user}@{}", region.map_or("?", String::as_str))
+                },
+            )
+            .to("left-out", Produced::with(s(), s()));
+        let t = b.build().unwrap();
+        assert!(t
+            .describe()
+            .contains("Global store: regions (topic: regions"));
+        let mut d = driver(t, backend);
+        pipe(
+            &mut d,
+            "regions",
+            &[("u1", Some("eu")), ("u2", Some("us"))],
+            1,
+        );
+        pipe(
+            &mut d,
+            "clicks-by-page",
+            &[("home", Some("u1")), ("cart", Some("u3"))],
+            2,
+        );
+        pipe(&mut d, "regions", &[("u1", None), ("u3", Some("apac"))], 3);
+        pipe(
+            &mut d,
+            "clicks-by-page",
+            &[("home", Some("u1")), ("cart", Some("u3"))],
+            4,
+        );
+        let kv = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+            v.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert_eq!(
+            d.read_output("out", &s(), &s()).unwrap(),
+            kv(&[("home", "u1@eu"), ("cart", "u3@apac")]),
+            "{backend:?}"
+        );
+        assert_eq!(
+            d.read_output("left-out", &s(), &s()).unwrap(),
+            kv(&[
+                ("home", "u1@eu"),
+                ("cart", "u3@?"),
+                ("home", "u1@?"),
+                ("cart", "u3@apac")
+            ]),
+            "{backend:?}"
+        );
+    }
+}
