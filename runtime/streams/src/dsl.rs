@@ -16,6 +16,7 @@ mod session;
 mod stream_join;
 mod suppress;
 mod table;
+mod table_join;
 mod windowed;
 
 use std::cell::RefCell;

@@ -283,3 +283,70 @@ fn stream_global_table_joins_look_up_any_key_without_co_partitioning() {
         );
     }
 }
+
+#[test]
+fn table_table_joins_follow_both_sides_updates_and_deletions() {
+    let opt = |r: Option<&String>| r.map_or("-".to_string(), String::clone);
+    for backend in [StoreBackend::InMemory, StoreBackend::RocksDb] {
+        let b = StreamsBuilder::new();
+        let users = users(&b, backend, false);
+        let scores = b.table(
+            "scores",
+            Consumed::with(s(), s()),
+            Materialized::as_store("scores")
+                .with_backend(backend)
+                .with_caching_disabled(),
+        );
+        let nullable = || Produced::with(s(), Serdes::nullable(s()));
+        users
+            .join(&scores, |l: &String, r: &String| format!("{l}/{r}"))
+            .to_stream_with_deletes()
+            .to("inner", nullable());
+        users
+            .left_join(&scores, move |l: &String, r: Option<&String>| {
+                format!("{l}/{}", opt(r))
+            })
+            .to_stream_with_deletes()
+            .to("left", nullable());
+        users
+            .outer_join(&scores, move |l: Option<&String>, r: Option<&String>| {
+                format!("{}/{}", opt(l), opt(r))
+            })
+            .to_stream_with_deletes()
+            .to("outer", nullable());
+        let mut d = driver(b.build().unwrap(), backend);
+        pipe(&mut d, "users", &[("u1", Some("eu"))], 1);
+        pipe(
+            &mut d,
+            "scores",
+            &[("u1", Some("10")), ("u2", Some("20"))],
+            2,
+        );
+        pipe(&mut d, "users", &[("u1", None)], 3);
+        pipe(&mut d, "scores", &[("u2", None)], 4);
+        let out = |d: &mut TopologyTestDriver, t: &str| {
+            d.read_output(t, &s(), &Serdes::nullable(s())).unwrap()
+        };
+        assert_eq!(
+            out(&mut d, "inner"),
+            pairs(&[("u1", Some("eu/10")), ("u1", None)]),
+            "{backend:?}"
+        );
+        assert_eq!(
+            out(&mut d, "left"),
+            pairs(&[("u1", Some("eu/-")), ("u1", Some("eu/10")), ("u1", None)]),
+            "{backend:?}"
+        );
+        assert_eq!(
+            out(&mut d, "outer"),
+            pairs(&[
+                ("u1", Some("eu/-")),
+                ("u1", Some("eu/10")),
+                ("u2", Some("-/20")),
+                ("u1", Some("-/10")),
+                ("u2", None)
+            ]),
+            "{backend:?}"
+        );
+    }
+}

@@ -141,7 +141,7 @@ impl<K: Data, V: Data, VT: Data, VR: Data> Processor<K, V, K, VR>
 }
 
 /// Stands in for a join that failed to build (`build()` reports why).
-struct Unreachable;
+pub(super) struct Unreachable;
 
 impl<K, V, VR: Send + 'static> Processor<K, V, K, VR> for Unreachable
 where
