@@ -11,6 +11,7 @@
 //! meet in one task.
 
 mod global_table;
+mod grouped_table;
 mod join;
 mod session;
 mod stream_join;
@@ -27,6 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use global_table::GlobalKTable;
+pub use grouped_table::KGroupedTable;
 pub use join::Joined;
 pub use session::SessionWindowedKStream;
 pub use stream_join::StreamJoined;
@@ -55,6 +57,7 @@ struct Graph {
     stores: BTreeMap<String, StoreDef>,
     repartition_topics: BTreeSet<String>,
     global_stores: BTreeMap<String, crate::global::GlobalStoreDef>,
+    send_old_values: BTreeSet<String>,
     counter: usize,
     error: Option<StreamsError>,
 }
@@ -396,7 +399,9 @@ impl StreamsBuilder {
         if let Some(e) = g.error {
             return Err(e);
         }
-        Topology::new(g.nodes, g.stores, g.repartition_topics, g.global_stores)
+        let mut t = Topology::new(g.nodes, g.stores, g.repartition_topics, g.global_stores)?;
+        t.send_old_values = g.send_old_values;
+        Ok(t)
     }
 }
 

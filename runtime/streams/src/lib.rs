@@ -40,8 +40,8 @@ pub use config::{
 };
 pub use dsl::{
     BranchedKStream, BufferConfig, Consumed, Data, GlobalKTable, Grouped, Joined, KGroupedStream,
-    KStream, KTable, Materialized, Produced, Repartitioned, SessionWindowedKStream, StreamJoined,
-    StreamsBuilder, Suppressed, TimeWindowedKStream,
+    KGroupedTable, KStream, KTable, Materialized, Produced, Repartitioned, SessionWindowedKStream,
+    StreamJoined, StreamsBuilder, Suppressed, TimeWindowedKStream,
 };
 pub use error::{Recovery, Result, StreamsError};
 pub use kafka_streams::{

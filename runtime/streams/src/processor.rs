@@ -337,10 +337,12 @@ impl<'c, 'a, KOut: Send + 'static, VOut: Send + 'static> ProcessorContext<'c, 'a
     }
 }
 
-/// Turns a flushed cache entry (`None`: a deletion) back into the owning
-/// node's output types: the key and a table `Change` without its old value.
-pub(crate) type FlushDecoder =
-    std::sync::Arc<dyn Fn(&Bytes, Option<&Bytes>) -> Result<(AnyBox, AnyBox)> + Send + Sync>;
+/// Turns a flushed cache entry (`None`: a deletion) and, when the store
+/// sends old values, the value it replaces back into the owning node's
+/// output types: the key and a table `Change`.
+pub(crate) type FlushDecoder = std::sync::Arc<
+    dyn Fn(&Bytes, Option<&Bytes>, Option<&Bytes>) -> Result<(AnyBox, AnyBox)> + Send + Sync,
+>;
 
 /// A store as the task holds it: the store (with its record cache, if any)
 /// and, when logged, its changelog partition and the writes not yet sent
@@ -359,6 +361,9 @@ pub(crate) struct StoreHandle {
     /// A global table's store: read by the task, written, flushed and
     /// checkpointed by the global stream thread only.
     pub global: bool,
+    /// Whether a cache flush also forwards the value each entry replaces
+    /// (a grouped table downstream subtracts it).
+    pub send_old_values: bool,
 }
 
 impl StoreHandle {
@@ -374,6 +379,7 @@ impl StoreHandle {
             flush_to: None,
             evicted: Vec::new(),
             global: false,
+            send_old_values: false,
         }
     }
 
@@ -386,6 +392,7 @@ impl StoreHandle {
             flush_to: None,
             evicted: Vec::new(),
             global: true,
+            send_old_values: false,
         }
     }
 }
@@ -599,20 +606,26 @@ impl StoreRef<'_> {
         if self.handle.flush_to.is_none() {
             let (ks, vs) = (kser.clone(), vser.clone());
             let task = self.task;
-            let decode: FlushDecoder = std::sync::Arc::new(move |k: &Bytes, v: Option<&Bytes>| {
-                let bad = |reason: String| {
-                    StreamsError::IllegalState(format!(
+            let decode: FlushDecoder = std::sync::Arc::new(
+                move |k: &Bytes, v: Option<&Bytes>, old: Option<&Bytes>| {
+                    let bad = |reason: String| {
+                        StreamsError::IllegalState(format!(
                         "task {task}: state store {name}: a cached entry does not deserialize: {reason}"
                     ))
-                };
-                let key = ks.deserialize_bytes(&name, Some(k)).map_err(bad)?;
-                let value = v
-                    .map(|v| vs.deserialize_bytes(&name, Some(v)))
-                    .transpose()
-                    .map_err(bad)?;
-                let change = crate::dsl::Change::new(value, None);
-                Ok((Box::new(key) as AnyBox, Box::new(change) as AnyBox))
-            });
+                    };
+                    let key = ks.deserialize_bytes(&name, Some(k)).map_err(bad)?;
+                    let value = v
+                        .map(|v| vs.deserialize_bytes(&name, Some(v)))
+                        .transpose()
+                        .map_err(bad)?;
+                    let old = old
+                        .map(|o| vs.deserialize_bytes(&name, Some(o)))
+                        .transpose()
+                        .map_err(bad)?;
+                    let change = crate::dsl::Change::new(value, old);
+                    Ok((Box::new(key) as AnyBox, Box::new(change) as AnyBox))
+                },
+            );
             self.handle.flush_to = Some((self.node, decode));
         }
         Ok(())

@@ -114,16 +114,15 @@ pub(crate) fn open(
                 from: checkpointed.unwrap_or(0),
             });
         }
-        out.stores.insert(
-            name.clone(),
-            StoreHandle::new(
-                store,
-                cache_budget
-                    .filter(|_| def.cached)
-                    .map(|b| RecordCache::new(b.clone())),
-                changelog,
-            ),
+        let mut handle = StoreHandle::new(
+            store,
+            cache_budget
+                .filter(|_| def.cached)
+                .map(|b| RecordCache::new(b.clone())),
+            changelog,
         );
+        handle.send_old_values = topology.send_old_values.contains(name);
+        out.stores.insert(name.clone(), handle);
     }
     out.dir = Some(dir);
     Ok(out)

@@ -402,13 +402,26 @@ impl StreamTask {
         let Some(h) = self.shared.stores.get_mut(store) else {
             return Ok(());
         };
-        h.store
-            .lock()
-            .write_flushed(&flushed)
-            .map_err(|e| StreamsError::State {
-                task: self.id.to_string(),
-                source: e,
-            })?;
+        let state_err = |e| StreamsError::State {
+            task: self.id.to_string(),
+            source: e,
+        };
+        // The values the flush replaces, for a downstream that subtracts
+        // them (Kafka's `sendOldValues`, read from the store under the cache).
+        let olds: Vec<Option<Bytes>> = {
+            let mut cell = h.store.lock();
+            let olds = if h.send_old_values {
+                flushed
+                    .iter()
+                    .map(|f| cell.store.get(&f.key))
+                    .collect::<rill_state::Result<_>>()
+                    .map_err(state_err)?
+            } else {
+                vec![None; flushed.len()]
+            };
+            cell.write_flushed(&flushed).map_err(state_err)?;
+            olds
+        };
         if h.changelog.is_some() {
             h.pending.extend(
                 flushed
@@ -421,8 +434,8 @@ impl StreamTask {
         let Some((node, decode)) = flush_to else {
             return Ok(());
         };
-        for f in flushed {
-            let (key, value) = decode(&f.key, f.value.as_ref())?;
+        for (f, old) in flushed.into_iter().zip(olds) {
+            let (key, value) = decode(&f.key, f.value.as_ref(), old.as_ref())?;
             let rec = RawRecord {
                 key,
                 value,

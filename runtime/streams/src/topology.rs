@@ -119,6 +119,8 @@ pub struct Topology {
     pub(crate) subtopologies: Vec<SubTopology>,
     /// Global tables' stores, by name (read by any task, no sub-topology).
     pub(crate) global_stores: BTreeMap<String, crate::global::GlobalStoreDef>,
+    /// Stores whose cache flushes forward old values (Kafka's `sendOldValues`).
+    pub(crate) send_old_values: BTreeSet<String>,
 }
 
 impl std::fmt::Debug for Topology {
@@ -150,6 +152,7 @@ impl Topology {
             repartition_topics,
             subtopologies: Vec::new(),
             global_stores,
+            send_old_values: BTreeSet::new(),
         };
         t.subtopologies = t.split()?;
         Ok(t)

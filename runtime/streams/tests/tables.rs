@@ -350,3 +350,94 @@ fn table_table_joins_follow_both_sides_updates_and_deletions() {
         );
     }
 }
+
+#[test]
+fn a_regrouped_table_moves_a_rows_contribution_between_groups() {
+    fn members(list: &str, add: Option<&str>, remove: Option<&str>) -> String {
+        let mut m: Vec<&str> = list.split(',').filter(|x| !x.is_empty()).collect();
+        m.extend(add);
+        m.retain(|x| Some(*x) != remove);
+        m.sort();
+        m.join(",")
+    }
+    for backend in [StoreBackend::InMemory, StoreBackend::RocksDb] {
+        for cached in [false, true] {
+            let b = StreamsBuilder::new();
+            let by_region = users(&b, backend, cached).group_by(
+                |user: &String, region: &String| (region.clone(), user.clone()),
+                // Unnamed: each aggregation repartitions through <app>-<store>-repartition.
+                rill_streams::Grouped::with(s(), s()),
+            );
+            fn m<V>(name: &str, backend: StoreBackend, cached: bool) -> Materialized<V> {
+                let m = Materialized::as_store(name).with_backend(backend);
+                if cached {
+                    m
+                } else {
+                    m.with_caching_disabled()
+                }
+            }
+            by_region
+                .count(m("counts", backend, cached))
+                .to_stream()
+                .to("counts-out", Produced::with(s(), Serdes::i64()));
+            by_region
+                .aggregate(
+                    String::new,
+                    |_region, user: &String, list: &String| members(list, Some(user), None),
+                    |_region, user: &String, list: &String| members(list, None, Some(user)),
+                    m("members", backend, cached).with_value_serde(s()),
+                )
+                .to_stream()
+                .to("members-out", Produced::with(s(), s()));
+            let mut d = driver(b.build().unwrap(), backend);
+            pipe(
+                &mut d,
+                "users",
+                &[
+                    ("u1", Some("eu")),
+                    ("u2", Some("eu")),
+                    ("u3", Some("us")),
+                    ("u1", Some("us")), // moves: eu loses u1, us gains it
+                    ("u2", None),       // deleted: eu loses u2
+                ],
+                1,
+            );
+            let counts: Vec<(String, i64)> =
+                d.read_output("counts-out", &s(), &Serdes::i64()).unwrap();
+            let kv = |v: &[(&str, i64)]| -> Vec<(String, i64)> {
+                v.iter().map(|(k, n)| (k.to_string(), *n)).collect()
+            };
+            assert_eq!(
+                counts,
+                kv(&[
+                    ("eu", 1),
+                    ("eu", 2),
+                    ("us", 1),
+                    ("eu", 1),
+                    ("us", 2),
+                    ("eu", 0)
+                ]),
+                "{backend:?} cached={cached}"
+            );
+            let lists: Vec<(String, String)> = d.read_output("members-out", &s(), &s()).unwrap();
+            let expect: Vec<(String, String)> = [
+                ("eu", "u1"),
+                ("eu", "u1,u2"),
+                ("us", "u3"),
+                ("eu", "u2"),
+                ("us", "u1,u3"),
+                ("eu", ""),
+            ]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+            assert_eq!(lists, expect, "{backend:?} cached={cached}");
+            let rep = format!("{}-counts-repartition", d.application_id());
+            assert_eq!(
+                d.read_output(&rep, &s(), &Serdes::bytes()).unwrap().len(),
+                6,
+                "{backend:?} cached={cached}: 4 additions, 2 subtractions (the move, the delete)"
+            );
+        }
+    }
+}
