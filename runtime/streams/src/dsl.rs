@@ -14,6 +14,7 @@ mod global_table;
 mod grouped_table;
 mod join;
 mod session;
+mod sliding;
 mod stream_join;
 mod suppress;
 mod table;
@@ -31,6 +32,7 @@ pub use global_table::GlobalKTable;
 pub use grouped_table::KGroupedTable;
 pub use join::Joined;
 pub use session::SessionWindowedKStream;
+pub use sliding::SlidingWindowedKStream;
 pub use stream_join::StreamJoined;
 pub use suppress::{BufferConfig, Suppressed};
 pub(crate) use table::Change;
@@ -860,6 +862,18 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
     /// invalid windows are reported by `build()`.
     pub fn windowed_by(&self, windows: crate::window::TimeWindows) -> TimeWindowedKStream<K, V> {
         TimeWindowedKStream {
+            grouped: self.clone(),
+            windows,
+        }
+    }
+
+    /// Aggregates over sliding windows defined by the records (Kafka's
+    /// `windowedBy(SlidingWindows)`, KIP-450).
+    pub fn windowed_by_sliding(
+        &self,
+        windows: crate::window::SlidingWindows,
+    ) -> SlidingWindowedKStream<K, V> {
+        SlidingWindowedKStream {
             grouped: self.clone(),
             windows,
         }

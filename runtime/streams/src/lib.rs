@@ -67,4 +67,4 @@ pub use timestamp::{
     UsePartitionTimeOnInvalidTimestamp, WallclockTimestampExtractor,
 };
 pub use topology::{StoreDef, SubTopology, TopicName, Topology};
-pub use window::{JoinWindows, SessionWindows, TimeWindows, Window, Windowed};
+pub use window::{JoinWindows, SessionWindows, SlidingWindows, TimeWindows, Window, Windowed};

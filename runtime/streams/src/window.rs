@@ -347,6 +347,81 @@ impl SessionWindows {
     }
 }
 
+/// Windows of a fixed time difference defined by the records themselves
+/// (Kafka's `SlidingWindows`, KIP-450): every record at `t` has its left
+/// window `[t - d, t]`, and a right window `[t + 1, t + 1 + d]` exists once
+/// a record falls into it; both ends are inclusive, and a window holds the
+/// records whose timestamps it covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlidingWindows {
+    diff_ms: i64,
+    grace_ms: i64,
+    invalid: Option<&'static str>,
+}
+
+impl SlidingWindows {
+    /// Kafka's `ofTimeDifferenceWithNoGrace`.
+    pub fn of_time_difference_with_no_grace(difference: Duration) -> Self {
+        Self::of_time_difference_and_grace(difference, Duration::ZERO)
+    }
+
+    /// Kafka's `ofTimeDifferenceAndGrace`.
+    pub fn of_time_difference_and_grace(difference: Duration, grace: Duration) -> Self {
+        let (d, g) = (millis(difference), millis(grace));
+        let invalid = match (d, g) {
+            (Some(0), _) => Some("sliding window time difference must be larger than zero"),
+            (None, _) => Some("time difference does not fit in i64 milliseconds"),
+            (_, None) => Some("grace period does not fit in i64 milliseconds"),
+            (Some(d), Some(g)) if d.checked_add(g).and_then(|x| x.checked_add(1)).is_none() => {
+                Some("time difference plus grace period overflows i64 milliseconds")
+            }
+            _ => None,
+        };
+        Self {
+            diff_ms: d.unwrap_or(1),
+            grace_ms: g.unwrap_or(0),
+            invalid,
+        }
+    }
+
+    pub fn time_difference_ms(&self) -> i64 {
+        self.diff_ms
+    }
+    pub fn grace_ms(&self) -> i64 {
+        self.grace_ms
+    }
+
+    /// Checks the windows; the stores' retention (difference + grace unless
+    /// more is asked for).
+    pub(crate) fn validate(
+        &self,
+        store: &str,
+        retention: Option<Duration>,
+    ) -> Result<i64, StreamsError> {
+        let bad = |what: &str| {
+            StreamsError::Topology(format!("sliding windows of state store {store}: {what}"))
+        };
+        if let Some(why) = self.invalid {
+            return Err(bad(why));
+        }
+        let min = self.diff_ms + self.grace_ms;
+        match retention {
+            None => Ok(min),
+            Some(r) => {
+                let r =
+                    millis(r).ok_or_else(|| bad("retention does not fit in i64 milliseconds"))?;
+                if r < min {
+                    return Err(bad(&format!(
+                        "the retention period ({r} ms) must be no smaller than the time difference ({} ms) plus the grace period ({} ms)",
+                        self.diff_ms, self.grace_ms
+                    )));
+                }
+                Ok(r)
+            }
+        }
+    }
+}
+
 /// How far apart in time two records of a stream–stream join may be
 /// (Kafka's `JoinWindows`): a left record at `t` joins right records in
 /// `[t - before, t + after]`; both default to the time difference given.

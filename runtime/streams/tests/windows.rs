@@ -602,3 +602,84 @@ fn suppressed_sessions_emit_once_when_gap_and_grace_have_passed() {
         vec![("a".to_string(), 0, 5, 2)]
     );
 }
+
+#[test]
+fn sliding_windows_follow_the_records_including_out_of_order_ones() {
+    for backend in [StoreBackend::InMemory, StoreBackend::RocksDb] {
+        let b = StreamsBuilder::new();
+        b.stream(&["events"], Consumed::with(s(), s()))
+            .group_by_key(Grouped::with(s(), s()))
+            .windowed_by_sliding(
+                rill_streams::SlidingWindows::of_time_difference_with_no_grace(
+                    Duration::from_millis(10),
+                ),
+            )
+            .count(
+                Materialized::as_store("sliding")
+                    .with_backend(backend)
+                    .with_caching_disabled(),
+            )
+            .to_stream()
+            .to(
+                "out",
+                Produced::with(Serdes::time_windowed(s(), SIZE), Serdes::i64()),
+            );
+        let mut d = driver(b.build().unwrap(), backend);
+        pipe(
+            &mut d,
+            &[
+                ("a", "", 20), // its left window [10,20]
+                ("a", "", 25), // left [15,25] holds 20 and 25; 20's right window [21,31] now holds 25
+                // Out of order at stream time 25 (no grace): its own left window
+                // [12,22] is already closed; 25's left [15,25] and 20's right
+                // [21,31] gain it; its right window [23,33] holds 25.
+                ("a", "", 22),
+                ("a", "", 40), // left [30,40]
+                ("a", "", 26), // 26 + 1 + 10 <= 40: every window it could touch is closed: late
+            ],
+        );
+        assert_eq!(
+            windowed_out(&mut d, Serdes::i64(), SIZE),
+            rows(&[
+                ("a", 10, 1),
+                ("a", 15, 2),
+                ("a", 21, 1),
+                ("a", 15, 3),
+                ("a", 21, 2),
+                ("a", 23, 1),
+                ("a", 30, 1),
+            ]),
+            "{backend:?}"
+        );
+        assert_eq!(d.skipped_records(), 1, "{backend:?}");
+    }
+}
+
+#[test]
+fn early_records_share_the_sliding_window_that_starts_at_zero() {
+    let b = StreamsBuilder::new();
+    b.stream(&["events"], Consumed::with(s(), s()))
+        .group_by_key(Grouped::with(s(), s()))
+        .windowed_by_sliding(rill_streams::SlidingWindows::of_time_difference_and_grace(
+            Duration::from_millis(10),
+            Duration::from_millis(100),
+        ))
+        .reduce(
+            |a: &String, b: &String| format!("{a}{b}"),
+            Materialized::as_store("sliding").with_caching_disabled(),
+        )
+        .to_stream()
+        .to("out", Produced::with(Serdes::time_windowed(s(), SIZE), s()));
+    let mut d = driver(b.build().unwrap(), StoreBackend::InMemory);
+    // 2 and 5 are both before the time difference: one window [0,10];
+    // each record's right window appears once a later record falls in it.
+    pipe(&mut d, &[("a", "x", 2), ("a", "y", 5)]);
+    assert_eq!(
+        windowed_out(&mut d, s(), SIZE),
+        rows(&[
+            ("a", 0, "x".to_string()),
+            ("a", 0, "xy".to_string()),
+            ("a", 3, "y".to_string()),
+        ])
+    );
+}
