@@ -398,7 +398,10 @@ fn a_stable_static_group_survives_a_broker_restart_without_rebalancing() {
             jb.member_id.to_string(),
         )
     };
-    let _cluster = Embedded::start(builder());
+    let cluster = Embedded::start(builder());
+    // The coordinator may still be loading the group from disk
+    // (COORDINATOR_LOAD_IN_PROGRESS, retriable): wait as a client would.
+    wait_for_coordinator(&mut Client::new(&cluster.bootstrap()).unwrap(), &group);
     // Same generation and member ids: heartbeats succeed, nothing rebalances.
     assert_eq!(heartbeat(&addr, &group, &a, "A", generation), 0);
     assert_eq!(heartbeat(&addr, &group, &b, "B", generation), 0);

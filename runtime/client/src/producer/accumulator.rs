@@ -10,12 +10,13 @@
 //! sequence numbers and sent in id order; a batch put back for a retry goes
 //! back to its place by id.
 //!
-//! In flight per partition: with idempotence up to
-//! `max.in.flight.requests.per.connection` batches (at most 5, Kafka's
-//! limit: the broker keeps the last five batches' sequences to detect
-//! duplicates), the order held by the sequence numbers; without it one, so
-//! a retry cannot overtake a later batch. A retried batch goes out alone
-//! (nothing of its partition in flight), as Kafka's sender does.
+//! In flight per partition: one batch (`MAX_IN_FLIGHT_PER_PARTITION`). The
+//! machinery for more with idempotence is here (sequence-ordered requeue,
+//! a retry sent alone, out-of-sequence answers behind a failed batch
+//! retried), but with five in flight Apache Kafka 4.1 answered
+//! OUT_OF_ORDER_SEQUENCE_NUMBER to a batch right after topic creation in
+//! the codec round trip (3 of 3 runs) for a reason not found yet, and it
+//! bought no measurable throughput, so it is off.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex};
@@ -198,6 +199,9 @@ fn queue_in<'a>(
     &mut qs[i]
 }
 
+/// Batches of one partition in flight at once (see the module header).
+const MAX_IN_FLIGHT_PER_PARTITION: usize = 1;
+
 pub struct Accumulator {
     /// Queues by topic, then partition (looked up without allocating).
     queues: HashMap<String, Vec<PartitionQueue>>,
@@ -353,7 +357,8 @@ impl Accumulator {
         let closed = self.closed;
         let flush_up_to = self.flush_up_to;
         let max_in_flight = if producer.is_some() {
-            cfg.max_in_flight_requests_per_connection.clamp(1, 5)
+            cfg.max_in_flight_requests_per_connection
+                .clamp(1, MAX_IN_FLIGHT_PER_PARTITION)
         } else {
             1
         };
@@ -530,47 +535,30 @@ mod tests {
     }
 
     #[test]
-    fn up_to_five_batches_of_a_partition_are_in_flight_in_sequence_order() {
-        let (mut acc, cfg) = with_batches(7);
-        let mut sent = Vec::new();
-        for _ in 0..7 {
-            sent.extend(drain_once(&mut acc, &cfg));
-        }
-        let seqs: Vec<i32> = sent.iter().map(|b| b.stamp.unwrap().2).collect();
-        assert_eq!(
-            seqs,
-            vec![0, 1, 2, 3, 4],
-            "five in flight, then the partition waits"
-        );
-        acc.finish(&sent[0], Ok((0, -1)));
+    fn batches_of_a_partition_go_one_at_a_time_in_sequence_order() {
+        let (mut acc, cfg) = with_batches(3);
+        let first = drain_once(&mut acc, &cfg);
+        assert_eq!(first.len(), 1);
+        assert_eq!(first[0].stamp.unwrap().2, 0);
+        assert!(drain_once(&mut acc, &cfg).is_empty(), "one in flight");
+        acc.finish(&first[0], Ok((0, -1)));
         let next = drain_once(&mut acc, &cfg);
-        assert_eq!(next.len(), 1);
-        assert_eq!(next[0].stamp.unwrap().2, 5);
+        assert_eq!(next[0].stamp.unwrap().2, 1);
     }
 
     #[test]
-    fn a_retried_batch_goes_back_in_order_and_alone() {
-        let (mut acc, cfg) = with_batches(4);
-        let mut sent: Vec<ProducerBatch> =
-            (0..4).flat_map(|_| drain_once(&mut acc, &cfg)).collect();
-        // The first batch fails retriably; the broker refuses the second as
-        // out of sequence: it waits for the first.
-        let second = sent.remove(1);
-        let first = sent.remove(0);
+    fn a_retried_batch_goes_back_first_with_its_sequence() {
+        let (mut acc, cfg) = with_batches(3);
+        let first = drain_once(&mut acc, &cfg).remove(0);
+        let later = acc.queues["t"][0].batches.front().map(|b| b.id).unwrap();
+        assert!(first.id < later);
         acc.requeue(first, Duration::ZERO);
-        assert!(acc.has_earlier_unfinished(&second));
-        acc.requeue(second, Duration::ZERO);
-        // Nothing goes while the partition's other batches are in flight.
-        assert!(drain_once(&mut acc, &cfg).is_empty());
-        for b in sent.drain(..) {
-            acc.requeue(b, Duration::ZERO);
-        }
-        // Back in sequence order, one at a time.
-        for seq in 0..4 {
+        // Back in front of the later batches, same sequence, sent alone.
+        for seq in 0..3 {
             let out = drain_once(&mut acc, &cfg);
             assert_eq!(out.len(), 1, "sequence {seq}");
             assert_eq!(out[0].stamp.unwrap().2, seq);
-            assert!(drain_once(&mut acc, &cfg).is_empty(), "a retry goes alone");
+            assert!(drain_once(&mut acc, &cfg).is_empty());
             acc.finish(&out[0], Ok((seq as i64, -1)));
         }
         assert!(acc.is_idle());

@@ -10,14 +10,13 @@
 //! every record's [`DeliveryFuture`] (or callback) with its offset or error.
 //!
 //! Invariants:
-//! - records are written in send order even across retries: with
-//!   idempotence (the default) every batch carries the producer id, epoch
-//!   and the partition's next sequence number (InitProducerId at start), up
-//!   to `max.in.flight.requests.per.connection` (≤ 5) batches of a partition
-//!   are in flight, requests are written in sequence order, the broker
-//!   refuses a batch out of sequence and a retried batch the broker already
-//!   wrote is not written twice; without idempotence one batch per
-//!   partition is in flight;
+//! - records are written in send order even across retries: one batch
+//!   per partition is in flight (see `accumulator` for why not five), and
+//!   with idempotence (the default) every batch carries the producer id,
+//!   epoch and the partition's next sequence number (InitProducerId at
+//!   start), so a retried batch the broker already wrote is not written
+//!   twice; requests to a broker are written, and their answers read, in
+//!   order;
 //! - a batch is retried on retriable errors until `retries` or
 //!   `delivery.timeout.ms` runs out, then fails with the error; a batch that
 //!   fails for good while idempotent makes the sender take a new producer id

@@ -13,7 +13,7 @@ use rill_protocol::kafka_protocol::messages::{
 };
 use rill_protocol::records::{ProducerStamp, NO_SEQUENCE};
 use rill_protocol::{ApiKey, ErrorCode, RequestKind, ResponseKind};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, warn};
 
 use super::accumulator::ProducerBatch;
@@ -26,6 +26,10 @@ use crate::rpc::topic_name;
 pub(super) async fn run(inner: Arc<Inner>) {
     let cfg = &inner.cfg;
     let mut limits: HashMap<i32, Arc<Semaphore>> = HashMap::new();
+    let mut completers: HashMap<
+        i32,
+        tokio::sync::mpsc::UnboundedSender<(InFlightRequest, OwnedSemaphorePermit)>,
+    > = HashMap::new();
     let mut last_refresh: Option<Instant> = None;
     loop {
         let need_producer_id = {
@@ -78,21 +82,40 @@ pub(super) async fn run(inner: Arc<Inner>) {
                 Err(_) => continue,
             };
             // Written here, one request after another, so a partition's
-            // batches reach the broker in sequence order; only the answers
-            // are awaited concurrently.
+            // batches reach the broker in sequence order; the answers are
+            // read by one task per leader in the same order (a broker answers
+            // a connection's requests in order), so a batch refused as out
+            // of sequence is judged after the batches before it, as Kafka's
+            // single network thread does.
             let Some(request) = write_request(&inner, leader, batches).await else {
                 drop(permit);
                 inner.changed.notify_all();
                 inner.wake.notify_one();
                 continue;
             };
-            let inner2 = inner.clone();
-            tokio::spawn(async move {
-                complete_request(&inner2, request).await;
-                drop(permit);
-                inner2.changed.notify_all();
-                inner2.wake.notify_one();
+            let completer = completers.entry(leader).or_insert_with(|| {
+                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(
+                    InFlightRequest,
+                    OwnedSemaphorePermit,
+                )>();
+                let inner2 = inner.clone();
+                tokio::spawn(async move {
+                    while let Some((request, permit)) = rx.recv().await {
+                        complete_request(&inner2, request).await;
+                        drop(permit);
+                        inner2.changed.notify_all();
+                        inner2.wake.notify_one();
+                    }
+                });
+                tx
             });
+            if let Err(e) = completer.send((request, permit)) {
+                // The completer ended (it never does while the sender runs);
+                // answer here rather than lose the batches.
+                let (request, permit) = e.0;
+                complete_request(&inner, request).await;
+                drop(permit);
+            }
         }
         {
             let acc = inner.lock();
