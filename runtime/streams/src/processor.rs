@@ -549,6 +549,23 @@ impl StoreRef<'_> {
             .map_err(|e| self.err(e))
     }
 
+    /// Deletes every entry whose key `expired` selects (windows past
+    /// retention), except keys with a write still waiting in the record
+    /// cache: it goes downstream at the next flush (as Kafka's cache flushes
+    /// into a dropped segment) and the key at the next sweep. How many went.
+    pub(crate) fn delete_where(&mut self, expired: impl Fn(&[u8]) -> bool) -> Result<usize> {
+        let keys: Vec<Bytes> = self
+            .all()?
+            .into_iter()
+            .map(|(k, _)| k)
+            .filter(|k| expired(k) && !self.is_dirty(k))
+            .collect();
+        for k in &keys {
+            self.delete(k)?;
+        }
+        Ok(keys.len())
+    }
+
     /// Whether the record cache holds a write to `key` not yet flushed.
     pub(crate) fn is_dirty(&self, key: &[u8]) -> bool {
         self.handle

@@ -150,26 +150,13 @@ impl TimeWindows {
         store: &str,
         retention: Option<Duration>,
     ) -> Result<WindowSpec, StreamsError> {
-        let bad =
-            |what: &str| StreamsError::Topology(format!("windows of state store {store}: {what}"));
-        if let Some(why) = self.invalid {
-            return Err(bad(why));
-        }
-        let min = self.size_ms + self.grace_ms;
-        let retention_ms = match retention {
-            None => min,
-            Some(r) => {
-                let r =
-                    millis(r).ok_or_else(|| bad("retention does not fit in i64 milliseconds"))?;
-                if r < min {
-                    return Err(bad(&format!(
-                        "the retention period ({r} ms) must be no smaller than the window size ({} ms) plus the grace period ({} ms)",
-                        self.size_ms, self.grace_ms
-                    )));
-                }
-                r
-            }
-        };
+        let retention_ms = check_retention(
+            &format!("windows of state store {store}"),
+            self.invalid,
+            ("window size", self.size_ms),
+            self.grace_ms,
+            retention,
+        )?;
         Ok(WindowSpec {
             windows: *self,
             retention_ms,
@@ -184,11 +171,73 @@ pub(crate) struct WindowSpec {
     pub retention_ms: i64,
 }
 
+#[cfg(test)]
 impl WindowSpec {
     /// Kafka's default segment interval: half the retention, at least a minute.
     pub fn segment_interval_ms(&self) -> i64 {
-        (self.retention_ms / 2).max(60_000)
+        segment_interval_ms(self.retention_ms)
     }
+}
+
+/// Kafka's default segment interval for a retention: half of it, at least a minute.
+fn segment_interval_ms(retention_ms: i64) -> i64 {
+    (retention_ms / 2).max(60_000)
+}
+
+/// Tracks which segment interval of stream time a windowed store was last
+/// swept in, so expired entries are deleted once per interval (where Kafka
+/// drops a whole segment store).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SegmentSweep {
+    retention_ms: i64,
+    swept: i64,
+}
+
+impl SegmentSweep {
+    pub fn new(retention_ms: i64) -> Self {
+        Self {
+            retention_ms,
+            swept: -1,
+        }
+    }
+
+    /// When `stream_time` has entered a new segment interval since the last
+    /// sweep: the cutoff (`stream_time - retention`) to sweep up to.
+    pub fn due(&mut self, stream_time: i64) -> Option<i64> {
+        let segment = stream_time / segment_interval_ms(self.retention_ms);
+        if segment <= self.swept {
+            return None;
+        }
+        self.swept = segment;
+        Some(stream_time - self.retention_ms)
+    }
+}
+
+/// The checks every kind of window shares: a construction error, then the
+/// store's retention, at least `span + grace` (and exactly that when not
+/// given, Kafka's default). `what` names the windows and their store.
+fn check_retention(
+    what: &str,
+    invalid: Option<&'static str>,
+    (span_name, span_ms): (&str, i64),
+    grace_ms: i64,
+    retention: Option<Duration>,
+) -> Result<i64, StreamsError> {
+    let bad = |why: &str| StreamsError::Topology(format!("{what}: {why}"));
+    if let Some(why) = invalid {
+        return Err(bad(why));
+    }
+    let min = span_ms + grace_ms;
+    let Some(r) = retention else {
+        return Ok(min);
+    };
+    let r = millis(r).ok_or_else(|| bad("retention does not fit in i64 milliseconds"))?;
+    if r < min {
+        return Err(bad(&format!(
+            "the retention period ({r} ms) must be no smaller than the {span_name} ({span_ms} ms) plus the grace period ({grace_ms} ms)"
+        )));
+    }
+    Ok(r)
 }
 
 /// Bytes after the key in a window store key: start (8) + sequence number (4).
@@ -323,27 +372,13 @@ impl SessionWindows {
         store: &str,
         retention: Option<Duration>,
     ) -> Result<i64, StreamsError> {
-        let bad = |what: &str| {
-            StreamsError::Topology(format!("session windows of state store {store}: {what}"))
-        };
-        if let Some(why) = self.invalid {
-            return Err(bad(why));
-        }
-        let min = self.gap_ms + self.grace_ms;
-        match retention {
-            None => Ok(min),
-            Some(r) => {
-                let r =
-                    millis(r).ok_or_else(|| bad("retention does not fit in i64 milliseconds"))?;
-                if r < min {
-                    return Err(bad(&format!(
-                        "the retention period ({r} ms) must be no smaller than the inactivity gap ({} ms) plus the grace period ({} ms)",
-                        self.gap_ms, self.grace_ms
-                    )));
-                }
-                Ok(r)
-            }
-        }
+        check_retention(
+            &format!("session windows of state store {store}"),
+            self.invalid,
+            ("inactivity gap", self.gap_ms),
+            self.grace_ms,
+            retention,
+        )
     }
 }
 
@@ -398,27 +433,13 @@ impl SlidingWindows {
         store: &str,
         retention: Option<Duration>,
     ) -> Result<i64, StreamsError> {
-        let bad = |what: &str| {
-            StreamsError::Topology(format!("sliding windows of state store {store}: {what}"))
-        };
-        if let Some(why) = self.invalid {
-            return Err(bad(why));
-        }
-        let min = self.diff_ms + self.grace_ms;
-        match retention {
-            None => Ok(min),
-            Some(r) => {
-                let r =
-                    millis(r).ok_or_else(|| bad("retention does not fit in i64 milliseconds"))?;
-                if r < min {
-                    return Err(bad(&format!(
-                        "the retention period ({r} ms) must be no smaller than the time difference ({} ms) plus the grace period ({} ms)",
-                        self.diff_ms, self.grace_ms
-                    )));
-                }
-                Ok(r)
-            }
-        }
+        check_retention(
+            &format!("sliding windows of state store {store}"),
+            self.invalid,
+            ("time difference", self.diff_ms),
+            self.grace_ms,
+            retention,
+        )
     }
 }
 

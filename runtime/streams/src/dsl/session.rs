@@ -24,7 +24,9 @@ use super::{erase, Change, Data, KGroupedStream, KTable, Materialized};
 use crate::error::Result;
 use crate::processor::{Processor, ProcessorContext, Record};
 use crate::serde::SharedSerde;
-use crate::window::{parse_session_key, SessionWindowedSerde, SessionWindows, Window, Windowed};
+use crate::window::{
+    parse_session_key, SegmentSweep, SessionWindowedSerde, SessionWindows, Window, Windowed,
+};
 
 /// A grouped stream cut into sessions (Kafka's `SessionWindowedKStream`).
 pub struct SessionWindowedKStream<K, V> {
@@ -153,7 +155,6 @@ impl<K: Data, V: Data> SessionWindowedKStream<K, V> {
                 erase::<_, K, V, Windowed<K>, Change<VA>>(SessionAggregate {
                     store: store_c.clone(),
                     windows,
-                    retention_ms,
                     inner_key_serde: inner_ks.clone(),
                     key_serde: ks.clone(),
                     value_serde: vs.clone(),
@@ -162,7 +163,7 @@ impl<K: Data, V: Data> SessionWindowedKStream<K, V> {
                     add: add.clone(),
                     merge: merge.clone(),
                     observed: -1,
-                    cleaned_segment: -1,
+                    sweep: SegmentSweep::new(retention_ms),
                     _types: PhantomData,
                 })
             },
@@ -183,7 +184,6 @@ impl<K: Data, V: Data> SessionWindowedKStream<K, V> {
 struct SessionAggregate<K, V, VA> {
     store: String,
     windows: SessionWindows,
-    retention_ms: i64,
     inner_key_serde: SharedSerde<K>,
     key_serde: SharedSerde<Windowed<K>>,
     value_serde: SharedSerde<VA>,
@@ -192,7 +192,7 @@ struct SessionAggregate<K, V, VA> {
     add: Adder<K, V, VA>,
     merge: Merger<K, VA>,
     observed: i64,
-    cleaned_segment: i64,
+    sweep: SegmentSweep,
     _types: PhantomData<fn(V)>,
 }
 
@@ -318,23 +318,11 @@ impl<K: Data, V: Data, VA: Data> SessionAggregate<K, V, VA> {
         &mut self,
         ctx: &mut ProcessorContext<'_, '_, Windowed<K>, Change<VA>>,
     ) -> Result<()> {
-        let segment = self.observed / (self.retention_ms / 2).max(60_000);
-        if segment <= self.cleaned_segment {
+        let Some(cutoff) = self.sweep.due(self.observed) else {
             return Ok(());
-        }
-        self.cleaned_segment = segment;
-        let cutoff = self.observed - self.retention_ms;
-        let mut s = ctx.store(&self.store)?;
-        let expired: Vec<_> = s
-            .all()?
-            .into_iter()
-            .filter(|(k, _)| parse_session_key(k).is_some_and(|(_, _, end)| end <= cutoff))
-            .filter(|(k, _)| !s.is_dirty(k))
-            .map(|(k, _)| k)
-            .collect();
-        for k in &expired {
-            s.delete(k)?;
-        }
+        };
+        ctx.store(&self.store)?
+            .delete_where(|k| parse_session_key(k).is_some_and(|(_, _, end)| end <= cutoff))?;
         Ok(())
     }
 }

@@ -35,7 +35,7 @@ use crate::processor::{Processor, ProcessorContext, Record};
 use crate::serde::SharedSerde;
 use crate::topology::StoreDef;
 use crate::window::{
-    store_key, store_key_start, SlidingWindows, Window, WindowStoreKeySerde, Windowed,
+    store_key, store_key_start, SegmentSweep, SlidingWindows, Window, WindowStoreKeySerde, Windowed,
 };
 
 /// A grouped stream over sliding windows (Kafka's `TimeWindowedKStream`
@@ -159,14 +159,13 @@ impl<K: Data, V: Data> SlidingWindowedKStream<K, V> {
                     store: store_c.clone(),
                     records: records_c.clone(),
                     windows,
-                    retention,
                     inner_key_serde: inner_ks.clone(),
                     input_serde: in_vs.clone(),
                     key_serde: ks.clone(),
                     value_serde: vs.clone(),
                     fold: fold.clone(),
                     observed: -1,
-                    cleaned_segment: -1,
+                    sweep: SegmentSweep::new(retention),
                     _types: PhantomData,
                 })
             },
@@ -187,14 +186,13 @@ struct SlidingAggregate<K, V, VA> {
     store: String,
     records: String,
     windows: SlidingWindows,
-    retention: i64,
     inner_key_serde: SharedSerde<K>,
     input_serde: SharedSerde<V>,
     key_serde: SharedSerde<Windowed<K>>,
     value_serde: SharedSerde<VA>,
     fold: Fold<K, V, VA>,
     observed: i64,
-    cleaned_segment: i64,
+    sweep: SegmentSweep,
     _types: PhantomData<fn(V)>,
 }
 
@@ -320,25 +318,13 @@ impl<K: Data, V: Data, VA: Data> SlidingAggregate<K, V, VA> {
         &mut self,
         ctx: &mut ProcessorContext<'_, '_, Windowed<K>, Change<VA>>,
     ) -> Result<()> {
-        let segment = self.observed / (self.retention / 2).max(60_000);
-        if segment <= self.cleaned_segment {
+        let Some(cutoff) = self.sweep.due(self.observed) else {
             return Ok(());
-        }
-        self.cleaned_segment = segment;
-        let cutoff = self.observed - self.retention;
+        };
         let d = self.windows.time_difference_ms();
         for (store, span) in [(self.records.clone(), 0), (self.store.clone(), d)] {
-            let mut s = ctx.store(&store)?;
-            let expired: Vec<Bytes> = s
-                .all()?
-                .into_iter()
-                .filter(|(k, _)| store_key_start(k).is_some_and(|t| t + span < cutoff))
-                .filter(|(k, _)| !s.is_dirty(k))
-                .map(|(k, _)| k)
-                .collect();
-            for k in &expired {
-                s.delete(k)?;
-            }
+            ctx.store(&store)?
+                .delete_where(|k| store_key_start(k).is_some_and(|t| t + span < cutoff))?;
         }
         Ok(())
     }

@@ -33,7 +33,7 @@ use crate::error::{Result, StreamsError};
 use crate::processor::{Processor, ProcessorContext, Record};
 use crate::serde::SharedSerde;
 use crate::topology::StoreDef;
-use crate::window::{store_key, store_key_start, JoinWindows};
+use crate::window::{store_key, store_key_start, JoinWindows, SegmentSweep};
 
 /// Serdes (and store settings) for a stream–stream join (Kafka's `StreamJoined`).
 pub struct StreamJoined<K, V, VO> {
@@ -222,7 +222,7 @@ impl<K: Data, V: Data> KStream<K, V> {
             },
             alone: alone.clone(),
             emitted_up_to: -1,
-            cleaned_segment: -1,
+            sweep: SegmentSweep::new(spec.retention),
         };
         let (vs, jr) = (j.value.clone(), joiner.clone());
         let right_side = Side::<K, VO, VR> {
@@ -244,7 +244,7 @@ impl<K: Data, V: Data> KStream<K, V> {
             },
             alone,
             emitted_up_to: -1,
-            cleaned_segment: -1,
+            sweep: SegmentSweep::new(spec.retention),
         };
         let this_node = {
             let stores = stores.clone();
@@ -293,7 +293,7 @@ struct Side<K, T, VR> {
     alone: AloneEmitter<VR>,
     /// Stream time up to which waiting records were checked.
     emitted_up_to: i64,
-    cleaned_segment: i64,
+    sweep: SegmentSweep,
 }
 
 impl<K, T, VR> Side<K, T, VR> {
@@ -312,7 +312,7 @@ impl<K, T, VR> Side<K, T, VR> {
             without_other: self.without_other.clone(),
             alone: self.alone.clone(),
             emitted_up_to: -1,
-            cleaned_segment: -1,
+            sweep: SegmentSweep::new(self.spec.retention),
         }
     }
 
@@ -492,22 +492,11 @@ impl<K: Data, T: Data, VR: Data> Side<K, T, VR> {
         ctx: &mut ProcessorContext<'_, '_, K, VR>,
         stream_time: i64,
     ) -> Result<()> {
-        let segment = stream_time / (self.spec.retention / 2).max(60_000);
-        if segment <= self.cleaned_segment {
+        let Some(cutoff) = self.sweep.due(stream_time) else {
             return Ok(());
-        }
-        self.cleaned_segment = segment;
-        let cutoff = stream_time - self.spec.retention;
-        let mut s = ctx.store(&self.this_store)?;
-        let expired: Vec<Bytes> = s
-            .all()?
-            .into_iter()
-            .filter(|(k, _)| store_key_start(k).is_some_and(|t| t < cutoff))
-            .map(|(k, _)| k)
-            .collect();
-        for k in &expired {
-            s.delete(k)?;
-        }
+        };
+        ctx.store(&self.this_store)?
+            .delete_where(|k| store_key_start(k).is_some_and(|t| t < cutoff))?;
         Ok(())
     }
 }

@@ -27,7 +27,9 @@ use super::{erase, Change, Data, KGroupedStream, KTable, Materialized};
 use crate::error::Result;
 use crate::processor::{Processor, ProcessorContext, Record};
 use crate::serde::SharedSerde;
-use crate::window::{store_key_start, TimeWindows, WindowSpec, WindowStoreKeySerde, Windowed};
+use crate::window::{
+    store_key_start, SegmentSweep, TimeWindows, WindowSpec, WindowStoreKeySerde, Windowed,
+};
 
 /// A grouped stream cut into time windows (Kafka's `TimeWindowedKStream`).
 pub struct TimeWindowedKStream<K, V> {
@@ -131,7 +133,7 @@ impl<K: Data, V: Data> TimeWindowedKStream<K, V> {
                     value_serde: vs.clone(),
                     step: step.clone(),
                     observed: -1,
-                    cleaned_segment: -1,
+                    sweep: SegmentSweep::new(spec.retention_ms),
                     _types: PhantomData,
                 })
             },
@@ -157,8 +159,8 @@ struct WindowAggregate<K, V, VA> {
     step: Step<K, V, VA>,
     /// The largest timestamp this processor has seen (-1: none yet).
     observed: i64,
-    /// The last segment interval whose expired windows were deleted.
-    cleaned_segment: i64,
+    /// When expired windows are next deleted.
+    sweep: SegmentSweep,
     _types: PhantomData<fn(V)>,
 }
 
@@ -238,28 +240,14 @@ impl<K: Data, V: Data, VA: Data> WindowAggregate<K, V, VA> {
         &mut self,
         ctx: &mut ProcessorContext<'_, '_, Windowed<K>, Change<VA>>,
     ) -> Result<()> {
-        let segment = self.observed / self.spec.segment_interval_ms();
-        if segment <= self.cleaned_segment {
+        let Some(cutoff) = self.sweep.due(self.observed) else {
             return Ok(());
-        }
-        self.cleaned_segment = segment;
-        let cutoff = self.observed - self.spec.retention_ms;
-        let mut s = ctx.store(&self.store)?;
-        let expired: Vec<_> = s
-            .all()?
-            .into_iter()
-            .filter(|(k, _)| store_key_start(k).is_some_and(|start| start <= cutoff))
-            // A window's last update may still wait in the record cache: it
-            // goes downstream at the next flush (as Kafka's cache flushes
-            // into a dropped segment), and its key goes at the next cleanup.
-            .filter(|(k, _)| !s.is_dirty(k))
-            .map(|(k, _)| k)
-            .collect();
-        for k in &expired {
-            s.delete(k)?;
-        }
-        if !expired.is_empty() {
-            tracing::debug!(store = %self.store, windows = expired.len(), cutoff, "deleted expired windows");
+        };
+        let n = ctx
+            .store(&self.store)?
+            .delete_where(|k| store_key_start(k).is_some_and(|start| start <= cutoff))?;
+        if n > 0 {
+            tracing::debug!(store = %self.store, windows = n, cutoff, "deleted expired windows");
         }
         Ok(())
     }
