@@ -323,3 +323,119 @@ pub fn streams_global_table_join(bootstrap: &str, backend: StoreBackend) {
         write_users(&[(0, "latam"), (1, "latam")]);
     }
 }
+
+/// Orders joined with customers on a foreign key (KIP-213) where the two
+/// topics have different partition counts (a foreign-key join needs no
+/// co-partitioning), across a clean restart: a customer renamed and an
+/// order moved to another customer while the app is down show up after
+/// it, and a deleted order is retracted.
+pub fn streams_foreign_key_join(bootstrap: &str, backend: StoreBackend) {
+    let t = Topics {
+        bootstrap: bootstrap.to_string(),
+        app: unique_topic("fkjoin"),
+        users: unique_topic("customers"),
+        views: unique_topic("orders"),
+        output: unique_topic("orders-with-customer"),
+    };
+    create_topic(bootstrap, &t.users, 2);
+    create_topic(bootstrap, &t.views, PARTITIONS);
+    create_topic(bootstrap, &t.output, PARTITIONS);
+    let s = Serdes::string;
+    let topology = || {
+        let b = StreamsBuilder::new();
+        let customers = b.table(
+            &t.users,
+            Consumed::with(s(), s()),
+            Materialized::as_store("customers").with_backend(backend),
+        );
+        b.table(
+            &t.views,
+            Consumed::with(s(), s()),
+            Materialized::as_store("orders").with_backend(backend),
+        )
+        .join_on_foreign_key(
+            &customers,
+            |_order, v: &String| v.split_once(':').map(|(c, _)| c.to_string()),
+            |order: &String, name: &String| format!("{}@{name}", order.split_once(':').unwrap().1),
+            Materialized::as_store("orders-with-customer")
+                .with_value_serde(s())
+                .with_backend(backend),
+        )
+        .to_stream_with_deletes()
+        .to(&t.output, Produced::with(s(), Serdes::nullable(s())));
+        b.build().expect("topology builds")
+    };
+    let p = Producer::new(&config(bootstrap, &[])).expect("producer");
+    let write = |topic: &str, records: Vec<(String, Option<String>)>| {
+        send_and_wait(
+            &p,
+            records.into_iter().map(|(k, v)| {
+                let r = ProducerRecord::new(topic.to_string()).key(k);
+                match v {
+                    Some(v) => r.value(v),
+                    None => r,
+                }
+            }),
+        )
+    };
+    const CUSTOMERS: usize = 10;
+    let mut names: BTreeMap<usize, String> =
+        (0..CUSTOMERS).map(|c| (c, format!("name{c}"))).collect();
+    let mut orders: BTreeMap<usize, usize> = (0..60).map(|o| (o, o % CUSTOMERS)).collect();
+    write(
+        &t.users,
+        names
+            .iter()
+            .map(|(c, n)| (format!("c{c}"), Some(n.clone())))
+            .collect(),
+    );
+    write(
+        &t.views,
+        orders
+            .iter()
+            .map(|(o, c)| (format!("o{o}"), Some(format!("c{c}:item{o}"))))
+            .collect(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut reader = t.reader();
+    let mut seen: BTreeMap<String, String> = BTreeMap::new();
+    for round in 0..2 {
+        let app = start(topology(), t.config(dir.path()));
+        let expected: BTreeMap<String, String> = orders
+            .iter()
+            .map(|(o, c)| (format!("o{o}"), format!("item{o}@{}", names[c])))
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while seen != expected {
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: expected {} joined orders, saw {} (state {:?}); first difference: {:?} / {:?}",
+                expected.len(),
+                seen.len(),
+                app.state(),
+                expected.iter().find(|(k, v)| seen.get(*k) != Some(v)),
+                seen.iter().find(|(k, v)| expected.get(*k) != Some(v)),
+            );
+            assert_ne!(app.state(), State::Error, "the app failed");
+            for r in reader.poll(Duration::from_millis(200)).unwrap() {
+                let k = String::from_utf8(r.key.unwrap().to_vec()).unwrap();
+                match r.value {
+                    Some(v) => seen.insert(k, String::from_utf8(v.to_vec()).unwrap()),
+                    None => seen.remove(&k),
+                };
+            }
+        }
+        assert!(app.close());
+        if round == 0 {
+            // While the app is down: c0 is renamed, o1 moves to c2, o2 is deleted.
+            names.insert(0, "renamed0".into());
+            write(&t.users, vec![("c0".into(), Some("renamed0".into()))]);
+            orders.insert(1, 2);
+            orders.remove(&2);
+            write(
+                &t.views,
+                vec![("o1".into(), Some("c2:item1".into())), ("o2".into(), None)],
+            );
+        }
+    }
+}

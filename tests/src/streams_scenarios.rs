@@ -27,7 +27,7 @@ pub use crate::operator_scenarios::{
 };
 // The DSL scenarios (tables, joins, windows) too.
 pub use crate::dsl_scenarios::{
-    streams_global_table_join, streams_join_needs_copartitioned_topics,
+    streams_foreign_key_join, streams_global_table_join, streams_join_needs_copartitioned_topics,
     streams_pageviews_windowed_join,
 };
 // The rolling-restart guarantees too.
@@ -1097,6 +1097,8 @@ macro_rules! for_each_streams_scenario {
             streams_join_needs_copartitioned_topics => streams_join_needs_copartitioned_topics(),
             streams_global_table_join_rocksdb => streams_global_table_join(StoreBackend::RocksDb),
             streams_global_table_join_in_memory => streams_global_table_join(StoreBackend::InMemory),
+            streams_foreign_key_join_rocksdb => streams_foreign_key_join(StoreBackend::RocksDb),
+            streams_foreign_key_join_in_memory => streams_foreign_key_join(StoreBackend::InMemory),
             streams_rest_metadata_and_queries => streams_rest_metadata_and_queries(),
             streams_rest_shutdown_leaves_group => streams_rest_shutdown_leaves_group(),
             streams_cli_removes_offline_members => streams_cli_removes_offline_members(),

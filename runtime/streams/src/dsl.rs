@@ -10,6 +10,7 @@
 //! (`<app>-<store>-repartition`), as Kafka does, so records with equal keys
 //! meet in one task.
 
+mod fk_join;
 mod global_table;
 mod grouped_table;
 mod join;
@@ -658,6 +659,18 @@ impl<K: Data, V: Data> KStream<K, V> {
         produced: Produced<K, V>,
         choose: impl Fn(&K, &V) -> String + Send + Sync + 'static,
     ) -> usize {
+        self.sink_partitioned(topic, produced, choose, None)
+    }
+
+    /// As `sink`, with `partition` choosing each record's partition (`None`
+    /// from it, or no `partition`: the producer's murmur2 of the key).
+    fn sink_partitioned(
+        &self,
+        topic: Option<TopicName>,
+        produced: Produced<K, V>,
+        choose: impl Fn(&K, &V) -> String + Send + Sync + 'static,
+        partition: Option<SinkPartitioner<K, V>>,
+    ) -> usize {
         let (ks, vs) = (produced.key, produced.value);
         let encode: crate::topology::SinkEncoder = Arc::new(move |raw: &RawRecord| {
             let (Some(k), Some(v)) = (raw.key.downcast_ref::<K>(), raw.value.downcast_ref::<V>())
@@ -679,7 +692,13 @@ impl<K: Data, V: Data> KStream<K, V> {
                     topic: t.clone(),
                     reason,
                 })?;
-            Ok((t, kb, vb))
+            let p = partition.as_ref().and_then(|f| f(k, v));
+            Ok(crate::topology::Encoded {
+                topic: t,
+                key: kb,
+                value: vb,
+                partition: p,
+            })
         });
         let mut g = self.graph.borrow_mut();
         let name = produced.name.unwrap_or_else(|| g.next_name("KSTREAM-SINK"));
@@ -707,7 +726,27 @@ impl<K: Data, V: Data> KStream<K, V> {
         ks: SharedSerde<K>,
         vs: SharedSerde<V>,
     ) -> KStream<K, V> {
-        let internal = format!("{name}-repartition");
+        self.through_topic(
+            format!("{name}-repartition"),
+            (
+                format!("{name}-repartition-sink"),
+                format!("{name}-repartition-source"),
+            ),
+            (ks, vs),
+            None,
+        )
+    }
+
+    /// Writes the stream to the internal topic `<app>-<internal>` and reads
+    /// it back as a new source (a sub-topology boundary); `(sink, source)`
+    /// name the two nodes.
+    fn through_topic(
+        &self,
+        internal: String,
+        (sink_name, source_name): (String, String),
+        (ks, vs): (SharedSerde<K>, SharedSerde<V>),
+        partition: Option<SinkPartitioner<K, V>>,
+    ) -> KStream<K, V> {
         {
             let mut g = self.graph.borrow_mut();
             if !g.repartition_topics.insert(internal.clone()) {
@@ -720,8 +759,7 @@ impl<K: Data, V: Data> KStream<K, V> {
         // The sink's topic is resolved with the application id at run time:
         // the encoder returns the suffix and the task prefixes internal topics.
         let marker = format!("{INTERNAL_MARK}{internal}");
-        let sink_name = format!("{name}-repartition-sink");
-        self.sink(
+        self.sink_partitioned(
             Some(TopicName::Internal(internal.clone())),
             Produced {
                 key: ks.clone(),
@@ -729,6 +767,7 @@ impl<K: Data, V: Data> KStream<K, V> {
                 name: Some(sink_name),
             },
             move |_, _| marker.clone(),
+            partition,
         );
         let builder = StreamsBuilder {
             graph: self.graph.clone(),
@@ -736,7 +775,7 @@ impl<K: Data, V: Data> KStream<K, V> {
         builder.source(
             vec![TopicName::Internal(internal)],
             None,
-            Consumed::with(ks, vs).with_name(&format!("{name}-repartition-source")),
+            Consumed::with(ks, vs).with_name(&source_name),
         )
     }
 
@@ -776,6 +815,9 @@ impl<K: Data, V: Data> KStream<K, V> {
         )
     }
 }
+
+/// Picks a sink record's partition (`None`: murmur2 of the key).
+type SinkPartitioner<K, V> = Arc<dyn Fn(&K, &V) -> Option<i32> + Send + Sync>;
 
 /// Prefix an encoder puts before an internal topic suffix.
 pub(crate) const INTERNAL_MARK: &str = "\u{0}internal:";

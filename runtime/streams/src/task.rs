@@ -75,7 +75,9 @@ impl std::str::FromStr for TaskId {
 pub struct OutRecord {
     pub topic: String,
     /// Changelog records go to the task's partition; sink records are
-    /// partitioned by the producer (murmur2 of the key, like Kafka's).
+    /// partitioned by the producer (murmur2 of the key, like Kafka's)
+    /// unless their sink picks one (foreign-key join responses go back to
+    /// the partition that subscribed, KIP-775).
     pub partition: Option<i32>,
     pub key: Option<Bytes>,
     pub value: Option<Bytes>,
@@ -507,16 +509,16 @@ impl StreamTask {
             NodeKind::Processor { .. } => self.with_processor(node, |p, ctx| p.process(ctx, rec)),
             NodeKind::Source { .. } => self.forward(node, None, rec),
             NodeKind::Sink { encode, .. } => {
-                let (topic, key, value) = encode(&rec)?;
-                let topic = match topic.strip_prefix(INTERNAL_MARK) {
+                let e = encode(&rec)?;
+                let topic = match e.topic.strip_prefix(INTERNAL_MARK) {
                     Some(internal) => format!("{}-{internal}", self.shared.application_id),
-                    None => topic,
+                    None => e.topic,
                 };
                 self.shared.out.push(OutRecord {
                     topic,
-                    partition: None,
-                    key,
-                    value,
+                    partition: e.partition,
+                    key: e.key,
+                    value: e.value,
                     timestamp: rec.timestamp,
                     headers: rec.headers,
                     store: None,

@@ -32,9 +32,17 @@ pub(crate) type SourceDecoder = Arc<
         + Send
         + Sync,
 >;
-/// Encodes a record for a sink: `(topic, key, value)`.
-pub(crate) type SinkEncoder =
-    Arc<dyn Fn(&RawRecord) -> Result<(String, Option<Bytes>, Option<Bytes>)> + Send + Sync>;
+/// A record encoded by a sink.
+pub(crate) struct Encoded {
+    pub topic: String,
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
+    /// `None`: the producer partitions by the key (murmur2).
+    pub partition: Option<i32>,
+}
+
+/// Encodes a record for a sink.
+pub(crate) type SinkEncoder = Arc<dyn Fn(&RawRecord) -> Result<Encoded> + Send + Sync>;
 pub(crate) type ProcessorFactory = Arc<dyn Fn() -> Box<dyn ErasedProcessor> + Send + Sync>;
 
 /// A topic name as the topology knows it.

@@ -306,11 +306,11 @@ impl StreamsBuilder {
 }
 
 /// Writes a topic's records into the table's store (Kafka's `KTableSource`).
-struct TableSource<K, V> {
-    store: String,
-    key_serde: SharedSerde<K>,
-    value_serde: SharedSerde<V>,
-    _types: PhantomData<fn(K, V)>,
+pub(super) struct TableSource<K, V> {
+    pub store: String,
+    pub key_serde: SharedSerde<K>,
+    pub value_serde: SharedSerde<V>,
+    pub _types: PhantomData<fn(K, V)>,
 }
 
 impl<K: Data, V: Data> Processor<K, Option<V>, K, Change<V>> for TableSource<K, V> {
