@@ -343,7 +343,11 @@ fn a_stable_static_group_survives_a_broker_restart_without_rebalancing() {
         EmbeddedCluster::builder()
             .data_dir(dir.path())
             .listen(format!("127.0.0.1:{port}").parse().unwrap())
-            .config(|c| c.group_initial_rebalance_delay_ms = 0)
+            // Both members must land in the first generation: without the
+            // initial delay, a busy machine could start B's join after A's
+            // rebalance completed, and B would start a second one (a race
+            // in this test seen once in a full parallel run).
+            .config(|c| c.group_initial_rebalance_delay_ms = 2_000)
     };
     let addr = format!("127.0.0.1:{port}");
     let topic = rill_tests::unique_topic("restart");

@@ -822,6 +822,89 @@ impl Inner {
     }
 }
 
+/// Partition counts of the internal topics (resolved names), as Kafka's
+/// `RepartitionTopics` and co-partition groups settle them, to a fixed
+/// point: an internal topic read beside other topics takes their count
+/// (user topics first: a join after a key change, a foreign-key join's
+/// response topic beside the left table, its subscription topic beside
+/// the right table); one that nothing constrains takes its writer's count
+/// (the largest of the writer's sources) once that is known.
+fn internal_topic_counts(
+    topology: &Topology,
+    app: &str,
+    existing: &BTreeMap<String, i32>,
+) -> BTreeMap<String, i32> {
+    let mut counts: BTreeMap<String, i32> = BTreeMap::new();
+    let known = |t: &TopicName, counts: &BTreeMap<String, i32>| match t {
+        TopicName::User(_) => existing.get(&t.resolve(app)).copied(),
+        TopicName::Internal(_) => counts.get(&t.resolve(app)).copied(),
+    };
+    // Each round settles at least one topic or stops.
+    for _ in 0..=topology.repartition_topics.len() {
+        let mut changed = false;
+        for st in topology.subtopologies() {
+            let user: BTreeSet<i32> = st
+                .source_topics
+                .iter()
+                .filter(|t| matches!(t, TopicName::User(_)))
+                .filter_map(|t| known(t, &counts))
+                .collect();
+            let internal: BTreeSet<i32> = st
+                .source_topics
+                .iter()
+                .filter(|t| matches!(t, TopicName::Internal(_)))
+                .filter_map(|t| known(t, &counts))
+                .collect();
+            let n = match (user.len(), internal.last()) {
+                (1, _) => user.first().copied(),
+                (0, Some(&max)) => Some(max),
+                _ => None,
+            };
+            if let Some(n) = n {
+                for t in st.source_topics.iter() {
+                    if matches!(t, TopicName::Internal(_)) && known(t, &counts).is_none() {
+                        counts.insert(t.resolve(app), n);
+                        changed = true;
+                    }
+                }
+            }
+        }
+        if changed {
+            continue;
+        }
+        // Nothing reads one beside a known topic: one writer's count, from
+        // the writers nearest the user topics first (fewest internal
+        // sources), so a cycle (a foreign-key join) does not decide a
+        // topic that a user topic upstream would.
+        let mut writers: Vec<&crate::topology::SubTopology> =
+            topology.subtopologies().iter().collect();
+        writers.sort_by_key(|st| {
+            st.source_topics
+                .iter()
+                .filter(|t| matches!(t, TopicName::Internal(_)))
+                .count()
+        });
+        'writers: for st in writers {
+            let sources: Option<Vec<i32>> =
+                st.source_topics.iter().map(|t| known(t, &counts)).collect();
+            let Some(n) = sources.and_then(|s| s.into_iter().max()) else {
+                continue;
+            };
+            for t in &st.sink_topics {
+                if matches!(t, TopicName::Internal(_)) && known(t, &counts).is_none() {
+                    counts.insert(t.resolve(app), n);
+                    changed = true;
+                    break 'writers;
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    counts
+}
+
 /// Creates missing internal topics and validates sources (Kafka's
 /// `InternalTopicManager` + co-partitioning checks).
 fn prepare_topics(inner: &Inner) -> Result<()> {
@@ -840,25 +923,7 @@ fn prepare_topics(inner: &Inner) -> Result<()> {
             .collect()
     };
     let rf = inner.config.replication_factor;
-    let mut counts: BTreeMap<String, i32> = BTreeMap::new();
-    // A repartition topic read next to user topics (a join after a key
-    // change) must be co-partitioned with them: it takes their partition
-    // count, not its writer's (Kafka's co-partition groups).
-    for st in inner.topology.subtopologies() {
-        let user: BTreeSet<i32> = st
-            .source_topics
-            .iter()
-            .filter(|t| matches!(t, TopicName::User(_)))
-            .filter_map(|t| existing.get(&t.resolve(app)).copied())
-            .collect();
-        if let [n] = user.iter().copied().collect::<Vec<_>>()[..] {
-            for t in &st.source_topics {
-                if let TopicName::Internal(_) = t {
-                    counts.entry(t.resolve(app)).or_insert(n);
-                }
-            }
-        }
-    }
+    let mut counts = internal_topic_counts(&inner.topology, app, &existing);
     let mut create: Vec<NewTopic> = Vec::new();
     for st in inner.topology.subtopologies() {
         let mut sources: Vec<(String, i32)> = Vec::new();
@@ -956,5 +1021,85 @@ fn check_or_create(
             create.push(t);
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Consumed, Grouped, Joined, Materialized, Serdes, StreamsBuilder};
+
+    fn counts_of(t: &Topology, existing: &[(&str, i32)]) -> BTreeMap<String, i32> {
+        let existing = existing.iter().map(|(t, n)| (t.to_string(), *n)).collect();
+        internal_topic_counts(t, "app", &existing)
+            .into_iter()
+            .map(|(k, v)| (k.trim_start_matches("app-").to_string(), v))
+            .collect()
+    }
+
+    #[test]
+    fn internal_topics_read_beside_user_topics_take_their_partition_count() {
+        // A stream re-keyed (raw: 2 partitions) then joined with a table
+        // of 4: the repartition topic must have 4, not its writer's 2.
+        let s = Serdes::string;
+        let b = StreamsBuilder::new();
+        let table = b.table("table", Consumed::with(s(), s()), Materialized::default());
+        b.stream(&["raw"], Consumed::with(s(), s()))
+            .select_key(|_, v: &String| v.clone())
+            .join(
+                &table,
+                |a: &String, b: &String| format!("{a}{b}"),
+                Joined::with(s(), s()),
+            )
+            .to("out", crate::Produced::with(s(), s()));
+        let t = b.build().unwrap();
+        let counts = counts_of(&t, &[("raw", 2), ("table", 4)]);
+        assert_eq!(
+            counts.values().copied().collect::<Vec<_>>(),
+            vec![4],
+            "{counts:?}"
+        );
+    }
+
+    #[test]
+    fn a_foreign_key_join_of_an_aggregated_table_settles_every_internal_topic() {
+        // orders (3 partitions) re-grouped into a table, joined on a
+        // foreign key with customers (2): the re-grouping's topic takes
+        // its writer's 3, the response topic the left side's 3, the
+        // subscription topic the right side's 2.
+        let s = Serdes::string;
+        let b = StreamsBuilder::new();
+        let customers = b.table(
+            "customers",
+            Consumed::with(s(), s()),
+            Materialized::default(),
+        );
+        b.stream(&["orders"], Consumed::with(s(), s()))
+            .group_by(
+                |_, v: &String| v.clone(),
+                Grouped::with(s(), s()).with_name("by-order"),
+            )
+            .reduce(|_, v| v.clone(), Materialized::as_store("latest"))
+            .join_on_foreign_key(
+                &customers,
+                |_, v: &String| Some(v.clone()),
+                |a: &String, b: &String| format!("{a}{b}"),
+                Materialized::default().with_value_serde(s()),
+            )
+            .to_stream()
+            .to("out", crate::Produced::with(s(), s()));
+        let t = b.build().unwrap();
+        let counts = counts_of(&t, &[("orders", 3), ("customers", 2)]);
+        let get = |part: &str| {
+            counts
+                .iter()
+                .find(|(k, _)| k.contains(part))
+                .map(|(_, v)| *v)
+                .unwrap_or_else(|| panic!("{part} in {counts:?}"))
+        };
+        assert_eq!(counts.len(), 3, "{counts:?}");
+        assert_eq!(get("by-order-repartition"), 3);
+        assert_eq!(get("SUBSCRIPTION-RESPONSE"), 3);
+        assert_eq!(get("SUBSCRIPTION-REGISTRATION"), 2);
     }
 }
