@@ -1,12 +1,13 @@
 //! Restoring stores from their changelogs (Kafka's `StoreChangelogReader`).
 //!
-//! The thread's restore consumer (no group) reads the changelog partition
-//! from the checkpointed offset (or the beginning) up to the end offset it
-//! had when restoration started, applying records in batches of
-//! `restore.batch.size`. Progress goes to tracing and to the
+//! The thread's restore consumer (no group) reads every changelog partition
+//! of the tasks being created together, each from its checkpointed offset
+//! (or the beginning) up to the end offset it had when restoration
+//! started, applying each poll's records (at most `restore.batch.size`,
+//! the restore consumer's `max.poll.records`) as one write batch per store. Progress goes to tracing and to the
 //! [`StateRestoreListener`] (Kafka's interface of the same name).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -39,96 +40,195 @@ pub trait StateRestoreListener: Send + Sync {
     fn on_restore_end(&self, _tp: &TopicPartition, _store: &str, _total_restored: u64) {}
 }
 
-/// How long one store's restoration may take before the task fails.
+/// How long a restoration may take before the thread fails.
 const RESTORE_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// Restores one store; returns the changelog offset it is now current to.
-pub(crate) fn restore_store(
+/// A task's stores to restore.
+pub(crate) struct RestoreJob<'t> {
+    pub task: &'t mut StreamTask,
+    pub plans: &'t [RestorePlan],
+}
+
+/// One changelog partition being restored.
+struct Progress {
+    job: usize,
+    plan: usize,
+    tp: TopicPartition,
+    end: i64,
+    position: i64,
+    total: u64,
+    done: bool,
+}
+
+/// Restores every store of `jobs` together (Kafka's `StoreChangelogReader`):
+/// all their changelog partitions are assigned to the restore consumer at
+/// once, so each fetch carries data for all of them and no partition waits
+/// behind another's tail (restoring one at a time left the consumer's
+/// long-poll for a finished partition in the way of the next one). Each
+/// reads from its plan's offset up to the end offset it had when
+/// restoration started; a finished partition is paused. Returns, per job
+/// and plan, the changelog offset its store is now current to.
+pub(crate) fn restore_stores(
     consumer: &mut Consumer,
     admin: &Admin,
-    task: &mut StreamTask,
-    plan: &RestorePlan,
-    _batch: usize,
+    jobs: &mut [RestoreJob<'_>],
     listener: Option<&dyn StateRestoreListener>,
-) -> Result<i64> {
-    let tp = TopicPartition::new(plan.topic.clone(), plan.partition);
-    let task_id = task.id;
-    let ctx = |what: &str| format!("task {task_id}: restoring {} from {tp}: {what}", plan.store);
-    let end = admin
-        .list_offsets(&BTreeMap::from([(tp.clone(), LATEST_TIMESTAMP)]))
-        .map_err(|e| StreamsError::client(ctx("reading the end offset"), e))?
-        .get(&tp)
-        .map(|o| o.offset)
-        .unwrap_or(0);
-    if plan.from >= end {
-        return Ok(plan.from.max(end));
+) -> Result<Vec<Vec<i64>>> {
+    let mut result: Vec<Vec<i64>> = jobs.iter().map(|j| vec![0; j.plans.len()]).collect();
+    let tps: Vec<TopicPartition> = jobs
+        .iter()
+        .flat_map(|j| j.plans.iter())
+        .map(|p| TopicPartition::new(p.topic.clone(), p.partition))
+        .collect();
+    if tps.is_empty() {
+        return Ok(result);
     }
-    if let Some(l) = listener {
-        l.on_restore_start(&tp, &plan.store, plan.from, end);
+    let ends = admin
+        .list_offsets(
+            &tps.iter()
+                .map(|tp| (tp.clone(), LATEST_TIMESTAMP))
+                .collect::<BTreeMap<_, _>>(),
+        )
+        .map_err(|e| {
+            StreamsError::client(
+                format!("restoring: reading the end offsets of {} changelog partitions", tps.len()),
+                e,
+            )
+        })?;
+    let mut progress: Vec<Progress> = Vec::new();
+    for (j, job) in jobs.iter().enumerate() {
+        for (i, plan) in job.plans.iter().enumerate() {
+            let tp = TopicPartition::new(plan.topic.clone(), plan.partition);
+            let end = ends.get(&tp).map_or(0, |o| o.offset);
+            if plan.from >= end {
+                result[j][i] = plan.from.max(end);
+                continue;
+            }
+            if let Some(l) = listener {
+                l.on_restore_start(&tp, &plan.store, plan.from, end);
+            }
+            info!(task = %job.task.id, store = %plan.store, changelog = %tp, from = plan.from, to = end, "restoring");
+            progress.push(Progress {
+                job: j,
+                plan: i,
+                tp,
+                end,
+                position: plan.from,
+                total: 0,
+                done: false,
+            });
+        }
     }
-    info!(task = %task.id, store = %plan.store, changelog = %tp, from = plan.from, to = end, "restoring");
+    if progress.is_empty() {
+        return Ok(result);
+    }
+    let ctx = |p: &Progress, what: &str| {
+        format!(
+            "task {}: restoring {} from {}: {what}",
+            jobs[p.job].task.id, jobs[p.job].plans[p.plan].store, p.tp
+        )
+    };
+    let assigned: Vec<TopicPartition> = progress.iter().map(|p| p.tp.clone()).collect();
     consumer
-        .assign(std::slice::from_ref(&tp))
-        .map_err(|e| StreamsError::client(ctx("assigning"), e))?;
-    consumer
-        .seek(&tp, plan.from)
-        .map_err(|e| StreamsError::client(ctx("seeking"), e))?;
+        .assign(&assigned)
+        .map_err(|e| StreamsError::client(format!("restoring: assigning {assigned:?}"), e))?;
+    for p in &progress {
+        consumer
+            .seek(&p.tp, p.position)
+            .map_err(|e| StreamsError::client(ctx(p, "seeking"), e))?;
+    }
+    let by_tp: HashMap<(String, i32), usize> = progress
+        .iter()
+        .enumerate()
+        .map(|(i, p)| ((p.tp.topic.clone(), p.tp.partition), i))
+        .collect();
     let deadline = Instant::now() + RESTORE_TIMEOUT;
-    let mut position = plan.from;
-    let mut total = 0u64;
-    let handle = task
-        .shared
-        .stores
-        .get_mut(&plan.store)
-        .ok_or_else(|| StreamsError::IllegalState(ctx("the store is not open")))?;
-    while position < end {
+    let mut batches: Vec<Vec<(Bytes, Option<Bytes>)>> = vec![Vec::new(); progress.len()];
+    while progress.iter().any(|p| !p.done) {
         if Instant::now() > deadline {
-            return Err(StreamsError::IllegalState(ctx(&format!(
-                "not done after {} s (at offset {position} of {end})",
-                RESTORE_TIMEOUT.as_secs()
-            ))));
+            let open: Vec<String> = progress
+                .iter()
+                .filter(|p| !p.done)
+                .map(|p| format!("{} at offset {} of {}", p.tp, p.position, p.end))
+                .collect();
+            return Err(StreamsError::IllegalState(format!(
+                "restoring: not done after {} s: {}",
+                RESTORE_TIMEOUT.as_secs(),
+                open.join(", ")
+            )));
         }
         let records = consumer
             .poll(Duration::from_millis(100))
-            .map_err(|e| StreamsError::client(ctx("polling"), e))?;
-        let mut batch: Vec<(Bytes, Option<Bytes>)> = Vec::with_capacity(records.len());
+            .map_err(|e| StreamsError::client("restoring: polling the changelogs", e))?;
+        // Records come grouped by partition: look each group up once.
+        let mut last: Option<(i32, usize)> = None;
         for r in records {
-            if r.offset >= end {
-                position = end;
-                break;
+            let i = match last {
+                Some((p, i)) if p == r.partition && progress[i].tp.topic == r.topic => i,
+                _ => match by_tp.get(&(r.topic.clone(), r.partition)) {
+                    Some(&i) => i,
+                    None => continue,
+                },
+            };
+            last = Some((r.partition, i));
+            let p = &mut progress[i];
+            if p.done || r.offset >= p.end {
+                p.position = p.position.max(p.end);
+                continue;
             }
-            position = r.offset + 1;
+            p.position = r.offset + 1;
             if let Some(k) = r.key {
-                batch.push((k, r.value));
+                batches[i].push((k, r.value));
             }
         }
-        if batch.is_empty() {
-            // Compaction or transaction markers can leave gaps; the position says how far we are.
-            if let Ok(p) = consumer.position(&tp) {
-                position = position.max(p);
+        for (i, p) in progress.iter_mut().enumerate() {
+            if p.done {
+                continue;
             }
-            continue;
-        }
-        handle
-            .store
-            .lock()
-            .store
-            .put_all(&batch)
-            .map_err(|e| StreamsError::State {
-                task: task_id.to_string(),
-                source: e,
-            })?;
-        total += batch.len() as u64;
-        if let Some(l) = listener {
-            l.on_batch_restored(&tp, &plan.store, position - 1, batch.len() as u64);
+            let batch = std::mem::take(&mut batches[i]);
+            if !batch.is_empty() {
+                let job = &mut jobs[p.job];
+                let plan = &job.plans[p.plan];
+                let task_id = job.task.id;
+                let handle = job.task.shared.stores.get_mut(&plan.store).ok_or_else(|| {
+                    StreamsError::IllegalState(format!(
+                        "task {task_id}: restoring {}: the store is not open",
+                        plan.store
+                    ))
+                })?;
+                handle
+                    .store
+                    .lock()
+                    .store
+                    .put_all(&batch)
+                    .map_err(|e| StreamsError::State {
+                        task: task_id.to_string(),
+                        source: e,
+                    })?;
+                p.total += batch.len() as u64;
+                if let Some(l) = listener {
+                    l.on_batch_restored(&p.tp, &plan.store, p.position - 1, batch.len() as u64);
+                }
+            } else if let Ok(pos) = consumer.position(&p.tp) {
+                // Compaction or transaction markers can leave gaps; the
+                // position says how far we are.
+                p.position = p.position.max(pos);
+            }
+            if p.position >= p.end {
+                p.done = true;
+                result[p.job][p.plan] = p.end;
+                // Nothing more to fetch for it while the others go on.
+                let _ = consumer.pause(std::slice::from_ref(&p.tp));
+                let store = &jobs[p.job].plans[p.plan].store;
+                if let Some(l) = listener {
+                    l.on_restore_end(&p.tp, store, p.total);
+                }
+                info!(task = %jobs[p.job].task.id, store = %store, records = p.total, "restored");
+            }
         }
     }
     consumer
         .assign(&[])
-        .map_err(|e| StreamsError::client(ctx("unassigning"), e))?;
-    if let Some(l) = listener {
-        l.on_restore_end(&tp, &plan.store, total);
-    }
-    info!(task = %task_id, store = %plan.store, records = total, "restored");
-    Ok(end)
+        .map_err(|e| StreamsError::client("restoring: unassigning the changelogs", e))?;
+    Ok(result)
 }

@@ -31,7 +31,8 @@ use crate::config::StreamsConfig;
 use crate::error::{Recovery, Result, StreamsError};
 use crate::metadata::{History, RebalanceEvent, HISTORY_LIMIT};
 use crate::processor::{PunctuationType, SharedStore};
-use crate::restore::StateRestoreListener;
+use crate::restore::{restore_stores, RestoreJob, StateRestoreListener};
+use crate::state_manager::RestorePlan;
 use crate::task::{OutRecord, StreamTask, TaskId};
 use crate::topology::Topology;
 
@@ -369,7 +370,13 @@ impl TaskManager {
             .collect();
     }
 
-    fn create_task(&mut self, id: TaskId, partitions: Vec<(String, i32)>) -> Result<ActiveTask> {
+    /// Opens a task's stores and creates it; the stores still need
+    /// restoring from the returned plans (`restore_tasks`).
+    fn create_task(
+        &mut self,
+        id: TaskId,
+        partitions: Vec<(String, i32)>,
+    ) -> Result<(ActiveTask, Vec<RestorePlan>)> {
         let c = &self.ctx.config;
         let opened = crate::state_manager::open(
             &self.ctx.topology,
@@ -386,7 +393,7 @@ impl TaskManager {
                 crate::processor::StoreHandle::global(s.clone()),
             );
         }
-        let mut task = StreamTask::new(
+        let task = StreamTask::new(
             id,
             self.ctx.topology.clone(),
             &c.application_id,
@@ -398,32 +405,47 @@ impl TaskManager {
             },
             now_ms(),
         )?;
-        let mut changelog_end = BTreeMap::new();
-        let mut checkpointed = BTreeMap::new();
+        Ok((
+            ActiveTask {
+                task,
+                dir: opened.dir,
+                _lock: opened.lock,
+                persistent: opened.persistent,
+                changelog_end: BTreeMap::new(),
+                checkpointed: BTreeMap::new(),
+            },
+            opened.restore,
+        ))
+    }
+
+    /// Restores the stores of newly created tasks, all together, and
+    /// records where each changelog is.
+    fn restore_tasks(&mut self, created: &mut [(ActiveTask, Vec<RestorePlan>)]) -> Result<()> {
         let listener = RestoreMetrics {
             metrics: &self.ctx.shared.metrics,
             user: self.ctx.restore_listener.as_deref(),
         };
-        for plan in &opened.restore {
-            let end = crate::restore::restore_store(
-                &mut self.restore_consumer,
-                &self.ctx.admin,
-                &mut task,
-                plan,
-                c.restore_batch_size,
-                Some(&listener),
-            )?;
-            changelog_end.insert((plan.topic.clone(), plan.partition), end);
-            checkpointed.insert((plan.topic.clone(), plan.partition), plan.from);
+        let mut jobs: Vec<RestoreJob<'_>> = created
+            .iter_mut()
+            .map(|(t, plans)| RestoreJob {
+                task: &mut t.task,
+                plans,
+            })
+            .collect();
+        let ends = restore_stores(
+            &mut self.restore_consumer,
+            &self.ctx.admin,
+            &mut jobs,
+            Some(&listener),
+        )?;
+        for ((t, plans), ends) in created.iter_mut().zip(ends) {
+            for (plan, end) in plans.iter().zip(ends) {
+                let tp = (plan.topic.clone(), plan.partition);
+                t.changelog_end.insert(tp.clone(), end);
+                t.checkpointed.insert(tp, plan.from);
+            }
         }
-        Ok(ActiveTask {
-            task,
-            dir: opened.dir,
-            _lock: opened.lock,
-            persistent: opened.persistent,
-            changelog_end,
-            checkpointed,
-        })
+        Ok(())
     }
 
     /// Sends a task's outgoing records through the producer.
@@ -685,6 +707,7 @@ impl TaskManager {
             self.close_task(t, true);
         }
         let mut gained = Vec::new();
+        let mut created = Vec::new();
         for (id, parts) in wanted {
             if self.tasks.contains_key(&id) {
                 continue;
@@ -696,7 +719,7 @@ impl TaskManager {
             match self.create_task(id, parts.clone()) {
                 Ok(t) => {
                     gained.push(id);
-                    self.tasks.insert(id, t);
+                    created.push(t);
                 }
                 Err(e) if is_locked(&e) => {
                     info!(thread = %self.ctx.name, task = %id, "task directory still locked by another thread; retrying");
@@ -711,6 +734,18 @@ impl TaskManager {
                     warn!(thread = %self.ctx.name, task = %id, "could not create the task: {e}");
                     self.fatal.get_or_insert(e);
                 }
+            }
+        }
+        match self.restore_tasks(&mut created) {
+            Ok(()) => {
+                for (t, _) in created {
+                    self.tasks.insert(t.task.id, t);
+                }
+            }
+            Err(e) => {
+                warn!(thread = %self.ctx.name, tasks = ?gained.iter().map(|t| t.to_string()).collect::<Vec<_>>(), "could not restore the tasks' stores: {e}");
+                gained.clear();
+                self.fatal.get_or_insert(e);
             }
         }
         let (generation, members) = self
@@ -762,6 +797,9 @@ impl TaskManager {
             match self.create_task(id, parts.clone()) {
                 Ok(t) => {
                     self.pending.remove(&id);
+                    let mut created = [t];
+                    self.restore_tasks(&mut created)?;
+                    let [(t, _)] = created;
                     self.tasks.insert(id, t);
                     let tps: Vec<TopicPartition> = parts
                         .iter()
