@@ -93,6 +93,8 @@ impl Variant {
 struct Run {
     records_per_s: f64,
     cpu_s: f64,
+    /// The broker process's CPU over the same span.
+    broker_cpu_s: f64,
     peak_rss_mib: f64,
 }
 
@@ -158,7 +160,13 @@ fn load_table(bootstrap: &str, topic: &str) {
     }
 }
 
-fn run(bin: &PathBuf, bootstrap: &str, variant: Variant, records: usize, round: usize) -> Run {
+fn run(
+    bin: &PathBuf,
+    (bootstrap, broker_pid): (&str, u32),
+    variant: Variant,
+    records: usize,
+    round: usize,
+) -> Run {
     let admin = Admin::new(&ClientConfig::new().set("bootstrap.servers", bootstrap)).unwrap();
     let tag = format!("{:?}-{round}-{}", variant, std::process::id()).to_lowercase();
     let (input, output, table) = (
@@ -222,7 +230,7 @@ fn run(bin: &PathBuf, bootstrap: &str, variant: Variant, records: usize, round: 
     });
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let deadline = Instant::now() + Duration::from_secs(600);
-    let (mut t0, mut cpu0) = (None, 0.0);
+    let (mut t0, mut cpu0, mut broker_cpu0) = (None, 0.0, 0.0);
     loop {
         assert!(
             Instant::now() < deadline,
@@ -232,6 +240,7 @@ fn run(bin: &PathBuf, bootstrap: &str, variant: Variant, records: usize, round: 
         if n > 0 && t0.is_none() {
             t0 = Some(Instant::now());
             cpu0 = cpu_seconds(pid);
+            broker_cpu0 = cpu_seconds(broker_pid);
         }
         if n >= expected {
             assert_eq!(
@@ -244,6 +253,7 @@ fn run(bin: &PathBuf, bootstrap: &str, variant: Variant, records: usize, round: 
     }
     let secs = t0.expect("output seen").elapsed().as_secs_f64();
     let cpu = cpu_seconds(pid) - cpu0;
+    let broker_cpu = cpu_seconds(broker_pid) - broker_cpu0;
     let rss = peak_rss_kib(pid) as f64 / 1024.0;
     if let Some(mut p) = perf {
         // SAFETY: plain kill(2) on our own child; perf writes its file on SIGINT.
@@ -258,6 +268,7 @@ fn run(bin: &PathBuf, bootstrap: &str, variant: Variant, records: usize, round: 
     Run {
         records_per_s: records as f64 / secs,
         cpu_s: cpu,
+        broker_cpu_s: broker_cpu,
         peak_rss_mib: rss,
     }
 }
@@ -272,24 +283,38 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(3);
+    // VARIANTS=<labels or parts of them, separated by |> runs only those
+    // (a development aid; the report needs them all for its ratios).
+    let only: Option<Vec<String>> = std::env::var("VARIANTS")
+        .ok()
+        .map(|v| v.split('|').map(str::to_string).collect());
+    let variants: Vec<Variant> = Variant::ALL
+        .iter()
+        .copied()
+        .filter(|v| {
+            only.as_ref()
+                .is_none_or(|o| o.iter().any(|p| v.label().contains(p.as_str())))
+        })
+        .collect();
     let bin = rill_benches::streams_app_binary();
     let broker = spawn_broker_process();
     let mut results: BTreeMap<Variant, Vec<Run>> = BTreeMap::new();
     for round in 0..=rounds {
-        for i in 0..Variant::ALL.len() {
-            let v = Variant::ALL[(i + round) % Variant::ALL.len()];
+        for i in 0..variants.len() {
+            let v = variants[(i + round) % variants.len()];
             // Word count lines carry 10 words: a tenth of the records, the same words.
             let n = if v.is_wordcount() {
                 records / WORDS_PER_LINE
             } else {
                 records
             };
-            let r = run(&bin, &broker.bootstrap, v, n, round);
+            let r = run(&bin, (&broker.bootstrap, broker.child.id()), v, n, round);
             println!(
-                "round {round} {}: {:.0} input records/s, {:.2} CPU s, peak RSS {:.1} MiB",
+                "round {round} {}: {:.0} input records/s, {:.2} CPU s (broker {:.2}), peak RSS {:.1} MiB",
                 v.label(),
                 r.records_per_s,
                 r.cpu_s,
+                r.broker_cpu_s,
                 r.peak_rss_mib
             );
             if round > 0 {
@@ -316,13 +341,19 @@ fn main() {
             median(&runs.iter().map(|r| r.peak_rss_mib).collect::<Vec<_>>()),
         );
     }
+    if !results.contains_key(&Variant::Raw) {
+        return;
+    }
     let rates = |v: Variant| {
         results[&v]
             .iter()
             .map(|r| r.records_per_s)
             .collect::<Vec<_>>()
     };
-    for v in [Variant::Passthrough1, Variant::Passthrough2] {
+    for v in [Variant::Passthrough1, Variant::Passthrough2]
+        .into_iter()
+        .filter(|v| results.contains_key(v))
+    {
         let (m, lo, hi) = ratio_stats(&rates(v), &rates(Variant::Raw));
         println!("{} / raw loop: {m:.2} ({lo:.2}–{hi:.2})", v.label());
     }

@@ -91,7 +91,10 @@ pub(crate) fn restore_stores(
         )
         .map_err(|e| {
             StreamsError::client(
-                format!("restoring: reading the end offsets of {} changelog partitions", tps.len()),
+                format!(
+                    "restoring: reading the end offsets of {} changelog partitions",
+                    tps.len()
+                ),
                 e,
             )
         })?;
