@@ -822,13 +822,15 @@ impl Inner {
     }
 }
 
-/// Partition counts of the internal topics (resolved names), as Kafka's
-/// `RepartitionTopics` and co-partition groups settle them, to a fixed
-/// point: an internal topic read beside other topics takes their count
-/// (user topics first: a join after a key change, a foreign-key join's
-/// response topic beside the left table, its subscription topic beside
-/// the right table); one that nothing constrains takes its writer's count
-/// (the largest of the writer's sources) once that is known.
+/// Partition counts of the internal topics (resolved names), settled as
+/// Kafka settles them: first each internal topic takes the largest count
+/// among its writer's sources (Kafka's `RepartitionTopics`), growing to a
+/// fixed point (a foreign-key join's two topics form a cycle); then each
+/// sub-topology's internal sources are made co-partitioned with the rest
+/// of its sources (Kafka's `CopartitionedTopicsEnforcer`): the count of its
+/// user topics if it reads any, else the largest of its internal ones.
+/// Sub-topologies reading user topics of different counts are left for
+/// the caller to report.
 fn internal_topic_counts(
     topology: &Topology,
     app: &str,
@@ -839,67 +841,55 @@ fn internal_topic_counts(
         TopicName::User(_) => existing.get(&t.resolve(app)).copied(),
         TopicName::Internal(_) => counts.get(&t.resolve(app)).copied(),
     };
-    // Each round settles at least one topic or stops.
-    for _ in 0..=topology.repartition_topics.len() {
+    // Counts only grow, to at most the largest user topic's: this ends.
+    let rounds = 2 + 2 * topology.repartition_topics.len();
+    for _ in 0..rounds {
         let mut changed = false;
         for st in topology.subtopologies() {
-            let user: BTreeSet<i32> = st
+            let Some(n) = st
                 .source_topics
                 .iter()
-                .filter(|t| matches!(t, TopicName::User(_)))
                 .filter_map(|t| known(t, &counts))
-                .collect();
-            let internal: BTreeSet<i32> = st
-                .source_topics
-                .iter()
-                .filter(|t| matches!(t, TopicName::Internal(_)))
-                .filter_map(|t| known(t, &counts))
-                .collect();
-            let n = match (user.len(), internal.last()) {
-                (1, _) => user.first().copied(),
-                (0, Some(&max)) => Some(max),
-                _ => None,
-            };
-            if let Some(n) = n {
-                for t in st.source_topics.iter() {
-                    if matches!(t, TopicName::Internal(_)) && known(t, &counts).is_none() {
-                        counts.insert(t.resolve(app), n);
-                        changed = true;
-                    }
-                }
-            }
-        }
-        if changed {
-            continue;
-        }
-        // Nothing reads one beside a known topic: one writer's count, from
-        // the writers nearest the user topics first (fewest internal
-        // sources), so a cycle (a foreign-key join) does not decide a
-        // topic that a user topic upstream would.
-        let mut writers: Vec<&crate::topology::SubTopology> =
-            topology.subtopologies().iter().collect();
-        writers.sort_by_key(|st| {
-            st.source_topics
-                .iter()
-                .filter(|t| matches!(t, TopicName::Internal(_)))
-                .count()
-        });
-        'writers: for st in writers {
-            let sources: Option<Vec<i32>> =
-                st.source_topics.iter().map(|t| known(t, &counts)).collect();
-            let Some(n) = sources.and_then(|s| s.into_iter().max()) else {
+                .max()
+            else {
                 continue;
             };
-            for t in &st.sink_topics {
-                if matches!(t, TopicName::Internal(_)) && known(t, &counts).is_none() {
-                    counts.insert(t.resolve(app), n);
+            for t in st
+                .sink_topics
+                .iter()
+                .filter(|t| matches!(t, TopicName::Internal(_)))
+            {
+                let c = counts.entry(t.resolve(app)).or_insert(0);
+                if *c < n {
+                    *c = n;
                     changed = true;
-                    break 'writers;
                 }
             }
         }
         if !changed {
             break;
+        }
+    }
+    for st in topology.subtopologies() {
+        let of = |user: bool| -> BTreeSet<i32> {
+            st.source_topics
+                .iter()
+                .filter(|t| matches!(t, TopicName::User(_)) == user)
+                .filter_map(|t| known(t, &counts))
+                .collect()
+        };
+        let (user, internal) = (of(true), of(false));
+        let n = match (user.len(), internal.last()) {
+            (1, _) => user.first().copied(),
+            (0, Some(&max)) => Some(max),
+            _ => None,
+        };
+        if let Some(n) = n {
+            for t in &st.source_topics {
+                if matches!(t, TopicName::Internal(_)) {
+                    counts.insert(t.resolve(app), n);
+                }
+            }
         }
     }
     counts
@@ -1059,6 +1049,54 @@ mod tests {
             vec![4],
             "{counts:?}"
         );
+    }
+
+    #[test]
+    fn a_right_table_two_repartitions_away_keeps_its_upstream_count() {
+        // The left table reads a 3-partition topic; the right table is
+        // events (6) counted, re-grouped and reduced: both repartition
+        // topics and the subscription topic take 6 (as in Kafka), the
+        // response topic the left side's 3.
+        let s = Serdes::string;
+        let b = StreamsBuilder::new();
+        let left = b.table("left", Consumed::with(s(), s()), Materialized::default());
+        let right = b
+            .stream(&["events"], Consumed::with(s(), s()))
+            .group_by(
+                |_, v: &String| v.clone(),
+                Grouped::with(s(), s()).with_name("first"),
+            )
+            .count(Materialized::as_store("counts"))
+            .group_by(
+                |k: &String, n: &i64| (format!("{}", n % 7), k.clone()),
+                Grouped::with(s(), s()).with_name("second"),
+            )
+            .reduce(
+                |a: &String, b: &String| format!("{a}{b}"),
+                |a: &String, _| a.clone(),
+                Materialized::as_store("reduced").with_value_serde(s()),
+            );
+        left.join_on_foreign_key(
+            &right,
+            |_, v: &String| Some(v.clone()),
+            |a: &String, b: &String| format!("{a}{b}"),
+            Materialized::default().with_value_serde(s()),
+        )
+        .to_stream()
+        .to("out", crate::Produced::with(s(), s()));
+        let t = b.build().unwrap();
+        let counts = counts_of(&t, &[("left", 3), ("events", 6)]);
+        let get = |part: &str| {
+            counts
+                .iter()
+                .find(|(k, _)| k.contains(part))
+                .map(|(_, v)| *v)
+                .unwrap_or_else(|| panic!("{part} in {counts:?}"))
+        };
+        assert_eq!(get("first-repartition"), 6, "{counts:?}");
+        assert_eq!(get("second-repartition"), 6, "{counts:?}");
+        assert_eq!(get("SUBSCRIPTION-REGISTRATION"), 6, "{counts:?}");
+        assert_eq!(get("SUBSCRIPTION-RESPONSE"), 3, "{counts:?}");
     }
 
     #[test]

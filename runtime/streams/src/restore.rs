@@ -40,7 +40,8 @@ pub trait StateRestoreListener: Send + Sync {
     fn on_restore_end(&self, _tp: &TopicPartition, _store: &str, _total_restored: u64) {}
 }
 
-/// How long a restoration may take before the thread fails.
+/// How long a restoration may go without progress before the thread fails
+/// (a restore that keeps moving may take as long as it needs, as in Kafka).
 const RESTORE_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// A task's stores to restore.
@@ -145,7 +146,7 @@ pub(crate) fn restore_stores(
         .enumerate()
         .map(|(i, p)| ((p.tp.topic.clone(), p.tp.partition), i))
         .collect();
-    let deadline = Instant::now() + RESTORE_TIMEOUT;
+    let mut deadline = Instant::now() + RESTORE_TIMEOUT;
     let mut batches: Vec<Vec<(Bytes, Option<Bytes>)>> = vec![Vec::new(); progress.len()];
     while progress.iter().any(|p| !p.done) {
         if Instant::now() > deadline {
@@ -155,7 +156,7 @@ pub(crate) fn restore_stores(
                 .map(|p| format!("{} at offset {} of {}", p.tp, p.position, p.end))
                 .collect();
             return Err(StreamsError::IllegalState(format!(
-                "restoring: not done after {} s: {}",
+                "restoring: no progress for {} s: {}",
                 RESTORE_TIMEOUT.as_secs(),
                 open.join(", ")
             )));
@@ -180,6 +181,7 @@ pub(crate) fn restore_stores(
                 continue;
             }
             p.position = r.offset + 1;
+            deadline = Instant::now() + RESTORE_TIMEOUT;
             if let Some(k) = r.key {
                 batches[i].push((k, r.value));
             }
