@@ -61,15 +61,37 @@ fn pageviews(users: &str, views: &str, output: &str, backend: StoreBackend) -> T
     b.build().expect("topology builds")
 }
 
+/// A scenario's application id and topics: a table topic, an input
+/// stream topic and an output topic.
 struct Topics {
     bootstrap: String,
     app: String,
-    users: String,
-    views: String,
+    table: String,
+    input: String,
     output: String,
 }
 
 impl Topics {
+    /// Unique names from the tags; creates the topics, the table's with
+    /// `table_partitions`, the others with `PARTITIONS`.
+    fn create(
+        bootstrap: &str,
+        [app, table, input, output]: [&str; 4],
+        table_partitions: i32,
+    ) -> Self {
+        let t = Topics {
+            bootstrap: bootstrap.to_string(),
+            app: unique_topic(app),
+            table: unique_topic(table),
+            input: unique_topic(input),
+            output: unique_topic(output),
+        };
+        create_topic(bootstrap, &t.table, table_partitions);
+        create_topic(bootstrap, &t.input, PARTITIONS);
+        create_topic(bootstrap, &t.output, PARTITIONS);
+        t
+    }
+
     fn config(&self, state_dir: &Path) -> StreamsConfig {
         StreamsConfig::builder()
             .env_prefix(None)
@@ -93,7 +115,7 @@ impl Topics {
         send_and_wait(
             &p,
             views.iter().enumerate().map(|(i, (user, ts))| {
-                ProducerRecord::new(self.views.clone())
+                ProducerRecord::new(self.input.clone())
                     .key(format!("u{user}"))
                     .value(format!("page-{}", i % 5))
                     .timestamp(*ts)
@@ -150,28 +172,23 @@ fn await_windowed_counts(
 /// back from the local state (RocksDB) or the changelogs (in memory), so
 /// views written while the app was down add to the counts from before.
 pub fn streams_pageviews_windowed_join(bootstrap: &str, backend: StoreBackend) {
-    let t = Topics {
-        bootstrap: bootstrap.to_string(),
-        app: unique_topic("pageviews"),
-        users: unique_topic("users"),
-        views: unique_topic("views"),
-        output: unique_topic("views-per-region"),
-    };
-    for topic in [&t.users, &t.views, &t.output] {
-        create_topic(bootstrap, topic, PARTITIONS);
-    }
+    let t = Topics::create(
+        bootstrap,
+        ["pageviews", "users", "views", "views-per-region"],
+        PARTITIONS,
+    );
     let p = Producer::new(&config(bootstrap, &[])).expect("producer");
     send_and_wait(
         &p,
         (0..USERS).map(|u| {
-            ProducerRecord::new(t.users.clone())
+            ProducerRecord::new(t.table.clone())
                 .key(format!("u{u}"))
                 .value(region_of(u))
                 .timestamp(BASE_MS - 1_000)
         }),
     );
     let dir = tempfile::tempdir().unwrap();
-    let topology = || pageviews(&t.users, &t.views, &t.output, backend);
+    let topology = || pageviews(&t.table, &t.input, &t.output, backend);
     let app = start(topology(), t.config(dir.path()));
     // The join sees a user once the table holds it: wait for all of them.
     let s = Serdes::string();
@@ -208,27 +225,18 @@ pub fn streams_pageviews_windowed_join(bootstrap: &str, backend: StoreBackend) {
 /// A stream–table join on topics with different partition counts cannot
 /// start: the error names both topics and their counts.
 pub fn streams_join_needs_copartitioned_topics(bootstrap: &str) {
-    let t = Topics {
-        bootstrap: bootstrap.to_string(),
-        app: unique_topic("copart"),
-        users: unique_topic("users"),
-        views: unique_topic("views"),
-        output: unique_topic("out"),
-    };
-    create_topic(bootstrap, &t.users, 2);
-    create_topic(bootstrap, &t.views, PARTITIONS);
-    create_topic(bootstrap, &t.output, PARTITIONS);
+    let t = Topics::create(bootstrap, ["copart", "users", "views", "out"], 2);
     let dir = tempfile::tempdir().unwrap();
     let app = KafkaStreams::new(
-        pageviews(&t.users, &t.views, &t.output, StoreBackend::InMemory),
+        pageviews(&t.table, &t.input, &t.output, StoreBackend::InMemory),
         t.config(dir.path()),
     )
     .unwrap();
     let err = app.start().unwrap_err().to_string();
     assert!(
         err.contains("not co-partitioned")
-            && err.contains(&format!("{} (2 partitions)", t.users))
-            && err.contains(&format!("{} ({PARTITIONS} partitions)", t.views)),
+            && err.contains(&format!("{} (2 partitions)", t.table))
+            && err.contains(&format!("{} ({PARTITIONS} partitions)", t.input)),
         "{err}"
     );
 }
@@ -239,25 +247,20 @@ pub fn streams_join_needs_copartitioned_topics(bootstrap: &str) {
 /// the topic (in memory), and user changes written while the app was down
 /// are read before the first new view is processed.
 pub fn streams_global_table_join(bootstrap: &str, backend: StoreBackend) {
-    let t = Topics {
-        bootstrap: bootstrap.to_string(),
-        app: unique_topic("global"),
-        users: unique_topic("global-users"),
-        views: unique_topic("views"),
-        output: unique_topic("enriched"),
-    };
-    create_topic(bootstrap, &t.users, 2);
-    create_topic(bootstrap, &t.views, PARTITIONS);
-    create_topic(bootstrap, &t.output, PARTITIONS);
+    let t = Topics::create(
+        bootstrap,
+        ["global", "global-users", "views", "enriched"],
+        2,
+    );
     let s = Serdes::string;
     let topology = || {
         let b = StreamsBuilder::new();
         let users = b.global_table(
-            &t.users,
+            &t.table,
             Consumed::with(s(), s()),
             Materialized::as_store("users").with_backend(backend),
         );
-        b.stream(&[t.views.as_str()], Consumed::with(s(), s()))
+        b.stream(&[t.input.as_str()], Consumed::with(s(), s()))
             .join_global(
                 &users,
                 |user: &String, _page| user.clone(),
@@ -271,7 +274,7 @@ pub fn streams_global_table_join(bootstrap: &str, backend: StoreBackend) {
         send_and_wait(
             &p,
             users.iter().map(|(u, region)| {
-                ProducerRecord::new(t.users.clone())
+                ProducerRecord::new(t.table.clone())
                     .key(format!("u{u}"))
                     .value(region.to_string())
             }),
@@ -281,7 +284,7 @@ pub fn streams_global_table_join(bootstrap: &str, backend: StoreBackend) {
         send_and_wait(
             &p,
             (from..from + n).map(|i| {
-                ProducerRecord::new(t.views.clone())
+                ProducerRecord::new(t.input.clone())
                     .key(format!("u{}", i % USERS))
                     .value(format!("page-{i}"))
             }),
@@ -330,26 +333,21 @@ pub fn streams_global_table_join(bootstrap: &str, backend: StoreBackend) {
 /// order moved to another customer while the app is down show up after
 /// it, and a deleted order is retracted.
 pub fn streams_foreign_key_join(bootstrap: &str, backend: StoreBackend) {
-    let t = Topics {
-        bootstrap: bootstrap.to_string(),
-        app: unique_topic("fkjoin"),
-        users: unique_topic("customers"),
-        views: unique_topic("orders"),
-        output: unique_topic("orders-with-customer"),
-    };
-    create_topic(bootstrap, &t.users, 2);
-    create_topic(bootstrap, &t.views, PARTITIONS);
-    create_topic(bootstrap, &t.output, PARTITIONS);
+    let t = Topics::create(
+        bootstrap,
+        ["fkjoin", "customers", "orders", "orders-with-customer"],
+        2,
+    );
     let s = Serdes::string;
     let topology = || {
         let b = StreamsBuilder::new();
         let customers = b.table(
-            &t.users,
+            &t.table,
             Consumed::with(s(), s()),
             Materialized::as_store("customers").with_backend(backend),
         );
         b.table(
-            &t.views,
+            &t.input,
             Consumed::with(s(), s()),
             Materialized::as_store("orders").with_backend(backend),
         )
@@ -383,14 +381,14 @@ pub fn streams_foreign_key_join(bootstrap: &str, backend: StoreBackend) {
         (0..CUSTOMERS).map(|c| (c, format!("name{c}"))).collect();
     let mut orders: BTreeMap<usize, usize> = (0..60).map(|o| (o, o % CUSTOMERS)).collect();
     write(
-        &t.users,
+        &t.table,
         names
             .iter()
             .map(|(c, n)| (format!("c{c}"), Some(n.clone())))
             .collect(),
     );
     write(
-        &t.views,
+        &t.input,
         orders
             .iter()
             .map(|(o, c)| (format!("o{o}"), Some(format!("c{c}:item{o}"))))
@@ -429,11 +427,11 @@ pub fn streams_foreign_key_join(bootstrap: &str, backend: StoreBackend) {
         if round == 0 {
             // While the app is down: c0 is renamed, o1 moves to c2, o2 is deleted.
             names.insert(0, "renamed0".into());
-            write(&t.users, vec![("c0".into(), Some("renamed0".into()))]);
+            write(&t.table, vec![("c0".into(), Some("renamed0".into()))]);
             orders.insert(1, 2);
             orders.remove(&2);
             write(
-                &t.views,
+                &t.input,
                 vec![("o1".into(), Some("c2:item1".into())), ("o2".into(), None)],
             );
         }

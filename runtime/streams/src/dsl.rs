@@ -98,6 +98,15 @@ impl Graph {
     fn fail(&mut self, e: StreamsError) {
         self.error.get_or_insert(e);
     }
+
+    /// Declares a DSL store; a name already taken is an error at `build()`.
+    fn define_store(&mut self, def: StoreDef) {
+        if self.stores.contains_key(&def.name) {
+            let e = StreamsError::Topology(format!("state store {} is defined twice", def.name));
+            self.fail(e);
+        }
+        self.stores.insert(def.name.clone(), def);
+    }
 }
 
 /// Builds a topology (Kafka's `StreamsBuilder`).
@@ -935,20 +944,12 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
 
     /// Declares an aggregation's store (an error at `build()` if the name is taken).
     fn register_store<VA>(&self, store: &str, m: &Materialized<VA>) {
-        let mut g = self.stream.graph.borrow_mut();
-        if g.stores.contains_key(store) {
-            let e = StreamsError::Topology(format!("state store {store} is defined twice"));
-            g.fail(e);
-        }
-        g.stores.insert(
-            store.to_string(),
-            StoreDef {
-                name: store.to_string(),
-                backend: m.backend,
-                logged: m.logged,
-                cached: m.cached,
-            },
-        );
+        self.stream.graph.borrow_mut().define_store(StoreDef {
+            name: store.to_string(),
+            backend: m.backend,
+            logged: m.logged,
+            cached: m.cached,
+        });
     }
 
     /// The stream aggregations read: repartitioned first if its key changed.

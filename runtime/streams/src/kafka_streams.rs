@@ -1027,6 +1027,15 @@ mod tests {
             .collect()
     }
 
+    /// The count of the one topic whose name contains `part`.
+    fn count_of_topic(counts: &BTreeMap<String, i32>, part: &str) -> i32 {
+        counts
+            .iter()
+            .find(|(k, _)| k.contains(part))
+            .map(|(_, v)| *v)
+            .unwrap_or_else(|| panic!("{part} in {counts:?}"))
+    }
+
     #[test]
     fn internal_topics_read_beside_user_topics_take_their_partition_count() {
         // A stream re-keyed (raw: 2 partitions) then joined with a table
@@ -1086,13 +1095,7 @@ mod tests {
         .to("out", crate::Produced::with(s(), s()));
         let t = b.build().unwrap();
         let counts = counts_of(&t, &[("left", 3), ("events", 6)]);
-        let get = |part: &str| {
-            counts
-                .iter()
-                .find(|(k, _)| k.contains(part))
-                .map(|(_, v)| *v)
-                .unwrap_or_else(|| panic!("{part} in {counts:?}"))
-        };
+        let get = |part: &str| count_of_topic(&counts, part);
         assert_eq!(get("first-repartition"), 6, "{counts:?}");
         assert_eq!(get("second-repartition"), 6, "{counts:?}");
         assert_eq!(get("SUBSCRIPTION-REGISTRATION"), 6, "{counts:?}");
@@ -1128,13 +1131,7 @@ mod tests {
             .to("out", crate::Produced::with(s(), s()));
         let t = b.build().unwrap();
         let counts = counts_of(&t, &[("orders", 3), ("customers", 2)]);
-        let get = |part: &str| {
-            counts
-                .iter()
-                .find(|(k, _)| k.contains(part))
-                .map(|(_, v)| *v)
-                .unwrap_or_else(|| panic!("{part} in {counts:?}"))
-        };
+        let get = |part: &str| count_of_topic(&counts, part);
         assert_eq!(counts.len(), 3, "{counts:?}");
         assert_eq!(get("by-order-repartition"), 3);
         assert_eq!(get("SUBSCRIPTION-RESPONSE"), 3);

@@ -396,54 +396,29 @@ impl<K: Data, V: Data> KTable<K, V> {
                 g.next_name("KTABLE-FK-JOIN-OUTPUT-STATE-STORE"),
             )
         };
-        let problem = match (
-            &self.info.getter,
-            &self.info.serdes,
-            &other.info.getter,
-            &other.info.serdes,
-            &materialized.value,
-        ) {
-            (None, ..) | (_, _, None, ..) => Some(
-                "both tables must be readable by key (a suppressed or joined table needs to_stream() first)",
-            ),
-            (_, None, ..) | (_, _, _, None, _) => Some(
-                "both tables need their serdes (give map_values a value serde)",
-            ),
-            (.., None) => Some("the result needs Materialized::with_value_serde"),
-            _ => None,
-        };
         let (
             Some((lstore, lget)),
             Some((lks, lvs)),
             Some((rstore, rget)),
             Some((rks, rvs)),
             Some(vrs),
-            None,
         ) = (
             self.info.getter.clone(),
             self.info.serdes.clone(),
             other.info.getter.clone(),
             other.info.serdes.clone(),
             materialized.value.clone(),
-            problem,
         )
         else {
-            let reason = problem.unwrap_or("unreachable");
-            graph.borrow_mut().fail(StreamsError::Topology(format!(
-                "foreign-key join {registration}: {reason}"
-            )));
-            let stream = self.stream.then_named(output, false, Vec::new(), || {
-                erase::<_, K, Change<V>, K, Change<VR>>(super::join::Unreachable)
-            });
-            return KTable {
-                stream,
-                store: None,
-                info: super::TableInfo {
-                    serdes: None,
-                    window_end: None,
-                    getter: None,
-                },
+            let reason = if self.info.getter.is_none() || other.info.getter.is_none() {
+                "both tables must be readable by key (a suppressed or joined table needs to_stream() first)"
+            } else if self.info.serdes.is_none() || other.info.serdes.is_none() {
+                "both tables need their serdes (give map_values a value serde)"
+            } else {
+                "the result needs Materialized::with_value_serde"
             };
+            let e = StreamsError::Topology(format!("foreign-key join {registration}: {reason}"));
+            return self.failed(output, e);
         };
         let output = materialized.name.clone().unwrap_or(output);
         {
@@ -459,24 +434,20 @@ impl<K: Data, V: Data> KTable<K, V> {
                     materialized.backend,
                 ),
             ] {
-                if g.stores.contains_key(&name) {
-                    g.fail(StreamsError::Topology(format!(
-                        "state store {name} is defined twice"
-                    )));
-                }
-                g.stores.insert(
-                    name.clone(),
-                    StoreDef {
-                        name,
-                        backend,
-                        logged,
-                        cached,
-                    },
-                );
+                g.define_store(StoreDef {
+                    name,
+                    backend,
+                    logged,
+                    cached,
+                });
             }
         }
         let registration_topic = format!("{registration}-topic");
         let response_topic = format!("{response}-topic");
+        // Subscriptions in the registration topic and in the store.
+        let subscription_serde: SharedSerde<Subscription<K>> = Arc::new(SubscriptionSerde {
+            primary_key: lks.clone(),
+        });
 
         // 1. Left updates become subscriptions, keyed by foreign key.
         let subscriptions = {
@@ -502,12 +473,7 @@ impl<K: Data, V: Data> KTable<K, V> {
                 format!("{registration}-sink"),
                 format!("{registration}-source"),
             ),
-            (
-                Serdes::nullable(rks.clone()),
-                Arc::new(SubscriptionSerde {
-                    primary_key: lks.clone(),
-                }),
-            ),
+            (Serdes::nullable(rks.clone()), subscription_serde.clone()),
             None,
         );
 
@@ -521,10 +487,7 @@ impl<K: Data, V: Data> KTable<K, V> {
                 store_name.clone(),
                 registration_topic.clone(),
             );
-            let pk = lks.clone();
-            let vs: SharedSerde<Subscription<K>> = Arc::new(SubscriptionSerde {
-                primary_key: lks.clone(),
-            });
+            let (pk, vs) = (lks.clone(), subscription_serde.clone());
             received.then::<K, SubscriptionResponse<VO>>(
                 "KTABLE-FK-JOIN-SUBSCRIPTION-PROCESSOR",
                 false,
@@ -545,13 +508,12 @@ impl<K: Data, V: Data> KTable<K, V> {
             )
         };
         let right_updates = {
-            let (rks, store, lks, topic) = (
+            let (rks, store, vs, topic) = (
                 rks.clone(),
                 store_name.clone(),
-                lks.clone(),
+                subscription_serde,
                 registration_topic.clone(),
             );
-            let vs: SharedSerde<Subscription<K>> = Arc::new(SubscriptionSerde { primary_key: lks });
             other.stream.then::<K, SubscriptionResponse<VO>>(
                 "KTABLE-FK-JOIN-FOREIGN-TABLE-PROCESSOR",
                 false,

@@ -120,23 +120,16 @@ impl<K: Data, V: Data> SlidingWindowedKStream<K, V> {
         let input = self.grouped.input(&store);
         self.grouped.register_store(&store, &m);
         let records = format!("{store}-records");
-        {
-            let mut g = self.grouped.stream.graph.borrow_mut();
-            if g.stores.contains_key(&records) {
-                g.fail(StreamsError::Topology(format!(
-                    "state store {records} is defined twice"
-                )));
-            }
-            g.stores.insert(
-                records.clone(),
-                StoreDef {
-                    name: records.clone(),
-                    backend: m.backend,
-                    logged: m.logged,
-                    cached: false,
-                },
-            );
-        }
+        self.grouped
+            .stream
+            .graph
+            .borrow_mut()
+            .define_store(StoreDef {
+                name: records.clone(),
+                backend: m.backend,
+                logged: m.logged,
+                cached: false,
+            });
         let d = self.windows.time_difference_ms();
         let key_serde: SharedSerde<Windowed<K>> = Arc::new(WindowStoreKeySerde {
             inner: self.grouped.grouped.key.clone(),

@@ -166,20 +166,12 @@ impl<K: Data, V: Data> KStream<K, V> {
                 .into_iter()
                 .flatten()
             {
-                if g.stores.contains_key(s) {
-                    g.fail(StreamsError::Topology(format!(
-                        "state store {s} is defined twice"
-                    )));
-                }
-                g.stores.insert(
-                    s.clone(),
-                    StoreDef {
-                        name: s.clone(),
-                        backend: j.backend,
-                        logged: true,
-                        cached: false,
-                    },
-                );
+                g.define_store(StoreDef {
+                    name: s.clone(),
+                    backend: j.backend,
+                    logged: true,
+                    cached: false,
+                });
             }
         }
         let mut stores = vec![this_store.clone(), other_store.clone()];

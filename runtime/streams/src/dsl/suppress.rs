@@ -125,24 +125,13 @@ impl<K: Data, V: Data> KTable<K, V> {
                 ),
             }
         };
-        {
-            let mut g = graph.borrow_mut();
-            if g.stores.contains_key(&store) {
-                g.fail(StreamsError::Topology(format!(
-                    "state store {store} is defined twice"
-                )));
-            }
-            g.stores.insert(
-                store.clone(),
-                StoreDef {
-                    name: store.clone(),
-                    // Kafka's suppression buffer is in memory, logged.
-                    backend: Some(rill_state::StoreBackend::InMemory),
-                    logged: true,
-                    cached: false,
-                },
-            );
-        }
+        graph.borrow_mut().define_store(StoreDef {
+            name: store.clone(),
+            // Kafka's suppression buffer is in memory, logged.
+            backend: Some(rill_state::StoreBackend::InMemory),
+            logged: true,
+            cached: false,
+        });
         let (ks2, vs2, store_c) = (ks.clone(), vs.clone(), store.clone());
         let stream = self.stream.then_named::<K, Change<V>>(
             node_name,

@@ -58,6 +58,18 @@ pub(super) struct TableInfo<K, V> {
     pub getter: Option<(String, Getter<K, V>)>,
 }
 
+impl<K, V> TableInfo<K, V> {
+    /// Nothing known: no serdes, no windows, not readable by key (a
+    /// table–table join's result).
+    pub fn opaque() -> Self {
+        Self {
+            serdes: None,
+            window_end: None,
+            getter: None,
+        }
+    }
+}
+
 impl<K, V> Clone for TableInfo<K, V> {
     fn clone(&self) -> Self {
         Self {
@@ -108,6 +120,20 @@ impl<K: Data, V: Data> KTable<K, V> {
                 "the table made by {}",
                 self.stream.graph.borrow().nodes[self.stream.node].name
             ),
+        }
+    }
+
+    /// Records `error` for `build()` and returns a stand-in for the table
+    /// an operation could not make (a node named `name` that never runs).
+    pub(super) fn failed<VR: Data>(&self, name: String, error: StreamsError) -> KTable<K, VR> {
+        self.stream.graph.borrow_mut().fail(error);
+        let stream = self.stream.then_named(name, false, Vec::new(), || {
+            erase::<_, K, Change<V>, K, Change<VR>>(super::join::Unreachable)
+        });
+        KTable {
+            stream,
+            store: None,
+            info: TableInfo::opaque(),
         }
     }
 
@@ -274,23 +300,12 @@ impl StreamsBuilder {
                 .borrow_mut()
                 .next_name("KTABLE-SOURCE-STATE-STORE")
         });
-        {
-            let mut g = self.graph.borrow_mut();
-            if g.stores.contains_key(&store) {
-                g.fail(StreamsError::Topology(format!(
-                    "state store {store} is defined twice"
-                )));
-            }
-            g.stores.insert(
-                store.clone(),
-                StoreDef {
-                    name: store.clone(),
-                    backend: materialized.backend,
-                    logged: materialized.logged,
-                    cached: materialized.cached,
-                },
-            );
-        }
+        self.graph.borrow_mut().define_store(StoreDef {
+            name: store.clone(),
+            backend: materialized.backend,
+            logged: materialized.logged,
+            cached: materialized.cached,
+        });
         let (ks2, vs2, store2) = (ks.clone(), vs.clone(), store.clone());
         let stream =
             source.then::<K, Change<V>>("KTABLE-SOURCE", false, vec![store.clone()], move || {

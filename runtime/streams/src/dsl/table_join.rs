@@ -76,21 +76,10 @@ impl<K: Data, V: Data> KTable<K, V> {
         let (Some((lstore, lget)), Some((rstore, rget))) =
             (self.info.getter.clone(), other.info.getter.clone())
         else {
-            self.stream.graph.borrow_mut().fail(StreamsError::Topology(format!(
+            let e = StreamsError::Topology(format!(
                 "join {name}: both tables must be readable by key (a suppressed or joined table needs to_stream() first)"
-            )));
-            let stream = self.stream.then_named(name, false, Vec::new(), || {
-                erase::<_, K, Change<V>, K, Change<VR>>(super::join::Unreachable)
-            });
-            return KTable {
-                stream,
-                store: None,
-                info: TableInfo {
-                    serdes: None,
-                    window_end: None,
-                    getter: None,
-                },
-            };
+            ));
+            return self.failed(name, e);
         };
         let stores = vec![lstore.clone(), rstore.clone()];
         // Left updates read the right side, and the other way round.
@@ -133,11 +122,7 @@ impl<K: Data, V: Data> KTable<K, V> {
         KTable {
             stream: left_node.merge(&right_node),
             store: None,
-            info: TableInfo {
-                serdes: None,
-                window_end: None,
-                getter: None,
-            },
+            info: TableInfo::opaque(),
         }
     }
 }
