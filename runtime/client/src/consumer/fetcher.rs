@@ -18,6 +18,10 @@
 //!   (memory stays bounded by two `max.partition.fetch.bytes` per
 //!   partition). An answer is used only if it starts where the buffered
 //!   records, or the position, end;
+//! - a request whose partitions are all at their high watermark (it can only
+//!   long-poll) waits at most `HELD_BACK_FETCH_WAIT` while another partition
+//!   of the same leader is held back by a full buffer, so that partition's
+//!   next fetch is not stuck behind it for fetch.max.wait.ms;
 //! - once a buffered answer is used up the position moves to the offset
 //!   after its last batch, also past batches that return nothing (control
 //!   batches, records compacted away), as Kafka's consumer does.
@@ -43,6 +47,13 @@ use crate::error::{needs_metadata_refresh, Error, Result};
 use crate::rpc::topic_name;
 use crate::runtime::io_handle;
 use crate::TopicPartition;
+
+/// How long a fetch of caught-up partitions may wait on the broker while
+/// another partition of the same leader waits for its buffer to drain (see
+/// `Fetcher::send_fetches`): short, so the held-back partition's fetch
+/// follows within it; not zero, so an application working through a long
+/// buffer sends at most ~100 empty fetches a second.
+const HELD_BACK_FETCH_WAIT: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// One partition's part of a fetch answer.
 pub struct PartitionFetch {
@@ -334,41 +345,104 @@ impl Fetcher {
         cfg: &ConsumerConfig,
     ) {
         let meta = cluster.metadata();
-        let mut by_node: BTreeMap<i32, Vec<(TopicPartition, i64, i32)>> = BTreeMap::new();
-        for (tp, st) in &subs.assignment {
-            let Some(position) = st.position else {
-                continue;
-            };
-            let (pos, chunks) = self.next_fetch(tp, position);
-            if st.paused || chunks >= 2 {
-                continue;
-            }
-            let Some(leader) = meta.leader(&tp.topic, tp.partition) else {
-                continue;
-            };
-            if self.in_flight.contains(&leader) {
-                continue;
-            }
+        let planned = self.plan_fetches(subs, cfg, |tp| {
+            let leader = meta.leader(&tp.topic, tp.partition)?;
             let epoch = meta
                 .topic(&tp.topic)
                 .and_then(|t| t.partitions.get(tp.partition as usize))
                 .map_or(-1, |p| p.leader_epoch);
+            Some((leader, epoch))
+        });
+        for p in planned {
+            self.in_flight.insert(p.node);
+            let tx = self.tx.clone();
+            let cluster = cluster.clone();
+            let cfg = cfg.clone();
+            io_handle().spawn(async move {
+                let result = fetch(&cluster, p.node, &p.parts, &cfg, p.max_wait).await;
+                let _ = tx.send(FetchAnswer {
+                    node: p.node,
+                    result,
+                });
+            });
+        }
+    }
+
+    /// The fetches to send now: per leader without a request in flight,
+    /// its fetchable partitions (`leader_of`: a partition's leader and
+    /// leader epoch) and how long the broker may wait for data.
+    fn plan_fetches(
+        &self,
+        subs: &Subscriptions,
+        cfg: &ConsumerConfig,
+        leader_of: impl Fn(&TopicPartition) -> Option<(i32, i32)>,
+    ) -> Vec<PlannedFetch> {
+        let mut by_node: BTreeMap<i32, Vec<(TopicPartition, i64, i32)>> = BTreeMap::new();
+        // Leaders with a partition held back only by its full buffer: it
+        // needs a fetch as soon as the application takes an answer.
+        let mut held_back: HashSet<i32> = HashSet::new();
+        for (tp, st) in &subs.assignment {
+            let Some(position) = st.position else {
+                continue;
+            };
+            if st.paused {
+                continue;
+            }
+            let Some((leader, epoch)) = leader_of(tp) else {
+                continue;
+            };
+            let (pos, chunks) = self.next_fetch(tp, position);
+            if chunks >= 2 {
+                held_back.insert(leader);
+                continue;
+            }
+            if self.in_flight.contains(&leader) {
+                continue;
+            }
             by_node
                 .entry(leader)
                 .or_default()
                 .push((tp.clone(), pos, epoch));
         }
-        for (node, parts) in by_node {
-            self.in_flight.insert(node);
-            let tx = self.tx.clone();
-            let cluster = cluster.clone();
-            let cfg = cfg.clone();
-            io_handle().spawn(async move {
-                let result = fetch(&cluster, node, &parts, &cfg).await;
-                let _ = tx.send(FetchAnswer { node, result });
-            });
-        }
+        by_node
+            .into_iter()
+            .map(|(node, parts)| {
+                // A request whose partitions are all at their high watermark
+                // waits on the broker up to fetch.max.wait.ms for new data,
+                // and with one request in flight per broker (Kafka's rule) it
+                // would hold back the next fetch of a partition that still
+                // has data: measured, a ~0.5 s stall each time a backlog
+                // drained unevenly. While such a partition waits, the
+                // request waits briefly instead; once nothing is held back
+                // it long-polls as usual. (read_committed reads up to the
+                // last stable offset, below the high watermark: such a
+                // request keeps the long wait, as before.)
+                let caught_up = parts.iter().all(|(tp, pos, _)| {
+                    self.high_watermarks
+                        .get(tp)
+                        .is_some_and(|hw| *pos >= *hw)
+                });
+                let max_wait = if caught_up && held_back.contains(&node) {
+                    cfg.fetch_max_wait.min(HELD_BACK_FETCH_WAIT)
+                } else {
+                    cfg.fetch_max_wait
+                };
+                PlannedFetch {
+                    node,
+                    parts,
+                    max_wait,
+                }
+            })
+            .collect()
     }
+}
+
+/// One Fetch request to send: its leader, partitions (with the offset to
+/// fetch from and the leader epoch) and the broker's maximum wait.
+struct PlannedFetch {
+    node: i32,
+    parts: Vec<(TopicPartition, i64, i32)>,
+    max_wait: std::time::Duration,
 }
 
 async fn fetch(
@@ -376,6 +450,7 @@ async fn fetch(
     node: i32,
     parts: &[(TopicPartition, i64, i32)],
     cfg: &ConsumerConfig,
+    max_wait: std::time::Duration,
 ) -> Result<Vec<PartitionFetch>> {
     let conn = cluster.connection(node).await?;
     let mut topics: BTreeMap<&str, Vec<FetchPartition>> = BTreeMap::new();
@@ -392,7 +467,7 @@ async fn fetch(
     }
     let req = FetchRequest::default()
         .with_replica_id(BrokerId(-1))
-        .with_max_wait_ms(cfg.fetch_max_wait.as_millis().min(i32::MAX as u128) as i32)
+        .with_max_wait_ms(max_wait.as_millis().min(i32::MAX as u128) as i32)
         .with_min_bytes(cfg.fetch_min_bytes)
         .with_max_bytes(cfg.fetch_max_bytes)
         .with_isolation_level(i8::from(cfg.read_committed))
@@ -561,6 +636,52 @@ mod tests {
         let fx = f.process(failed, &subs);
         assert!(fx.out_of_range.is_empty());
         assert_eq!(f.next_fetch(&tp, 6), (8, 1));
+    }
+
+    #[test]
+    fn a_fetch_of_caught_up_partitions_waits_briefly_while_another_is_held_back() {
+        let full = TopicPartition::new("t", 0);
+        let idle = TopicPartition::new("t", 1);
+        let (mut subs, cfg) = assigned(&full);
+        subs.assignment.insert(
+            idle.clone(),
+            PartitionState {
+                position: Some(0),
+                ..Default::default()
+            },
+        );
+        let on_one = |_: &TopicPartition| Some((1, 0));
+        let mut f = Fetcher::default();
+        // `idle` is at its high watermark (0), `full` has two answers buffered.
+        let mut empty = answer(&idle, 0, Bytes::new());
+        if let Ok(parts) = empty.result.as_mut() {
+            parts[0].high_watermark = 0;
+        }
+        f.process(empty, &subs);
+        f.process(answer(&full, 0, batch(0, 3)), &subs);
+        f.process(answer(&full, 3, batch(3, 3)), &subs);
+        let plan = f.plan_fetches(&subs, &cfg, on_one);
+        assert_eq!(plan.len(), 1);
+        let parts: Vec<_> = plan[0].parts.iter().map(|(tp, o, _)| (tp, *o)).collect();
+        assert_eq!(parts, vec![(&idle, 0)]);
+        assert_eq!(plan[0].max_wait, HELD_BACK_FETCH_WAIT);
+        // One answer taken: `full` is fetched again (from 6) with `idle`; it
+        // has data, so the usual wait applies (the broker answers at once).
+        assert_eq!(f.take(3, &mut subs, &cfg).unwrap().len(), 3);
+        let plan = f.plan_fetches(&subs, &cfg, on_one);
+        let parts: Vec<_> = plan[0].parts.iter().map(|(tp, o, _)| (tp, *o)).collect();
+        assert_eq!(parts, vec![(&full, 6), (&idle, 0)]);
+        assert_eq!(plan[0].max_wait, cfg.fetch_max_wait);
+        // Nothing held back (a paused partition is not waiting to be
+        // fetched): the caught-up partition long-polls.
+        subs.assignment.get_mut(&full).unwrap().paused = true;
+        let plan = f.plan_fetches(&subs, &cfg, on_one);
+        let parts: Vec<_> = plan[0].parts.iter().map(|(tp, o, _)| (tp, *o)).collect();
+        assert_eq!(parts, vec![(&idle, 0)]);
+        assert_eq!(plan[0].max_wait, cfg.fetch_max_wait);
+        // A leader with a request in flight gets no second one.
+        f.in_flight.insert(1);
+        assert!(f.plan_fetches(&subs, &cfg, on_one).is_empty());
     }
 
     #[test]
