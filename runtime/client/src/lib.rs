@@ -31,7 +31,7 @@ pub use admin::Admin;
 pub use config::ClientConfig;
 pub use consumer::{Consumer, ConsumerRecord, RebalanceListener};
 pub use error::{Error, Result};
-pub use producer::{DeliveryFuture, Producer, ProducerRecord, RecordMetadata};
+pub use producer::{DeliveryFuture, IntoTopicName, Producer, ProducerRecord, RecordMetadata};
 pub use rill_protocol::records::Compression;
 pub use rpc::OffsetAndMetadata;
 

@@ -647,10 +647,12 @@ impl<K: Data, V: Data> KStream<K, V> {
 
     /// Writes every record to `topic`.
     pub fn to(&self, topic: &str, produced: Produced<K, V>) {
-        let t = topic.to_string();
-        self.sink(Some(TopicName::User(t.clone())), produced, move |_, _| {
-            t.clone()
-        });
+        let t: Arc<str> = Arc::from(topic);
+        self.sink(
+            Some(TopicName::User(topic.to_string())),
+            produced,
+            move |_, _| t.clone(),
+        );
     }
 
     /// Writes each record to the topic `f` picks (Kafka's `TopicNameExtractor`).
@@ -659,14 +661,14 @@ impl<K: Data, V: Data> KStream<K, V> {
         f: impl Fn(&K, &V) -> String + Send + Sync + 'static,
         produced: Produced<K, V>,
     ) {
-        self.sink(None, produced, f);
+        self.sink(None, produced, move |k, v| Arc::from(f(k, v)));
     }
 
     fn sink(
         &self,
         topic: Option<TopicName>,
         produced: Produced<K, V>,
-        choose: impl Fn(&K, &V) -> String + Send + Sync + 'static,
+        choose: impl Fn(&K, &V) -> Arc<str> + Send + Sync + 'static,
     ) -> usize {
         self.sink_partitioned(topic, produced, choose, None)
     }
@@ -677,7 +679,7 @@ impl<K: Data, V: Data> KStream<K, V> {
         &self,
         topic: Option<TopicName>,
         produced: Produced<K, V>,
-        choose: impl Fn(&K, &V) -> String + Send + Sync + 'static,
+        choose: impl Fn(&K, &V) -> Arc<str> + Send + Sync + 'static,
         partition: Option<SinkPartitioner<K, V>>,
     ) -> usize {
         let (ks, vs) = (produced.key, produced.value);
@@ -692,13 +694,13 @@ impl<K: Data, V: Data> KStream<K, V> {
             let kb = ks
                 .serialize(&t, k)
                 .map_err(|reason| StreamsError::Serialization {
-                    topic: t.clone(),
+                    topic: t.to_string(),
                     reason,
                 })?;
             let vb = vs
                 .serialize(&t, v)
                 .map_err(|reason| StreamsError::Serialization {
-                    topic: t.clone(),
+                    topic: t.to_string(),
                     reason,
                 })?;
             let p = partition.as_ref().and_then(|f| f(k, v));
@@ -767,7 +769,7 @@ impl<K: Data, V: Data> KStream<K, V> {
         }
         // The sink's topic is resolved with the application id at run time:
         // the encoder returns the suffix and the task prefixes internal topics.
-        let marker = format!("{INTERNAL_MARK}{internal}");
+        let marker: Arc<str> = Arc::from(format!("{INTERNAL_MARK}{internal}"));
         self.sink_partitioned(
             Some(TopicName::Internal(internal.clone())),
             Produced {

@@ -349,7 +349,10 @@ pub(crate) type FlushDecoder = std::sync::Arc<
 /// there.
 pub(crate) struct StoreHandle {
     pub store: SharedStore,
-    pub changelog: Option<(String, i32)>,
+    /// The store's name, shared (typed reads and writes name it in errors
+    /// and serdes without allocating per record).
+    pub name: std::sync::Arc<str>,
+    pub changelog: Option<(std::sync::Arc<str>, i32)>,
     /// `(key, value, timestamp)`: `None` takes the current record's.
     pub pending: Vec<(Bytes, Option<Bytes>, Option<i64>)>,
     /// The node whose output a flushed cache entry is, and how to decode it
@@ -373,8 +376,9 @@ impl StoreHandle {
         changelog: Option<(String, i32)>,
     ) -> Self {
         Self {
+            name: std::sync::Arc::from(store.name()),
             store: SharedStore::new(StoreCell { store, cache }),
-            changelog,
+            changelog: changelog.map(|(t, p)| (std::sync::Arc::from(t), p)),
             pending: Vec::new(),
             flush_to: None,
             evicted: Vec::new(),
@@ -385,7 +389,9 @@ impl StoreHandle {
 
     /// A task's read handle to a global store.
     pub fn global(store: SharedStore) -> Self {
+        let name = std::sync::Arc::from(store.lock().store.name());
         Self {
+            name,
             store,
             changelog: None,
             pending: Vec::new(),
@@ -608,7 +614,7 @@ impl StoreRef<'_> {
         headers: Headers,
     ) -> Result<()> {
         let mut cell = self.handle.store.lock();
-        let name = cell.store.name().to_string();
+        let name = self.handle.name.clone();
         let k = ser(kser, &name, key)?;
         let v = value.map(|v| ser(vser, &name, v)).transpose()?;
         let Some(cache) = cell.cache.as_mut() else {
@@ -655,7 +661,7 @@ impl StoreRef<'_> {
         vser: &SharedSerde<V>,
         key: &K,
     ) -> Result<Option<V>> {
-        let name = self.handle.store.lock().store.name().to_string();
+        let name = self.handle.name.clone();
         let k = ser(kser, &name, key)?;
         match self.get(&k)? {
             None => Ok(None),
@@ -673,7 +679,7 @@ impl StoreRef<'_> {
 
     /// Typed delete through the key serde.
     pub fn delete_typed<K: 'static>(&mut self, kser: &SharedSerde<K>, key: &K) -> Result<()> {
-        let name = self.handle.store.lock().store.name().to_string();
+        let name = self.handle.name.clone();
         let k = ser(kser, &name, key)?;
         self.delete(&k)
     }
@@ -686,7 +692,7 @@ impl StoreRef<'_> {
         key: &K,
         value: &V,
     ) -> Result<()> {
-        let name = self.handle.store.lock().store.name().to_string();
+        let name = self.handle.name.clone();
         let k = ser(kser, &name, key)?;
         let v = ser(vser, &name, value)?;
         self.put(&k, &v)

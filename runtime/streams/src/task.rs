@@ -73,7 +73,9 @@ impl std::str::FromStr for TaskId {
 /// A record leaving the task: to a sink topic or a changelog.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OutRecord {
-    pub topic: String,
+    /// Shared with the sink or store that makes the record: no name is
+    /// allocated per record.
+    pub topic: Arc<str>,
     /// Changelog records go to the task's partition; sink records are
     /// partitioned by the producer (murmur2 of the key, like Kafka's)
     /// unless their sink picks one (foreign-key join responses go back to
@@ -84,7 +86,7 @@ pub struct OutRecord {
     pub timestamp: i64,
     pub headers: Headers,
     /// The store, for changelog records.
-    pub store: Option<String>,
+    pub store: Option<Arc<str>>,
 }
 
 pub(crate) struct Schedule {
@@ -138,7 +140,7 @@ impl TaskShared {
 
     /// Moves queued store writes to `out` as changelog records.
     fn drain_changelogs(&mut self, timestamp: i64) {
-        for (name, h) in self.stores.iter_mut() {
+        for h in self.stores.values_mut() {
             let Some((topic, partition)) = &h.changelog else {
                 continue;
             };
@@ -150,7 +152,7 @@ impl TaskShared {
                     value: v,
                     timestamp: ts.unwrap_or(timestamp),
                     headers: Vec::new(),
-                    store: Some(name.clone()),
+                    store: Some(h.name.clone()),
                 });
             }
         }
@@ -181,6 +183,12 @@ pub(crate) struct StreamTask {
     pub id: TaskId,
     topology: Arc<Topology>,
     procs: Vec<Option<Box<dyn ErasedProcessor>>>,
+    /// Per node: a sink's topic with `<application.id>-` resolved, made
+    /// once (`None`: not a sink, or its topic is picked per record).
+    sink_topics: Vec<Option<Arc<str>>>,
+    /// Emptied buffers for what a processor forwards (one per nesting
+    /// level is reused instead of allocating one per record).
+    forward_buffers: Vec<Vec<(Option<usize>, RawRecord)>>,
     pub shared: TaskShared,
     /// One queue per source partition (a task has few: a linear search
     /// finds one without building a key per record).
@@ -260,8 +268,18 @@ impl StreamTask {
                 source: node,
             });
         }
+        let sink_topics = topology
+            .nodes
+            .iter()
+            .map(|n| match &n.kind {
+                NodeKind::Sink { topic: Some(t), .. } => Some(Arc::from(t.resolve(application_id))),
+                _ => None,
+            })
+            .collect();
         let mut task = StreamTask {
             id,
+            sink_topics,
+            forward_buffers: Vec::new(),
             shared: TaskShared {
                 task_id: id,
                 application_id: application_id.to_string(),
@@ -370,7 +388,7 @@ impl StreamTask {
         };
         let topology = self.topology.clone();
         let def = &topology.nodes[node];
-        let mut forwarded = Vec::new();
+        let mut forwarded = self.forward_buffers.pop().unwrap_or_default();
         let r = f(
             &mut p,
             &mut NodeContext {
@@ -384,9 +402,10 @@ impl StreamTask {
         );
         self.procs[node] = Some(p);
         r?;
-        for (to, rec) in forwarded {
+        for (to, rec) in forwarded.drain(..) {
             self.forward(node, to, rec)?;
         }
+        self.forward_buffers.push(forwarded);
         for store in &def.stores {
             let evicted = match self.shared.stores.get_mut(store) {
                 Some(h) if !h.evicted.is_empty() => std::mem::take(&mut h.evicted),
@@ -489,9 +508,9 @@ impl StreamTask {
     fn forward(&mut self, from: usize, to: Option<usize>, rec: RawRecord) -> Result<()> {
         let topology = self.topology.clone();
         let node = &topology.nodes[from];
-        let targets: Vec<usize> = match to {
-            Some(i) => node.children.get(i).copied().into_iter().collect(),
-            None => node.children.clone(),
+        let targets: &[usize] = match to {
+            Some(i) => node.children.get(i).map_or(&[], std::slice::from_ref),
+            None => &node.children,
         };
         let Some((&last, rest)) = targets.split_last() else {
             return Ok(());
@@ -510,9 +529,14 @@ impl StreamTask {
             NodeKind::Source { .. } => self.forward(node, None, rec),
             NodeKind::Sink { encode, .. } => {
                 let e = encode(&rec)?;
-                let topic = match e.topic.strip_prefix(INTERNAL_MARK) {
-                    Some(internal) => format!("{}-{internal}", self.shared.application_id),
-                    None => e.topic,
+                let topic = match &self.sink_topics[node] {
+                    Some(t) => t.clone(),
+                    None => match e.topic.strip_prefix(INTERNAL_MARK) {
+                        Some(internal) => {
+                            Arc::from(format!("{}-{internal}", self.shared.application_id))
+                        }
+                        None => e.topic,
+                    },
                 };
                 self.shared.out.push(OutRecord {
                     topic,

@@ -275,7 +275,7 @@ impl TopologyTestDriver {
                 r.headers.clone(),
             )?;
             self.outputs
-                .entry(r.topic.clone())
+                .entry(r.topic.to_string())
                 .or_default()
                 .push_back(r);
         }

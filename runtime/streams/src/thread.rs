@@ -20,7 +20,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rill_client::consumer::assignor::PartitionAssignor;
 use rill_client::{
-    Admin, Consumer, OffsetAndMetadata, Producer, ProducerRecord, RebalanceListener, TopicPartition,
+    Admin, Consumer, DeliveryFuture, OffsetAndMetadata, Producer, ProducerRecord,
+    RebalanceListener, TopicPartition,
 };
 use rill_state::{Checkpoint, TaskDirLock};
 use tracing::{info, info_span, warn};
@@ -208,13 +209,54 @@ struct ActiveTask {
 /// on disk still cover.
 const CHECKPOINT_DELTA: i64 = 10_000;
 
-/// What delivery callbacks report back to the thread.
+/// The outcomes of what the thread sent. Kafka Streams' `RecordCollector`
+/// learns them from a callback per record; here each producer batch is one
+/// entry (its latest record's delivery future), so sending allocates
+/// nothing per record. Settled when the map grows and at every commit
+/// (after the producer's flush, when all are done).
 #[derive(Default)]
-struct SendState {
+struct Deliveries {
+    /// Producer batch -> its latest record's future, and whether the batch
+    /// is a changelog's.
+    pending: std::collections::HashMap<usize, (DeliveryFuture, bool)>,
+    /// Settle once `pending` holds this many (doubles while they are not done).
+    settle_at: usize,
     /// Highest changelog offset written per partition.
-    written: Mutex<BTreeMap<(String, i32), i64>>,
+    written: BTreeMap<(String, i32), i64>,
     /// The first failed send.
-    error: Mutex<Option<String>>,
+    error: Option<String>,
+}
+
+impl Deliveries {
+    fn track(&mut self, delivery: DeliveryFuture, changelog: bool) {
+        // A later record of the same batch has the higher offset.
+        self.pending
+            .insert(delivery.batch_key(), (delivery, changelog));
+        if self.pending.len() >= self.settle_at.max(256) {
+            self.settle();
+            self.settle_at = 2 * self.pending.len();
+        }
+    }
+
+    /// Takes in the finished deliveries.
+    fn settle(&mut self) {
+        let (written, error) = (&mut self.written, &mut self.error);
+        self.pending
+            .retain(|_, (delivery, changelog)| match delivery.try_result() {
+                None => true,
+                Some(Ok(md)) => {
+                    if *changelog {
+                        let w = written.entry((md.topic, md.partition)).or_insert(-1);
+                        *w = (*w).max(md.offset);
+                    }
+                    false
+                }
+                Some(Err(e)) => {
+                    error.get_or_insert(format!("sending a record failed: {e}"));
+                    false
+                }
+            });
+    }
 }
 
 /// Owns the thread's tasks (Kafka's `TaskManager`).
@@ -229,7 +271,7 @@ pub(crate) struct TaskManager {
     /// `None` only while the thread closes it.
     producer: Option<Producer>,
     restore_consumer: Consumer,
-    sends: Arc<SendState>,
+    deliveries: Deliveries,
     pub commit_requested: bool,
     fatal: Option<StreamsError>,
     /// topic -> sub-topology reading it (regex matching is not per record).
@@ -263,7 +305,7 @@ impl TaskManager {
             pending: BTreeMap::new(),
             producer: Some(producer),
             restore_consumer,
-            sends: Arc::default(),
+            deliveries: Deliveries::default(),
             commit_requested: false,
             fatal: None,
             topic_cache: Mutex::default(),
@@ -464,23 +506,11 @@ impl TaskManager {
             for (hk, hv) in r.headers {
                 rec = rec.header(hk, hv);
             }
-            // One shared state per thread: the callback holds a single Arc.
-            let sends = self.sends.clone();
-            let changelog = r.store.is_some();
-            self.producer()?
-                .send_with_callback(rec, move |res| match res {
-                    Ok(md) if changelog => {
-                        let mut w = sends.written.lock().unwrap_or_else(|e| e.into_inner());
-                        let e = w.entry((md.topic, md.partition)).or_insert(-1);
-                        *e = (*e).max(md.offset);
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        let mut slot = sends.error.lock().unwrap_or_else(|e| e.into_inner());
-                        slot.get_or_insert(format!("sending a record failed: {e}"));
-                    }
-                })
+            let delivery = self
+                .producer()?
+                .send(rec)
                 .map_err(|e| StreamsError::client("sending a record", e))?;
+            self.deliveries.track(delivery, r.store.is_some());
         }
         Ok(())
     }
@@ -578,13 +608,8 @@ impl TaskManager {
         self.producer()?
             .flush()
             .map_err(|e| StreamsError::client("flushing the producer", e))?;
-        if let Some(e) = self
-            .sends
-            .error
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
+        self.deliveries.settle();
+        if let Some(e) = self.deliveries.error.take() {
             return Err(StreamsError::Processor {
                 task: "(thread)".into(),
                 processor: "producer".into(),
@@ -606,12 +631,7 @@ impl TaskManager {
     }
 
     fn write_checkpoints(&mut self, enforce: bool) {
-        let written = self
-            .sends
-            .written
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let written = &self.deliveries.written;
         for t in self.tasks.values_mut() {
             for (tp, end) in t.changelog_end.iter_mut() {
                 if let Some(&w) = written.get(tp) {

@@ -34,7 +34,7 @@ pub(crate) type SourceDecoder = Arc<
 >;
 /// A record encoded by a sink.
 pub(crate) struct Encoded {
-    pub topic: String,
+    pub topic: Arc<str>,
     pub key: Option<Bytes>,
     pub value: Option<Bytes>,
     /// `None`: the producer partitions by the key (murmur2).

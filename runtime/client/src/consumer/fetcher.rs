@@ -417,11 +417,9 @@ impl Fetcher {
                 // it long-polls as usual. (read_committed reads up to the
                 // last stable offset, below the high watermark: such a
                 // request keeps the long wait, as before.)
-                let caught_up = parts.iter().all(|(tp, pos, _)| {
-                    self.high_watermarks
-                        .get(tp)
-                        .is_some_and(|hw| *pos >= *hw)
-                });
+                let caught_up = parts
+                    .iter()
+                    .all(|(tp, pos, _)| self.high_watermarks.get(tp).is_some_and(|hw| *pos >= *hw));
                 let max_wait = if caught_up && held_back.contains(&node) {
                     cfg.fetch_max_wait.min(HELD_BACK_FETCH_WAIT)
                 } else {

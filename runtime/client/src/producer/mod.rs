@@ -44,7 +44,9 @@ use accumulator::{Accumulator, Outcome};
 /// A record to send.
 #[derive(Debug, Clone, Default)]
 pub struct ProducerRecord {
-    pub topic: String,
+    /// Shared, so a caller sending many records to one topic (a stream
+    /// thread) does not allocate a name per record.
+    pub topic: Arc<str>,
     /// `None`: the partitioner decides.
     pub partition: Option<i32>,
     pub key: Option<Bytes>,
@@ -54,10 +56,46 @@ pub struct ProducerRecord {
     pub headers: Vec<(String, Option<Bytes>)>,
 }
 
+/// What names a record's topic: `&str`, `String`, or an `Arc<str>` shared
+/// by many records (no allocation per record).
+pub trait IntoTopicName {
+    fn into_topic_name(self) -> Arc<str>;
+}
+
+impl IntoTopicName for &str {
+    fn into_topic_name(self) -> Arc<str> {
+        Arc::from(self)
+    }
+}
+
+impl IntoTopicName for String {
+    fn into_topic_name(self) -> Arc<str> {
+        Arc::from(self)
+    }
+}
+
+impl IntoTopicName for &String {
+    fn into_topic_name(self) -> Arc<str> {
+        Arc::from(self.as_str())
+    }
+}
+
+impl IntoTopicName for Arc<str> {
+    fn into_topic_name(self) -> Arc<str> {
+        self
+    }
+}
+
+impl IntoTopicName for &Arc<str> {
+    fn into_topic_name(self) -> Arc<str> {
+        self.clone()
+    }
+}
+
 impl ProducerRecord {
-    pub fn new(topic: impl Into<String>) -> Self {
+    pub fn new(topic: impl IntoTopicName) -> Self {
         Self {
-            topic: topic.into(),
+            topic: topic.into_topic_name(),
             ..Default::default()
         }
     }
@@ -123,6 +161,12 @@ impl DeliveryFuture {
     /// The outcome if the record is done.
     pub fn try_result(&self) -> Option<Result<RecordMetadata>> {
         self.outcome.get(self.index, self.timestamp)
+    }
+
+    /// Identifies the producer batch the record went into: records with the
+    /// same key share one outcome (a later one has the higher offset).
+    pub fn batch_key(&self) -> usize {
+        Arc::as_ptr(&self.outcome) as usize
     }
 }
 
@@ -221,7 +265,7 @@ impl Producer {
         ) + rill_protocol::records::BATCH_HEADER_LEN;
         if size > cfg.max_request_size {
             return Err(Error::RecordTooLarge {
-                topic: record.topic.clone(),
+                topic: record.topic.to_string(),
                 size,
                 max: cfg.max_request_size,
             });
@@ -254,7 +298,7 @@ impl Producer {
         }
         let Some(topic) = meta.topic(&record.topic) else {
             return Err(Error::UnknownTopic {
-                topic: record.topic.clone(),
+                topic: record.topic.to_string(),
                 detail: "gone from metadata while sending".into(),
             });
         };
@@ -267,7 +311,7 @@ impl Producer {
         let partition = match record.partition {
             Some(p) if p < 0 || p as usize >= count => {
                 return Err(Error::UnknownPartition {
-                    topic: record.topic.clone(),
+                    topic: record.topic.to_string(),
                     partition: p,
                     count,
                 })
