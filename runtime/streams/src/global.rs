@@ -204,8 +204,8 @@ impl GlobalState {
     fn apply(&mut self, records: Vec<ConsumerRecord>) -> Result<()> {
         for r in records {
             self.positions
-                .insert((r.topic.clone(), r.partition), r.offset + 1);
-            let Some((def, store, _)) = self.stores.iter().find(|(d, _, _)| d.topic == r.topic)
+                .insert((r.topic.to_string(), r.partition), r.offset + 1);
+            let Some((def, store, _)) = self.stores.iter().find(|(d, _, _)| *d.topic == *r.topic)
             else {
                 continue;
             };

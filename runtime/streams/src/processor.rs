@@ -210,7 +210,7 @@ where
 /// Where the current record came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordMetadata {
-    pub topic: String,
+    pub topic: std::sync::Arc<str>,
     pub partition: i32,
     pub offset: i64,
 }

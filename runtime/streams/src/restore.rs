@@ -168,8 +168,8 @@ pub(crate) fn restore_stores(
         let mut last: Option<(i32, usize)> = None;
         for r in records {
             let i = match last {
-                Some((p, i)) if p == r.partition && progress[i].tp.topic == r.topic => i,
-                _ => match by_tp.get(&(r.topic.clone(), r.partition)) {
+                Some((p, i)) if p == r.partition && *progress[i].tp.topic == *r.topic => i,
+                _ => match by_tp.get(&(r.topic.to_string(), r.partition)) {
                     Some(&i) => i,
                     None => continue,
                 },

@@ -341,7 +341,7 @@ impl StreamTask {
         let Some(q) = self
             .queues
             .iter_mut()
-            .find(|q| q.tp.1 == rec.partition && q.tp.0 == rec.topic)
+            .find(|q| q.tp.1 == rec.partition && *q.tp.0 == *rec.topic)
         else {
             return Err(StreamsError::IllegalState(format!(
                 "task {}: got a record of {}-{}, which it does not own",
@@ -614,7 +614,7 @@ impl StreamTask {
             Err((part, reason)) => {
                 let err = StreamsError::Deserialization {
                     task: self.id.to_string(),
-                    topic: rec.topic.clone(),
+                    topic: rec.topic.to_string(),
                     partition: rec.partition,
                     offset: rec.offset,
                     part,

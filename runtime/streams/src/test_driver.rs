@@ -208,7 +208,7 @@ impl TopologyTestDriver {
         };
         let offset = self.next_offset.entry(topic.to_string()).or_insert(0);
         let rec = ConsumerRecord {
-            topic: topic.to_string(),
+            topic: std::sync::Arc::from(topic),
             partition: 0,
             offset: *offset,
             timestamp,

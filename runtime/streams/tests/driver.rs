@@ -243,7 +243,7 @@ impl Processor<String, String, String, i64> for Batcher {
             .record_metadata()
             .cloned()
             .expect("metadata while processing");
-        assert_eq!(md.topic, "in");
+        assert_eq!(&*md.topic, "in");
         let mut st = ctx.store("seen")?;
         let n = st.get_typed(&s(), &Serdes::i64(), &r.key)?.unwrap_or(0) + 1;
         st.put_typed(&s(), &Serdes::i64(), &r.key, &n)?;

@@ -97,6 +97,8 @@ pub struct Fetcher {
 /// one batch at a time as its records are taken.
 struct BufferedFetch {
     tp: TopicPartition,
+    /// `tp`'s topic, shared by the records decoded from this answer.
+    topic: Arc<str>,
     /// Whole batches not decoded yet.
     raw: Bytes,
     /// Records below this offset are not returned (a fetch may start in the
@@ -140,7 +142,7 @@ impl BufferedFetch {
                 continue;
             }
             self.decoded.push_back(ConsumerRecord {
-                topic: self.tp.topic.clone(),
+                topic: self.topic.clone(),
                 partition: self.tp.partition,
                 offset: r.offset,
                 timestamp: r.timestamp,
@@ -270,6 +272,7 @@ impl Fetcher {
             match whole_batches(&pf) {
                 Ok(Some((end, next_offset))) if next_offset > pf.fetch_offset => {
                     self.buffered.push_back(BufferedFetch {
+                        topic: Arc::from(pf.tp.topic.as_str()),
                         raw: pf.records.slice(..end),
                         tp: pf.tp,
                         fetch_offset: pf.fetch_offset,

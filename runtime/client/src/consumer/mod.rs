@@ -47,7 +47,9 @@ use modern::ModernMember;
 /// A record as `poll` returns it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConsumerRecord {
-    pub topic: String,
+    /// Shared by the records of one fetched partition (no name is
+    /// allocated per record).
+    pub topic: std::sync::Arc<str>,
     pub partition: i32,
     pub offset: i64,
     pub timestamp: i64,
@@ -61,7 +63,7 @@ pub struct ConsumerRecord {
 
 impl ConsumerRecord {
     pub fn topic_partition(&self) -> TopicPartition {
-        TopicPartition::new(self.topic.clone(), self.partition)
+        TopicPartition::new(self.topic.to_string(), self.partition)
     }
 }
 
