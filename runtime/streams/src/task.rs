@@ -300,8 +300,9 @@ impl StreamTask {
             idle_since: None,
             processed: 0,
         };
+        let topology = task.topology.clone();
         for &i in &st.nodes {
-            task.with_processor(i, |p, ctx| p.init(ctx))?;
+            task.with_processor(&topology, i, |p, ctx| p.init(ctx))?;
         }
         Ok(task)
     }
@@ -380,13 +381,13 @@ impl StreamTask {
     /// Runs `f` on processor `node` with a context; delivers what it forwarded.
     fn with_processor(
         &mut self,
+        topology: &Topology,
         node: usize,
         f: impl FnOnce(&mut Box<dyn ErasedProcessor>, &mut NodeContext<'_>) -> Result<()>,
     ) -> Result<()> {
         let Some(mut p) = self.procs[node].take() else {
             return Ok(());
         };
-        let topology = self.topology.clone();
         let def = &topology.nodes[node];
         let mut forwarded = self.forward_buffers.pop().unwrap_or_default();
         let r = f(
@@ -403,7 +404,7 @@ impl StreamTask {
         self.procs[node] = Some(p);
         r?;
         for (to, rec) in forwarded.drain(..) {
-            self.forward(node, to, rec)?;
+            self.forward(topology, node, to, rec)?;
         }
         self.forward_buffers.push(forwarded);
         for store in &def.stores {
@@ -411,7 +412,7 @@ impl StreamTask {
                 Some(h) if !h.evicted.is_empty() => std::mem::take(&mut h.evicted),
                 _ => continue,
             };
-            self.apply_flushed(store, evicted)?;
+            self.apply_flushed(topology, store, evicted)?;
         }
         Ok(())
     }
@@ -419,7 +420,12 @@ impl StreamTask {
     /// Writes flushed cache entries of `store` to the store and its
     /// changelog (each with its own record's timestamp), then forwards them
     /// from the node that owns the store, as that node's output.
-    fn apply_flushed(&mut self, store: &str, flushed: Vec<Flushed>) -> Result<()> {
+    fn apply_flushed(
+        &mut self,
+        topology: &Topology,
+        store: &str,
+        flushed: Vec<Flushed>,
+    ) -> Result<()> {
         let Some(h) = self.shared.stores.get_mut(store) else {
             return Ok(());
         };
@@ -463,7 +469,7 @@ impl StreamTask {
                 timestamp: f.timestamp,
                 headers: f.headers,
             };
-            self.forward(node, None, rec)?;
+            self.forward(topology, node, None, rec)?;
             self.shared.drain_changelogs(f.timestamp);
         }
         Ok(())
@@ -484,6 +490,7 @@ impl StreamTask {
         cached.sort();
         let current = self.shared.current.take();
         let mut r = Ok(());
+        let topology = self.topology.clone();
         for (_, name) in cached {
             let flushed = {
                 let h = self.shared.stores.get_mut(&name).expect("listed above");
@@ -496,7 +503,7 @@ impl StreamTask {
             if flushed.is_empty() {
                 continue;
             }
-            r = self.apply_flushed(&name, flushed);
+            r = self.apply_flushed(&topology, &name, flushed);
             if r.is_err() {
                 break;
             }
@@ -505,8 +512,17 @@ impl StreamTask {
         r
     }
 
-    fn forward(&mut self, from: usize, to: Option<usize>, rec: RawRecord) -> Result<()> {
-        let topology = self.topology.clone();
+    /// Hands `rec` to the children of `from` (`to`: only that child). The
+    /// topology is passed down, not cloned per hop: every task of the
+    /// process shares its `Arc`, and two threads bumping one reference
+    /// count per record measured ~5% of a word count's CPU.
+    fn forward(
+        &mut self,
+        topology: &Topology,
+        from: usize,
+        to: Option<usize>,
+        rec: RawRecord,
+    ) -> Result<()> {
         let node = &topology.nodes[from];
         let targets: &[usize] = match to {
             Some(i) => node.children.get(i).map_or(&[], std::slice::from_ref),
@@ -516,17 +532,18 @@ impl StreamTask {
             return Ok(());
         };
         for &c in rest {
-            self.run(c, (node.clone)(&rec))?;
+            self.run(topology, c, (node.clone)(&rec))?;
         }
-        self.run(last, rec)
+        self.run(topology, last, rec)
     }
 
-    fn run(&mut self, node: usize, rec: RawRecord) -> Result<()> {
-        let topology = self.topology.clone();
+    fn run(&mut self, topology: &Topology, node: usize, rec: RawRecord) -> Result<()> {
         let def = &topology.nodes[node];
         match &def.kind {
-            NodeKind::Processor { .. } => self.with_processor(node, |p, ctx| p.process(ctx, rec)),
-            NodeKind::Source { .. } => self.forward(node, None, rec),
+            NodeKind::Processor { .. } => {
+                self.with_processor(topology, node, |p, ctx| p.process(ctx, rec))
+            }
+            NodeKind::Source { .. } => self.forward(topology, node, None, rec),
             NodeKind::Sink { encode, .. } => {
                 let e = encode(&rec)?;
                 let topic = match &self.sink_topics[node] {
@@ -591,6 +608,23 @@ impl StreamTask {
 
     /// Processes the next record (smallest head timestamp); `false` when idle.
     pub fn process_one(&mut self) -> Result<bool> {
+        let topology = self.topology.clone();
+        self.process_one_in(&topology)
+    }
+
+    /// Processes records while `more` allows (it sees the task before each
+    /// one) and there are records; how many. The topology's reference
+    /// count is touched once for the lot.
+    pub fn process_while(&mut self, mut more: impl FnMut(&mut Self) -> bool) -> Result<usize> {
+        let topology = self.topology.clone();
+        let mut n = 0;
+        while more(self) && self.process_one_in(&topology)? {
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    fn process_one_in(&mut self, topology: &Topology) -> Result<bool> {
         let Some(qi) = self
             .queues
             .iter()
@@ -605,7 +639,7 @@ impl StreamTask {
         let rec = q.records.pop_front().expect("the queue has a head");
         let node = q.source;
         q.next_offset = Some(rec.offset + 1);
-        let NodeKind::Source { decode, .. } = &self.topology.nodes[node].kind else {
+        let NodeKind::Source { decode, .. } = &topology.nodes[node].kind else {
             unreachable!("queues point at source nodes");
         };
         let decoded = decode(&rec.topic, rec.key.as_ref(), rec.value.as_ref());
@@ -644,7 +678,7 @@ impl StreamTask {
             partition: rec.partition,
             offset: rec.offset,
         });
-        let r = self.forward(node, None, raw);
+        let r = self.forward(topology, node, None, raw);
         self.shared.current = None;
         self.shared.drain_changelogs(rec.timestamp);
         r?;
@@ -672,7 +706,8 @@ impl StreamTask {
             let interval = s.interval_ms;
             s.next = Some(next + ((now - next) / interval + 1) * interval);
             let (node, id) = (s.node, s.id);
-            self.with_processor(node, |p, ctx| p.punctuate(ctx, id, now))?;
+            let topology = self.topology.clone();
+            self.with_processor(&topology, node, |p, ctx| p.punctuate(ctx, id, now))?;
             self.shared.drain_changelogs(now);
             ran += 1;
         }

@@ -527,14 +527,12 @@ impl TaskManager {
         for id in ids {
             let _span = tracing::debug_span!("task", task = %id).entered();
             let t = self.tasks.get_mut(&id).expect("listed");
-            let mut n = 0;
             let dropped_before = t.task.dropped_records();
-            let r = (|| {
-                while n < per_task && t.task.ready(lag, idle_ms, now) && t.task.process_one()? {
-                    n += 1;
-                }
-                Ok::<(), StreamsError>(())
-            })();
+            let mut taken = 0;
+            let r = t.task.process_while(|task| {
+                taken += 1;
+                taken <= per_task && task.ready(lag, idle_ms, now)
+            });
             let dropped = t.task.dropped_records() - dropped_before;
             if dropped > 0 {
                 self.ctx
@@ -542,7 +540,7 @@ impl TaskManager {
                     .dropped_records
                     .fetch_add(dropped, Ordering::Relaxed);
             }
-            r?;
+            let n = r?;
             done += n;
             self.ctx
                 .shared
@@ -1116,11 +1114,21 @@ fn run_inner(ctx: &Arc<ThreadContext>) -> Result<()> {
         // Records of a partition without a running task (its task is pending)
         // are not dropped: the partition is rewound to the first of them.
         let mut rewind: BTreeMap<TopicPartition, i64> = BTreeMap::new();
+        // Records come in runs of one partition (one fetched batch after
+        // another), sharing one topic name: the task is looked up per run.
+        let mut last: Option<(Arc<str>, i32, Option<TaskId>)> = None;
         for rec in records {
-            match t
-                .task_of_topic(&rec.topic, rec.partition)
-                .and_then(|id| t.tasks.get_mut(&id))
-            {
+            let id = match &last {
+                Some((topic, p, id)) if Arc::ptr_eq(topic, &rec.topic) && *p == rec.partition => {
+                    *id
+                }
+                _ => {
+                    let id = t.task_of_topic(&rec.topic, rec.partition);
+                    last = Some((rec.topic.clone(), rec.partition, id));
+                    id
+                }
+            };
+            match id.and_then(|id| t.tasks.get_mut(&id)) {
                 Some(at) => {
                     if let Err(e) = at.task.add_record(rec) {
                         break 'main Err(e);
