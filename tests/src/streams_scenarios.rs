@@ -614,6 +614,62 @@ pub fn streams_bad_input(bootstrap: &str) {
     });
     assert!(ok, "values {values:?}, dropped {}", app.dropped_records());
     assert!(app.close());
+    // A record the broker refuses to write (over the output topic's
+    // max.message.bytes) fails the thread at its next commit, naming the
+    // topic; its input offset is not committed, so it is not lost.
+    let small = unique_topic("small-messages");
+    admin(bootstrap)
+        .create_topic(
+            rill_client::admin::NewTopic::new(&small, 1, 1).config("max.message.bytes", "1000"),
+        )
+        .unwrap();
+    let big = unique_topic("big-input");
+    create_topic(bootstrap, &big, 1);
+    send_and_wait(&p, [ProducerRecord::new(&big).key("k").value(vec![b'x'; 5_000])]);
+    let b = StreamsBuilder::new();
+    b.stream(
+        &[big.as_str()],
+        Consumed::with(Serdes::bytes(), Serdes::bytes()),
+    )
+    .to(&small, Produced::with(Serdes::bytes(), Serdes::bytes()));
+    let group = format!("{}-too-large", s.app);
+    let cfg = StreamsConfig::builder()
+        .env_prefix(None)
+        .set("application.id", &group)
+        .set("bootstrap.servers", bootstrap)
+        .set("state.dir", dir.path().display())
+        .set("commit.interval.ms", "100")
+        .build()
+        .unwrap();
+    let app = KafkaStreams::new(b.build().unwrap(), cfg).unwrap();
+    let errors = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let e2 = errors.clone();
+    app.set_uncaught_exception_handler(move |e| {
+        e2.lock().unwrap().push(e.to_string());
+        rill_streams::StreamThreadExceptionResponse::ShutdownClient
+    });
+    app.start().unwrap();
+    assert!(
+        app.wait_for_state(State::Error, Duration::from_secs(60)),
+        "state {:?}",
+        app.state()
+    );
+    let errors = errors.lock().unwrap().clone();
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("sending a record failed") && e.contains(&small)),
+        "{errors:?}"
+    );
+    let committed = admin(bootstrap)
+        .list_consumer_group_offsets(&group)
+        .unwrap();
+    assert!(
+        committed
+            .get(&TopicPartition::new(big.clone(), 0))
+            .is_none_or(|o| o.offset == 0),
+        "the refused record's offset was committed: {committed:?}"
+    );
 }
 
 /// The `rill-streams-app` binary next to the running test binary.
