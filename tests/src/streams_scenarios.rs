@@ -625,7 +625,10 @@ pub fn streams_bad_input(bootstrap: &str) {
         .unwrap();
     let big = unique_topic("big-input");
     create_topic(bootstrap, &big, 1);
-    send_and_wait(&p, [ProducerRecord::new(&big).key("k").value(vec![b'x'; 5_000])]);
+    send_and_wait(
+        &p,
+        [ProducerRecord::new(&big).key("k").value(vec![b'x'; 5_000])],
+    );
     let b = StreamsBuilder::new();
     b.stream(
         &[big.as_str()],
