@@ -838,6 +838,11 @@ impl TaskManager {
 
     fn on_lost(&mut self) {
         self.pending.clear();
+        // Every task goes, uncommitted: what they still had in flight must
+        // neither fail the next commit nor move a changelog end that a
+        // restore on this thread will read afresh (Kafka drops a lost
+        // task's send errors with its record collector).
+        self.deliveries = Deliveries::default();
         let all: Vec<TaskId> = self
             .tasks
             .keys()

@@ -164,7 +164,7 @@ impl DeliveryFuture {
     }
 
     /// Identifies the producer batch the record went into: records with the
-    /// same key share one outcome (a later one has the higher offset).
+    /// same batch key share one outcome (a later one has the higher offset).
     pub fn batch_key(&self) -> usize {
         Arc::as_ptr(&self.outcome) as usize
     }
