@@ -278,7 +278,10 @@ impl ApacheKafka {
             "status = warn\nappender.out.type = Console\nappender.out.name = OUT\nappender.out.layout.type = PatternLayout\n\
              appender.out.layout.pattern = [%d] %p %m (%c)%n\nrootLogger.level = INFO\nrootLogger.appenderRef.out.ref = OUT\n",
         )?;
-        let cluster_id = {
+        // Kafka's Uuid.randomUuid() draws again while the string starts with
+        // '-': the tools' argument parser would take it for an option (seen
+        // here once: "argument --cluster-id/-t: expected one argument").
+        let cluster_id = std::iter::repeat_with(|| {
             use std::fmt::Write;
             let u = uuid::Uuid::new_v4();
             // Kafka's Uuid.toString(): URL-safe base64 of the 16 bytes, unpadded.
@@ -299,7 +302,9 @@ impl ApacheKafka {
                 let _ = s.write_char(table[((bits << (6 - n)) & 63) as usize] as char);
             }
             s
-        };
+        })
+        .find(|s| !s.starts_with('-'))
+        .expect("an endless supply of ids");
         let log4j_opt = format!("-Dlog4j2.configurationFile={}", log4j.display());
         run(
             Command::new("java")
