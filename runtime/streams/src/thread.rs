@@ -1164,9 +1164,9 @@ fn run_inner(ctx: &Arc<ThreadContext>) -> Result<()> {
             .and_then(|_| t.punctuate_wall_clock());
         // Back-pressure, after processing so the queues show what is left:
         // pause a partition holding more than buffered.records.per.partition
-        // (Kafka's rule; pausing drops the consumer's fetched data for it, so
-        // it must not trigger on a queue that this loop will drain anyway),
-        // resume it once half drained.
+        // (Kafka's rule; a paused partition keeps its fetched answers but is
+        // not fetched again, so it must not trigger on a queue that this
+        // loop will drain anyway), resume it once half drained.
         let mut to_pause = Vec::new();
         let mut to_resume = Vec::new();
         for at in t.tasks.values() {
