@@ -552,19 +552,7 @@ pub fn streams_bad_input(bootstrap: &str) {
             .value("abc")],
     );
     let app = KafkaStreams::new(b.build().unwrap(), s.config(dir.path(), &[])).unwrap();
-    let errors = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let e2 = errors.clone();
-    app.set_uncaught_exception_handler(move |e| {
-        e2.lock().unwrap().push(e.to_string());
-        rill_streams::StreamThreadExceptionResponse::ShutdownClient
-    });
-    app.start().unwrap();
-    assert!(
-        app.wait_for_state(State::Error, Duration::from_secs(60)),
-        "state {:?}",
-        app.state()
-    );
-    let errors = errors.lock().unwrap().clone();
+    let errors = start_until_failed(&app);
     let at = format!("{}-1 offset 0", s.input);
     assert!(
         errors
@@ -645,19 +633,7 @@ pub fn streams_bad_input(bootstrap: &str) {
         .build()
         .unwrap();
     let app = KafkaStreams::new(b.build().unwrap(), cfg).unwrap();
-    let errors = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let e2 = errors.clone();
-    app.set_uncaught_exception_handler(move |e| {
-        e2.lock().unwrap().push(e.to_string());
-        rill_streams::StreamThreadExceptionResponse::ShutdownClient
-    });
-    app.start().unwrap();
-    assert!(
-        app.wait_for_state(State::Error, Duration::from_secs(60)),
-        "state {:?}",
-        app.state()
-    );
-    let errors = errors.lock().unwrap().clone();
+    let errors = start_until_failed(&app);
     assert!(
         errors
             .iter()
@@ -673,6 +649,25 @@ pub fn streams_bad_input(bootstrap: &str) {
             .is_none_or(|o| o.offset == 0),
         "the refused record's offset was committed: {committed:?}"
     );
+}
+
+/// Starts `app` with a handler that records each thread's fatal error and
+/// shuts the client down; waits for ERROR and returns the errors.
+fn start_until_failed(app: &KafkaStreams) -> Vec<String> {
+    let errors = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let e2 = errors.clone();
+    app.set_uncaught_exception_handler(move |e| {
+        e2.lock().unwrap().push(e.to_string());
+        rill_streams::StreamThreadExceptionResponse::ShutdownClient
+    });
+    app.start().unwrap();
+    assert!(
+        app.wait_for_state(State::Error, Duration::from_secs(60)),
+        "state {:?}",
+        app.state()
+    );
+    let errors = errors.lock().unwrap().clone();
+    errors
 }
 
 /// The `rill-streams-app` binary next to the running test binary.
