@@ -471,7 +471,7 @@ fn static_member(
     Polling::start(cfg, &[topic])
 }
 
-/// The seed's KIP-345 example with Rill consumers: static members A, B, C on
+/// KIP-345's example with Rill consumers: static members A, B, C on
 /// 9 partitions with the range assignor; A restarts (new process, same
 /// instance id) within the session timeout: no rebalance, same generation,
 /// and every member keeps its partitions.
@@ -598,7 +598,7 @@ fn sorted(v: Vec<TopicPartition>) -> Vec<TopicPartition> {
     v
 }
 
-/// KIP-70, the seed's topic example step by step (topics foo and bar with
+/// KIP-70's topic example step by step (topics foo and bar with
 /// one partition each).
 pub fn client_kip70_topic_subscription(bootstrap: &str) {
     let base = unique_topic("kip70");
@@ -638,7 +638,7 @@ pub fn client_kip70_topic_subscription(bootstrap: &str) {
     c.close().unwrap();
 }
 
-/// KIP-70, the seed's regex example step by step.
+/// KIP-70's regex example step by step.
 pub fn client_kip70_regex_subscription(bootstrap: &str) {
     let base = unique_topic("kip70re").replace('-', "_");
     let (foo_topic, bar_topic) = (format!("{base}_foo"), format!("{base}_bar"));
@@ -675,7 +675,7 @@ pub fn client_kip70_regex_subscription(bootstrap: &str) {
     c.close().unwrap();
 }
 
-/// KIP-70 as the seed specifies: with auto-commit, unsubscribe commits the
+/// KIP-70 as the KIP specifies: with auto-commit, unsubscribe commits the
 /// consumed offsets before clearing the assignment.
 pub fn client_unsubscribe_commits_consumed_offsets(bootstrap: &str) {
     let topic = unique_topic("client-unsub");

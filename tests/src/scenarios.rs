@@ -1173,7 +1173,7 @@ pub fn heartbeat(addr: &str, group: &str, member_id: &str, instance: &str, gener
     }
 }
 
-/// The seed's KIP-345 example over the wire: static members A, B, C share a
+/// KIP-345's example over the wire: static members A, B, C share a
 /// 9-partition topic (range, sorted by instance id); A restarts and rejoins
 /// with an unknown member id: same generation, a new member id, its old
 /// assignment, nobody else disturbed, the old incarnation fenced. Then a

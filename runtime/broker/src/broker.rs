@@ -10,148 +10,17 @@ use std::collections::BTreeMap;
 use std::io;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use rill_protocol::ErrorCode;
 use tracing::info;
 
-use crate::config::{validate_topic_config, LogSettings};
-use crate::coordinator::GroupCoordinator;
-use crate::metadata::{ClusterMetadata, MetaResult, TopicMeta};
+use crate::clock::now_ms;
+use crate::config::{validate_topic_config, BrokerConfig, LogSettings};
+use crate::coordinator::consumer::TopicSource;
+use crate::coordinator::{offsets_partition_for, CoordinatorHost, GroupCoordinator};
+use crate::metadata::{ClusterMetadata, MetaResult, TopicMeta, OFFSETS_TOPIC};
 use crate::storage::{LogManager, PartitionLog};
-
-/// Name of the internal topic holding committed offsets and group state.
-pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
-
-/// Cluster-wide settings, named after Kafka's broker configs.
-#[derive(Debug, Clone)]
-pub struct BrokerConfig {
-    /// Number of broker nodes (ids 1..=nodes).
-    pub nodes: usize,
-    /// `broker.rack` per node (index 0 is node 1); missing entries have no rack.
-    pub racks: Vec<Option<String>>,
-    /// Host every node listens on and advertises.
-    pub host: String,
-    /// Port of node 1; node n listens on `port + n - 1`. 0 picks free ports.
-    pub port: u16,
-    /// `log.dirs`; `None` keeps everything in memory.
-    pub data_dir: Option<PathBuf>,
-    /// `auto.create.topics.enable`.
-    pub auto_create_topics: bool,
-    /// `num.partitions`.
-    pub default_partitions: i32,
-    /// `default.replication.factor`.
-    pub default_replication_factor: i16,
-    /// `socket.request.max.bytes`.
-    pub socket_request_max_bytes: usize,
-    /// `log.retention.check.interval.ms` (also drives compaction and rolls by age).
-    pub log_maintenance_interval: Duration,
-    /// Broker-level defaults for topic configs (`log.*` settings by topic key).
-    pub topic_defaults: BTreeMap<String, String>,
-    /// `offsets.topic.num.partitions`.
-    pub offsets_topic_partitions: i32,
-    /// `offsets.topic.replication.factor` (capped at the node count).
-    pub offsets_topic_replication_factor: i16,
-    /// `group.min.session.timeout.ms`.
-    pub group_min_session_timeout_ms: i32,
-    /// `group.max.session.timeout.ms`.
-    pub group_max_session_timeout_ms: i32,
-    /// `group.initial.rebalance.delay.ms`.
-    pub group_initial_rebalance_delay_ms: i32,
-    /// `group.max.size` (classic) and `group.consumer.max.size`.
-    pub group_max_size: usize,
-    /// `group.consumer.session.timeout.ms` (KIP-848 groups).
-    pub group_consumer_session_timeout_ms: i32,
-    /// `group.consumer.heartbeat.interval.ms` (KIP-848 groups).
-    pub group_consumer_heartbeat_interval_ms: i32,
-    /// Fixed cluster id (random when `None` on first start).
-    pub cluster_id: Option<String>,
-}
-
-impl Default for BrokerConfig {
-    fn default() -> Self {
-        Self {
-            nodes: 1,
-            racks: Vec::new(),
-            host: "127.0.0.1".into(),
-            port: 0,
-            data_dir: None,
-            auto_create_topics: true,
-            default_partitions: 1,
-            default_replication_factor: 1,
-            socket_request_max_bytes: rill_protocol::frame::DEFAULT_MAX_FRAME_BYTES,
-            log_maintenance_interval: Duration::from_secs(300),
-            topic_defaults: BTreeMap::new(),
-            offsets_topic_partitions: 50,
-            offsets_topic_replication_factor: 3,
-            group_min_session_timeout_ms: 6_000,
-            group_max_session_timeout_ms: 1_800_000,
-            group_initial_rebalance_delay_ms: 3_000,
-            group_max_size: usize::MAX,
-            group_consumer_session_timeout_ms: 45_000,
-            group_consumer_heartbeat_interval_ms: 5_000,
-            cluster_id: None,
-        }
-    }
-}
-
-impl BrokerConfig {
-    /// Checks the settings; the error names the setting that is wrong.
-    pub fn validate(&self) -> Result<(), String> {
-        if self.nodes == 0 {
-            return Err("nodes must be at least 1".into());
-        }
-        if self.racks.len() > self.nodes {
-            return Err(format!(
-                "{} racks given for {} nodes",
-                self.racks.len(),
-                self.nodes
-            ));
-        }
-        if self.default_partitions < 1 {
-            return Err(format!(
-                "num.partitions must be at least 1, not {}",
-                self.default_partitions
-            ));
-        }
-        if self.default_replication_factor < 1
-            || self.default_replication_factor as usize > self.nodes
-        {
-            return Err(format!(
-                "default.replication.factor {} must be between 1 and the node count {}",
-                self.default_replication_factor, self.nodes
-            ));
-        }
-        if self.offsets_topic_partitions < 1 {
-            return Err("offsets.topic.num.partitions must be at least 1".into());
-        }
-        if self.socket_request_max_bytes < 1024 {
-            return Err("socket.request.max.bytes must be at least 1024".into());
-        }
-        for (k, v) in &self.topic_defaults {
-            validate_topic_config(k, v)?;
-        }
-        if self.port != 0 && self.port as usize + self.nodes - 1 > u16::MAX as usize {
-            return Err(format!(
-                "port {} leaves no room for {} nodes",
-                self.port, self.nodes
-            ));
-        }
-        Ok(())
-    }
-
-    pub fn rack_of(&self, node_id: i32) -> Option<String> {
-        self.racks.get(node_id as usize - 1).cloned().flatten()
-    }
-}
-
-/// Wall-clock milliseconds since the epoch (record timestamps, retention).
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
 
 /// Producer ids are reserved from the persisted high-water mark in blocks,
 /// as Kafka's controller hands out blocks of 1000.
@@ -414,26 +283,18 @@ impl Broker {
     }
 }
 
-/// Java's `String.hashCode` over UTF-16 code units, then `Utils.abs` and the
-/// partition count, so groups land on the partition Kafka would pick.
-pub fn offsets_partition_for(group_id: &str, partitions: usize) -> usize {
-    let mut h: i32 = 0;
-    for unit in group_id.encode_utf16() {
-        h = h.wrapping_mul(31).wrapping_add(unit as i32);
+impl CoordinatorHost for Broker {
+    fn offsets_log(&self, partition: i32) -> Option<(Arc<PartitionLog>, i32)> {
+        let log = self.log(OFFSETS_TOPIC, partition)?;
+        let epoch = self
+            .metadata()
+            .topic(OFFSETS_TOPIC)
+            .and_then(|t| t.partitions.get(partition as usize).map(|p| p.leader_epoch))
+            .unwrap_or(0);
+        Some((log, epoch))
     }
-    ((h & 0x7fff_ffff) as usize) % partitions.max(1)
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn group_partition_matches_java_string_hash() {
-        // Java: "my-group".hashCode() == -1906497762, & 0x7fffffff == 240985886, % 50 == 36;
-        // "rill-group".hashCode() == 261152553, % 50 == 3.
-        assert_eq!(offsets_partition_for("my-group", 50), 36);
-        assert_eq!(offsets_partition_for("rill-group", 50), 3);
-        assert_eq!(offsets_partition_for("", 50), 0);
+    fn with_topics(&self, f: &mut dyn FnMut(&dyn TopicSource)) {
+        f(&*self.metadata())
     }
 }

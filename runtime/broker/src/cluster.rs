@@ -25,7 +25,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::info;
 
-use crate::broker::{now_ms, Broker, BrokerConfig};
+use crate::broker::Broker;
+use crate::clock::now_ms;
+use crate::config::BrokerConfig;
 use crate::server::{bind, NodeServer};
 use crate::storage::MaintenanceStats;
 

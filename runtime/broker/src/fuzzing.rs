@@ -15,7 +15,8 @@ use rill_protocol::message::{decode_request, encode_response_frame};
 use rill_protocol::{RequestKind, ResponseKind};
 
 use crate::api::{self, Ctx};
-use crate::broker::{Broker, BrokerConfig};
+use crate::broker::Broker;
+use crate::config::BrokerConfig;
 
 /// An in-memory single-node broker with a topic, for driving requests.
 pub struct FuzzBroker {

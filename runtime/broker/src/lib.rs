@@ -20,14 +20,17 @@
 pub mod api;
 pub mod broker;
 pub mod cluster;
+pub mod clock;
 pub mod config;
 pub mod coordinator;
-#[doc(hidden)]
+#[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod metadata;
 mod server;
 pub mod storage;
 
-pub use broker::{Broker, BrokerConfig, OFFSETS_TOPIC};
+pub use broker::Broker;
+pub use config::BrokerConfig;
+pub use metadata::OFFSETS_TOPIC;
 pub use cluster::{EmbeddedCluster, EmbeddedClusterBuilder};
 pub use storage::MaintenanceStats;

@@ -23,6 +23,9 @@ use uuid::Uuid;
 
 use crate::config::validate_topic_config;
 
+/// Name of the internal topic holding committed offsets and group state.
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct PartitionMeta {
     pub replicas: Vec<i32>,
@@ -474,24 +477,6 @@ impl ClusterMetadata {
 }
 
 impl ClusterMetadata {
-    /// A topic with each partition's replica racks, for the group coordinator.
-    pub fn topic_info(&self, t: &TopicMeta) -> crate::coordinator::consumer::TopicInfo {
-        crate::coordinator::consumer::TopicInfo {
-            id: t.id,
-            name: t.name.clone(),
-            partition_racks: t
-                .partitions
-                .iter()
-                .map(|p| {
-                    p.replicas
-                        .iter()
-                        .filter_map(|r| self.nodes.get(r).and_then(|n| n.rack.clone()))
-                        .collect()
-                })
-                .collect(),
-        }
-    }
-
     /// Topics with a replica on `node` (their racks change with the node's).
     pub fn topics_on_node(&self, node: i32) -> Vec<String> {
         self.topics
@@ -502,23 +487,6 @@ impl ClusterMetadata {
     }
 }
 
-impl crate::coordinator::consumer::TopicSource for ClusterMetadata {
-    fn info(&self, name: &str) -> Option<crate::coordinator::consumer::TopicInfo> {
-        self.topic(name).map(|t| self.topic_info(t))
-    }
-
-    fn info_by_id(&self, id: &Uuid) -> Option<crate::coordinator::consumer::TopicInfo> {
-        self.topic_by_id(id).map(|t| self.topic_info(t))
-    }
-
-    fn topic_names(&self) -> Vec<String> {
-        self.topics
-            .keys()
-            .filter(|n| n.as_str() != crate::broker::OFFSETS_TOPIC)
-            .cloned()
-            .collect()
-    }
-}
 
 fn random_cluster_id() -> String {
     use base64::Engine;

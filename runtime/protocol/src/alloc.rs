@@ -12,9 +12,12 @@
 //! only when they are touched, and the decoder fails on the missing bytes
 //! long before touching more than the frame could fill (frames are capped by
 //! `socket.request.max.bytes`). Smaller allocations go to the system allocator
-//! unchanged. Binaries that run the broker (`rill`, the test and bench
-//! harnesses, the fuzz target) install it with
-//! `#[global_allocator] static A: ReservingAllocator = ReservingAllocator;`.
+//! unchanged. A binary opts in with
+//! `#[global_allocator] static A: ReservingAllocator = ReservingAllocator;`:
+//! `rill` (so `rill broker` survives any client), the broker fuzz target and
+//! the `hostile_lengths` test do; the test and bench binaries that embed a
+//! broker do not (they send the broker no hostile frames), so a hostile
+//! frame sent to those would abort them.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 

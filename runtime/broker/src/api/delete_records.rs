@@ -9,7 +9,8 @@ use rill_protocol::kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecord
 use rill_protocol::ErrorCode;
 
 use super::{check_leader, Ctx, PartitionCheck};
-use crate::broker::{now_ms, OFFSETS_TOPIC};
+use crate::clock::now_ms;
+use crate::metadata::OFFSETS_TOPIC;
 
 pub(super) fn handle(ctx: &Ctx<'_>, req: DeleteRecordsRequest) -> DeleteRecordsResponse {
     let mut resp = DeleteRecordsResponse::default();

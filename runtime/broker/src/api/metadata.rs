@@ -14,7 +14,7 @@ use rill_protocol::ErrorCode;
 use uuid::Uuid;
 
 use super::{broker_id, sb, topic_name, Ctx};
-use crate::broker::OFFSETS_TOPIC;
+use crate::metadata::OFFSETS_TOPIC;
 use crate::metadata::{validate_topic_name, ClusterMetadata, TopicMeta};
 
 pub(super) fn handle(ctx: &Ctx<'_>, req: MetadataRequest) -> MetadataResponse {

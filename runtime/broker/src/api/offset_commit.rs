@@ -16,7 +16,7 @@ use rill_protocol::kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitR
 use rill_protocol::ErrorCode;
 
 use super::Ctx;
-use crate::broker::now_ms;
+use crate::clock::now_ms;
 use crate::coordinator::{CommittedOffset, OFFSET_METADATA_MAX_BYTES};
 
 pub(super) fn handle(ctx: &Ctx<'_>, req: OffsetCommitRequest) -> OffsetCommitResponse {

@@ -18,7 +18,8 @@ use rill_protocol::ErrorCode;
 use tracing::debug;
 
 use super::{broker_id, check_leader, sb, Ctx, PartitionCheck};
-use crate::broker::{now_ms, OFFSETS_TOPIC};
+use crate::clock::now_ms;
+use crate::metadata::OFFSETS_TOPIC;
 
 fn failed(
     v: i16,

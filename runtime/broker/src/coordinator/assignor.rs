@@ -353,7 +353,7 @@ mod tests {
     }
 
     #[test]
-    fn range_sorts_by_instance_id_like_the_seed_example() {
+    fn range_sorts_by_instance_id_like_the_kip_345_example() {
         let topics = vec![topic(9, &[])];
         // Member ids changed after a restart; instance ids did not.
         let members = vec![

@@ -919,6 +919,9 @@ impl ConsumerGroup {
     }
 }
 
+mod handlers;
 mod members;
+
+pub use handlers::ConsumerGroupDescription;
 #[cfg(test)]
 mod tests;

@@ -1,6 +1,9 @@
-//! The group coordinator: committed offsets and classic-protocol group
-//! membership with static members (KIP-345), for the groups whose offsets
-//! partition this cluster leads.
+//! The group coordinator: committed offsets and group membership in both
+//! protocols — classic (JoinGroup/SyncGroup, `classic`) and KIP-848 consumer
+//! groups (ConsumerGroupHeartbeat, `consumer`) — with static members
+//! (KIP-345) and KIP-1101 topic hashes, for the groups whose offsets
+//! partition this cluster leads. It reaches its broker only through
+//! [`CoordinatorHost`] (the offsets log and the topics).
 //!
 //! Durability: every change is appended to the internal compacted topic
 //! `__consumer_offsets` (partition = Java `String.hashCode` of the group id,
@@ -18,13 +21,13 @@
 pub mod assignor;
 pub mod classic;
 pub mod consumer;
-mod modern;
 pub mod offsets;
 pub mod topic_hash;
+mod topics;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
 use rill_protocol::records::{self, Compression};
@@ -33,7 +36,10 @@ use serde::{Deserialize, Serialize};
 use tokio::time::{Duration, Instant};
 use tracing::{debug, info, warn};
 
-use crate::broker::{now_ms, offsets_partition_for, Broker, BrokerConfig, OFFSETS_TOPIC};
+use crate::clock::now_ms;
+use crate::config::BrokerConfig;
+use crate::metadata::OFFSETS_TOPIC;
+use crate::storage::PartitionLog;
 use classic::{
     ClassicConfig, ClassicGroup, GroupSnapshot, GroupState, JoinOutcome, JoinRequest, Pending,
     SyncOutcome,
@@ -42,6 +48,28 @@ pub use offsets::CommittedOffset;
 
 /// Kafka's `offset.metadata.max.bytes`.
 pub const OFFSET_METADATA_MAX_BYTES: usize = 4096;
+
+/// All the coordinator uses of the broker it runs in (a narrow handle, so
+/// the coordinator depends on the log and the metadata, not on `Broker`):
+/// the partitions of `__consumer_offsets` it replays at start and appends
+/// every change to, and the topics KIP-848 assignments are computed from.
+pub trait CoordinatorHost: Sync {
+    /// `__consumer_offsets` partition `partition` with its leader epoch,
+    /// when this broker has it open.
+    fn offsets_log(&self, partition: i32) -> Option<(Arc<PartitionLog>, i32)>;
+    /// Runs `f` over the cluster's topics (under the metadata read lock).
+    fn with_topics(&self, f: &mut dyn FnMut(&dyn consumer::TopicSource));
+}
+
+/// Java's `String.hashCode` over UTF-16 code units, then `Utils.abs` and the
+/// partition count, so groups land on the partition Kafka would pick.
+pub fn offsets_partition_for(group_id: &str, partitions: usize) -> usize {
+    let mut h: i32 = 0;
+    for unit in group_id.encode_utf16() {
+        h = h.wrapping_mul(31).wrapping_add(unit as i32);
+    }
+    ((h & 0x7fff_ffff) as usize) % partitions.max(1)
+}
 
 /// The coordinator's view of one group: offsets plus membership, either
 /// classic (JoinGroup/SyncGroup) or KIP-848 (ConsumerGroupHeartbeat).
@@ -216,7 +244,7 @@ impl GroupCoordinator {
     }
 
     /// Replays `__consumer_offsets` into memory.
-    pub fn load(&self, broker: &Broker) -> io::Result<()> {
+    pub fn load(&self, host: &dyn CoordinatorHost) -> io::Result<()> {
         let mut loaded = 0usize;
         let now = Instant::now();
         let mut groups = self.groups();
@@ -224,7 +252,7 @@ impl GroupCoordinator {
         let mut consumer_members: BTreeMap<(String, String), Option<consumer::MemberRecord>> =
             BTreeMap::new();
         for p in 0..self.offsets_partitions {
-            let Some(log) = broker.log(OFFSETS_TOPIC, p) else {
+            let Some((log, _)) = host.offsets_log(p) else {
                 continue;
             };
             let mut offset = log.offsets().log_start_offset;
@@ -344,7 +372,7 @@ impl GroupCoordinator {
     /// Appends records to the group's offsets partition; returns once written.
     fn persist(
         &self,
-        broker: &Broker,
+        host: &dyn CoordinatorHost,
         group: &str,
         entries: Vec<(Vec<u8>, Option<Vec<u8>>)>,
     ) -> io::Result<()> {
@@ -352,8 +380,8 @@ impl GroupCoordinator {
             return Ok(());
         }
         let partition = offsets_partition_for(group, self.offsets_partitions as usize) as i32;
-        let log = broker
-            .log(OFFSETS_TOPIC, partition)
+        let (log, epoch) = host
+            .offsets_log(partition)
             .ok_or_else(|| io::Error::other(format!("{OFFSETS_TOPIC}-{partition} is not open")))?;
         let now = now_ms();
         let recs: Vec<_> = entries
@@ -364,11 +392,6 @@ impl GroupCoordinator {
             })
             .collect();
         let batch = records::encode_records(&recs, Compression::None).map_err(io::Error::other)?;
-        let epoch = broker
-            .metadata()
-            .topic(OFFSETS_TOPIC)
-            .and_then(|t| t.partitions.get(partition as usize).map(|p| p.leader_epoch))
-            .unwrap_or(0);
         log.append(batch.to_vec(), epoch, now)
             .map_err(|e| io::Error::other(e.message))?;
         Ok(())
@@ -392,12 +415,12 @@ impl GroupCoordinator {
 
     fn persist_snapshot(
         &self,
-        broker: &Broker,
+        host: &dyn CoordinatorHost,
         group: &str,
         snap: &GroupSnapshot,
     ) -> Result<(), ErrorCode> {
         let value = serde_json::to_vec(snap).map_err(|_| ErrorCode::UnknownServerError)?;
-        self.persist(broker, group, vec![(Self::group_key(group), Some(value))])
+        self.persist(host, group, vec![(Self::group_key(group), Some(value))])
             .map_err(|e| {
                 warn!(group, error = %e, "could not persist group metadata");
                 ErrorCode::NotCoordinator
@@ -416,7 +439,7 @@ impl GroupCoordinator {
 
     pub fn join_group(
         &self,
-        broker: &Broker,
+        host: &dyn CoordinatorHost,
         group_id: &str,
         req: JoinRequest,
     ) -> Pending<JoinOutcome> {
@@ -440,18 +463,18 @@ impl GroupCoordinator {
                 ErrorCode::InconsistentGroupProtocol,
             ));
         }
-        let mut persist = |s: &GroupSnapshot| self.persist_snapshot(broker, group_id, s);
+        let mut persist = |s: &GroupSnapshot| self.persist_snapshot(host, group_id, s);
         let out = g
             .classic
             .join(req, &self.classic, Instant::now(), &mut persist);
-        self.after_change(broker, g);
+        self.after_change(host, g);
         out
     }
 
     #[allow(clippy::too_many_arguments)]
     pub fn sync_group(
         &self,
-        broker: &Broker,
+        host: &dyn CoordinatorHost,
         group_id: &str,
         member_id: &str,
         instance_id: Option<&str>,
@@ -467,7 +490,7 @@ impl GroupCoordinator {
                 ..Default::default()
             });
         };
-        let mut persist = |s: &GroupSnapshot| self.persist_snapshot(broker, group_id, s);
+        let mut persist = |s: &GroupSnapshot| self.persist_snapshot(host, group_id, s);
         let out = g.classic.sync(
             member_id,
             instance_id,
@@ -479,7 +502,7 @@ impl GroupCoordinator {
             Instant::now(),
             &mut persist,
         );
-        self.after_change(broker, g);
+        self.after_change(host, g);
         out
     }
 
@@ -499,7 +522,7 @@ impl GroupCoordinator {
     /// LeaveGroup: one result per member, or a group-level error.
     pub fn leave_group(
         &self,
-        broker: &Broker,
+        host: &dyn CoordinatorHost,
         group_id: &str,
         members: &[(String, Option<String>)],
     ) -> Result<Vec<Option<ErrorCode>>, ErrorCode> {
@@ -509,26 +532,26 @@ impl GroupCoordinator {
             return Err(ErrorCode::CoordinatorNotAvailable);
         }
         let out = g.classic.leave(members, &self.classic, Instant::now());
-        self.after_change(broker, g);
+        self.after_change(host, g);
         Ok(out)
     }
 
     /// Persists the group when it just became Empty (Kafka writes the empty
     /// group's metadata at the end of such a rebalance).
-    fn after_change(&self, broker: &Broker, g: &mut Group) {
+    fn after_change(&self, host: &dyn CoordinatorHost, g: &mut Group) {
         if g.classic.state == GroupState::Empty
             && g.classic.members.is_empty()
             && g.classic.generation_id > 0
         {
             let snap = g.classic.snapshot();
-            if let Err(e) = self.persist_snapshot(broker, &g.id, &snap) {
+            if let Err(e) = self.persist_snapshot(host, &g.id, &snap) {
                 debug!(group = %g.id, ?e, "could not persist empty group");
             }
         }
     }
 
     /// Fires expired timers of every group (sessions, joins, syncs).
-    pub fn tick(&self, broker: &Broker, now: Instant) {
+    pub fn tick(&self, host: &dyn CoordinatorHost, now: Instant) {
         let mut pruned = false;
         let mut groups = self.groups();
         for g in groups.values_mut() {
@@ -536,7 +559,7 @@ impl GroupCoordinator {
                 let before = c.group_epoch;
                 c.tick(now);
                 pruned |= c.group_epoch != before;
-                self.persist_consumer_dirty(broker, c);
+                self.persist_consumer_dirty(host, c);
             }
             if g.classic.members.is_empty() && g.classic.state == GroupState::Empty {
                 continue;
@@ -544,7 +567,7 @@ impl GroupCoordinator {
             let before = (g.classic.state, g.classic.generation_id);
             g.classic.tick(&self.classic, now);
             if before != (g.classic.state, g.classic.generation_id) {
-                self.after_change(broker, g);
+                self.after_change(host, g);
             }
         }
         drop(groups);
@@ -616,7 +639,7 @@ impl GroupCoordinator {
     }
 
     /// DeleteGroups: only empty groups; offsets and metadata are tombstoned.
-    pub fn delete_group(&self, broker: &Broker, group_id: &str) -> Result<(), ErrorCode> {
+    pub fn delete_group(&self, host: &dyn CoordinatorHost, group_id: &str) -> Result<(), ErrorCode> {
         let mut groups = self.groups();
         let g = groups.get_mut(group_id).ok_or(ErrorCode::GroupIdNotFound)?;
         match g.classic.state {
@@ -638,7 +661,7 @@ impl GroupCoordinator {
         if g.consumer.is_some() {
             entries.push((Self::consumer_group_key(group_id), None));
         }
-        self.persist(broker, group_id, entries).map_err(|e| {
+        self.persist(host, group_id, entries).map_err(|e| {
             warn!(group = group_id, error = %e, "could not persist group deletion");
             ErrorCode::NotCoordinator
         })?;
@@ -713,7 +736,7 @@ impl GroupCoordinator {
     /// Stores committed offsets durably, then in memory.
     pub fn commit_offsets(
         &self,
-        broker: &Broker,
+        host: &dyn CoordinatorHost,
         group: &str,
         commits: Vec<(String, i32, CommittedOffset)>,
     ) -> io::Result<()> {
@@ -726,7 +749,7 @@ impl GroupCoordinator {
                 )
             })
             .collect();
-        self.persist(broker, group, entries)?;
+        self.persist(host, group, entries)?;
         let mut groups = self.groups();
         let g = groups
             .entry(group.to_string())
@@ -773,7 +796,7 @@ impl GroupCoordinator {
     /// OffsetDelete: refused for topics an active consumer group subscribes to.
     pub fn delete_offsets(
         &self,
-        broker: &Broker,
+        host: &dyn CoordinatorHost,
         group: &str,
         doomed: &[(String, i32)],
     ) -> Result<Vec<Option<ErrorCode>>, ErrorCode> {
@@ -801,7 +824,7 @@ impl GroupCoordinator {
             .filter(|(_, r)| r.is_none())
             .map(|((t, p), _)| (Self::offset_key(group, t, *p), None))
             .collect();
-        self.persist(broker, group, entries)
+        self.persist(host, group, entries)
             .map_err(|_| ErrorCode::NotCoordinator)?;
         if let Some(g) = self.groups().get_mut(group) {
             for ((t, p), r) in doomed.iter().zip(&results) {

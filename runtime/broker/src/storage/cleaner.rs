@@ -23,7 +23,10 @@ use rill_protocol::records::{
 };
 use tracing::info;
 
-use super::log::LogInner;
+use std::collections::BTreeMap;
+
+use super::segment::Segment;
+use crate::config::LogSettings;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CleanStats {
@@ -33,13 +36,26 @@ pub struct CleanStats {
     pub bytes_after: u64,
 }
 
-pub(super) fn clean(inner: &mut LogInner, now_ms: i64, force: bool) -> io::Result<CleanStats> {
+/// What the cleaner works on: a log's segments (keyed by base offset) and
+/// its cleaner checkpoint, under the log's lock (the caller holds it).
+pub(super) struct Cleanable<'a> {
+    pub settings: &'a LogSettings,
+    pub segments: &'a mut BTreeMap<i64, Segment>,
+    /// Offsets below this have been compacted; moved up by a clean.
+    pub cleaner_checkpoint: &'a mut i64,
+}
+
+pub(super) fn clean(log: Cleanable<'_>, now_ms: i64, force: bool) -> io::Result<CleanStats> {
     let mut stats = CleanStats::default();
-    let settings = inner.settings.clone();
-    if !settings.cleanup_compact || inner.segments.len() < 2 {
+    let Cleanable {
+        settings,
+        segments,
+        cleaner_checkpoint,
+    } = log;
+    if !settings.cleanup_compact || segments.len() < 2 {
         return Ok(stats);
     }
-    let active_base = *inner.segments.keys().next_back().unwrap();
+    let active_base = *segments.keys().next_back().unwrap();
     let lag_cutoff = now_ms.saturating_sub(settings.min_compaction_lag_ms);
     // Cleanable: closed segments old enough, from the start up to the first too-young one.
     let cleanable: Vec<i64> = inner
@@ -52,11 +68,11 @@ pub(super) fn clean(inner: &mut LogInner, now_ms: i64, force: bool) -> io::Resul
     if cleanable.is_empty() {
         return Ok(stats);
     }
-    let total: u64 = cleanable.iter().map(|b| inner.segments[b].size()).sum();
+    let total: u64 = cleanable.iter().map(|b| segments[b].size()).sum();
     let dirty: u64 = cleanable
         .iter()
-        .map(|b| &inner.segments[b])
-        .filter(|s| s.next_offset > inner.cleaner_checkpoint)
+        .map(|b| &segments[b])
+        .filter(|s| s.next_offset > *cleaner_checkpoint)
         .map(|s| s.size())
         .sum();
     let ratio = if total == 0 {
@@ -72,7 +88,7 @@ pub(super) fn clean(inner: &mut LogInner, now_ms: i64, force: bool) -> io::Resul
     let mut latest: HashMap<Bytes, i64> = HashMap::new();
     let mut contents = Vec::with_capacity(cleanable.len());
     for base in &cleanable {
-        let seg = &inner.segments[base];
+        let seg = &segments[base];
         let bytes = Bytes::from(seg.read_at(0, seg.size() as usize)?);
         for r in records::decode_records(&bytes).map_err(io::Error::other)? {
             if let Some(k) = r.key {
@@ -138,17 +154,16 @@ pub(super) fn clean(inner: &mut LogInner, now_ms: i64, force: bool) -> io::Resul
             continue;
         }
         let interval = settings.index_interval_bytes;
-        let seg = inner.segments.get_mut(&base).unwrap();
+        let seg = segments.get_mut(&base).unwrap();
         stats.bytes_before += seg.size();
         seg.replace_contents(&out, interval)?;
         stats.bytes_after += seg.size();
         stats.segments_rewritten += 1;
         stats.records_removed += removed;
     }
-    inner.cleaner_checkpoint = cleanable
-        .last()
-        .map(|b| inner.segments[b].next_offset)
-        .unwrap_or(inner.cleaner_checkpoint);
+    if let Some(b) = cleanable.last() {
+        *cleaner_checkpoint = segments[b].next_offset;
+    }
     if stats.segments_rewritten > 0 {
         info!(
             segments = stats.segments_rewritten,

@@ -739,9 +739,18 @@ impl PartitionLog {
     /// Compacts the closed segments if the topic is compacted and dirty enough.
     pub fn compact(&self, now_ms: i64, force: bool) -> io::Result<super::cleaner::CleanStats> {
         let mut inner = self.lock();
-        let stats = super::cleaner::clean(&mut inner, now_ms, force)?;
+        let inner = &mut *inner;
+        let stats = super::cleaner::clean(
+            super::cleaner::Cleanable {
+                settings: &inner.settings,
+                segments: &mut inner.segments,
+                cleaner_checkpoint: &mut inner.cleaner_checkpoint,
+            },
+            now_ms,
+            force,
+        )?;
         if stats.segments_rewritten > 0 {
-            self.write_checkpoint(&inner)?;
+            self.write_checkpoint(inner)?;
         }
         Ok(stats)
     }

@@ -7,7 +7,7 @@
 //! - `range`: per topic, contiguous ranges in member order, where members
 //!   with a `group.instance.id` sort by it first (Kafka's
 //!   `MemberInfo.compareTo`), so static members keep identical assignments
-//!   across restarts whatever member ids they get (the seed's 9-partition
+//!   across restarts whatever member ids they get (KIP-345's 9-partition
 //!   A/B/C example);
 //! - `roundrobin`: all partitions in (topic, partition) order dealt to
 //!   members in the same order, skipping members not subscribed;
@@ -367,7 +367,7 @@ mod tests {
 
     #[test]
     fn range_sorts_static_members_by_instance_id_across_restarts() {
-        // The seed's example: A, B, C on 9 partitions; A restarts with a new member id.
+        // KIP-345's example: A, B, C on 9 partitions; A restarts with a new member id.
         let topics = BTreeMap::from([("t".to_string(), 9)]);
         let before = BTreeMap::from([
             ("m-3".to_string(), sub("m-3", Some("A"), &["t"])),

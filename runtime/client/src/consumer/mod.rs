@@ -12,8 +12,8 @@
 //!   assignment stays until the next rebalance, whose revocation callback
 //!   receives the whole previous assignment (eager protocols);
 //! - with `enable.auto.commit`, `unsubscribe` commits the consumed offsets
-//!   before it clears the assignment, as the seed specifies (Kafka reverted
-//!   this in KAFKA-4234; Rill keeps the seed's behaviour, documented).
+//!   before it clears the assignment, as KIP-70 specifies (Kafka reverted
+//!   this in KAFKA-4234; Rill keeps KIP-70's behaviour, documented).
 //!
 //! Invariants: after a fatal error (FENCED_INSTANCE_ID) every call fails
 //! with [`Error::Stopped`] and nothing more is committed; positions move only
@@ -355,7 +355,7 @@ impl Consumer {
     }
 
     /// Stops consuming: with auto-commit the consumed offsets are committed
-    /// first (the seed's KIP-70 behaviour), the listener sees the partitions
+    /// first (KIP-70's behaviour), the listener sees the partitions
     /// revoked, and a dynamic member leaves its group.
     pub fn unsubscribe(&mut self) -> Result<()> {
         self.usable("unsubscribe")?;
@@ -645,7 +645,7 @@ impl Consumer {
         }
         if !cooperative {
             // Eager: everything is revoked before the join; the listener hears
-            // it even when nothing is owned (the seed's KIP-70 examples).
+            // it even when nothing is owned (KIP-70's examples).
             let parts = self.assignment();
             self.callback(Callback::Revoked, &parts);
             self.subs.assignment.clear();

@@ -94,7 +94,7 @@ fn stable_abc(g: &mut ClassicGroup, t0: Instant) -> [String; 3] {
 }
 
 #[test]
-fn seed_example_static_restart_keeps_generation_and_assignment() {
+fn kip_345_example_static_restart_keeps_generation_and_assignment() {
     let t0 = Instant::now();
     let mut g = ClassicGroup::new("g");
     let [a, b, c] = stable_abc(&mut g, t0);
@@ -425,7 +425,7 @@ fn batch_leave_by_instance_id_reports_each_member() {
 
 #[test]
 fn leave_by_member_id_of_a_static_member_removes_its_mapping() {
-    // The seed's downgrade corner case: member id given, instance id null.
+    // KIP-345's downgrade corner case: member id given, instance id null.
     let t0 = Instant::now();
     let mut g = ClassicGroup::new("g");
     let [_, _, c] = stable_abc(&mut g, t0);

@@ -12,9 +12,8 @@ use rill_protocol::ErrorCode;
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
-use super::consumer::{ConsumerGroup, Heartbeat, HeartbeatAnswer, TopicSource};
-use super::{Group, GroupCoordinator, StoredKey};
-use crate::broker::Broker;
+use super::{ConsumerGroup, ConsumerMember, Heartbeat, HeartbeatAnswer, Partitions, TopicSource};
+use crate::coordinator::{CoordinatorHost, Group, GroupCoordinator, StoredKey};
 
 /// A consumer group as ConsumerGroupDescribe shows it.
 #[derive(Debug, Clone)]
@@ -23,11 +22,11 @@ pub struct ConsumerGroupDescription {
     pub group_epoch: i32,
     pub assignment_epoch: i32,
     pub assignor: String,
-    pub members: Vec<(super::consumer::ConsumerMember, super::consumer::Partitions)>,
+    pub members: Vec<(ConsumerMember, Partitions)>,
 }
 
 impl GroupCoordinator {
-    pub(super) fn consumer_group_key(group: &str) -> Vec<u8> {
+    pub(in crate::coordinator) fn consumer_group_key(group: &str) -> Vec<u8> {
         serde_json::to_vec(&StoredKey::ConsumerGroup {
             group: group.to_string(),
         })
@@ -43,7 +42,7 @@ impl GroupCoordinator {
     }
 
     /// Writes what the last operation changed; clears the change list.
-    pub(super) fn persist_consumer_dirty(&self, broker: &Broker, g: &mut ConsumerGroup) {
+    pub(in crate::coordinator) fn persist_consumer_dirty(&self, host: &dyn CoordinatorHost, g: &mut ConsumerGroup) {
         let d = std::mem::take(&mut g.dirty);
         if !d.group && d.members.is_empty() && d.removed.is_empty() {
             return;
@@ -66,7 +65,7 @@ impl GroupCoordinator {
                 Some(serde_json::to_vec(&g.group_record()).expect("records serialize")),
             ));
         }
-        if let Err(e) = self.persist(broker, &g.group_id, entries) {
+        if let Err(e) = self.persist(host, &g.group_id, entries) {
             warn!(group = %g.group_id, error = %e, "could not persist consumer group state");
         }
     }
@@ -74,7 +73,7 @@ impl GroupCoordinator {
     /// One ConsumerGroupHeartbeat.
     pub fn consumer_heartbeat(
         &self,
-        broker: &Broker,
+        host: &dyn CoordinatorHost,
         group_id: &str,
         hb: Heartbeat,
     ) -> Result<HeartbeatAnswer, (ErrorCode, String)> {
@@ -99,18 +98,21 @@ impl GroupCoordinator {
         let cg = g
             .consumer
             .get_or_insert_with(|| ConsumerGroup::new(group_id));
-        let meta = broker.metadata();
         let mut hashes = self.hashes.lock().unwrap_or_else(|p| p.into_inner());
-        let result = cg.heartbeat(
-            hb,
-            &self.consumer_cfg,
-            &*meta as &dyn TopicSource,
-            &mut hashes,
-            Instant::now(),
-        );
+        let (mut hb, mut result) = (Some(hb), None);
+        host.with_topics(&mut |topics| {
+            let Some(hb) = hb.take() else { return };
+            result = Some(cg.heartbeat(
+                hb,
+                &self.consumer_cfg,
+                topics,
+                &mut hashes,
+                Instant::now(),
+            ));
+        });
         drop(hashes);
-        drop(meta);
-        self.persist_consumer_dirty(broker, cg);
+        let result = result.expect("with_topics calls back once");
+        self.persist_consumer_dirty(host, cg);
         result
     }
 
@@ -163,7 +165,7 @@ impl GroupCoordinator {
     }
 
     /// Drops cached topic hashes no consumer group subscribes to any more.
-    pub(super) fn prune_topic_hashes(&self) {
+    pub(in crate::coordinator) fn prune_topic_hashes(&self) {
         let groups = self.groups();
         prune_hash_cache(
             &groups,
@@ -181,7 +183,7 @@ impl GroupCoordinator {
 /// name or by regex (KIP-1101: the cache holds subscribed topics only).
 fn prune_hash_cache(
     groups: &std::collections::HashMap<String, Group>,
-    hashes: &mut super::TopicHashCache,
+    hashes: &mut crate::coordinator::TopicHashCache,
 ) {
     if hashes.is_empty() {
         return;
