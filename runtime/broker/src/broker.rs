@@ -8,15 +8,13 @@
 
 use std::collections::BTreeMap;
 use std::io;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::time::Duration;
 
 use rill_protocol::ErrorCode;
 use tracing::info;
 
 use crate::clock::now_ms;
-use crate::config::{validate_topic_config, BrokerConfig, LogSettings};
+use crate::config::{BrokerConfig, LogSettings};
 use crate::coordinator::consumer::TopicSource;
 use crate::coordinator::{offsets_partition_for, CoordinatorHost, GroupCoordinator};
 use crate::metadata::{ClusterMetadata, MetaResult, TopicMeta, OFFSETS_TOPIC};

@@ -186,7 +186,7 @@ impl EmbeddedCluster {
         })?;
         {
             let b = broker.clone();
-            tokio::task::spawn_blocking(move || b.coordinator.load(&b))
+            tokio::task::spawn_blocking(move || b.coordinator.load(&*b))
                 .await
                 .map_err(io::Error::other)??;
         }
@@ -345,7 +345,7 @@ fn spawn_maintenance(broker: Arc<Broker>) -> (watch::Sender<bool>, JoinHandle<()
         loop {
             tokio::select! {
                 _ = rx.changed() => return,
-                _ = groups.tick() => broker.coordinator.tick(&broker, tokio::time::Instant::now()),
+                _ = groups.tick() => broker.coordinator.tick(&*broker, tokio::time::Instant::now()),
                 _ = logs.tick() => {
                     let b = broker.clone();
                     let _ = tokio::task::spawn_blocking(move || b.logs.maintain(now_ms(), false)).await;

@@ -7,6 +7,7 @@
 //! (INVALID_CONFIG), never ignored.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// How a topic config key is typed and bounded.

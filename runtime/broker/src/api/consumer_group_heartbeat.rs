@@ -130,7 +130,7 @@ pub(super) fn handle(
             };
             ctx.broker
                 .coordinator
-                .consumer_heartbeat(ctx.broker, &group, hb)
+                .consumer_heartbeat(&**ctx.broker, &group, hb)
         });
     match result {
         Ok(a) => {

@@ -12,7 +12,7 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: DeleteGroupsRequest) -> DeleteGroupsRes
         let group = gid.to_string();
         let result = match group_coordinator_error(ctx, &group) {
             Some(e) => Err(e),
-            None => ctx.broker.coordinator.delete_group(ctx.broker, &group),
+            None => ctx.broker.coordinator.delete_group(&**ctx.broker, &group),
         };
         resp.results.push(
             DeletableGroupResult::default()

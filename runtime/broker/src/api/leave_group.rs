@@ -29,7 +29,7 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: LeaveGroupRequest) -> LeaveGroupRespons
         None => ctx
             .broker
             .coordinator
-            .leave_group(ctx.broker, &group, &members),
+            .leave_group(&**ctx.broker, &group, &members),
     };
     let mut resp = LeaveGroupResponse::default();
     match result {

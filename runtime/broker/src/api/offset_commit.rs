@@ -89,7 +89,7 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: OffsetCommitRequest) -> OffsetCommitRes
         if let Err(e) = ctx
             .broker
             .coordinator
-            .commit_offsets(ctx.broker, &group, commits)
+            .commit_offsets(&**ctx.broker, &group, commits)
         {
             tracing::warn!(group, error = %e, "offset commit could not be persisted");
             for tr in &mut resp.topics {

@@ -28,7 +28,7 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: OffsetDeleteRequest) -> OffsetDeleteRes
     match ctx
         .broker
         .coordinator
-        .delete_offsets(ctx.broker, &group, &doomed)
+        .delete_offsets(&**ctx.broker, &group, &doomed)
     {
         Err(e) => resp.error_code = e.code(),
         Ok(results) => {

@@ -35,7 +35,7 @@ pub(super) async fn handle(ctx: &Ctx<'_>, req: SyncGroupRequest) -> SyncGroupRes
             .map(|a| (a.member_id.to_string(), a.assignment.clone()))
             .collect();
         match ctx.broker.coordinator.sync_group(
-            ctx.broker,
+            &**ctx.broker,
             &group,
             &req.member_id,
             instance.as_deref(),

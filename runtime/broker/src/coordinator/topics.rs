@@ -36,8 +36,8 @@ impl TopicSource for ClusterMetadata {
     }
 
     fn topic_names(&self) -> Vec<String> {
-        self.topics
-            .keys()
+        self.topics()
+            .map(|t| &t.name)
             .filter(|n| n.as_str() != OFFSETS_TOPIC)
             .cloned()
             .collect()

@@ -58,8 +58,7 @@ pub(super) fn clean(log: Cleanable<'_>, now_ms: i64, force: bool) -> io::Result<
     let active_base = *segments.keys().next_back().unwrap();
     let lag_cutoff = now_ms.saturating_sub(settings.min_compaction_lag_ms);
     // Cleanable: closed segments old enough, from the start up to the first too-young one.
-    let cleanable: Vec<i64> = inner
-        .segments
+    let cleanable: Vec<i64> = segments
         .iter()
         .filter(|(b, _)| **b < active_base)
         .take_while(|(_, s)| s.max_timestamp <= lag_cutoff)

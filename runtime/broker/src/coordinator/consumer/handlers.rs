@@ -12,7 +12,7 @@ use rill_protocol::ErrorCode;
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
-use super::{ConsumerGroup, ConsumerMember, Heartbeat, HeartbeatAnswer, Partitions, TopicSource};
+use super::{ConsumerGroup, ConsumerMember, Heartbeat, HeartbeatAnswer, Partitions};
 use crate::coordinator::{CoordinatorHost, Group, GroupCoordinator, StoredKey};
 
 /// A consumer group as ConsumerGroupDescribe shows it.
