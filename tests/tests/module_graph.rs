@@ -346,7 +346,11 @@ fn cycles(edges: &[Edge]) -> Vec<Vec<Edge>> {
             let mut queue = std::collections::VecDeque::from([start]);
             let mut closed = None;
             while let Some(n) = queue.pop_front() {
-                for &next in adj.get(n).map(|m| m.keys().collect::<Vec<_>>()).unwrap_or_default() {
+                for &next in adj
+                    .get(n)
+                    .map(|m| m.keys().collect::<Vec<_>>())
+                    .unwrap_or_default()
+                {
                     if next == start {
                         closed = Some(n);
                         break;
@@ -418,7 +422,10 @@ fn library_crates_have_no_import_cycles() {
             report.push(format!("rill-{krate}: {}", names.join("; ")));
         }
     }
-    assert!(checked > 50, "only {checked} edges read: the parser is broken");
+    assert!(
+        checked > 50,
+        "only {checked} edges read: the parser is broken"
+    );
     assert!(
         report.is_empty(),
         "import cycles between sibling modules:\n{}",
@@ -434,7 +441,11 @@ fn the_checker_sees_a_cycle_and_ignores_test_code() {
     std::fs::write(src.join("lib.rs"), "mod a; mod b; mod c;").unwrap();
     std::fs::write(src.join("a/mod.rs"), "use crate::{b::X, c};\nmod inner;").unwrap();
     // A child using its parent: nesting, not a cycle.
-    std::fs::write(src.join("a/inner.rs"), "use super::Y; // crate::c::Z in a comment").unwrap();
+    std::fs::write(
+        src.join("a/inner.rs"),
+        "use super::Y; // crate::c::Z in a comment",
+    )
+    .unwrap();
     std::fs::write(
         src.join("b.rs"),
         "pub struct X; fn f() { let s = \"crate::a::Q\"; crate::a::inner::g(); }",

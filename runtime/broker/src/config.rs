@@ -515,4 +515,3 @@ impl BrokerConfig {
         self.racks.get(node_id as usize - 1).cloned().flatten()
     }
 }
-

@@ -19,8 +19,8 @@
 
 pub mod api;
 pub mod broker;
-pub mod cluster;
 pub mod clock;
+pub mod cluster;
 pub mod config;
 pub mod coordinator;
 #[cfg(feature = "fuzzing")]
@@ -30,7 +30,7 @@ mod server;
 pub mod storage;
 
 pub use broker::Broker;
+pub use cluster::{EmbeddedCluster, EmbeddedClusterBuilder};
 pub use config::BrokerConfig;
 pub use metadata::OFFSETS_TOPIC;
-pub use cluster::{EmbeddedCluster, EmbeddedClusterBuilder};
 pub use storage::MaintenanceStats;

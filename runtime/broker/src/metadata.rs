@@ -487,7 +487,6 @@ impl ClusterMetadata {
     }
 }
 
-
 fn random_cluster_id() -> String {
     use base64::Engine;
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(Uuid::new_v4().as_bytes())

@@ -2,7 +2,7 @@
 //! and `rill topics ...`.
 //!
 //! The instance commands talk to a Rill app's REST API (JSON shapes in
-//! docs/openapi.json); the group and topic commands use the admin client
+//! runtime/streams/src/openapi.json); the group and topic commands use the admin client
 //! against any Kafka-compatible cluster. `groups remove-members` is KIP-345's
 //! batch removal of static members by `group.instance.id` (one LeaveGroup
 //! v3+ carrying every id), with `--from-url` taking the ids from an

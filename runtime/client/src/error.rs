@@ -84,9 +84,10 @@ pub enum Error {
         instance_id: String,
         detail: String,
     },
-    /// The consumer left a fatal state earlier and can no longer be used.
+    /// The consumer met a fatal error earlier (the cause) and can no longer
+    /// be used.
     #[error("the consumer is stopped after a fatal error: {0}")]
-    Stopped(String),
+    Stopped(Box<Error>),
     /// An operation ran out of time.
     #[error("timed out after {timeout_ms} ms: {what}")]
     Timeout { what: String, timeout_ms: u64 },
@@ -136,6 +137,25 @@ impl Error {
     pub fn code(&self) -> Option<ErrorCode> {
         match self {
             Error::Broker { code, .. } => rill_protocol::error::check(*code).err(),
+            _ => None,
+        }
+    }
+
+    /// When this error, or the fatal error that stopped the client, is a
+    /// fencing of a static member by another with the same
+    /// `group.instance.id` (FENCED_INSTANCE_ID, KIP-345): the instance id
+    /// (empty when the broker's answer did not say) and the detail.
+    pub fn fencing(&self) -> Option<(String, String)> {
+        match self {
+            Error::FencedInstanceId {
+                instance_id,
+                detail,
+                ..
+            } => Some((instance_id.clone(), detail.clone())),
+            Error::Broker { code, context, .. } if *code == ErrorCode::FencedInstanceId.code() => {
+                Some((String::new(), context.clone()))
+            }
+            Error::Stopped(cause) => cause.fencing(),
             _ => None,
         }
     }

@@ -33,6 +33,7 @@ pub use consumer::{Consumer, ConsumerRecord, RebalanceListener};
 pub use error::{Error, Result};
 pub use producer::{DeliveryFuture, IntoTopicName, Producer, ProducerRecord, RecordMetadata};
 pub use rill_protocol::records::Compression;
+pub use rill_protocol::ErrorCode;
 pub use rpc::OffsetAndMetadata;
 
 /// A topic partition.

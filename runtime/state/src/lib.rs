@@ -1,5 +1,8 @@
-//! Rill's state stores: the byte-level key-value stores stream tasks keep
-//! their state in, and the files around them.
+//! Rill's state stores (Kafka Streams' `state` package): the byte-level
+//! stores stream tasks keep their state in, the layers in front of them,
+//! and the files around them. `rill-streams` reaches every store through
+//! the [`KeyValueStore`] trait and the layers here; the typed view (serdes)
+//! lives there.
 //!
 //! - [`KeyValueStore`]: Kafka Streams' `KeyValueStore` on bytes (put, get,
 //!   delete, range, prefix scan, all), ordered by the keys' bytes like
@@ -13,17 +16,30 @@
 //! - [`Checkpoint`]: the changelog offsets a task's stores are flushed up to
 //!   (Kafka's `.checkpoint` file format), written after a flush.
 //! - [`TaskDirLock`]: an exclusive lock on a task directory so two threads
-//!   or processes never open one task's stores at once.
+//!   or processes never open one task's stores at once; [`state_dir`]: where
+//!   stores live and how they open.
+//! - [`window`] and [`session`]: window and session stores as Kafka's key
+//!   schemas over a key-value store, with retention swept per segment
+//!   interval.
+//! - [`cache`] and [`caching`]: the record cache (KIP-63) and the caching
+//!   layer that puts it in front of a store; [`changelogging`]: the writes
+//!   queued for a store's changelog partition.
 //!
 //! Invariants: every error names the store, file or key it is about; no
 //! operation panics on bad input (a corrupt checkpoint is an error the
 //! caller answers with a full restore).
 
+pub mod cache;
+pub mod caching;
+pub mod changelogging;
 mod checkpoint;
 mod error;
 mod lock;
 mod memory;
 mod rocks;
+pub mod session;
+pub mod state_dir;
+pub mod window;
 
 pub use checkpoint::Checkpoint;
 pub use error::{Error, Result};
@@ -33,8 +49,15 @@ pub use rocks::RocksDbStore;
 
 use bytes::Bytes;
 
+pub use caching::{CachedStore, SharedStore};
+pub use changelogging::ChangeLogger;
+
 /// One key-value pair as stores return it.
 pub type KeyValue = (Bytes, Bytes);
+
+/// Record headers as the record cache keeps them with an entry (the
+/// downstream record of a flushed entry carries them).
+pub type Headers = Vec<(String, Option<Bytes>)>;
 
 /// A byte-level key-value store (Kafka Streams' `KeyValueStore<Bytes, byte[]>`).
 ///

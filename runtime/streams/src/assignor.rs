@@ -22,7 +22,7 @@ use rill_client::consumer::assignor::{Assignment, PartitionAssignor, Subscriptio
 use rill_client::TopicPartition;
 use serde::{Deserialize, Serialize};
 
-use crate::task::TaskId;
+use crate::task_id::TaskId;
 use crate::topology::{full_match, Topology};
 
 pub const PROTOCOL_NAME: &str = "rill-streams";

@@ -29,6 +29,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub(crate) use crate::record::Change;
 pub use global_table::GlobalKTable;
 pub use grouped_table::KGroupedTable;
 pub use join::Joined;
@@ -36,7 +37,6 @@ pub use session::SessionWindowedKStream;
 pub use sliding::SlidingWindowedKStream;
 pub use stream_join::StreamJoined;
 pub use suppress::{BufferConfig, Suppressed};
-pub(crate) use table::Change;
 pub use table::KTable;
 use table::TableInfo;
 pub use windowed::TimeWindowedKStream;
@@ -44,10 +44,9 @@ pub use windowed::TimeWindowedKStream;
 use rill_state::StoreBackend;
 
 use crate::error::{Result, StreamsError};
-use crate::processor::{
-    clone_raw, Adapter, ErasedProcessor, Processor, ProcessorContext, RawRecord, Record,
-};
-use crate::serde::SharedSerde;
+use crate::processor::{Adapter, ErasedProcessor, Processor, ProcessorContext};
+use crate::record::{clone_raw, RawRecord, Record};
+use crate::serdes::SharedSerde;
 use crate::topology::{Node, NodeKind, StoreDef, TopicName, Topology};
 
 /// Bounds every key and value type of the DSL meets.
@@ -59,7 +58,7 @@ struct Graph {
     nodes: Vec<Node>,
     stores: BTreeMap<String, StoreDef>,
     repartition_topics: BTreeSet<String>,
-    global_stores: BTreeMap<String, crate::global::GlobalStoreDef>,
+    global_stores: BTreeMap<String, crate::topology::GlobalStoreDef>,
     send_old_values: BTreeSet<String>,
     counter: usize,
     error: Option<StreamsError>,
@@ -647,11 +646,9 @@ impl<K: Data, V: Data> KStream<K, V> {
 
     /// Writes every record to `topic`.
     pub fn to(&self, topic: &str, produced: Produced<K, V>) {
-        let t: Arc<str> = Arc::from(topic);
         self.sink(
-            Some(TopicName::User(topic.to_string())),
+            SinkTopic::Fixed(TopicName::User(topic.to_string())),
             produced,
-            move |_, _| t.clone(),
         );
     }
 
@@ -661,36 +658,42 @@ impl<K: Data, V: Data> KStream<K, V> {
         f: impl Fn(&K, &V) -> String + Send + Sync + 'static,
         produced: Produced<K, V>,
     ) {
-        self.sink(None, produced, move |k, v| Arc::from(f(k, v)));
+        self.sink(SinkTopic::PerRecord(Arc::new(f)), produced);
     }
 
-    fn sink(
-        &self,
-        topic: Option<TopicName>,
-        produced: Produced<K, V>,
-        choose: impl Fn(&K, &V) -> Arc<str> + Send + Sync + 'static,
-    ) -> usize {
-        self.sink_partitioned(topic, produced, choose, None)
+    fn sink(&self, topic: SinkTopic<K, V>, produced: Produced<K, V>) -> usize {
+        self.sink_partitioned(topic, produced, None)
     }
 
     /// As `sink`, with `partition` choosing each record's partition (`None`
     /// from it, or no `partition`: the producer's murmur2 of the key).
     fn sink_partitioned(
         &self,
-        topic: Option<TopicName>,
+        topic: SinkTopic<K, V>,
         produced: Produced<K, V>,
-        choose: impl Fn(&K, &V) -> Arc<str> + Send + Sync + 'static,
         partition: Option<SinkPartitioner<K, V>>,
     ) -> usize {
         let (ks, vs) = (produced.key, produced.value);
-        let encode: crate::topology::SinkEncoder = Arc::new(move |raw: &RawRecord| {
+        let (fixed, per_record) = match topic {
+            SinkTopic::Fixed(t) => (Some(t), None),
+            SinkTopic::PerRecord(f) => (None, Some(f)),
+        };
+        let encode: crate::topology::SinkEncoder = Arc::new(move |raw: &RawRecord, fixed| {
             let (Some(k), Some(v)) = (raw.key.downcast_ref::<K>(), raw.value.downcast_ref::<V>())
             else {
                 return Err(StreamsError::Topology(
                     "sink received a record of the wrong type".into(),
                 ));
             };
-            let t = choose(k, v);
+            let t: Arc<str> = match (fixed, &per_record) {
+                (Some(t), _) => t.clone(),
+                (None, Some(f)) => Arc::from(f(k, v)),
+                (None, None) => {
+                    return Err(StreamsError::IllegalState(
+                        "a sink with a fixed topic was given none".into(),
+                    ))
+                }
+            };
             let kb = ks
                 .serialize(&t, k)
                 .map_err(|reason| StreamsError::Serialization {
@@ -715,7 +718,10 @@ impl<K: Data, V: Data> KStream<K, V> {
         let name = produced.name.unwrap_or_else(|| g.next_name("KSTREAM-SINK"));
         g.add::<K, V>(
             name,
-            NodeKind::Sink { topic, encode },
+            NodeKind::Sink {
+                topic: fixed,
+                encode,
+            },
             &[self.node],
             Vec::new(),
         )
@@ -767,17 +773,14 @@ impl<K: Data, V: Data> KStream<K, V> {
                 g.fail(e);
             }
         }
-        // The sink's topic is resolved with the application id at run time:
-        // the encoder returns the suffix and the task prefixes internal topics.
-        let marker: Arc<str> = Arc::from(format!("{INTERNAL_MARK}{internal}"));
+        // The task resolves the topic (`<application.id>-<internal>`) once.
         self.sink_partitioned(
-            Some(TopicName::Internal(internal.clone())),
+            SinkTopic::Fixed(TopicName::Internal(internal.clone())),
             Produced {
                 key: ks.clone(),
                 value: vs.clone(),
                 name: Some(sink_name),
             },
-            move |_, _| marker.clone(),
             partition,
         );
         let builder = StreamsBuilder {
@@ -830,8 +833,27 @@ impl<K: Data, V: Data> KStream<K, V> {
 /// Picks a sink record's partition (`None`: murmur2 of the key).
 type SinkPartitioner<K, V> = Arc<dyn Fn(&K, &V) -> Option<i32> + Send + Sync>;
 
-/// Prefix an encoder puts before an internal topic suffix.
-pub(crate) const INTERNAL_MARK: &str = "\u{0}internal:";
+/// Stands in for a join that failed to build (`build()` reports why).
+pub(crate) struct Unreachable;
+
+impl<K, V, VR: Send + 'static> Processor<K, V, K, VR> for Unreachable
+where
+    K: Send + 'static,
+{
+    fn process(&mut self, _: &mut ProcessorContext<'_, '_, K, VR>, _: Record<K, V>) -> Result<()> {
+        Err(StreamsError::IllegalState(
+            "a join that failed to build was run".into(),
+        ))
+    }
+}
+
+/// Where a sink writes: a topic fixed in the topology (the task resolves
+/// an internal one's `<application.id>-` prefix once), or one picked per
+/// record (Kafka's `TopicNameExtractor`).
+enum SinkTopic<K, V> {
+    Fixed(TopicName),
+    PerRecord(Arc<dyn Fn(&K, &V) -> String + Send + Sync>),
+}
 
 /// Branches being defined (Kafka's `BranchedKStream`).
 pub struct BranchedKStream<K, V> {
@@ -1062,7 +1084,7 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
         let input = self.input(&store);
         self.register_store(&store, &m);
         let ks = self.grouped.key.clone();
-        let vs = m.value.clone().unwrap_or_else(crate::serde::missing);
+        let vs = m.value.clone().unwrap_or_else(crate::serdes::missing);
         let serdes = (ks.clone(), vs.clone());
         let step = Arc::new(step);
         let store_c = store.clone();

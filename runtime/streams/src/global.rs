@@ -27,23 +27,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rill_client::{Consumer, ConsumerRecord, TopicPartition};
-use rill_state::{
-    Checkpoint, InMemoryStore, KeyValueStore, RocksDbStore, StoreBackend, TaskDirLock,
-};
+use rill_state::state_dir::{open_store, read_checkpoint};
+use rill_state::{CachedStore, Checkpoint, SharedStore, TaskDirLock};
 
-use crate::config::StreamsConfig;
 use crate::error::{Result, StreamsError};
-use crate::processor::SharedStore;
-use crate::topology::Topology;
-
-/// A global table's store and the topic it mirrors.
-#[derive(Debug, Clone)]
-pub struct GlobalStoreDef {
-    pub name: String,
-    pub topic: String,
-    /// `None`: the app's `default.dsl.store`.
-    pub backend: Option<StoreBackend>,
-}
+use crate::streams_config::StreamsConfig;
+use crate::topology::{GlobalStoreDef, Topology};
 
 /// The global stores of one instance and how far they have read.
 pub(crate) struct GlobalState {
@@ -69,25 +58,16 @@ impl GlobalState {
         }
         let dir = config.state_dir.join(&config.application_id).join("global");
         let lock = TaskDirLock::acquire(&dir).map_err(state_err)?;
-        let checkpoint = match Checkpoint::read(&dir) {
-            Ok(c) => c.unwrap_or_default(),
-            Err(e) => {
-                tracing::warn!("global stores: {e}; reading the global topics in full");
-                Checkpoint::delete(&dir).map_err(state_err)?;
-                Checkpoint::default()
-            }
-        };
+        let (checkpoint, corrupt) = read_checkpoint(&dir).map_err(state_err)?;
+        if let Some(e) = corrupt {
+            tracing::warn!("global stores: {e}; reading the global topics in full");
+        }
         let mut stores = Vec::new();
         let mut positions = BTreeMap::new();
         for def in topology.global_stores.values() {
-            let mut store: Box<dyn KeyValueStore> =
-                match def.backend.unwrap_or(config.default_store) {
-                    StoreBackend::InMemory => Box::new(InMemoryStore::new(def.name.clone())),
-                    StoreBackend::RocksDb => Box::new(
-                        RocksDbStore::open(def.name.clone(), &dir.join("rocksdb").join(&def.name))
-                            .map_err(state_err)?,
-                    ),
-                };
+            let mut store =
+                open_store(def.backend.unwrap_or(config.default_store), &def.name, &dir)
+                    .map_err(state_err)?;
             let persistent = store.persistent();
             let checkpointed: Vec<_> = checkpoint
                 .offsets
@@ -101,7 +81,7 @@ impl GlobalState {
             }
             stores.push((
                 def.clone(),
-                SharedStore::new(crate::processor::StoreCell { store, cache: None }),
+                SharedStore::new(CachedStore { store, cache: None }),
                 persistent,
             ));
         }

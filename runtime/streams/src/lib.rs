@@ -14,30 +14,36 @@
 //! Processing guarantee: at-least-once (offsets are committed after stores
 //! and the producer are flushed).
 
+mod app;
 mod assignor;
-mod cache;
-mod config;
 mod dsl;
 mod error;
 mod global;
+mod internal_topics;
 mod kafka_streams;
 mod metadata;
 mod processor;
+mod processor_context;
+mod queries;
+mod record;
+mod record_collector;
 mod rest;
 mod restore;
-mod serde;
+mod serdes;
 mod state_manager;
+mod streams_config;
 mod task;
+mod task_executor;
+mod task_id;
+mod task_manager;
 mod test_driver;
 mod thread;
+mod thread_state;
 mod timestamp;
 mod topology;
 mod window;
 
 pub use assignor::{AssignmentInfo, MemberInfo, PROTOCOL_NAME};
-pub use config::{
-    instance_id_for_thread, DeserializationHandler, StreamsConfig, StreamsConfigBuilder,
-};
 pub use dsl::{
     BranchedKStream, BufferConfig, Consumed, Data, GlobalKTable, Grouped, Joined, KGroupedStream,
     KGroupedTable, KStream, KTable, Materialized, Produced, Repartitioned, SessionWindowedKStream,
@@ -58,10 +64,13 @@ pub use processor::{
 pub use restore::StateRestoreListener;
 pub use rill_client::ConsumerRecord;
 pub use rill_state::StoreBackend;
-pub use serde::{Serde, Serdes, SharedSerde};
-pub use task::TaskId;
+pub use serdes::{Serde, Serdes, SharedSerde};
+pub use streams_config::{
+    instance_id_for_thread, DeserializationHandler, StreamsConfig, StreamsConfigBuilder,
+};
+pub use task_id::TaskId;
 pub use test_driver::{TestInputTopic, TopologyTestDriver};
-pub use thread::ThreadState;
+pub use thread_state::ThreadState;
 pub use timestamp::{
     FailOnInvalidTimestamp, LogAndSkipOnInvalidTimestamp, SharedExtractor, TimestampExtractor,
     UsePartitionTimeOnInvalidTimestamp, WallclockTimestampExtractor,

@@ -8,138 +8,29 @@
 //! record, like Kafka's: a record reaches every downstream node before the
 //! next record a processor forwarded is handled.
 
-use std::any::Any;
-use std::collections::BTreeMap;
+//! The Processor API (Kafka's `org.apache.kafka.streams.processor.api`):
+//! [`Processor`], [`ProcessorContext`], [`Record`], punctuation.
+//!
+//! Inside the runtime records travel type-erased between nodes
+//! ([`RawRecord`]: boxed key and value); [`ProcessorContext`] and the
+//! typed adapter restore the types at each node, so a processor only ever
+//! sees the `K`/`V` it declared. Forwarding is depth-first per forwarded
+//! record, like Kafka's: a record reaches every downstream node before the
+//! next record a processor forwarded is handled.
+
 use std::marker::PhantomData;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use rill_state::KeyValueStore;
 
 use crate::error::{Result, StreamsError};
-use crate::serde::SharedSerde;
-use crate::task::TaskShared;
-
-pub type Headers = Vec<(String, Option<Bytes>)>;
-
-/// A record as processors see it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Record<K, V> {
-    pub key: K,
-    pub value: V,
-    pub timestamp: i64,
-    pub headers: Headers,
-}
-
-impl<K, V> Record<K, V> {
-    pub fn new(key: K, value: V, timestamp: i64) -> Self {
-        Self {
-            key,
-            value,
-            timestamp,
-            headers: Vec::new(),
-        }
-    }
-    pub fn with_key<K2>(self, key: K2) -> Record<K2, V> {
-        Record {
-            key,
-            value: self.value,
-            timestamp: self.timestamp,
-            headers: self.headers,
-        }
-    }
-    pub fn with_value<V2>(self, value: V2) -> Record<K, V2> {
-        Record {
-            key: self.key,
-            value,
-            timestamp: self.timestamp,
-            headers: self.headers,
-        }
-    }
-}
-
-pub(crate) type AnyBox = Box<dyn Any + Send>;
-
-/// A record between nodes, types erased.
-pub(crate) struct RawRecord {
-    pub key: AnyBox,
-    pub value: AnyBox,
-    pub timestamp: i64,
-    pub headers: Headers,
-}
-
-impl<K: Send + 'static, V: Send + 'static> From<Record<K, V>> for RawRecord {
-    fn from(r: Record<K, V>) -> Self {
-        RawRecord {
-            key: Box::new(r.key),
-            value: Box::new(r.value),
-            timestamp: r.timestamp,
-            headers: r.headers,
-        }
-    }
-}
-
-impl RawRecord {
-    /// Restores the types; a mismatch is a bug in the topology wiring, reported
-    /// with the node's name rather than a panic.
-    pub(crate) fn typed<K: 'static, V: 'static>(self, node: &str) -> Result<Record<K, V>> {
-        let key = self.key.downcast::<K>().map_err(|_| {
-            StreamsError::Topology(format!(
-                "node {node} received a key that is not a {}",
-                std::any::type_name::<K>()
-            ))
-        })?;
-        let value = self.value.downcast::<V>().map_err(|_| {
-            StreamsError::Topology(format!(
-                "node {node} received a value that is not a {}",
-                std::any::type_name::<V>()
-            ))
-        })?;
-        Ok(Record {
-            key: *key,
-            value: *value,
-            timestamp: self.timestamp,
-            headers: self.headers,
-        })
-    }
-}
-
-/// Copies a record of known types (for nodes with several children).
-pub(crate) type CloneFn = fn(&RawRecord) -> RawRecord;
-
-pub(crate) fn clone_raw<K: Clone + Send + 'static, V: Clone + Send + 'static>(
-    r: &RawRecord,
-) -> RawRecord {
-    RawRecord {
-        key: Box::new(
-            r.key
-                .downcast_ref::<K>()
-                .expect("clone_raw is registered with the node's output types")
-                .clone(),
-        ),
-        value: Box::new(
-            r.value
-                .downcast_ref::<V>()
-                .expect("clone_raw is registered with the node's output types")
-                .clone(),
-        ),
-        timestamp: r.timestamp,
-        headers: r.headers.clone(),
-    }
-}
-
-/// Which clock drives a punctuation (Kafka's `PunctuationType`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PunctuationType {
-    /// Advances with the timestamps of the records the task processes.
-    StreamTime,
-    /// Advances with the system clock (or the test driver's).
-    WallClockTime,
-}
-
-/// Names one `schedule` call of a processor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ScheduleId(pub(crate) usize);
+use crate::processor_context::{FlushDecoder, StoreHandle, TaskShared};
+pub use crate::processor_context::{PunctuationType, ScheduleId};
+use crate::record::{AnyBox, Change, RawRecord};
+pub use crate::record::{Headers, Record, RecordMetadata};
+use crate::serdes::SharedSerde;
+use crate::task_id::TaskId;
 
 /// A user processor (Kafka's `Processor<KIn, VIn, KOut, VOut>`). One
 /// instance per task, made by the factory given to the topology.
@@ -207,14 +98,6 @@ where
     }
 }
 
-/// Where the current record came from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RecordMetadata {
-    pub topic: std::sync::Arc<str>,
-    pub partition: i32,
-    pub offset: i64,
-}
-
 /// The runtime side of one node's context: the task's shared state and the
 /// records the node forwards (delivered by the task after the call returns).
 pub(crate) struct NodeContext<'a> {
@@ -274,7 +157,7 @@ impl<'c, 'a, KOut: Send + 'static, VOut: Send + 'static> ProcessorContext<'c, 'a
         self.inner.forwarded.push((Some(i), record.into()));
     }
 
-    pub fn task_id(&self) -> crate::TaskId {
+    pub fn task_id(&self) -> TaskId {
         self.inner.shared.task_id
     }
     pub fn application_id(&self) -> &str {
@@ -337,155 +220,10 @@ impl<'c, 'a, KOut: Send + 'static, VOut: Send + 'static> ProcessorContext<'c, 'a
     }
 }
 
-/// Turns a flushed cache entry (`None`: a deletion) and, when the store
-/// sends old values, the value it replaces back into the owning node's
-/// output types: the key and a table `Change`.
-pub(crate) type FlushDecoder = std::sync::Arc<
-    dyn Fn(&Bytes, Option<&Bytes>, Option<&Bytes>) -> Result<(AnyBox, AnyBox)> + Send + Sync,
->;
-
-/// A store as the task holds it: the store (with its record cache, if any)
-/// and, when logged, its changelog partition and the writes not yet sent
-/// there.
-pub(crate) struct StoreHandle {
-    pub store: SharedStore,
-    /// The store's name, shared (typed reads and writes name it in errors
-    /// and serdes without allocating per record).
-    pub name: std::sync::Arc<str>,
-    pub changelog: Option<(std::sync::Arc<str>, i32)>,
-    /// `(key, value, timestamp)`: `None` takes the current record's.
-    pub pending: Vec<(Bytes, Option<Bytes>, Option<i64>)>,
-    /// The node whose output a flushed cache entry is, and how to decode it
-    /// (set by the DSL aggregation writing the store).
-    pub flush_to: Option<(usize, FlushDecoder)>,
-    /// Dirty entries the cache evicted while a record was processed; the
-    /// task writes and forwards them once the processor returns.
-    pub evicted: Vec<crate::cache::Flushed>,
-    /// A global table's store: read by the task, written, flushed and
-    /// checkpointed by the global stream thread only.
-    pub global: bool,
-    /// Whether a cache flush also forwards the value each entry replaces
-    /// (a grouped table downstream subtracts it).
-    pub send_old_values: bool,
-}
-
-impl StoreHandle {
-    pub fn new(
-        store: Box<dyn KeyValueStore>,
-        cache: Option<crate::cache::RecordCache>,
-        changelog: Option<(String, i32)>,
-    ) -> Self {
-        Self {
-            name: std::sync::Arc::from(store.name()),
-            store: SharedStore::new(StoreCell { store, cache }),
-            changelog: changelog.map(|(t, p)| (std::sync::Arc::from(t), p)),
-            pending: Vec::new(),
-            flush_to: None,
-            evicted: Vec::new(),
-            global: false,
-            send_old_values: false,
-        }
-    }
-
-    /// A task's read handle to a global store.
-    pub fn global(store: SharedStore) -> Self {
-        let name = std::sync::Arc::from(store.lock().store.name());
-        Self {
-            name,
-            store,
-            changelog: None,
-            pending: Vec::new(),
-            flush_to: None,
-            evicted: Vec::new(),
-            global: true,
-            send_old_values: false,
-        }
-    }
-}
-
-/// A store and the record cache in front of it. Reads go through the cache,
-/// so processors and interactive queries never see an older value than the
-/// one last written.
-pub(crate) struct StoreCell {
-    pub store: Box<dyn KeyValueStore>,
-    pub cache: Option<crate::cache::RecordCache>,
-}
-
-impl StoreCell {
-    /// `key`'s value, the cache's if it holds the key.
-    pub fn get(&mut self, key: &[u8]) -> rill_state::Result<Option<Bytes>> {
-        if let Some(e) = self.cache.as_mut().and_then(|c| c.get(key)) {
-            return Ok(e.value.clone());
-        }
-        self.store.get(key)
-    }
-    /// As `get`, without touching the cache's LRU order (interactive queries).
-    pub fn peek(&self, key: &[u8]) -> rill_state::Result<Option<Bytes>> {
-        if let Some(e) = self.cache.as_ref().and_then(|c| c.peek(key)) {
-            return Ok(e.value.clone());
-        }
-        self.store.get(key)
-    }
-    /// The store's entries `keep` selects, overlaid with the cache's.
-    fn merged(
-        &self,
-        from_store: Vec<(Bytes, Bytes)>,
-        keep: impl Fn(&[u8]) -> bool,
-    ) -> Vec<(Bytes, Bytes)> {
-        let Some(cache) = &self.cache else {
-            return from_store;
-        };
-        let mut all: BTreeMap<Bytes, Option<Bytes>> =
-            from_store.into_iter().map(|(k, v)| (k, Some(v))).collect();
-        all.extend(cache.entries_where(keep));
-        all.into_iter()
-            .filter_map(|(k, v)| v.map(|v| (k, v)))
-            .collect()
-    }
-    pub fn range(&self, from: &[u8], to: &[u8]) -> rill_state::Result<Vec<(Bytes, Bytes)>> {
-        let found = self.store.range(from, to)?;
-        Ok(self.merged(found, |k| k >= from && k <= to))
-    }
-    pub fn prefix_scan(&self, prefix: &[u8]) -> rill_state::Result<Vec<(Bytes, Bytes)>> {
-        let found = self.store.prefix_scan(prefix)?;
-        Ok(self.merged(found, |k| k.starts_with(prefix)))
-    }
-    pub fn all(&self) -> rill_state::Result<Vec<(Bytes, Bytes)>> {
-        let found = self.store.all()?;
-        Ok(self.merged(found, |_| true))
-    }
-    /// Writes flushed cache entries to the store in one batch.
-    pub fn write_flushed(&mut self, flushed: &[crate::cache::Flushed]) -> rill_state::Result<()> {
-        if flushed.is_empty() {
-            return Ok(());
-        }
-        let batch: Vec<(Bytes, Option<Bytes>)> = flushed
-            .iter()
-            .map(|f| (f.key.clone(), f.value.clone()))
-            .collect();
-        self.store.put_all(&batch)
-    }
-}
-
-/// A store shared between the task that writes it (its stream thread) and
-/// interactive queries (REST handlers, `KafkaStreams::query_store`). The
-/// lock is uncontended on the processing path: queries are rare and short.
-#[derive(Clone)]
-pub(crate) struct SharedStore(std::sync::Arc<std::sync::Mutex<StoreCell>>);
-
-impl SharedStore {
-    pub(crate) fn new(cell: StoreCell) -> Self {
-        Self(std::sync::Arc::new(std::sync::Mutex::new(cell)))
-    }
-    pub fn lock(&self) -> std::sync::MutexGuard<'_, StoreCell> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
 /// Byte-level access to a key-value store; every write is also queued for the
 /// store's changelog topic (sent after the current record).
 pub struct StoreRef<'s> {
-    task: crate::TaskId,
+    task: TaskId,
     node: usize,
     handle: &'s mut StoreHandle,
 }
@@ -524,8 +262,8 @@ impl StoreRef<'_> {
             self.handle.evicted.extend(cache.evict());
         }
         drop(cell);
-        if self.handle.changelog.is_some() {
-            self.handle.pending.push((key, value, None));
+        if let Some(log) = &mut self.handle.changelog {
+            log.log(key, value, None);
         }
         Ok(())
     }
@@ -574,13 +312,7 @@ impl StoreRef<'_> {
 
     /// Whether the record cache holds a write to `key` not yet flushed.
     pub(crate) fn is_dirty(&self, key: &[u8]) -> bool {
-        self.handle
-            .store
-            .lock()
-            .cache
-            .as_ref()
-            .and_then(|c| c.peek(key))
-            .is_some_and(|e| e.dirty)
+        self.handle.store.lock().is_dirty(key)
     }
 
     /// Whether a record cache sits in front of this store.
@@ -629,7 +361,7 @@ impl StoreRef<'_> {
         if self.handle.flush_to.is_none() {
             let (ks, vs) = (kser.clone(), vser.clone());
             let task = self.task;
-            let decode: FlushDecoder = std::sync::Arc::new(
+            let decode: FlushDecoder = Arc::new(
                 move |k: &Bytes, v: Option<&Bytes>, old: Option<&Bytes>| {
                     let bad = |reason: String| {
                         StreamsError::IllegalState(format!(
@@ -645,7 +377,7 @@ impl StoreRef<'_> {
                         .map(|o| vs.deserialize_bytes(&name, Some(o)))
                         .transpose()
                         .map_err(bad)?;
-                    let change = crate::dsl::Change::new(value, old);
+                    let change = Change::new(value, old);
                     Ok((Box::new(key) as AnyBox, Box::new(change) as AnyBox))
                 },
             );
@@ -711,6 +443,3 @@ fn ser<T: 'static>(serde: &SharedSerde<T>, store: &str, data: &T) -> Result<Byte
             reason: "serialized to null; stores need non-null keys and values".into(),
         })
 }
-
-/// Per-store registry of open stores, keyed by name.
-pub(crate) type Stores = BTreeMap<String, StoreHandle>;

@@ -30,18 +30,14 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::app::{App, CloseOptions, State as AppState};
 use crate::error::{Result, StreamsError};
-use crate::kafka_streams::{CloseOptions, Inner};
 use crate::metadata::{StoreQueryError, StreamsMetadata};
-
-/// Turns a stored value into JSON for REST answers.
-pub(crate) type ValueRenderer =
-    Box<dyn Fn(&[u8]) -> std::result::Result<Value, String> + Send + Sync>;
 
 /// The dashboard: one static page, no build step.
 const DASHBOARD: &str = include_str!("dashboard.html");
-/// The REST API's OpenAPI document (also in docs/).
-const OPENAPI: &str = include_str!("../../../docs/openapi.json");
+/// The REST API's OpenAPI document (docs/operations.md links to it).
+const OPENAPI: &str = include_str!("openapi.json");
 
 /// How long a call to another instance may take.
 const PEER_TIMEOUT: Duration = Duration::from_secs(2);
@@ -53,7 +49,7 @@ pub(crate) struct RestServer {
 
 impl RestServer {
     /// Binds `listen` (host:port, port 0 picks one) and serves in the background.
-    pub(crate) fn start(inner: Arc<Inner>, listen: &str) -> Result<Self> {
+    pub(crate) fn start(inner: Arc<App>, listen: &str) -> Result<Self> {
         let bind_err = |e: std::io::Error| {
             StreamsError::config("rest.listen", listen, format!("cannot listen there: {e}"))
         };
@@ -95,17 +91,9 @@ impl RestServer {
     }
 }
 
-pub(crate) fn register_renderer(inner: &Inner, store: &str, render: ValueRenderer) {
-    inner
-        .renderers
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(store.to_string(), Arc::new(render));
-}
+type Shared = Arc<App>;
 
-type AppState = Arc<Inner>;
-
-fn router(inner: Arc<Inner>) -> Router {
+fn router(inner: Arc<App>) -> Router {
     Router::new()
         .route("/", get(dashboard))
         .route("/health", get(health))
@@ -136,15 +124,15 @@ fn error(status: StatusCode, error: &str, reason: impl Into<String>) -> Response
 
 /// Checks the bearer token; `mutating` endpoints always need one.
 fn authorize(
-    inner: &Inner,
+    inner: &App,
     headers: &HeaderMap,
     mutating: bool,
 ) -> std::result::Result<(), Box<Response>> {
-    let required = mutating || inner.config.rest_read_requires_token;
+    let required = mutating || inner.config().rest_read_requires_token;
     if !required {
         return Ok(());
     }
-    let Some(token) = inner.config.rest_admin_token.as_deref() else {
+    let Some(token) = inner.config().rest_admin_token.as_deref() else {
         return Err(Box::new(error(
             StatusCode::FORBIDDEN,
             "forbidden",
@@ -182,7 +170,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-async fn dashboard(State(inner): State<AppState>, headers: HeaderMap) -> Response {
+async fn dashboard(State(inner): State<Shared>, headers: HeaderMap) -> Response {
     if let Err(r) = authorize(&inner, &headers, false) {
         return *r;
     }
@@ -197,10 +185,10 @@ async fn openapi() -> Response {
     ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
 }
 
-async fn health(State(inner): State<AppState>) -> Response {
-    let state = inner.current_state();
-    let ready = state == crate::State::Running;
-    let live = !matches!(state, crate::State::Error | crate::State::NotRunning);
+async fn health(State(inner): State<Shared>) -> Response {
+    let state = inner.state();
+    let ready = state == AppState::Running;
+    let live = !matches!(state, AppState::Error | AppState::NotRunning);
     let status = if ready {
         StatusCode::OK
     } else {
@@ -213,7 +201,7 @@ async fn health(State(inner): State<AppState>) -> Response {
         .into_response()
 }
 
-async fn metrics(State(inner): State<AppState>, headers: HeaderMap) -> Response {
+async fn metrics(State(inner): State<Shared>, headers: HeaderMap) -> Response {
     if let Err(r) = authorize(&inner, &headers, false) {
         return *r;
     }
@@ -224,7 +212,7 @@ async fn metrics(State(inner): State<AppState>, headers: HeaderMap) -> Response 
         .into_response()
 }
 
-async fn instance_self(State(inner): State<AppState>, headers: HeaderMap) -> Response {
+async fn instance_self(State(inner): State<Shared>, headers: HeaderMap) -> Response {
     if let Err(r) = authorize(&inner, &headers, false) {
         return *r;
     }
@@ -257,7 +245,7 @@ fn peer_get(url: &str, auth: Option<&str>) -> std::result::Result<(u16, String),
 }
 
 async fn instances(
-    State(inner): State<AppState>,
+    State(inner): State<Shared>,
     headers: HeaderMap,
     Query(q): Query<InstancesQuery>,
 ) -> Response {
@@ -317,13 +305,13 @@ fn probe_instance(i: &mut StreamsMetadata, auth: Option<&str>) {
     }
 }
 
-async fn history(State(inner): State<AppState>, headers: HeaderMap) -> Response {
+async fn history(State(inner): State<Shared>, headers: HeaderMap) -> Response {
     if let Err(r) = authorize(&inner, &headers, false) {
         return *r;
     }
     let generation = inner.latest_assignment().map_or(-1, |a| a.generation);
     Json(json!({
-        "application_id": inner.config.application_id,
+        "application_id": inner.config().application_id,
         "generation": generation,
         "events": inner.rebalance_history(),
     }))
@@ -357,13 +345,8 @@ fn decode_key(key: &str, format: Option<&str>) -> std::result::Result<Vec<u8>, S
     }
 }
 
-fn render_value(inner: &Inner, store: &str, bytes: &[u8]) -> Value {
-    let renderer = inner
-        .renderers
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(store)
-        .cloned();
+fn render_value(inner: &App, store: &str, bytes: &[u8]) -> Value {
+    let renderer = inner.renderer(store);
     match renderer {
         Some(r) => match r(bytes) {
             Ok(v) => v,
@@ -381,7 +364,7 @@ fn hex(b: &[u8]) -> String {
 }
 
 async fn store_key(
-    State(inner): State<AppState>,
+    State(inner): State<Shared>,
     headers: HeaderMap,
     Path((store, key)): Path<(String, String)>,
     Query(q): Query<KeyQuery>,
@@ -399,7 +382,7 @@ async fn store_key(
         .map(str::to_string);
     let answer = tokio::task::spawn_blocking(move || {
         let local = inner.query_local(&store, &bytes);
-        let endpoint = inner.endpoint();
+        let endpoint = inner.endpoint().map(str::to_string);
         match local {
             Ok((md, Some(v))) => (
                 StatusCode::OK,
@@ -508,7 +491,7 @@ struct ShutdownRequest {
     leave_group: bool,
 }
 
-async fn shutdown(State(inner): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+async fn shutdown(State(inner): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
     if let Err(r) = authorize(&inner, &headers, true) {
         return *r;
     }
@@ -526,10 +509,10 @@ async fn shutdown(State(inner): State<AppState>, headers: HeaderMap, body: Bytes
             }
         }
     };
-    let state = inner.current_state();
+    let state = inner.state();
     if matches!(
         state,
-        crate::State::PendingShutdown | crate::State::NotRunning | crate::State::Error
+        AppState::PendingShutdown | AppState::NotRunning | AppState::Error
     ) {
         return error(
             StatusCode::CONFLICT,
@@ -547,20 +530,17 @@ async fn shutdown(State(inner): State<AppState>, headers: HeaderMap, body: Bytes
     // Off the runtime: close joins threads and may send a LeaveGroup.
     let closing = inner.clone();
     std::thread::spawn(move || {
-        Inner::close(
-            &closing,
-            CloseOptions {
-                timeout: Duration::from_secs(30),
-                leave_group,
-            },
-        )
+        closing.close(CloseOptions {
+            timeout: Duration::from_secs(30),
+            leave_group,
+        })
     });
     (
         StatusCode::ACCEPTED,
         Json(json!({
             "shutting_down": true,
             "leave_group": leave_group,
-            "process_id": inner.process_id,
+            "process_id": inner.process_id(),
             "group_instance_ids": instance_ids,
         })),
     )

@@ -10,14 +10,13 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rill_state::{
-    Checkpoint, InMemoryStore, KeyValueStore, RocksDbStore, StoreBackend, TaskDirLock,
-};
+use rill_state::cache::{CacheBudget, RecordCache};
+use rill_state::state_dir::{open_store, read_checkpoint};
+use rill_state::{StoreBackend, TaskDirLock};
 
-use crate::cache::{CacheBudget, RecordCache};
 use crate::error::{Result, StreamsError};
-use crate::processor::{StoreHandle, Stores};
-use crate::task::TaskId;
+use crate::processor_context::{StoreHandle, Stores};
+use crate::task_id::TaskId;
 use crate::topology::Topology;
 
 /// Where each logged store restores from.
@@ -40,7 +39,7 @@ pub(crate) struct OpenedState {
 }
 
 pub(crate) fn task_dir(state_dir: &Path, application_id: &str, task: TaskId) -> PathBuf {
-    state_dir.join(application_id).join(task.to_string())
+    rill_state::state_dir::task_dir(state_dir, application_id, &task.to_string())
 }
 
 pub(crate) fn changelog_topic(application_id: &str, store: &str) -> String {
@@ -72,24 +71,14 @@ pub(crate) fn open(
     }
     let dir = task_dir(state_dir, application_id, task);
     out.lock = Some(TaskDirLock::acquire(&dir).map_err(state_err)?);
-    let checkpoint = match Checkpoint::read(&dir) {
-        Ok(c) => c.unwrap_or_default(),
-        Err(e) => {
-            tracing::warn!(task = %task, "{e}; wiping the task's stores and restoring them in full");
-            Checkpoint::delete(&dir).map_err(state_err)?;
-            Checkpoint::default()
-        }
-    };
+    let (checkpoint, corrupt) = read_checkpoint(&dir).map_err(state_err)?;
+    if let Some(e) = corrupt {
+        tracing::warn!(task = %task, "{e}; wiping the task's stores and restoring them in full");
+    }
     for name in &st.stores {
         let def = &topology.stores[name];
         let backend = def.backend.unwrap_or(default_backend);
-        let mut store: Box<dyn KeyValueStore> = match backend {
-            StoreBackend::InMemory => Box::new(InMemoryStore::new(name.clone())),
-            StoreBackend::RocksDb => Box::new(
-                RocksDbStore::open(name.clone(), &dir.join("rocksdb").join(name))
-                    .map_err(state_err)?,
-            ),
-        };
+        let mut store = open_store(backend, name, &dir).map_err(state_err)?;
         out.persistent |= store.persistent();
         let changelog = def
             .logged

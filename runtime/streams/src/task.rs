@@ -10,157 +10,26 @@
 //!   processed, so a crash reprocesses at most the uncommitted tail
 //!   (at-least-once);
 //! - store writes queue their changelog records, which leave the task with
-//!   its sink records ([`TaskShared::out`]) after each input record.
+//!   its sink records (`TaskShared::out`) after each input record.
 
 use std::collections::VecDeque;
-use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
-use rill_client::ConsumerRecord;
+use rill_client::{ConsumerRecord, TopicPartition};
+use rill_state::cache::Flushed;
 
-use crate::cache::Flushed;
-use crate::config::DeserializationHandler;
-use crate::dsl::INTERNAL_MARK;
 use crate::error::{Result, StreamsError};
-use crate::processor::{
-    ErasedProcessor, Headers, NodeContext, PunctuationType, RawRecord, RecordMetadata, ScheduleId,
-    Stores,
-};
+use crate::processor::{ErasedProcessor, NodeContext};
+use crate::processor_context::{OutRecord, PunctuationType, Stores, TaskShared};
+use crate::record::{RawRecord, RecordMetadata};
+use crate::streams_config::DeserializationHandler;
+use crate::task_id::TaskId;
 use crate::timestamp::SharedExtractor;
 use crate::topology::{NodeKind, Topology};
 
-/// `<subtopology>_<partition>` (Kafka's `TaskId`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TaskId {
-    pub subtopology: u32,
-    pub partition: i32,
-}
-
-impl TaskId {
-    pub fn new(subtopology: u32, partition: i32) -> Self {
-        Self {
-            subtopology,
-            partition,
-        }
-    }
-}
-
-impl fmt::Display for TaskId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}_{}", self.subtopology, self.partition)
-    }
-}
-
-impl std::str::FromStr for TaskId {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        let (a, b) = s
-            .split_once('_')
-            .ok_or_else(|| format!("task id {s:?} is not <subtopology>_<partition>"))?;
-        Ok(TaskId {
-            subtopology: a
-                .parse()
-                .map_err(|_| format!("task id {s:?}: bad sub-topology"))?,
-            partition: b
-                .parse()
-                .map_err(|_| format!("task id {s:?}: bad partition"))?,
-        })
-    }
-}
-
-/// A record leaving the task: to a sink topic or a changelog.
-#[derive(Debug, Clone, PartialEq)]
-pub struct OutRecord {
-    /// Shared with the sink or store that makes the record: no name is
-    /// allocated per record.
-    pub topic: Arc<str>,
-    /// Changelog records go to the task's partition; sink records are
-    /// partitioned by the producer (murmur2 of the key, like Kafka's)
-    /// unless their sink picks one (foreign-key join responses go back to
-    /// the partition that subscribed, KIP-775).
-    pub partition: Option<i32>,
-    pub key: Option<Bytes>,
-    pub value: Option<Bytes>,
-    pub timestamp: i64,
-    pub headers: Headers,
-    /// The store, for changelog records.
-    pub store: Option<Arc<str>>,
-}
-
-pub(crate) struct Schedule {
-    pub node: usize,
-    pub id: ScheduleId,
-    pub interval_ms: i64,
-    pub kind: PunctuationType,
-    /// Next due time; `None` for stream time until the first record.
-    pub next: Option<i64>,
-}
-
-/// Task state reachable from processor contexts.
-pub(crate) struct TaskShared {
-    pub task_id: TaskId,
-    pub application_id: String,
-    pub stores: Stores,
-    pub current: Option<RecordMetadata>,
-    pub stream_time: i64,
-    pub wall_clock_ms: i64,
-    /// Records processors dropped on purpose (late records).
-    pub dropped: u64,
-    pub schedules: Vec<Schedule>,
-    pub commit_requested: bool,
-    pub out: Vec<OutRecord>,
-}
-
-impl TaskShared {
-    pub fn schedule(
-        &mut self,
-        node: usize,
-        interval: Duration,
-        kind: PunctuationType,
-    ) -> ScheduleId {
-        let id = ScheduleId(self.schedules.len());
-        let interval_ms = interval.as_millis().max(1) as i64;
-        let next = match kind {
-            PunctuationType::WallClockTime => Some(self.wall_clock_ms + interval_ms),
-            PunctuationType::StreamTime => {
-                (self.stream_time >= 0).then(|| self.stream_time + interval_ms)
-            }
-        };
-        self.schedules.push(Schedule {
-            node,
-            id,
-            interval_ms,
-            kind,
-            next,
-        });
-        id
-    }
-
-    /// Moves queued store writes to `out` as changelog records.
-    fn drain_changelogs(&mut self, timestamp: i64) {
-        for h in self.stores.values_mut() {
-            let Some((topic, partition)) = &h.changelog else {
-                continue;
-            };
-            for (k, v, ts) in h.pending.drain(..) {
-                self.out.push(OutRecord {
-                    topic: topic.clone(),
-                    partition: Some(*partition),
-                    key: Some(k),
-                    value: v,
-                    timestamp: ts.unwrap_or(timestamp),
-                    headers: Vec::new(),
-                    store: Some(h.name.clone()),
-                });
-            }
-        }
-    }
-}
-
 struct PartitionQueue {
-    tp: (String, i32),
+    tp: TopicPartition,
     /// Records with their extracted timestamps in `timestamp`.
     records: VecDeque<ConsumerRecord>,
     extractor: SharedExtractor,
@@ -207,7 +76,7 @@ impl StreamTask {
         id: TaskId,
         topology: Arc<Topology>,
         application_id: &str,
-        partitions: &[(String, i32)],
+        partitions: &[TopicPartition],
         stores: Stores,
         input: InputPolicy,
         wall_clock_ms: i64,
@@ -231,7 +100,8 @@ impl StreamTask {
                 NodeKind::Sink { .. } => {}
             }
         }
-        for (topic, partition) in partitions {
+        for tp in partitions {
+            let topic = &tp.topic;
             let node = st
                 .nodes
                 .iter()
@@ -260,7 +130,7 @@ impl StreamTask {
                 _ => default_extractor.clone(),
             };
             queues.push(PartitionQueue {
-                tp: (topic.clone(), *partition),
+                tp: tp.clone(),
                 records: VecDeque::new(),
                 extractor,
                 partition_time: -1,
@@ -313,14 +183,14 @@ impl StreamTask {
         self.skipped + self.shared.dropped
     }
 
-    pub fn partitions(&self) -> impl Iterator<Item = &(String, i32)> {
+    pub fn partitions(&self) -> impl Iterator<Item = &TopicPartition> {
         self.queues.iter().map(|q| &q.tp)
     }
 
-    pub fn buffered(&self, topic: &str, partition: i32) -> usize {
+    pub fn buffered(&self, tp: &TopicPartition) -> usize {
         self.queues
             .iter()
-            .find(|q| q.tp.1 == partition && q.tp.0 == topic)
+            .find(|q| q.tp == *tp)
             .map_or(0, |q| q.records.len())
     }
 
@@ -329,7 +199,7 @@ impl StreamTask {
     }
 
     /// `(topic, partition) -> next offset to commit`, for partitions with progress.
-    pub fn consumed(&self) -> impl Iterator<Item = (&(String, i32), i64)> {
+    pub fn consumed(&self) -> impl Iterator<Item = (&TopicPartition, i64)> {
         self.queues
             .iter()
             .filter_map(|q| q.next_offset.map(|o| (&q.tp, o)))
@@ -342,7 +212,7 @@ impl StreamTask {
         let Some(q) = self
             .queues
             .iter_mut()
-            .find(|q| q.tp.1 == rec.partition && *q.tp.0 == *rec.topic)
+            .find(|q| q.tp.partition == rec.partition && *q.tp.topic == *rec.topic)
         else {
             return Err(StreamsError::IllegalState(format!(
                 "task {}: got a record of {}-{}, which it does not own",
@@ -449,8 +319,8 @@ impl StreamTask {
             cell.write_flushed(&flushed).map_err(state_err)?;
             olds
         };
-        if h.changelog.is_some() {
-            h.pending.extend(
+        if let Some(log) = &mut h.changelog {
+            log.log_all(
                 flushed
                     .iter()
                     .map(|f| (f.key.clone(), f.value.clone(), Some(f.timestamp))),
@@ -545,18 +415,9 @@ impl StreamTask {
             }
             NodeKind::Source { .. } => self.forward(topology, node, None, rec),
             NodeKind::Sink { encode, .. } => {
-                let e = encode(&rec)?;
-                let topic = match &self.sink_topics[node] {
-                    Some(t) => t.clone(),
-                    None => match e.topic.strip_prefix(INTERNAL_MARK) {
-                        Some(internal) => {
-                            Arc::from(format!("{}-{internal}", self.shared.application_id))
-                        }
-                        None => e.topic,
-                    },
-                };
+                let e = encode(&rec, self.sink_topics[node].as_ref())?;
                 self.shared.out.push(OutRecord {
-                    topic,
+                    topic: e.topic,
                     partition: e.partition,
                     key: e.key,
                     value: e.value,
@@ -579,7 +440,7 @@ impl StreamTask {
     /// `max_idle_ms` -1 processes whatever is buffered.
     pub fn ready(
         &mut self,
-        lag: impl Fn(&str, i32) -> Option<i64>,
+        lag: impl Fn(&TopicPartition) -> Option<i64>,
         max_idle_ms: i64,
         now_ms: i64,
     ) -> bool {
@@ -592,7 +453,7 @@ impl StreamTask {
         }
         let mut caught_up_empty = false;
         for q in self.queues.iter().filter(|q| q.records.is_empty()) {
-            match lag(&q.tp.0, q.tp.1) {
+            match lag(&q.tp) {
                 Some(0) => caught_up_empty = true,
                 _ => return false,
             }
@@ -760,7 +621,7 @@ mod tests {
             TaskId::new(0, 0),
             topology,
             "app",
-            &[("a".into(), 0), ("b".into(), 0)],
+            &[TopicPartition::new("a", 0), TopicPartition::new("b", 0)],
             Default::default(),
             InputPolicy {
                 deserialization: DeserializationHandler::LogAndFail,
@@ -787,8 +648,9 @@ mod tests {
     #[test]
     fn a_task_waits_for_partitions_with_records_on_their_way_kip_695() {
         let mut t = task_with_a_record_on_one_side();
-        let b_lag =
-            |lag: Option<i64>| move |topic: &str, _: i32| (topic == "b").then_some(lag).flatten();
+        let b_lag = |lag: Option<i64>| {
+            move |tp: &TopicPartition| (tp.topic == "b").then_some(lag).flatten()
+        };
         // b-0 not fetched yet, or behind its high watermark: wait.
         assert!(!t.ready(b_lag(None), 0, 0));
         assert!(!t.ready(b_lag(Some(3)), 0, 0));

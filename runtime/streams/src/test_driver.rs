@@ -11,21 +11,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use rill_client::ConsumerRecord;
-use rill_state::StoreBackend;
+use rill_client::{ConsumerRecord, TopicPartition};
+use rill_state::cache::CacheBudget;
+use rill_state::{CachedStore, SharedStore, StoreBackend};
 
-use crate::cache::CacheBudget;
-use crate::config::DeserializationHandler;
 use crate::error::{Result, StreamsError};
-use crate::processor::PunctuationType;
-use crate::serde::SharedSerde;
-use crate::task::{OutRecord, StreamTask, TaskId};
+use crate::processor_context::{OutRecord, PunctuationType};
+use crate::serdes::SharedSerde;
+use crate::streams_config::DeserializationHandler;
+use crate::task::StreamTask;
+use crate::task_id::TaskId;
 use crate::topology::Topology;
 
 pub struct TopologyTestDriver {
     tasks: BTreeMap<u32, StreamTask>,
     /// Global tables' stores by topic: records piped there are applied at once.
-    globals: BTreeMap<String, crate::processor::SharedStore>,
+    globals: BTreeMap<String, SharedStore>,
     topology: Arc<Topology>,
     application_id: String,
     next_offset: BTreeMap<String, i64>,
@@ -104,10 +105,7 @@ impl TopologyTestDriver {
                     })?,
                 ),
             };
-            let shared = crate::processor::SharedStore::new(crate::processor::StoreCell {
-                store,
-                cache: None,
-            });
+            let shared = SharedStore::new(CachedStore { store, cache: None });
             globals.insert(def.topic.clone(), shared.clone());
             global_handles.push((def.name.clone(), shared));
         }
@@ -121,16 +119,16 @@ impl TopologyTestDriver {
                 backend,
                 cache_budget.as_ref(),
             )?;
-            let partitions: Vec<(String, i32)> = st
+            let partitions: Vec<TopicPartition> = st
                 .source_topics
                 .iter()
-                .map(|t| (t.resolve(&application_id), 0))
+                .map(|t| TopicPartition::new(t.resolve(&application_id), 0))
                 .collect();
             let mut stores = opened.stores;
             for (name, s) in &global_handles {
                 stores.insert(
                     name.clone(),
-                    crate::processor::StoreHandle::global(s.clone()),
+                    crate::processor_context::StoreHandle::global(s.clone()),
                 );
             }
             let task = StreamTask::new(
@@ -220,7 +218,7 @@ impl TopologyTestDriver {
         };
         *offset += 1;
         let task = self.tasks.get_mut(&st).expect("one task per sub-topology");
-        if !task.partitions().any(|(t, _)| t == topic) {
+        if !task.partitions().any(|tp| tp.topic == topic) {
             // A pattern source: the driver learns the topic on first use.
             return Err(StreamsError::IllegalState(format!(
                 "the test driver only feeds named source topics; {topic} matches a pattern source"

@@ -20,7 +20,8 @@ use bytes::Bytes;
 use rill_state::StoreBackend;
 
 use crate::error::{Result, StreamsError};
-use crate::processor::{CloneFn, ErasedProcessor, RawRecord};
+use crate::processor::ErasedProcessor;
+use crate::record::{CloneFn, RawRecord};
 
 /// Decodes a consumed record's key and value; `Err((part, reason))`.
 pub(crate) type SourceDecoder = Arc<
@@ -41,8 +42,10 @@ pub(crate) struct Encoded {
     pub partition: Option<i32>,
 }
 
-/// Encodes a record for a sink.
-pub(crate) type SinkEncoder = Arc<dyn Fn(&RawRecord) -> Result<Encoded> + Send + Sync>;
+/// Encodes a record for a sink, given the sink's resolved topic when it
+/// has a fixed one (the serdes see the real topic name).
+pub(crate) type SinkEncoder =
+    Arc<dyn Fn(&RawRecord, Option<&Arc<str>>) -> Result<Encoded> + Send + Sync>;
 pub(crate) type ProcessorFactory = Arc<dyn Fn() -> Box<dyn ErasedProcessor> + Send + Sync>;
 
 /// A topic name as the topology knows it.
@@ -118,6 +121,15 @@ pub struct SubTopology {
     pub stores: BTreeSet<String>,
 }
 
+/// A global table's store and the topic it mirrors.
+#[derive(Debug, Clone)]
+pub struct GlobalStoreDef {
+    pub name: String,
+    pub topic: String,
+    /// `None`: the app's `default.dsl.store`.
+    pub backend: Option<StoreBackend>,
+}
+
 /// A built topology, shared by every task.
 pub struct Topology {
     pub(crate) nodes: Vec<Node>,
@@ -126,7 +138,7 @@ pub struct Topology {
     pub(crate) repartition_topics: BTreeSet<String>,
     pub(crate) subtopologies: Vec<SubTopology>,
     /// Global tables' stores, by name (read by any task, no sub-topology).
-    pub(crate) global_stores: BTreeMap<String, crate::global::GlobalStoreDef>,
+    pub(crate) global_stores: BTreeMap<String, GlobalStoreDef>,
     /// Stores whose cache flushes forward old values (Kafka's `sendOldValues`).
     pub(crate) send_old_values: BTreeSet<String>,
 }
@@ -142,7 +154,7 @@ impl Topology {
         nodes: Vec<Node>,
         stores: BTreeMap<String, StoreDef>,
         repartition_topics: BTreeSet<String>,
-        global_stores: BTreeMap<String, crate::global::GlobalStoreDef>,
+        global_stores: BTreeMap<String, GlobalStoreDef>,
     ) -> Result<Self> {
         if nodes.is_empty() {
             return Err(StreamsError::Topology(

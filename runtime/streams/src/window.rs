@@ -27,8 +27,13 @@ use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
+pub(crate) use rill_state::session::{parse_session_key, session_key, SESSION_KEY_SUFFIX};
+#[cfg(test)]
+use rill_state::window::segment_interval_ms;
+pub(crate) use rill_state::window::{store_key, store_key_start, SegmentSweep, WINDOW_KEY_SUFFIX};
+
 use crate::error::StreamsError;
-use crate::serde::{Serde, SharedSerde};
+use crate::serdes::{Serde, Serdes, SharedSerde};
 
 /// A time window `[start, end)` in milliseconds (Kafka's `TimeWindow`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -179,40 +184,6 @@ impl WindowSpec {
     }
 }
 
-/// Kafka's default segment interval for a retention: half of it, at least a minute.
-fn segment_interval_ms(retention_ms: i64) -> i64 {
-    (retention_ms / 2).max(60_000)
-}
-
-/// Tracks which segment interval of stream time a windowed store was last
-/// swept in, so expired entries are deleted once per interval (where Kafka
-/// drops a whole segment store).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct SegmentSweep {
-    retention_ms: i64,
-    swept: i64,
-}
-
-impl SegmentSweep {
-    pub fn new(retention_ms: i64) -> Self {
-        Self {
-            retention_ms,
-            swept: -1,
-        }
-    }
-
-    /// When `stream_time` has entered a new segment interval since the last
-    /// sweep: the cutoff (`stream_time - retention`) to sweep up to.
-    pub fn due(&mut self, stream_time: i64) -> Option<i64> {
-        let segment = stream_time / segment_interval_ms(self.retention_ms);
-        if segment <= self.swept {
-            return None;
-        }
-        self.swept = segment;
-        Some(stream_time - self.retention_ms)
-    }
-}
-
 /// The checks every kind of window shares: a construction error, then the
 /// store's retention, at least `span + grace` (and exactly that when not
 /// given, Kafka's default). `what` names the windows and their store.
@@ -240,24 +211,6 @@ fn check_retention(
     Ok(r)
 }
 
-/// Bytes after the key in a window store key: start (8) + sequence number (4).
-const STORE_SUFFIX: usize = 12;
-
-/// A window store key: Kafka's `WindowKeySchema.toStoreKeyBinary`.
-pub(crate) fn store_key(key: &[u8], start: i64, seq: i32) -> Bytes {
-    let mut b = BytesMut::with_capacity(key.len() + STORE_SUFFIX);
-    b.put_slice(key);
-    b.put_i64(start);
-    b.put_i32(seq);
-    b.freeze()
-}
-
-/// The window start in a window store key, if it is one.
-pub(crate) fn store_key_start(k: &[u8]) -> Option<i64> {
-    let at = k.len().checked_sub(STORE_SUFFIX)?;
-    Some(i64::from_be_bytes(k[at..at + 8].try_into().ok()?))
-}
-
 /// `Windowed<K>` as a window store key (sequence number 0: aggregations
 /// keep one value per key and window).
 pub(crate) struct WindowStoreKeySerde<K> {
@@ -274,13 +227,13 @@ impl<K: Send + Sync + 'static> Serde<Windowed<K>> for WindowStoreKeySerde<K> {
         let d = data.ok_or("a window store key is never null")?;
         let start = store_key_start(d).ok_or_else(|| {
             format!(
-                "a window store key needs at least {STORE_SUFFIX} bytes, got {}",
+                "a window store key needs at least {WINDOW_KEY_SUFFIX} bytes, got {}",
                 d.len()
             )
         })?;
         let key = self
             .inner
-            .deserialize(topic, Some(&d[..d.len() - STORE_SUFFIX]))?;
+            .deserialize(topic, Some(&d[..d.len() - WINDOW_KEY_SUFFIX]))?;
         Ok(Windowed::new(
             key,
             Window::new(start, start.saturating_add(self.size_ms)),
@@ -528,27 +481,6 @@ impl JoinWindows {
     }
 }
 
-/// Bytes after the key in a session key: end (8) + start (8).
-const SESSION_SUFFIX: usize = 16;
-
-/// A session store key and a session-windowed key in topics alike: Kafka's
-/// `SessionKeySchema` (`key || end || start`).
-pub(crate) fn session_key(key: &[u8], start: i64, end: i64) -> Bytes {
-    let mut b = BytesMut::with_capacity(key.len() + SESSION_SUFFIX);
-    b.put_slice(key);
-    b.put_i64(end);
-    b.put_i64(start);
-    b.freeze()
-}
-
-/// `(key bytes, start, end)` of a session key.
-pub(crate) fn parse_session_key(k: &[u8]) -> Option<(&[u8], i64, i64)> {
-    let at = k.len().checked_sub(SESSION_SUFFIX)?;
-    let end = i64::from_be_bytes(k[at..at + 8].try_into().ok()?);
-    let start = i64::from_be_bytes(k[at + 8..].try_into().ok()?);
-    Some((&k[..at], start, end))
-}
-
 /// `Windowed<K>` for sessions, in stores and topics (Kafka's
 /// `SessionWindowedSerde`).
 pub(crate) struct SessionWindowedSerde<K> {
@@ -564,7 +496,7 @@ impl<K: Send + Sync + 'static> Serde<Windowed<K>> for SessionWindowedSerde<K> {
         let d = data.ok_or("a session-windowed key is never null")?;
         let (k, start, end) = parse_session_key(d).ok_or_else(|| {
             format!(
-                "a session-windowed key needs at least {SESSION_SUFFIX} bytes, got {}",
+                "a session-windowed key needs at least {SESSION_KEY_SUFFIX} bytes, got {}",
                 d.len()
             )
         })?;
@@ -575,6 +507,7 @@ impl<K: Send + Sync + 'static> Serde<Windowed<K>> for SessionWindowedSerde<K> {
     }
 }
 
+/// The time-windowed key serde (see [`Serdes::time_windowed`]).
 pub(crate) fn time_windowed<K: Send + Sync + 'static>(
     inner: SharedSerde<K>,
     size: Duration,
@@ -583,6 +516,26 @@ pub(crate) fn time_windowed<K: Send + Sync + 'static>(
         inner,
         size_ms: millis(size).unwrap_or(i64::MAX),
     })
+}
+
+impl Serdes {
+    /// Windowed keys as Kafka's `WindowedSerdes.timeWindowedSerdeFrom`
+    /// writes them: the inner key's bytes, then the window start (8 bytes
+    /// big-endian); the end read back is start + `window_size`.
+    pub fn time_windowed<K: Send + Sync + 'static>(
+        inner: SharedSerde<K>,
+        window_size: std::time::Duration,
+    ) -> SharedSerde<Windowed<K>> {
+        time_windowed(inner, window_size)
+    }
+    /// Session-windowed keys as Kafka's `SessionWindowedSerde` writes them:
+    /// the inner key's bytes, the session end, then its start (8 bytes
+    /// big-endian each).
+    pub fn session_windowed<K: Send + Sync + 'static>(
+        inner: SharedSerde<K>,
+    ) -> SharedSerde<Windowed<K>> {
+        Arc::new(SessionWindowedSerde { inner })
+    }
 }
 
 #[cfg(test)]

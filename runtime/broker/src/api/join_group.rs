@@ -43,7 +43,11 @@ pub(super) async fn handle(ctx: &Ctx<'_>, req: JoinGroupRequest) -> JoinGroupRes
                 .collect(),
             reason: req.reason.as_ref().map(|r| r.to_string()),
         };
-        match ctx.broker.coordinator.join_group(&**ctx.broker, &group, join) {
+        match ctx
+            .broker
+            .coordinator
+            .join_group(&**ctx.broker, &group, join)
+        {
             Pending::Now(o) => o,
             Pending::Wait(rx) => rx.await.unwrap_or_else(|_| {
                 JoinOutcome::error(&req.member_id, ErrorCode::CoordinatorNotAvailable)

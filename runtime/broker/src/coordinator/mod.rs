@@ -639,7 +639,11 @@ impl GroupCoordinator {
     }
 
     /// DeleteGroups: only empty groups; offsets and metadata are tombstoned.
-    pub fn delete_group(&self, host: &dyn CoordinatorHost, group_id: &str) -> Result<(), ErrorCode> {
+    pub fn delete_group(
+        &self,
+        host: &dyn CoordinatorHost,
+        group_id: &str,
+    ) -> Result<(), ErrorCode> {
         let mut groups = self.groups();
         let g = groups.get_mut(group_id).ok_or(ErrorCode::GroupIdNotFound)?;
         match g.classic.state {

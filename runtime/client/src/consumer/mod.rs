@@ -243,7 +243,7 @@ impl Consumer {
             return Err(Error::Closed("consumer"));
         }
         if let Some(e) = &self.fatal {
-            return Err(Error::Stopped(e.to_string()));
+            return Err(Error::Stopped(Box::new(e.clone())));
         }
         if self.in_callback && what == "poll" {
             return Err(Error::IllegalState(
@@ -1062,6 +1062,14 @@ impl Consumer {
                 Some((tp.clone(), (hw - st.position?).max(0)))
             })
             .collect()
+    }
+
+    /// One assigned partition's lag as of the last fetch (as [`lags`](Self::lags)),
+    /// looked up without building the whole list.
+    pub fn lag(&self, tp: &TopicPartition) -> Option<i64> {
+        let st = self.subs.assignment.get(tp)?;
+        let hw = self.fetcher.high_watermark(tp)?;
+        Some((hw - st.position?).max(0))
     }
 
     /// Stops fetching from partitions (they stay assigned).

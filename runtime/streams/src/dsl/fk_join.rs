@@ -38,11 +38,12 @@ use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::table::{Change, Getter, TableSource};
+use super::table::{Getter, TableSource};
 use super::{erase, Data, KStream, KTable, Materialized, SinkPartitioner};
 use crate::error::{Result, StreamsError};
 use crate::processor::{Processor, ProcessorContext, Record};
-use crate::serde::{Serde, Serdes, SharedSerde};
+use crate::record::Change;
+use crate::serdes::{Serde, Serdes, SharedSerde};
 use crate::topology::StoreDef;
 
 /// Takes the foreign key from a left row (`None`: Kafka's null foreign key).

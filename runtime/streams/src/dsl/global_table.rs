@@ -12,9 +12,9 @@ use std::sync::Arc;
 
 use super::{erase, Consumed, Data, KStream, Materialized, StreamsBuilder};
 use crate::error::{Result, StreamsError};
-use crate::global::GlobalStoreDef;
 use crate::processor::{Processor, ProcessorContext, Record};
-use crate::serde::SharedSerde;
+use crate::serdes::SharedSerde;
+use crate::topology::GlobalStoreDef;
 
 /// A table replicated in full to every instance (Kafka's `GlobalKTable`).
 pub struct GlobalKTable<K, V> {

@@ -21,7 +21,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use super::{erase, Change, Data, FnProcessor, Grouped, KGroupedStream, KTable, Materialized};
 use crate::processor::{ProcessorContext, Record};
-use crate::serde::{Serde, SharedSerde};
+use crate::serdes::{Serde, SharedSerde};
 
 /// A re-keyed table value on its way to the aggregation.
 #[derive(Debug, Clone)]
@@ -215,7 +215,7 @@ impl<K: Data, V: Data> KGroupedTable<K, V> {
         let input = g.input(&store);
         g.register_store(&store, &m);
         let ks = g.grouped.key.clone();
-        let vs = m.value.clone().unwrap_or_else(crate::serde::missing);
+        let vs = m.value.clone().unwrap_or_else(crate::serdes::missing);
         let serdes = (ks.clone(), vs.clone());
         let store_c = store.clone();
         let f = Arc::new(

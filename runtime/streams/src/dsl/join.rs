@@ -17,10 +17,10 @@
 
 use std::sync::Arc;
 
-use super::{erase, Data, KStream, KTable};
+use super::{erase, Data, KStream, KTable, Unreachable};
 use crate::error::{Result, StreamsError};
 use crate::processor::{Processor, ProcessorContext, Record};
-use crate::serde::SharedSerde;
+use crate::serdes::SharedSerde;
 
 use super::table::Getter;
 
@@ -137,19 +137,5 @@ impl<K: Data, V: Data, VT: Data, VR: Data> Processor<K, V, K, VR>
             });
         }
         Ok(())
-    }
-}
-
-/// Stands in for a join that failed to build (`build()` reports why).
-pub(super) struct Unreachable;
-
-impl<K, V, VR: Send + 'static> Processor<K, V, K, VR> for Unreachable
-where
-    K: Send + 'static,
-{
-    fn process(&mut self, _: &mut ProcessorContext<'_, '_, K, VR>, _: Record<K, V>) -> Result<()> {
-        Err(StreamsError::IllegalState(
-            "a join that failed to build was run".into(),
-        ))
     }
 }

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use super::{erase, Change, Data, KGroupedStream, KTable, Materialized};
 use crate::error::Result;
 use crate::processor::{Processor, ProcessorContext, Record};
-use crate::serde::SharedSerde;
+use crate::serdes::SharedSerde;
 use crate::window::{
     parse_session_key, SegmentSweep, SessionWindowedSerde, SessionWindows, Window, Windowed,
 };
@@ -139,7 +139,7 @@ impl<K: Data, V: Data> SessionWindowedKStream<K, V> {
         let key_serde: SharedSerde<Windowed<K>> = Arc::new(SessionWindowedSerde {
             inner: self.grouped.grouped.key.clone(),
         });
-        let value_serde = m.value.clone().unwrap_or_else(crate::serde::missing);
+        let value_serde = m.value.clone().unwrap_or_else(crate::serdes::missing);
         let (ks, vs, inner_ks, store_c, windows) = (
             key_serde.clone(),
             value_serde.clone(),

@@ -32,7 +32,7 @@ use bytes::Bytes;
 use super::{erase, Change, Data, KGroupedStream, KTable, Materialized};
 use crate::error::{Result, StreamsError};
 use crate::processor::{Processor, ProcessorContext, Record};
-use crate::serde::SharedSerde;
+use crate::serdes::SharedSerde;
 use crate::topology::StoreDef;
 use crate::window::{
     store_key, store_key_start, SegmentSweep, SlidingWindows, Window, WindowStoreKeySerde, Windowed,
@@ -135,7 +135,7 @@ impl<K: Data, V: Data> SlidingWindowedKStream<K, V> {
             inner: self.grouped.grouped.key.clone(),
             size_ms: d,
         });
-        let value_serde = m.value.clone().unwrap_or_else(crate::serde::missing);
+        let value_serde = m.value.clone().unwrap_or_else(crate::serdes::missing);
         let (ks, vs, inner_ks, in_vs) = (
             key_serde.clone(),
             value_serde.clone(),

@@ -31,7 +31,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use super::{erase, Data, KStream};
 use crate::error::{Result, StreamsError};
 use crate::processor::{Processor, ProcessorContext, Record};
-use crate::serde::SharedSerde;
+use crate::serdes::SharedSerde;
 use crate::topology::StoreDef;
 use crate::window::{store_key, store_key_start, JoinWindows, SegmentSweep};
 

@@ -29,7 +29,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use super::{Change, Data, KTable, TableInfo};
 use crate::error::{Result, StreamsError};
 use crate::processor::{Processor, ProcessorContext, Record};
-use crate::serde::SharedSerde;
+use crate::serdes::SharedSerde;
 use crate::topology::StoreDef;
 
 /// How much a suppression may buffer (Kafka's `BufferConfig`). Only the

@@ -24,21 +24,9 @@ use std::sync::Arc;
 use super::{erase, Consumed, Data, FnProcessor, KStream, Materialized, StreamsBuilder};
 use crate::error::{Result, StreamsError};
 use crate::processor::{Processor, ProcessorContext, Record, StoreRef};
-use crate::serde::{Serdes, SharedSerde};
+use crate::record::Change;
+use crate::serdes::{Serdes, SharedSerde};
 use crate::topology::{StoreDef, TopicName};
-
-/// A table update (Kafka's `Change<V>`): `new: None` deletes the key.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Change<V> {
-    pub new: Option<V>,
-    pub old: Option<V>,
-}
-
-impl<V> Change<V> {
-    pub fn new(new: Option<V>, old: Option<V>) -> Self {
-        Self { new, old }
-    }
-}
 
 /// Reads a table's current value for a key from the store its chain starts at.
 pub(super) type Getter<K, V> = Arc<dyn Fn(&StoreRef<'_>, &K) -> Result<Option<V>> + Send + Sync>;
@@ -128,7 +116,7 @@ impl<K: Data, V: Data> KTable<K, V> {
     pub(super) fn failed<VR: Data>(&self, name: String, error: StreamsError) -> KTable<K, VR> {
         self.stream.graph.borrow_mut().fail(error);
         let stream = self.stream.then_named(name, false, Vec::new(), || {
-            erase::<_, K, Change<V>, K, Change<VR>>(super::join::Unreachable)
+            erase::<_, K, Change<V>, K, Change<VR>>(super::Unreachable)
         });
         KTable {
             stream,

@@ -17,10 +17,11 @@
 
 use std::sync::Arc;
 
-use super::table::{Change, Getter, TableInfo};
+use super::table::{Getter, TableInfo};
 use super::{erase, Data, KTable};
 use crate::error::{Result, StreamsError};
 use crate::processor::{Processor, ProcessorContext, Record};
+use crate::record::Change;
 
 /// Joins the sides' current values; `None` when the key has no result.
 type Joiner<V, VO, VR> = Arc<dyn Fn(Option<&V>, Option<&VO>) -> Option<VR> + Send + Sync>;

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use super::{erase, Change, Data, KGroupedStream, KTable, Materialized};
 use crate::error::Result;
 use crate::processor::{Processor, ProcessorContext, Record};
-use crate::serde::SharedSerde;
+use crate::serdes::SharedSerde;
 use crate::window::{
     store_key_start, SegmentSweep, TimeWindows, WindowSpec, WindowStoreKeySerde, Windowed,
 };
@@ -119,7 +119,7 @@ impl<K: Data, V: Data> TimeWindowedKStream<K, V> {
             inner: self.grouped.grouped.key.clone(),
             size_ms: spec.windows.size_ms(),
         });
-        let value_serde = m.value.clone().unwrap_or_else(crate::serde::missing);
+        let value_serde = m.value.clone().unwrap_or_else(crate::serdes::missing);
         let (ks, vs, store_c) = (key_serde.clone(), value_serde.clone(), store.clone());
         let table = input.then::<Windowed<K>, Change<VA>>(
             &format!("KSTREAM-{what}"),

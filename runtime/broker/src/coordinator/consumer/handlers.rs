@@ -42,7 +42,11 @@ impl GroupCoordinator {
     }
 
     /// Writes what the last operation changed; clears the change list.
-    pub(in crate::coordinator) fn persist_consumer_dirty(&self, host: &dyn CoordinatorHost, g: &mut ConsumerGroup) {
+    pub(in crate::coordinator) fn persist_consumer_dirty(
+        &self,
+        host: &dyn CoordinatorHost,
+        g: &mut ConsumerGroup,
+    ) {
         let d = std::mem::take(&mut g.dirty);
         if !d.group && d.members.is_empty() && d.removed.is_empty() {
             return;
@@ -102,13 +106,8 @@ impl GroupCoordinator {
         let (mut hb, mut result) = (Some(hb), None);
         host.with_topics(&mut |topics| {
             let Some(hb) = hb.take() else { return };
-            result = Some(cg.heartbeat(
-                hb,
-                &self.consumer_cfg,
-                topics,
-                &mut hashes,
-                Instant::now(),
-            ));
+            result =
+                Some(cg.heartbeat(hb, &self.consumer_cfg, topics, &mut hashes, Instant::now()));
         });
         drop(hashes);
         let result = result.expect("with_topics calls back once");

@@ -26,14 +26,14 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::processor::Headers;
+use crate::Headers;
 
 /// Bookkeeping bytes counted per entry besides key and value.
 const ENTRY_OVERHEAD: usize = 64;
 
 /// One stream thread's cache budget, shared by its tasks' caches.
 #[derive(Debug)]
-pub(crate) struct CacheBudget {
+pub struct CacheBudget {
     max_bytes: usize,
     used: AtomicUsize,
 }
@@ -48,7 +48,7 @@ impl CacheBudget {
     fn over(&self) -> bool {
         self.used.load(Ordering::Relaxed) > self.max_bytes
     }
-    #[cfg(test)]
+    /// Bytes the thread's caches hold now.
     pub fn used(&self) -> usize {
         self.used.load(Ordering::Relaxed)
     }
@@ -57,7 +57,7 @@ impl CacheBudget {
 /// A key's latest write, and the record context it came with (the
 /// timestamp and headers the downstream record will carry).
 #[derive(Debug, Clone)]
-pub(crate) struct CacheEntry {
+pub struct CacheEntry {
     /// `None`: the key was deleted.
     pub value: Option<Bytes>,
     pub dirty: bool,
@@ -77,7 +77,7 @@ impl CacheEntry {
 
 /// A dirty entry on its way to the store, the changelog and downstream.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Flushed {
+pub struct Flushed {
     pub key: Bytes,
     pub value: Option<Bytes>,
     pub timestamp: i64,
@@ -86,7 +86,7 @@ pub(crate) struct Flushed {
 
 /// One store's cache (Kafka's `NamedCache`).
 #[derive(Debug)]
-pub(crate) struct RecordCache {
+pub struct RecordCache {
     entries: HashMap<Bytes, CacheEntry>,
     /// seq -> key, least recently used first.
     order: BTreeMap<u64, Bytes>,
@@ -110,9 +110,14 @@ impl RecordCache {
         }
     }
 
-    #[cfg(test)]
+    /// How many keys the cache holds.
     pub fn len(&self) -> usize {
         self.entries.len()
+    }
+
+    /// Whether the cache holds no key.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
     }
 
     /// The cached entry of `key`, if any (marks it recently used).

@@ -53,23 +53,6 @@ impl Serdes {
     pub fn nullable<T: Send + Sync + 'static>(inner: SharedSerde<T>) -> SharedSerde<Option<T>> {
         Arc::new(NullableSerde(inner))
     }
-    /// Windowed keys as Kafka's `WindowedSerdes.timeWindowedSerdeFrom`
-    /// writes them: the inner key's bytes, then the window start (8 bytes
-    /// big-endian); the end read back is start + `window_size`.
-    pub fn time_windowed<K: Send + Sync + 'static>(
-        inner: SharedSerde<K>,
-        window_size: std::time::Duration,
-    ) -> SharedSerde<crate::window::Windowed<K>> {
-        crate::window::time_windowed(inner, window_size)
-    }
-    /// Session-windowed keys as Kafka's `SessionWindowedSerde` writes them:
-    /// the inner key's bytes, the session end, then its start (8 bytes
-    /// big-endian each).
-    pub fn session_windowed<K: Send + Sync + 'static>(
-        inner: SharedSerde<K>,
-    ) -> SharedSerde<crate::window::Windowed<K>> {
-        Arc::new(crate::window::SessionWindowedSerde { inner })
-    }
     /// Ignores the bytes entirely (`()`); for keys an app does not use.
     pub fn unit() -> SharedSerde<()> {
         Arc::new(UnitSerde)

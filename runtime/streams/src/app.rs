@@ -1,0 +1,599 @@
+//! The application handle: one instance's state shared by the public
+//! [`KafkaStreams`](crate::KafkaStreams), its stream threads' supervisors,
+//! the REST server and the metadata queries — each through the narrow
+//! accessors here, never through the fields.
+//!
+//! States and transitions are Kafka's `KafkaStreams.State`:
+//!
+//! ```text
+//!  Created ──► Rebalancing ◄──► Running
+//!     │            │              │
+//!     │            ▼              ▼
+//!     ├──────► PendingShutdown ──► NotRunning
+//!     │            ▲
+//!     └──► PendingError ──► Error      (any live state ──► PendingError)
+//! ```
+//!
+//! The state follows the threads: Running when every live thread runs,
+//! else Rebalancing. A thread that dies goes to the uncaught-error handler
+//! (replace it, shut this instance down, or shut the whole application
+//! down through the group, KIP-671).
+//!
+//! Invariants: values set once at start (the advertised endpoint, the REST
+//! address, the global stores) are `OnceLock`s, so readers never lock;
+//! every mutex is taken through [`lock`], and no lock is held while a
+//! listener or handler runs user code.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rill_client::Admin;
+use rill_state::SharedStore;
+
+use crate::assignor::LocalInfo;
+use crate::error::{Result, StreamsError};
+use crate::global::GlobalThread;
+use crate::metadata::History;
+use crate::restore::StateRestoreListener;
+use crate::streams_config::{instance_id_for_thread, StreamsConfig};
+use crate::thread_state::{lock, ThreadContext, ThreadShared, ThreadState};
+use crate::topology::Topology;
+
+/// Kafka's `KafkaStreams.State`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Made, not started.
+    Created,
+    /// Some live thread is not running (a rebalance, a restore).
+    Rebalancing,
+    /// Every live thread runs.
+    Running,
+    /// Closing.
+    PendingShutdown,
+    /// Closed.
+    NotRunning,
+    /// A thread's error is closing the instance.
+    PendingError,
+    /// Closed after an error.
+    Error,
+}
+
+impl State {
+    /// Kafka's allowed transitions.
+    pub fn can_become(self, next: State) -> bool {
+        use State::*;
+        matches!(
+            (self, next),
+            (Created, Rebalancing | PendingShutdown | PendingError)
+                | (
+                    Rebalancing,
+                    Running | Rebalancing | PendingShutdown | PendingError
+                )
+                | (Running, Rebalancing | PendingShutdown | PendingError)
+                | (PendingShutdown, NotRunning)
+                | (PendingError, Error)
+        )
+    }
+}
+
+/// What to do when a stream thread dies of an error (Kafka's
+/// `StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamThreadExceptionResponse {
+    /// Start a new thread in its place (it reclaims the index and instance id).
+    ReplaceThread,
+    /// Shut this instance down (Kafka's default).
+    ShutdownClient,
+    /// Shut every instance of the application down (KIP-671): the request
+    /// travels in a member's subscription, the leader puts it in every
+    /// member's assignment, and each instance moves to Error.
+    ShutdownApplication,
+}
+
+/// Options for [`KafkaStreams::close_with`](crate::KafkaStreams::close_with)
+/// (Kafka's `CloseOptions`).
+#[derive(Debug, Clone, Copy)]
+pub struct CloseOptions {
+    /// How long to wait for the threads to stop.
+    pub timeout: Duration,
+    /// Static members leave the group at once (their partitions move now,
+    /// not after `session.timeout.ms`).
+    pub leave_group: bool,
+}
+
+impl Default for CloseOptions {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(30),
+            leave_group: false,
+        }
+    }
+}
+
+type StateListener = Box<dyn Fn(State, State) + Send + Sync>;
+type ErrorHandler = Box<dyn Fn(&StreamsError) -> StreamThreadExceptionResponse + Send + Sync>;
+
+/// Turns a stored value into JSON for REST answers.
+pub(crate) type ValueRenderer =
+    Box<dyn Fn(&[u8]) -> std::result::Result<serde_json::Value, String> + Send + Sync>;
+
+/// The application's callbacks, set before `start`.
+#[derive(Default)]
+struct Hooks {
+    state_listener: Option<Arc<StateListener>>,
+    error_handler: Option<Arc<ErrorHandler>>,
+    restore_listener: Option<Arc<dyn StateRestoreListener>>,
+}
+
+/// What `close` stops besides the stream threads.
+#[derive(Default)]
+struct Services {
+    global_thread: Option<GlobalThread>,
+    /// Stops the REST server (requests in flight finish).
+    rest_stop: Option<Box<dyn FnOnce() + Send>>,
+}
+
+/// A thread as the application tracks it.
+struct ThreadHandle {
+    index: usize,
+    name: String,
+    shared: Arc<ThreadShared>,
+    join: Option<JoinHandle<()>>,
+}
+
+/// A live view of one of the instance's threads.
+#[derive(Clone)]
+pub(crate) struct ThreadView {
+    pub index: usize,
+    pub name: String,
+    pub shared: Arc<ThreadShared>,
+}
+
+/// One application instance's shared state.
+pub(crate) struct App {
+    config: StreamsConfig,
+    topology: Arc<Topology>,
+    process_id: String,
+    client_id: String,
+    admin: Arc<Admin>,
+    history: History,
+    /// The advertised endpoint, once the REST server bound its port.
+    endpoint: OnceLock<String>,
+    rest_address: OnceLock<SocketAddr>,
+    /// Global tables' stores (read by every task), once bootstrapped.
+    global_stores: OnceLock<Vec<(String, SharedStore)>>,
+    state: Mutex<State>,
+    changed: Condvar,
+    hooks: Mutex<Hooks>,
+    /// How REST answers render each store's values.
+    renderers: Mutex<BTreeMap<String, Arc<ValueRenderer>>>,
+    threads: Mutex<Vec<ThreadHandle>>,
+    services: Mutex<Services>,
+}
+
+impl App {
+    pub fn new(
+        config: StreamsConfig,
+        topology: Topology,
+        process_id: String,
+        client_id: String,
+        admin: Admin,
+    ) -> Self {
+        Self {
+            config,
+            topology: Arc::new(topology),
+            process_id,
+            client_id,
+            admin: Arc::new(admin),
+            history: History::default(),
+            endpoint: OnceLock::new(),
+            rest_address: OnceLock::new(),
+            global_stores: OnceLock::new(),
+            state: Mutex::new(State::Created),
+            changed: Condvar::new(),
+            hooks: Mutex::default(),
+            renderers: Mutex::default(),
+            threads: Mutex::default(),
+            services: Mutex::default(),
+        }
+    }
+
+    pub fn config(&self) -> &StreamsConfig {
+        &self.config
+    }
+
+    pub fn topology(&self) -> &Arc<Topology> {
+        &self.topology
+    }
+
+    pub fn process_id(&self) -> &str {
+        &self.process_id
+    }
+
+    pub fn client_id(&self) -> &str {
+        &self.client_id
+    }
+
+    pub fn admin(&self) -> &Admin {
+        &self.admin
+    }
+
+    pub fn history(&self) -> &History {
+        &self.history
+    }
+
+    pub fn state(&self) -> State {
+        *lock(&self.state)
+    }
+
+    pub fn endpoint(&self) -> Option<&str> {
+        self.endpoint.get().map(String::as_str)
+    }
+
+    pub fn rest_address(&self) -> Option<SocketAddr> {
+        self.rest_address.get().copied()
+    }
+
+    /// Records where the REST server listens and what the instance
+    /// advertises, and how to stop the server (once, at start).
+    pub fn set_rest(&self, address: SocketAddr, endpoint: String, stop: Box<dyn FnOnce() + Send>) {
+        let _ = self.rest_address.set(address);
+        let _ = self.endpoint.set(endpoint);
+        lock(&self.services).rest_stop = Some(stop);
+    }
+
+    /// Records the bootstrapped global stores and the thread keeping them
+    /// current (once, at start, before any stream thread).
+    pub fn set_global(&self, stores: Vec<(String, SharedStore)>, thread: GlobalThread) {
+        let _ = self.global_stores.set(stores);
+        lock(&self.services).global_thread = Some(thread);
+    }
+
+    pub fn set_state_listener(&self, f: StateListener) {
+        lock(&self.hooks).state_listener = Some(Arc::new(f));
+    }
+
+    pub fn set_error_handler(&self, f: ErrorHandler) {
+        lock(&self.hooks).error_handler = Some(Arc::new(f));
+    }
+
+    pub fn set_restore_listener(&self, l: Arc<dyn StateRestoreListener>) {
+        lock(&self.hooks).restore_listener = Some(l);
+    }
+
+    pub fn register_renderer(&self, store: &str, render: ValueRenderer) {
+        lock(&self.renderers).insert(store.to_string(), Arc::new(render));
+    }
+
+    pub fn renderer(&self, store: &str) -> Option<Arc<ValueRenderer>> {
+        lock(&self.renderers).get(store).cloned()
+    }
+
+    /// The instance's threads as they are now.
+    pub fn threads(&self) -> Vec<ThreadView> {
+        lock(&self.threads)
+            .iter()
+            .map(|t| ThreadView {
+                index: t.index,
+                name: t.name.clone(),
+                shared: t.shared.clone(),
+            })
+            .collect()
+    }
+
+    /// The `group.instance.id` of thread `index`, when the instance has one.
+    pub fn instance_id_of(&self, index: usize) -> Option<String> {
+        self.config
+            .group_instance_id
+            .as_deref()
+            .map(|id| instance_id_for_thread(id, index))
+    }
+
+    /// Blocks until the application is in `state` or `timeout` passes.
+    pub fn wait_for_state(&self, state: State, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut s = lock(&self.state);
+        while *s != state {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            s = self
+                .changed
+                .wait_timeout(s, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        true
+    }
+
+    /// Moves to `next` if Kafka allows it, then tells the state listener
+    /// (outside the state lock).
+    pub fn transition(&self, next: State) -> bool {
+        let mut s = lock(&self.state);
+        let old = *s;
+        if old == next && next != State::Rebalancing {
+            return true;
+        }
+        if !old.can_become(next) {
+            return false;
+        }
+        *s = next;
+        drop(s);
+        self.changed.notify_all();
+        if old != next {
+            tracing::info!(from = ?old, to = ?next, "application state");
+            let listener = lock(&self.hooks).state_listener.clone();
+            if let Some(l) = listener {
+                l(next, old);
+            }
+        }
+        true
+    }
+
+    /// The application state follows its threads: Running when every live
+    /// thread runs, else Rebalancing.
+    fn recompute(&self) {
+        let states: Vec<ThreadState> = lock(&self.threads)
+            .iter()
+            .map(|t| t.shared.state())
+            .filter(|s| s.is_alive())
+            .collect();
+        let cur = self.state();
+        if !matches!(cur, State::Rebalancing | State::Running) || states.is_empty() {
+            return;
+        }
+        let next = if states.iter().all(|s| *s == ThreadState::Running) {
+            State::Running
+        } else {
+            State::Rebalancing
+        };
+        if next != cur {
+            self.transition(next);
+        }
+    }
+
+    /// Starts a stream thread with `index` (or the smallest free one); its name.
+    pub fn spawn_thread(this: &Arc<App>, index: Option<usize>) -> Result<String> {
+        App::spawn_thread_with(this, index, false)
+    }
+
+    fn spawn_thread_with(
+        this: &Arc<App>,
+        index: Option<usize>,
+        request_shutdown: bool,
+    ) -> Result<String> {
+        let mut threads = lock(&this.threads);
+        let used: BTreeSet<usize> = threads.iter().map(|t| t.index).collect();
+        let index = index.unwrap_or_else(|| (1..).find(|i| !used.contains(i)).expect("unbounded"));
+        let name = format!("{}-StreamThread-{index}", this.client_id);
+        let weak: Weak<App> = Arc::downgrade(this);
+        let shared = Arc::new(ThreadShared {
+            state: Mutex::new(ThreadState::Created),
+            shutdown: Default::default(),
+            leave_group: Default::default(),
+            local: Arc::new(Mutex::new(LocalInfo::default())),
+            active_tasks: Mutex::new(BTreeSet::new()),
+            member_id: Mutex::new(None),
+            dropped_records: Default::default(),
+            queryable: Default::default(),
+            partitions: Default::default(),
+            metrics: Default::default(),
+            request_app_shutdown: AtomicBool::new(request_shutdown),
+            on_change: Box::new(move || {
+                if let Some(app) = weak.upgrade() {
+                    // Off the calling thread's locks: recompute takes the thread list lock.
+                    std::thread::spawn(move || app.recompute());
+                }
+            }),
+        });
+        let ctx = ThreadContext {
+            index,
+            name: name.clone(),
+            client_id: this.client_id.clone(),
+            config: this.config.clone(),
+            topology: this.topology.clone(),
+            admin: this.admin.clone(),
+            process_id: this.process_id.clone(),
+            restore_listener: lock(&this.hooks).restore_listener.clone(),
+            shared: shared.clone(),
+            endpoint: this.endpoint().map(str::to_string),
+            history: this.history.clone(),
+            global_stores: this.global_stores.get().cloned().unwrap_or_default(),
+        };
+        let weak = Arc::downgrade(this);
+        let join = std::thread::Builder::new()
+            .name(name.clone())
+            .spawn(move || {
+                let r = crate::thread::run(ctx);
+                if let (Err(e), Some(app)) = (r, weak.upgrade()) {
+                    App::on_thread_error(&app, index, e);
+                }
+            })
+            .map_err(|e| StreamsError::IllegalState(format!("cannot spawn {name}: {e}")))?;
+        threads.push(ThreadHandle {
+            index,
+            name: name.clone(),
+            shared,
+            join: Some(join),
+        });
+        Ok(name)
+    }
+
+    /// Stops the highest-numbered live thread; its static member leaves the
+    /// group at once so its partitions move now. Its name, or `None` if no
+    /// thread is alive.
+    pub fn remove_thread(&self, timeout: Duration) -> Option<String> {
+        let mut h = {
+            let mut threads = lock(&self.threads);
+            let pos = threads
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| {
+                    t.shared.state().is_alive() && !t.shared.shutdown.load(Ordering::Acquire)
+                })
+                .max_by_key(|(_, t)| t.index)
+                .map(|(i, _)| i)?;
+            threads.remove(pos)
+        };
+        h.shared.leave_group.store(true, Ordering::Release);
+        h.shared.shutdown.store(true, Ordering::Release);
+        join_within(&mut h, Instant::now() + timeout);
+        self.recompute();
+        Some(h.name)
+    }
+
+    fn on_thread_error(this: &Arc<App>, index: usize, e: StreamsError) {
+        let response = if matches!(e, StreamsError::ShutdownRequested(_)) {
+            // Not this instance's error to handle: the application is stopping.
+            StreamThreadExceptionResponse::ShutdownClient
+        } else {
+            let handler = lock(&this.hooks).error_handler.clone();
+            match handler {
+                Some(h) => h(&e),
+                None => StreamThreadExceptionResponse::ShutdownClient,
+            }
+        };
+        if response == StreamThreadExceptionResponse::ShutdownApplication {
+            // A live thread carries the request to the group; with none left,
+            // a new thread joins just to carry it (as Kafka does).
+            let carrier = lock(&this.threads)
+                .iter()
+                .find(|t| t.index != index && t.shared.state().is_alive())
+                .map(|t| t.shared.clone());
+            tracing::error!(
+                thread.index = index,
+                "stream thread died, shutting down the application: {e}"
+            );
+            match carrier {
+                Some(t) => t.request_app_shutdown.store(true, Ordering::Release),
+                None => {
+                    if let Err(e) = App::spawn_thread_with(this, None, true) {
+                        tracing::error!("no thread to carry the shutdown request: {e}");
+                    }
+                }
+            }
+            return;
+        }
+        tracing::error!(thread.index = index, ?response, "stream thread died: {e}");
+        if !matches!(this.state(), State::Running | State::Rebalancing) {
+            return;
+        }
+        match response {
+            StreamThreadExceptionResponse::ReplaceThread => {
+                lock(&this.threads).retain(|t| t.index != index);
+                if let Err(e) = App::spawn_thread(this, Some(index)) {
+                    tracing::error!("replacing the stream thread failed: {e}");
+                }
+            }
+            StreamThreadExceptionResponse::ShutdownClient
+            | StreamThreadExceptionResponse::ShutdownApplication => {
+                this.transition(State::PendingError);
+                for t in lock(&this.threads).iter() {
+                    t.shared.shutdown.store(true, Ordering::Release);
+                }
+                // The application moves to Error once close() joins the threads.
+                let app = this.clone();
+                std::thread::spawn(move || app.close(CloseOptions::default()));
+            }
+        }
+    }
+
+    /// Stops every thread, then the global thread and the REST server;
+    /// `false` if the threads did not all stop within the timeout (or a
+    /// batch LeaveGroup failed).
+    pub fn close(&self, options: CloseOptions) -> bool {
+        let deadline = Instant::now() + options.timeout;
+        match self.state() {
+            State::NotRunning | State::Error => return true,
+            State::PendingShutdown | State::PendingError => {}
+            _ => {
+                self.transition(State::PendingShutdown);
+            }
+        }
+        let mut threads = std::mem::take(&mut *lock(&self.threads));
+        // Static members leave together in one batch LeaveGroup by
+        // instance id once their threads stopped (KIP-345, as Kafka Streams'
+        // `CloseOptions.leaveGroup` does through the admin client); dynamic
+        // members leave one by one as their consumers close.
+        let batch_leave: Vec<String> = if options.leave_group {
+            threads
+                .iter()
+                .filter_map(|t| self.instance_id_of(t.index))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        // Signal all first so they close in parallel.
+        for t in &threads {
+            t.shared.leave_group.store(
+                options.leave_group && batch_leave.is_empty(),
+                Ordering::Release,
+            );
+            t.shared.shutdown.store(true, Ordering::Release);
+        }
+        let mut all = true;
+        for t in &mut threads {
+            all &= join_within(t, deadline);
+        }
+        if !batch_leave.is_empty() {
+            all &= self.leave_group(&batch_leave);
+        }
+        let services = std::mem::take(&mut *lock(&self.services));
+        if let Some(mut g) = services.global_thread {
+            g.stop();
+        }
+        if let Some(stop) = services.rest_stop {
+            stop();
+        }
+        match self.state() {
+            State::PendingError => self.transition(State::Error),
+            State::PendingShutdown => self.transition(State::NotRunning),
+            _ => true,
+        };
+        all
+    }
+
+    /// One batch LeaveGroup by instance id; whether the request went through.
+    fn leave_group(&self, instance_ids: &[String]) -> bool {
+        let ids: Vec<&str> = instance_ids.iter().map(String::as_str).collect();
+        match self
+            .admin
+            .remove_members_from_group(&self.config.application_id, &ids)
+        {
+            Ok(results) => {
+                for (id, r) in results {
+                    match r {
+                        Ok(()) => tracing::info!(group.instance.id = %id, "left the group"),
+                        Err(e) => {
+                            tracing::warn!(group.instance.id = %id, "leaving the group failed: {e}")
+                        }
+                    }
+                }
+                true
+            }
+            Err(e) => {
+                tracing::warn!("batch LeaveGroup for {instance_ids:?} failed: {e}");
+                false
+            }
+        }
+    }
+}
+
+fn join_within(t: &mut ThreadHandle, deadline: Instant) -> bool {
+    while t.join.as_ref().is_some_and(|j| !j.is_finished()) {
+        if Instant::now() >= deadline {
+            tracing::warn!(thread = %t.name, "did not stop in time");
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if let Some(j) = t.join.take() {
+        let _ = j.join();
+    }
+    true
+}

@@ -1,0 +1,147 @@
+//! Records as they travel through a topology: the typed [`Record`] a
+//! processor sees, the type-erased [`RawRecord`] the runtime moves between
+//! nodes, where a record came from ([`RecordMetadata`]) and a table
+//! update's value ([`Change`]).
+//!
+//! Invariant: a `RawRecord` carries exactly the `K`/`V` its producing node
+//! declared; [`RawRecord::typed`] restores them and reports a mismatch (a
+//! wiring bug) as an error naming the node, never a panic.
+
+use std::any::Any;
+
+use bytes::Bytes;
+
+use crate::error::{Result, StreamsError};
+
+pub type Headers = Vec<(String, Option<Bytes>)>;
+
+/// A record as processors see it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record<K, V> {
+    pub key: K,
+    pub value: V,
+    pub timestamp: i64,
+    pub headers: Headers,
+}
+
+impl<K, V> Record<K, V> {
+    pub fn new(key: K, value: V, timestamp: i64) -> Self {
+        Self {
+            key,
+            value,
+            timestamp,
+            headers: Vec::new(),
+        }
+    }
+    pub fn with_key<K2>(self, key: K2) -> Record<K2, V> {
+        Record {
+            key,
+            value: self.value,
+            timestamp: self.timestamp,
+            headers: self.headers,
+        }
+    }
+    pub fn with_value<V2>(self, value: V2) -> Record<K, V2> {
+        Record {
+            key: self.key,
+            value,
+            timestamp: self.timestamp,
+            headers: self.headers,
+        }
+    }
+}
+
+pub(crate) type AnyBox = Box<dyn Any + Send>;
+
+/// A record between nodes, types erased.
+pub(crate) struct RawRecord {
+    pub key: AnyBox,
+    pub value: AnyBox,
+    pub timestamp: i64,
+    pub headers: Headers,
+}
+
+impl<K: Send + 'static, V: Send + 'static> From<Record<K, V>> for RawRecord {
+    fn from(r: Record<K, V>) -> Self {
+        RawRecord {
+            key: Box::new(r.key),
+            value: Box::new(r.value),
+            timestamp: r.timestamp,
+            headers: r.headers,
+        }
+    }
+}
+
+impl RawRecord {
+    /// Restores the types; a mismatch is a bug in the topology wiring, reported
+    /// with the node's name rather than a panic.
+    pub(crate) fn typed<K: 'static, V: 'static>(self, node: &str) -> Result<Record<K, V>> {
+        let key = self.key.downcast::<K>().map_err(|_| {
+            StreamsError::Topology(format!(
+                "node {node} received a key that is not a {}",
+                std::any::type_name::<K>()
+            ))
+        })?;
+        let value = self.value.downcast::<V>().map_err(|_| {
+            StreamsError::Topology(format!(
+                "node {node} received a value that is not a {}",
+                std::any::type_name::<V>()
+            ))
+        })?;
+        Ok(Record {
+            key: *key,
+            value: *value,
+            timestamp: self.timestamp,
+            headers: self.headers,
+        })
+    }
+}
+
+/// Copies a record of known types (for nodes with several children).
+pub(crate) type CloneFn = fn(&RawRecord) -> RawRecord;
+
+pub(crate) fn clone_raw<K: Clone + Send + 'static, V: Clone + Send + 'static>(
+    r: &RawRecord,
+) -> RawRecord {
+    RawRecord {
+        key: Box::new(
+            r.key
+                .downcast_ref::<K>()
+                .expect("clone_raw is registered with the node's output types")
+                .clone(),
+        ),
+        value: Box::new(
+            r.value
+                .downcast_ref::<V>()
+                .expect("clone_raw is registered with the node's output types")
+                .clone(),
+        ),
+        timestamp: r.timestamp,
+        headers: r.headers.clone(),
+    }
+}
+
+/// Where the current record came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordMetadata {
+    pub topic: std::sync::Arc<str>,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+/// A table update (Kafka's `Change<V>`): `new: None` deletes the key;
+/// `old` is the value it replaces when the table sends old values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change<V> {
+    /// The key's new value (`None`: deleted).
+    pub new: Option<V>,
+    /// The value it replaces, when known.
+    pub old: Option<V>,
+}
+
+impl<V> Change<V> {
+    /// An update from `old` to `new`.
+    pub fn new(new: Option<V>, old: Option<V>) -> Self {
+        Self { new, old }
+    }
+}

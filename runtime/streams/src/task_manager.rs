@@ -1,0 +1,710 @@
+//! The task manager (Kafka Streams' `TaskManager`): owns one stream
+//! thread's tasks through their lifecycle and answers the rebalance
+//! listener.
+//!
+//! ```text
+//!   assigned ──► created ──► restoring ──► active ──► suspended ──► closed
+//!      │           (stores opened,          ▲   │    (revoked; kept   ▲
+//!      │            dir locked)             │   │     until the next  │
+//!      ▼                                    │   │     assignment)     │
+//!   pending (dir still locked by another ───┘   └──► lost ───────────┘
+//!            thread of this process; retried)        (no commit)
+//! ```
+//!
+//! - On revoke: commit (flush caches → send → flush the producer → commit
+//!   offsets → write checkpoints), then suspend the revoked tasks; on
+//!   assign: close suspended tasks not given back, resume those given back,
+//!   create the new ones and restore their stores together; on lost (fenced
+//!   or expired): close every task without committing.
+//! - Records of a partition whose task is not running (pending) are not
+//!   dropped: the partition is rewound to the first of them.
+//! - Back-pressure: a partition holding more than
+//!   `buffered.records.per.partition` is paused and resumed once half drained.
+//!
+//! Invariant: a checkpoint never claims more than the stores and the
+//! changelogs hold: it is written after a commit's producer flush, from the
+//! offsets the [`RecordCollector`] saw acknowledged, after the stores flushed.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use rill_client::{Consumer, ConsumerRecord, OffsetAndMetadata, Producer, TopicPartition};
+use rill_state::cache::CacheBudget;
+use rill_state::{Checkpoint, TaskDirLock};
+use tracing::{info, warn};
+
+use crate::error::{Result, StreamsError};
+use crate::metadata::{RebalanceEvent, HISTORY_LIMIT};
+use crate::processor_context::StoreHandle;
+use crate::record_collector::RecordCollector;
+use crate::restore::{restore_stores, RestoreJob};
+use crate::state_manager::RestorePlan;
+use crate::task::StreamTask;
+use crate::task_id::TaskId;
+use crate::thread_state::{lock, RestoreMetrics, ThreadContext, ThreadState};
+
+/// A commit writes a checkpoint (flushing the stores' memtables first) only
+/// once the changelogs moved this far past the last one, or when the task
+/// is suspended or closed: Kafka Streams' `OFFSET_DELTA_THRESHOLD_FOR_CHECKPOINT`.
+/// A crash in between restores from the older checkpoint, which the stores
+/// on disk still cover.
+const CHECKPOINT_DELTA: i64 = 10_000;
+
+/// A created task and its state on disk.
+pub(crate) struct ActiveTask {
+    pub task: StreamTask,
+    dir: Option<PathBuf>,
+    _lock: Option<TaskDirLock>,
+    persistent: bool,
+    /// Changelog partition -> next offset (restored end, then written + 1).
+    changelog_end: BTreeMap<(String, i32), i64>,
+    /// What the task's checkpoint file says now.
+    checkpointed: BTreeMap<(String, i32), i64>,
+}
+
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Owns the thread's tasks (Kafka's `TaskManager`).
+pub(crate) struct TaskManager {
+    ctx: Arc<ThreadContext>,
+    tasks: BTreeMap<TaskId, ActiveTask>,
+    suspended: BTreeMap<TaskId, ActiveTask>,
+    /// Assigned tasks whose directory another thread of this process still
+    /// locks (it has not closed its copy yet); their partitions are paused
+    /// and creation is retried (Kafka's LockException path).
+    pending: BTreeMap<TaskId, Vec<TopicPartition>>,
+    collector: RecordCollector,
+    restore_consumer: Consumer,
+    commit_requested: bool,
+    /// An error met inside a rebalance callback, raised by the thread's
+    /// next loop.
+    fatal: Option<StreamsError>,
+    /// topic -> sub-topology reading it (regex matching is not per record).
+    topic_cache: RefCell<HashMap<String, Option<u32>>>,
+    /// This thread's share of `statestore.cache.max.bytes` (KIP-63), used
+    /// by its tasks' record caches; `None` when caching is off.
+    cache_budget: Option<Arc<CacheBudget>>,
+    /// Partitions paused for back-pressure.
+    paused: BTreeSet<TopicPartition>,
+}
+
+/// What the [`TaskExecutor`](crate::task_executor::TaskExecutor) works on:
+/// the running tasks and the collector their output goes to.
+pub(crate) struct Running<'a> {
+    pub tasks: &'a mut BTreeMap<TaskId, ActiveTask>,
+    pub collector: &'a mut RecordCollector,
+}
+
+fn is_locked(e: &StreamsError) -> bool {
+    matches!(
+        e,
+        StreamsError::State {
+            source: rill_state::Error::Locked { .. },
+            ..
+        }
+    )
+}
+
+impl TaskManager {
+    pub fn new(ctx: Arc<ThreadContext>) -> Result<Self> {
+        let c = &ctx.config;
+        let producer = Producer::new(&c.producer_config(&ctx.client_id, ctx.index))
+            .map_err(|e| StreamsError::client("creating the stream thread's producer", e))?;
+        let restore_consumer = Consumer::new(&c.restore_consumer_config(&ctx.client_id, ctx.index))
+            .map_err(|e| StreamsError::client("creating the restore consumer", e))?;
+        // Kafka splits the cache evenly over the stream threads.
+        let share = c.cache_max_bytes / c.num_stream_threads.max(1);
+        let cache_budget = (share > 0).then(|| CacheBudget::new(share));
+        Ok(Self {
+            cache_budget,
+            ctx,
+            tasks: BTreeMap::new(),
+            suspended: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            collector: RecordCollector::new(producer),
+            restore_consumer,
+            commit_requested: false,
+            fatal: None,
+            topic_cache: RefCell::default(),
+            paused: BTreeSet::new(),
+        })
+    }
+
+    /// The error a rebalance callback met, once.
+    pub fn take_fatal(&mut self) -> Result<()> {
+        self.fatal.take().map_or(Ok(()), Err)
+    }
+
+    /// Whether no task has a record buffered.
+    pub fn is_idle(&self) -> bool {
+        !self.tasks.values().any(|t| t.task.has_buffered())
+    }
+
+    pub fn collector(&self) -> &RecordCollector {
+        &self.collector
+    }
+
+    pub fn running(&mut self) -> Running<'_> {
+        Running {
+            tasks: &mut self.tasks,
+            collector: &mut self.collector,
+        }
+    }
+
+    /// A processor asked for a commit (Kafka's `context.commit()`).
+    pub fn request_commit(&mut self) {
+        self.commit_requested = true;
+    }
+
+    pub fn commit_requested(&self) -> bool {
+        self.commit_requested
+    }
+
+    fn task_of(&self, tp: &TopicPartition) -> Option<TaskId> {
+        self.task_of_topic(&tp.topic, tp.partition)
+    }
+
+    fn task_of_topic(&self, topic: &str, partition: i32) -> Option<TaskId> {
+        let mut cache = self.topic_cache.borrow_mut();
+        let st = match cache.get(topic) {
+            Some(st) => *st,
+            None => {
+                let st = self
+                    .ctx
+                    .topology
+                    .subtopology_of_topic(&self.ctx.config.application_id, topic);
+                cache.insert(topic.to_string(), st);
+                st
+            }
+        };
+        Some(TaskId::new(st?, partition))
+    }
+
+    /// Tasks whose state this process has on disk (for the assignor).
+    fn state_tasks_on_disk(&self) -> Vec<String> {
+        let dir = self
+            .ctx
+            .config
+            .state_dir
+            .join(&self.ctx.config.application_id);
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(|e| e.ok())
+            .filter(|e| Checkpoint::file(&e.path()).exists())
+            .filter_map(|e| e.file_name().to_str().map(str::to_string))
+            .filter(|n| n.parse::<TaskId>().is_ok())
+            .collect()
+    }
+
+    /// Tells the application, the assignor and interactive queries what
+    /// this thread owns now.
+    pub fn publish_tasks(&self) {
+        let ids: BTreeSet<TaskId> = self.tasks.keys().copied().collect();
+        {
+            let mut local = lock(&self.ctx.shared.local);
+            // Suspended tasks count as owned: an eager rebalance suspends
+            // every task before the JoinGroup that reports them (Kafka's
+            // previous active tasks).
+            local.subscription.prev_tasks = ids
+                .iter()
+                .chain(self.suspended.keys())
+                .map(|t| t.to_string())
+                .collect();
+            local.subscription.state_tasks = self.state_tasks_on_disk();
+        }
+        *lock(&self.ctx.shared.active_tasks) = ids;
+        *lock(&self.ctx.shared.queryable) = self
+            .tasks
+            .iter()
+            .map(|(id, t)| {
+                let stores = t
+                    .task
+                    .shared
+                    .stores
+                    .iter()
+                    .map(|(name, h)| (name.clone(), h.store.clone()))
+                    .collect();
+                (*id, stores)
+            })
+            .collect();
+        *lock(&self.ctx.shared.partitions) = self
+            .tasks
+            .values()
+            .flat_map(|t| {
+                t.task
+                    .partitions()
+                    .map(|tp| (tp.topic.clone(), tp.partition))
+            })
+            .collect();
+    }
+
+    /// Opens a task's stores and creates it; the stores still need
+    /// restoring from the returned plans (`restore_tasks`).
+    fn create_task(
+        &mut self,
+        id: TaskId,
+        partitions: &[TopicPartition],
+    ) -> Result<(ActiveTask, Vec<RestorePlan>)> {
+        let c = &self.ctx.config;
+        let opened = crate::state_manager::open(
+            &self.ctx.topology,
+            id,
+            &c.application_id,
+            &c.state_dir,
+            c.default_store,
+            self.cache_budget.as_ref(),
+        )?;
+        let mut stores = opened.stores;
+        for (name, s) in &self.ctx.global_stores {
+            stores.insert(name.clone(), StoreHandle::global(s.clone()));
+        }
+        let task = StreamTask::new(
+            id,
+            self.ctx.topology.clone(),
+            &c.application_id,
+            partitions,
+            stores,
+            crate::task::InputPolicy {
+                deserialization: c.deserialization_handler,
+                timestamp_extractor: c.timestamp_extractor(),
+            },
+            now_ms(),
+        )?;
+        Ok((
+            ActiveTask {
+                task,
+                dir: opened.dir,
+                _lock: opened.lock,
+                persistent: opened.persistent,
+                changelog_end: BTreeMap::new(),
+                checkpointed: BTreeMap::new(),
+            },
+            opened.restore,
+        ))
+    }
+
+    /// Restores the stores of newly created tasks, all together, and
+    /// records where each changelog is.
+    fn restore_tasks(&mut self, created: &mut [(ActiveTask, Vec<RestorePlan>)]) -> Result<()> {
+        let listener = RestoreMetrics {
+            metrics: &self.ctx.shared.metrics,
+            user: self.ctx.restore_listener.as_deref(),
+        };
+        let mut jobs: Vec<RestoreJob<'_>> = created
+            .iter_mut()
+            .map(|(t, plans)| RestoreJob {
+                task: &mut t.task,
+                plans,
+            })
+            .collect();
+        let ends = restore_stores(
+            &mut self.restore_consumer,
+            &self.ctx.admin,
+            &mut jobs,
+            Some(&listener),
+        )?;
+        for ((t, plans), ends) in created.iter_mut().zip(ends) {
+            for (plan, end) in plans.iter().zip(ends) {
+                let tp = (plan.topic.clone(), plan.partition);
+                t.changelog_end.insert(tp.clone(), end);
+                t.checkpointed.insert(tp, plan.from);
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands polled records to their tasks. Records of a partition without
+    /// a running task (its task is pending) are not dropped: the partition
+    /// is rewound to the first of them. Then retries pending tasks.
+    pub fn add_records(
+        &mut self,
+        records: Vec<ConsumerRecord>,
+        consumer: &mut Consumer,
+    ) -> Result<()> {
+        let mut rewind: BTreeMap<TopicPartition, i64> = BTreeMap::new();
+        // Records come in runs of one partition (one fetched batch after
+        // another), sharing one topic name: the task is looked up per run.
+        let mut last: Option<(Arc<str>, i32, Option<TaskId>)> = None;
+        for rec in records {
+            let id = match &last {
+                Some((topic, p, id)) if Arc::ptr_eq(topic, &rec.topic) && *p == rec.partition => {
+                    *id
+                }
+                _ => {
+                    let id = self.task_of_topic(&rec.topic, rec.partition);
+                    last = Some((rec.topic.clone(), rec.partition, id));
+                    id
+                }
+            };
+            match id.and_then(|id| self.tasks.get_mut(&id)) {
+                Some(at) => at.task.add_record(rec)?,
+                None => {
+                    rewind.entry(rec.topic_partition()).or_insert(rec.offset);
+                }
+            }
+        }
+        for (tp, offset) in rewind {
+            consumer
+                .seek(&tp, offset)
+                .map_err(|e| StreamsError::client(format!("rewinding {tp}"), e))?;
+        }
+        if !self.pending.is_empty() {
+            self.retry_pending(consumer)?;
+        }
+        Ok(())
+    }
+
+    /// Back-pressure, after processing so the queues show what is left:
+    /// pauses a partition holding more than `buffered.records.per.partition`
+    /// (Kafka's rule; a paused partition keeps its fetched answers but is
+    /// not fetched again, so it must not trigger on a queue the loop drains
+    /// anyway) and resumes it once half drained.
+    pub fn update_back_pressure(&mut self, consumer: &mut Consumer) {
+        let limit = self.ctx.config.buffered_records_per_partition;
+        let mut to_pause = Vec::new();
+        let mut to_resume = Vec::new();
+        for at in self.tasks.values() {
+            for tp in at.task.partitions() {
+                let n = at.task.buffered(tp);
+                if n <= limit && self.paused.is_empty() {
+                    continue;
+                }
+                if n > limit && !self.paused.contains(tp) {
+                    to_pause.push(tp.clone());
+                } else if n < limit / 2 && self.paused.contains(tp) {
+                    to_resume.push(tp.clone());
+                }
+            }
+        }
+        let owned = |tp: &TopicPartition| {
+            self.task_of(tp)
+                .is_some_and(|id| self.tasks.contains_key(&id))
+        };
+        let still_owned: BTreeSet<TopicPartition> =
+            self.paused.iter().filter(|tp| owned(tp)).cloned().collect();
+        self.paused = still_owned;
+        if !to_pause.is_empty() {
+            let _ = consumer.pause(&to_pause);
+            self.paused.extend(to_pause);
+        }
+        if !to_resume.is_empty() {
+            let _ = consumer.resume(&to_resume);
+            for tp in &to_resume {
+                self.paused.remove(tp);
+            }
+        }
+    }
+
+    /// Flush caches → send → flush the producer → commit offsets → write
+    /// checkpoints (those past [`CHECKPOINT_DELTA`]).
+    pub fn commit(&mut self, consumer: &mut Consumer) -> Result<()> {
+        self.commit_with(consumer, false)
+    }
+
+    /// `checkpoint`: write every task's checkpoint whatever the delta (the
+    /// tasks are being suspended or closed).
+    fn commit_with(&mut self, consumer: &mut Consumer, checkpoint: bool) -> Result<()> {
+        let started = Instant::now();
+        let r = self.commit_inner(consumer, checkpoint);
+        let ns = started.elapsed().as_nanos() as u64;
+        let m = &self.ctx.shared.metrics;
+        m.commits.fetch_add(1, Ordering::Relaxed);
+        m.commit_ns_total.fetch_add(ns, Ordering::Relaxed);
+        m.commit_ns_max.fetch_max(ns, Ordering::Relaxed);
+        r
+    }
+
+    fn commit_inner(&mut self, consumer: &mut Consumer, checkpoint: bool) -> Result<()> {
+        self.commit_requested = false;
+        // Record caches first: what they flush is part of this commit.
+        for t in self.tasks.values_mut() {
+            t.task.flush_caches()?;
+            self.collector.send(t.task.take_out())?;
+        }
+        let mut offsets = BTreeMap::new();
+        for t in self.tasks.values() {
+            for (tp, o) in t.task.consumed() {
+                offsets.insert(tp.clone(), OffsetAndMetadata::new(o));
+            }
+        }
+        self.collector.flush()?;
+        if !offsets.is_empty() {
+            consumer
+                .commit_offsets_sync(&offsets)
+                .map_err(|e| match e {
+                    rill_client::Error::CommitFailed { .. } => StreamsError::TaskMigrated(format!(
+                        "commit failed, the group rebalanced: {e}"
+                    )),
+                    e => self.ctx.classify("committing offsets", e),
+                })?;
+        }
+        self.write_checkpoints(checkpoint);
+        Ok(())
+    }
+
+    fn write_checkpoints(&mut self, enforce: bool) {
+        let written = self.collector.written();
+        for t in self.tasks.values_mut() {
+            for (tp, end) in t.changelog_end.iter_mut() {
+                if let Some(&w) = written.get(tp) {
+                    *end = (*end).max(w + 1);
+                }
+            }
+            let (true, Some(dir)) = (t.persistent, &t.dir) else {
+                continue;
+            };
+            let delta: i64 = t
+                .changelog_end
+                .iter()
+                .map(|(tp, end)| end - t.checkpointed.get(tp).copied().unwrap_or(0))
+                .sum();
+            if delta == 0 || (!enforce && delta < CHECKPOINT_DELTA) {
+                continue;
+            }
+            // The stores must hold what the checkpoint claims before it says so.
+            if let Err(e) = t.task.flush_stores() {
+                warn!(task = %t.task.id, "could not flush the stores, no checkpoint: {e}");
+                continue;
+            }
+            let cp = Checkpoint {
+                offsets: t.changelog_end.clone(),
+            };
+            match cp.write(dir) {
+                Ok(()) => t.checkpointed = t.changelog_end.clone(),
+                Err(e) => warn!(task = %t.task.id, "could not write the checkpoint: {e}"),
+            }
+        }
+    }
+
+    fn close_task(mut t: ActiveTask, clean: bool) {
+        t.task.close();
+        if clean {
+            if let Err(e) = t.task.flush_stores() {
+                warn!(task = %t.task.id, "flushing stores on close failed: {e}");
+            }
+        }
+    }
+
+    /// The rebalance listener's revocation: commit, then suspend.
+    pub fn on_revoked(&mut self, consumer: &mut Consumer, partitions: &[TopicPartition]) {
+        self.ctx.shared.set_state(ThreadState::PartitionsRevoked);
+        if partitions.is_empty() {
+            return;
+        }
+        if let Err(e) = self.commit_with(consumer, true) {
+            warn!(thread = %self.ctx.name, "commit before revocation failed ({e}); the uncommitted records will be processed again");
+        }
+        let revoked: BTreeSet<TaskId> = partitions
+            .iter()
+            .filter_map(|tp| self.task_of(tp))
+            .collect();
+        info!(
+            thread = %self.ctx.name,
+            revoked = ?revoked.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
+            "rebalance started: tasks suspended"
+        );
+        for id in revoked {
+            self.pending.remove(&id);
+            if let Some(t) = self.tasks.remove(&id) {
+                self.suspended.insert(id, t);
+            }
+        }
+        self.publish_tasks();
+    }
+
+    /// The rebalance listener's assignment: close what moved away, resume
+    /// what came back, create and restore what is new.
+    pub fn on_assigned(&mut self, consumer: &mut Consumer, partitions: &[TopicPartition]) {
+        let mut wanted: BTreeMap<TaskId, Vec<TopicPartition>> = BTreeMap::new();
+        for tp in partitions {
+            if let Some(id) = self.task_of(tp) {
+                wanted.entry(id).or_default().push(tp.clone());
+            }
+        }
+        let stale: Vec<TaskId> = self
+            .suspended
+            .keys()
+            .filter(|id| !wanted.contains_key(id))
+            .copied()
+            .collect();
+        if !stale.is_empty() {
+            info!(
+                thread = %self.ctx.name,
+                lost = ?stale.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
+                "tasks moved to other members"
+            );
+        }
+        for id in stale {
+            let t = self.suspended.remove(&id).expect("listed");
+            Self::close_task(t, true);
+        }
+        let mut gained = Vec::new();
+        let mut created = Vec::new();
+        for (id, parts) in wanted {
+            if self.tasks.contains_key(&id) {
+                continue;
+            }
+            if let Some(t) = self.suspended.remove(&id) {
+                self.tasks.insert(id, t);
+                continue;
+            }
+            match self.create_task(id, &parts) {
+                Ok(t) => {
+                    gained.push(id);
+                    created.push(t);
+                }
+                Err(e) if is_locked(&e) => {
+                    info!(thread = %self.ctx.name, task = %id, "task directory still locked by another thread; retrying");
+                    let _ = consumer.pause(&parts);
+                    self.pending.insert(id, parts);
+                }
+                Err(e) => {
+                    warn!(thread = %self.ctx.name, task = %id, "could not create the task: {e}");
+                    self.fatal.get_or_insert(e);
+                }
+            }
+        }
+        match self.restore_tasks(&mut created) {
+            Ok(()) => {
+                for (t, _) in created {
+                    self.tasks.insert(t.task.id, t);
+                }
+            }
+            Err(e) => {
+                warn!(thread = %self.ctx.name, tasks = ?gained.iter().map(|t| t.to_string()).collect::<Vec<_>>(), "could not restore the tasks' stores: {e}");
+                gained.clear();
+                self.fatal.get_or_insert(e);
+            }
+        }
+        self.record_rebalance(&gained);
+        self.publish_tasks();
+        self.ctx.shared.set_state(ThreadState::PartitionsAssigned);
+    }
+
+    /// Counts the rebalance and adds it to the instance's timeline.
+    fn record_rebalance(&self, gained: &[TaskId]) {
+        let (generation, members) = {
+            let l = lock(&self.ctx.shared.local);
+            (
+                l.generation,
+                l.assignment.as_ref().map_or(0, |a| a.members.len()),
+            )
+        };
+        self.ctx
+            .shared
+            .metrics
+            .rebalances
+            .fetch_add(1, Ordering::Relaxed);
+        {
+            let mut h = lock(&self.ctx.history);
+            if h.len() >= HISTORY_LIMIT {
+                h.pop_front();
+            }
+            h.push_back(RebalanceEvent {
+                time_ms: now_ms(),
+                thread_name: self.ctx.name.clone(),
+                generation,
+                members,
+                tasks: self.tasks.keys().map(|t| t.to_string()).collect(),
+            });
+        }
+        info!(
+            thread = %self.ctx.name,
+            generation,
+            tasks = ?self.tasks.keys().map(|t| t.to_string()).collect::<Vec<_>>(),
+            gained = ?gained.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
+            "rebalance complete"
+        );
+    }
+
+    /// Retries creating tasks whose directories were locked.
+    fn retry_pending(&mut self, consumer: &mut Consumer) -> Result<()> {
+        let ids: Vec<TaskId> = self.pending.keys().copied().collect();
+        for id in ids {
+            let parts = self.pending[&id].clone();
+            match self.create_task(id, &parts) {
+                Ok(t) => {
+                    self.pending.remove(&id);
+                    let mut created = [t];
+                    self.restore_tasks(&mut created)?;
+                    let [(t, _)] = created;
+                    self.tasks.insert(id, t);
+                    consumer.resume(&parts).map_err(|e| {
+                        StreamsError::client("resuming a created task's partitions", e)
+                    })?;
+                    info!(thread = %self.ctx.name, task = %id, "created the task after its directory was released");
+                    self.publish_tasks();
+                }
+                Err(e) if is_locked(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// The rebalance listener's loss (fenced, expired session, a commit the
+    /// group refused): every task goes, uncommitted.
+    pub fn on_lost(&mut self) {
+        self.pending.clear();
+        self.collector.forget_in_flight();
+        let all: Vec<TaskId> = self
+            .tasks
+            .keys()
+            .chain(self.suspended.keys())
+            .copied()
+            .collect();
+        warn!(thread = %self.ctx.name, tasks = ?all.iter().map(|t| t.to_string()).collect::<Vec<_>>(), "tasks lost without a commit");
+        for id in all {
+            let t = self
+                .tasks
+                .remove(&id)
+                .or_else(|| self.suspended.remove(&id));
+            if let Some(t) = t {
+                Self::close_task(t, false);
+            }
+        }
+        self.publish_tasks();
+    }
+
+    /// Commits (when `consumer` is given and tasks run) and closes every
+    /// task; the commit's error, if any.
+    pub fn close_all(&mut self, consumer: Option<&mut Consumer>) -> Result<()> {
+        let r = match consumer {
+            Some(c) if !self.tasks.is_empty() => self.commit_with(c, true),
+            _ => Ok(()),
+        };
+        let ids: Vec<TaskId> = self
+            .tasks
+            .keys()
+            .chain(self.suspended.keys())
+            .copied()
+            .collect();
+        for id in ids {
+            let t = self
+                .tasks
+                .remove(&id)
+                .or_else(|| self.suspended.remove(&id));
+            if let Some(t) = t {
+                Self::close_task(t, r.is_ok());
+            }
+        }
+        self.publish_tasks();
+        r
+    }
+
+    /// Closes the producer (after the consumer, whose revocation callback
+    /// still commits through it).
+    pub fn close_producer(&mut self, timeout: std::time::Duration) {
+        self.collector.close(timeout);
+    }
+}

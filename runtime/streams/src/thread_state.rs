@@ -1,0 +1,239 @@
+//! A stream thread's state machine and what the rest of the instance sees
+//! of a thread (Kafka's `StreamThread.State` and thread metadata).
+//!
+//! ```text
+//!             ┌───────────────────────────────────────────────┐
+//!             │                                               ▼
+//!  Created ──► Starting ──► PartitionsRevoked ◄──► PartitionsAssigned ──► Running
+//!     │          │               │    ▲  ▲               │    ▲              │
+//!     │          │               │    │  └───────────────┼────┼──────────────┤
+//!     │          │               │    └──────────────────┘    └──────────────┘
+//!     ▼          ▼               ▼                       ▼
+//!  PendingShutdown ◄─────────────────────────────────────┴──────── (any alive state)
+//!     │
+//!     ▼
+//!   Dead
+//! ```
+//!
+//! Transitions are Kafka's ([`ThreadState::can_become`]); any other is
+//! refused and logged. A thread in `Running` with nothing to revoke moves
+//! to `PartitionsRevoked` then `PartitionsAssigned` at each rebalance and
+//! back to `Running` at its first poll after the assignment.
+//!
+//! Invariant: [`ThreadShared`] is the only state the application, REST and
+//! metadata read of a thread; the thread publishes into it (tasks,
+//! partitions, queryable stores, member id, metrics) and never reads the
+//! application's state back.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use rill_client::{Admin, TopicPartition};
+use rill_state::SharedStore;
+use tracing::warn;
+
+use crate::assignor::LocalInfo;
+use crate::error::StreamsError;
+use crate::metadata::History;
+use crate::restore::StateRestoreListener;
+use crate::streams_config::StreamsConfig;
+use crate::task_id::TaskId;
+use crate::topology::Topology;
+
+/// Kafka's `StreamThread.State`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ThreadState {
+    /// Made, not started.
+    Created,
+    /// Started, before its first rebalance.
+    Starting,
+    /// Its partitions are being revoked (a rebalance began).
+    PartitionsRevoked,
+    /// It got its assignment; tasks are created and restored.
+    PartitionsAssigned,
+    /// Processing.
+    Running,
+    /// Asked to stop; closing its tasks and clients.
+    PendingShutdown,
+    /// Stopped.
+    Dead,
+}
+
+impl ThreadState {
+    /// Kafka's allowed transitions.
+    pub fn can_become(self, next: ThreadState) -> bool {
+        use ThreadState::*;
+        matches!(
+            (self, next),
+            (Created, Starting | PendingShutdown)
+                | (
+                    Starting,
+                    PartitionsRevoked | PartitionsAssigned | PendingShutdown
+                )
+                | (
+                    PartitionsRevoked,
+                    PartitionsRevoked | PartitionsAssigned | PendingShutdown
+                )
+                | (
+                    PartitionsAssigned,
+                    PartitionsRevoked | PartitionsAssigned | Running | PendingShutdown
+                )
+                | (
+                    Running,
+                    PartitionsRevoked | PartitionsAssigned | PendingShutdown
+                )
+                | (PendingShutdown, Dead)
+        )
+    }
+
+    /// Neither stopping nor stopped.
+    pub fn is_alive(self) -> bool {
+        !matches!(self, ThreadState::PendingShutdown | ThreadState::Dead)
+    }
+}
+
+/// Locks `m`, whatever a panicking holder left: every value behind the
+/// runtime's mutexes stays consistent between statements, so a poisoned
+/// lock is still safe to use (and the panic is reported where it happened).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What the application sees of a thread.
+pub(crate) struct ThreadShared {
+    pub state: Mutex<ThreadState>,
+    pub shutdown: AtomicBool,
+    pub leave_group: AtomicBool,
+    pub local: Arc<Mutex<LocalInfo>>,
+    pub active_tasks: Mutex<BTreeSet<TaskId>>,
+    pub member_id: Mutex<Option<String>>,
+    /// Ask every instance to shut down at the next rebalance (shutdown-application).
+    pub request_app_shutdown: AtomicBool,
+    /// Records dropped by the log-and-continue handler (Kafka's `dropped-records-total`).
+    pub dropped_records: AtomicU64,
+    /// Stores of the active tasks, for interactive queries (task → store → handle).
+    pub queryable: Mutex<BTreeMap<TaskId, BTreeMap<String, SharedStore>>>,
+    /// Partitions of the active tasks.
+    pub partitions: Mutex<Vec<(String, i32)>>,
+    pub metrics: ThreadMetrics,
+    pub on_change: Box<dyn Fn() + Send + Sync>,
+}
+
+/// Counters behind `GET /metrics` (Kafka Streams' thread-level metrics).
+#[derive(Default)]
+pub(crate) struct ThreadMetrics {
+    pub processed: AtomicU64,
+    pub rebalances: AtomicU64,
+    pub commits: AtomicU64,
+    pub commit_ns_total: AtomicU64,
+    pub commit_ns_max: AtomicU64,
+    pub restored: AtomicU64,
+    pub restore_remaining: AtomicU64,
+    /// (topic, partition, lag) as of the last refresh.
+    pub lags: Mutex<Vec<(String, i32, i64)>>,
+}
+
+impl ThreadShared {
+    pub fn state(&self) -> ThreadState {
+        *lock(&self.state)
+    }
+
+    /// Moves to `next` if Kafka allows it (logged and refused otherwise).
+    pub fn set_state(&self, next: ThreadState) -> bool {
+        let mut s = lock(&self.state);
+        if *s == next {
+            return true;
+        }
+        if !s.can_become(next) {
+            warn!("stream thread: ignoring transition {:?} -> {next:?}", *s);
+            return false;
+        }
+        *s = next;
+        drop(s);
+        (self.on_change)();
+        true
+    }
+}
+
+/// Feeds the restore metrics, then the application's listener.
+pub(crate) struct RestoreMetrics<'a> {
+    pub metrics: &'a ThreadMetrics,
+    pub user: Option<&'a dyn StateRestoreListener>,
+}
+
+impl StateRestoreListener for RestoreMetrics<'_> {
+    fn on_restore_start(&self, tp: &TopicPartition, store: &str, start: i64, end: i64) {
+        self.metrics
+            .restore_remaining
+            .fetch_add((end - start).max(0) as u64, Ordering::Relaxed);
+        if let Some(u) = self.user {
+            u.on_restore_start(tp, store, start, end);
+        }
+    }
+    fn on_batch_restored(&self, tp: &TopicPartition, store: &str, end: i64, records: u64) {
+        self.metrics.restored.fetch_add(records, Ordering::Relaxed);
+        let _ = self.metrics.restore_remaining.fetch_update(
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+            |r| Some(r.saturating_sub(records)),
+        );
+        if let Some(u) = self.user {
+            u.on_batch_restored(tp, store, end, records);
+        }
+    }
+    fn on_restore_end(&self, tp: &TopicPartition, store: &str, total: u64) {
+        if let Some(u) = self.user {
+            u.on_restore_end(tp, store, total);
+        }
+    }
+}
+
+/// Everything a thread needs to run.
+pub(crate) struct ThreadContext {
+    pub index: usize,
+    pub name: String,
+    pub client_id: String,
+    pub config: StreamsConfig,
+    pub topology: Arc<Topology>,
+    pub admin: Arc<Admin>,
+    pub process_id: String,
+    pub restore_listener: Option<Arc<dyn StateRestoreListener>>,
+    pub shared: Arc<ThreadShared>,
+    /// This instance's advertised REST endpoint (`application.server`, port resolved).
+    pub endpoint: Option<String>,
+    /// The instance's rebalance timeline.
+    pub history: History,
+    /// Global tables' stores, handed to every task for reading.
+    pub global_stores: Vec<(String, SharedStore)>,
+}
+
+impl ThreadContext {
+    /// This thread's `group.instance.id` (`<group.instance.id>-thread-<n>`),
+    /// when the instance has one.
+    pub fn instance_id(&self) -> Option<String> {
+        self.config
+            .group_instance_id
+            .as_deref()
+            .map(|id| crate::streams_config::instance_id_for_thread(id, self.index))
+    }
+
+    /// A client error as the thread handles it: FENCED_INSTANCE_ID from any
+    /// call (also as the cause that stopped the consumer) becomes the
+    /// thread's fatal [`StreamsError::Fenced`] naming its instance id
+    /// (KIP-345); everything else keeps its context.
+    pub fn classify(&self, what: &str, e: rill_client::Error) -> StreamsError {
+        match e.fencing() {
+            Some((instance_id, detail)) => StreamsError::Fenced {
+                thread: self.name.clone(),
+                instance_id: if instance_id.is_empty() {
+                    self.instance_id().unwrap_or_default()
+                } else {
+                    instance_id
+                },
+                detail,
+            },
+            None => StreamsError::client(what, e),
+        }
+    }
+}
