@@ -28,6 +28,41 @@ use crate::task_id::TaskId;
 use crate::timestamp::SharedExtractor;
 use crate::topology::{NodeKind, Topology};
 
+/// Kafka's `Task.State`, for active tasks:
+///
+/// ```text
+///   Created ──► Restoring ──► Running ──► Suspended ──► Closed
+///      │            │                      │    ▲
+///      │            └──────────────────────┼────┤ (revoked while restoring)
+///      └───────────────────────────────────┼────┘
+///                   Restoring ◄────────────┘      (given back: resumed)
+/// ```
+///
+/// A task is closed only once suspended (Kafka suspends before a clean or
+/// dirty close alike).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TaskState {
+    Created,
+    Restoring,
+    Running,
+    Suspended,
+    Closed,
+}
+
+impl TaskState {
+    /// Kafka's allowed transitions.
+    pub fn can_become(self, next: TaskState) -> bool {
+        use TaskState::*;
+        matches!(
+            (self, next),
+            (Created, Restoring | Suspended)
+                | (Restoring, Running | Suspended)
+                | (Running, Suspended)
+                | (Suspended, Restoring | Closed)
+        )
+    }
+}
+
 struct PartitionQueue {
     tp: TopicPartition,
     /// Records with their extracted timestamps in `timestamp`.
@@ -643,6 +678,29 @@ mod tests {
         })
         .unwrap();
         task
+    }
+
+    #[test]
+    fn task_states_follow_kafkas_transitions() {
+        use TaskState::*;
+        let all = [Created, Restoring, Running, Suspended, Closed];
+        let allowed: Vec<(TaskState, TaskState)> = all
+            .iter()
+            .flat_map(|&a| all.iter().map(move |&b| (a, b)))
+            .filter(|&(a, b)| a.can_become(b))
+            .collect();
+        assert_eq!(
+            allowed,
+            vec![
+                (Created, Restoring),
+                (Created, Suspended),
+                (Restoring, Running),
+                (Restoring, Suspended),
+                (Running, Suspended),
+                (Suspended, Restoring),
+                (Suspended, Closed),
+            ]
+        );
     }
 
     #[test]

@@ -2,14 +2,11 @@
 //! thread's tasks through their lifecycle and answers the rebalance
 //! listener.
 //!
-//! ```text
-//!   assigned ──► created ──► restoring ──► active ──► suspended ──► closed
-//!      │           (stores opened,          ▲   │    (revoked; kept   ▲
-//!      │            dir locked)             │   │     until the next  │
-//!      ▼                                    │   │     assignment)     │
-//!   pending (dir still locked by another ───┘   └──► lost ───────────┘
-//!            thread of this process; retried)        (no commit)
-//! ```
+//! Each task moves through Kafka's task states ([`TaskState`]): created
+//! with its stores opened and its directory locked, restoring, running,
+//! suspended when revoked (kept until the next assignment, resumed if given
+//! back), closed. A task whose directory another thread of this process
+//! still locks is *pending*: its partitions are paused and creation retried.
 //!
 //! - On revoke: commit (flush caches → send → flush the producer → commit
 //!   offsets → write checkpoints), then suspend the revoked tasks; on
@@ -43,7 +40,7 @@ use crate::processor_context::StoreHandle;
 use crate::record_collector::RecordCollector;
 use crate::restore::{restore_stores, RestoreJob};
 use crate::state_manager::RestorePlan;
-use crate::task::StreamTask;
+use crate::task::{StreamTask, TaskState};
 use crate::task_id::TaskId;
 use crate::thread_state::{lock, RestoreMetrics, ThreadContext, ThreadState};
 
@@ -57,6 +54,7 @@ const CHECKPOINT_DELTA: i64 = 10_000;
 /// A created task and its state on disk.
 pub(crate) struct ActiveTask {
     pub task: StreamTask,
+    state: TaskState,
     dir: Option<PathBuf>,
     _lock: Option<TaskDirLock>,
     persistent: bool,
@@ -64,6 +62,19 @@ pub(crate) struct ActiveTask {
     changelog_end: BTreeMap<(String, i32), i64>,
     /// What the task's checkpoint file says now.
     checkpointed: BTreeMap<(String, i32), i64>,
+}
+
+impl ActiveTask {
+    /// Moves the task to `next`; a transition Kafka does not allow is a
+    /// bug, logged (and refused) rather than trusted.
+    fn transition(&mut self, next: TaskState) {
+        if self.state.can_become(next) {
+            self.state = next;
+        } else {
+            debug_assert!(false, "task {}: {:?} -> {next:?}", self.task.id, self.state);
+            warn!(task = %self.task.id, "ignoring task transition {:?} -> {next:?}", self.state);
+        }
+    }
 }
 
 pub(crate) fn now_ms() -> i64 {
@@ -283,6 +294,7 @@ impl TaskManager {
         Ok((
             ActiveTask {
                 task,
+                state: TaskState::Created,
                 dir: opened.dir,
                 _lock: opened.lock,
                 persistent: opened.persistent,
@@ -302,9 +314,12 @@ impl TaskManager {
         };
         let mut jobs: Vec<RestoreJob<'_>> = created
             .iter_mut()
-            .map(|(t, plans)| RestoreJob {
-                task: &mut t.task,
-                plans,
+            .map(|(t, plans)| {
+                t.transition(TaskState::Restoring);
+                RestoreJob {
+                    task: &mut t.task,
+                    plans,
+                }
             })
             .collect();
         let ends = restore_stores(
@@ -319,6 +334,7 @@ impl TaskManager {
                 t.changelog_end.insert(tp.clone(), end);
                 t.checkpointed.insert(tp, plan.from);
             }
+            t.transition(TaskState::Running);
         }
         Ok(())
     }
@@ -487,6 +503,10 @@ impl TaskManager {
     }
 
     fn close_task(mut t: ActiveTask, clean: bool) {
+        if t.state != TaskState::Suspended {
+            t.transition(TaskState::Suspended);
+        }
+        t.transition(TaskState::Closed);
         t.task.close();
         if clean {
             if let Err(e) = t.task.flush_stores() {
@@ -515,7 +535,8 @@ impl TaskManager {
         );
         for id in revoked {
             self.pending.remove(&id);
-            if let Some(t) = self.tasks.remove(&id) {
+            if let Some(mut t) = self.tasks.remove(&id) {
+                t.transition(TaskState::Suspended);
                 self.suspended.insert(id, t);
             }
         }
@@ -554,7 +575,10 @@ impl TaskManager {
             if self.tasks.contains_key(&id) {
                 continue;
             }
-            if let Some(t) = self.suspended.remove(&id) {
+            if let Some(mut t) = self.suspended.remove(&id) {
+                // Its stores are current: resuming restores nothing.
+                t.transition(TaskState::Restoring);
+                t.transition(TaskState::Running);
                 self.tasks.insert(id, t);
                 continue;
             }
