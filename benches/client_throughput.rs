@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use rill_benches::{cpu_seconds, machine_summary, median, ratio_stats};
 use rill_client::admin::NewTopic;
-use rill_client::rpc::LATEST_TIMESTAMP;
+use rill_client::OffsetSpec;
 use rill_client::{Admin, ClientConfig, Consumer, Producer, ProducerRecord, TopicPartition};
 use rill_tests::backend::{repo_root, ApacheKafka};
 use rill_tests::tools::kafka_tool;
@@ -210,8 +210,8 @@ fn rill_consume(bootstrap: &str, topic: &str, records: usize) -> f64 {
 }
 
 fn topic_total(admin: &Admin, topic: &str) -> i64 {
-    let wanted: BTreeMap<TopicPartition, i64> = (0..PARTITIONS)
-        .map(|p| (TopicPartition::new(topic, p), LATEST_TIMESTAMP))
+    let wanted: BTreeMap<TopicPartition, OffsetSpec> = (0..PARTITIONS)
+        .map(|p| (TopicPartition::new(topic, p), OffsetSpec::Latest))
         .collect();
     admin
         .list_offsets(&wanted)

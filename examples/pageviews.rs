@@ -264,10 +264,10 @@ fn wait_until_consumed(
     topics: &[&str],
     streams: &KafkaStreams,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let wanted: BTreeMap<TopicPartition, i64> = topics
+    let wanted: BTreeMap<TopicPartition, rill_client::OffsetSpec> = topics
         .iter()
         .flat_map(|t| (0..PARTITIONS).map(move |p| TopicPartition::new(*t, p)))
-        .map(|tp| (tp, rill_client::rpc::LATEST_TIMESTAMP))
+        .map(|tp| (tp, rill_client::OffsetSpec::Latest))
         .collect();
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {

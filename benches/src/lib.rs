@@ -205,10 +205,10 @@ pub fn streams_app_binary() -> std::path::PathBuf {
 
 /// The sum of the end offsets of `topic`'s partitions `0..partitions` (0 on error).
 pub fn total_end_offset(admin: &rill_client::Admin, topic: &str, partitions: i32) -> i64 {
-    use rill_client::rpc::LATEST_TIMESTAMP;
+    use rill_client::OffsetSpec;
     use rill_client::TopicPartition;
-    let want: std::collections::BTreeMap<TopicPartition, i64> = (0..partitions)
-        .map(|p| (TopicPartition::new(topic, p), LATEST_TIMESTAMP))
+    let want: std::collections::BTreeMap<TopicPartition, OffsetSpec> = (0..partitions)
+        .map(|p| (TopicPartition::new(topic, p), OffsetSpec::Latest))
         .collect();
     admin
         .list_offsets(&want)

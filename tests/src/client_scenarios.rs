@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use rill_client::admin::NewTopic;
-use rill_client::producer::partitioner::partition_for_key;
+use rill_client::producer::partition_for_key;
 use rill_client::{
     Admin, ClientConfig, Consumer, ConsumerRecord, Error, Producer, ProducerRecord,
     RebalanceListener, TopicPartition,
@@ -937,10 +937,10 @@ pub fn client_admin_operations(bootstrap: &str) {
     assert_eq!(low[&tp].as_ref().copied().unwrap(), 4);
     let ends = admin
         .list_offsets(&BTreeMap::from([
-            (tp.clone(), rill_client::rpc::LATEST_TIMESTAMP),
+            (tp.clone(), rill_client::OffsetSpec::Latest),
             (
                 TopicPartition::new(&topic, 1),
-                rill_client::rpc::EARLIEST_TIMESTAMP,
+                rill_client::OffsetSpec::Earliest,
             ),
         ]))
         .unwrap();
@@ -1020,9 +1020,9 @@ pub fn client_producer_and_consumer_controls(bootstrap: &str) {
     // Kafka closes the connection when an acks=0 produce fails (e.g. the
     // leader has not yet learnt of the new topic): a ListOffsets answered by
     // the leader for the partition shows it has.
-    let ready: BTreeMap<TopicPartition, i64> = [(
+    let ready: BTreeMap<TopicPartition, rill_client::OffsetSpec> = [(
         TopicPartition::new(topic.clone(), 1),
-        rill_client::rpc::LATEST_TIMESTAMP,
+        rill_client::OffsetSpec::Latest,
     )]
     .into();
     admin(bootstrap)

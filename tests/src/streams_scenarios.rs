@@ -423,11 +423,11 @@ pub fn streams_static_restart_without_rebalance(bootstrap: &str, backend: StoreB
     let tasks_a2 = local_tasks(&a2);
     assert_eq!(tasks_a2, tasks_a, "tasks moved across the restart");
     let changelog_records: i64 = {
-        let tps: BTreeMap<TopicPartition, i64> = (0..PARTITIONS)
+        let tps: BTreeMap<TopicPartition, rill_client::OffsetSpec> = (0..PARTITIONS)
             .map(|p| {
                 (
                     TopicPartition::new(format!("{}-counts-changelog", s.app), p),
-                    rill_client::rpc::LATEST_TIMESTAMP,
+                    rill_client::OffsetSpec::Latest,
                 )
             })
             .collect();

@@ -33,7 +33,7 @@ use rill_protocol::{ApiKey, ErrorCode, RequestKind, ResponseKind};
 use crate::cluster::{BrokerInfo, Cluster, TopicMetadata};
 use crate::config::{AdminConfig, ClientConfig};
 use crate::error::{Error, Result};
-use crate::rpc::{self, sb, topic_name, MemberRef, OffsetAndMetadata};
+use crate::rpc::{self, sb, topic_name, ListedOffset, MemberRef, OffsetAndMetadata, OffsetSpec};
 use crate::runtime::block_on;
 use crate::TopicPartition;
 
@@ -649,16 +649,20 @@ impl Admin {
         })
     }
 
-    /// Offsets for timestamps (`rpc::LATEST_TIMESTAMP`, `rpc::EARLIEST_TIMESTAMP`
-    /// or a time in ms), per partition.
+    /// The offset each partition's [`OffsetSpec`] resolves to (Kafka's
+    /// `Admin.listOffsets`).
     pub fn list_offsets(
         &self,
-        wanted: &BTreeMap<TopicPartition, i64>,
-    ) -> Result<BTreeMap<TopicPartition, rpc::ListedOffset>> {
+        wanted: &BTreeMap<TopicPartition, OffsetSpec>,
+    ) -> Result<BTreeMap<TopicPartition, ListedOffset>> {
+        let wanted: BTreeMap<TopicPartition, i64> = wanted
+            .iter()
+            .map(|(tp, spec)| (tp.clone(), spec.timestamp()))
+            .collect();
         self.run("Admin::list_offsets", async {
             let topics: Vec<String> = wanted.keys().map(|tp| tp.topic.clone()).collect();
             self.cluster.refresh(Some(&topics), false).await?;
-            rpc::list_offsets(&self.cluster, false, wanted, self.timeout).await
+            rpc::list_offsets(&self.cluster, false, &wanted, self.timeout).await
         })
     }
 

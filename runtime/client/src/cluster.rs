@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use rill_protocol::kafka_protocol::messages::{
     metadata_request::MetadataRequestTopic, FindCoordinatorRequest, MetadataRequest, TopicName,
 };
-use rill_protocol::{ApiKey, ErrorCode, RequestKind, ResponseKind, StrBytes};
+use rill_protocol::{ApiKey, RequestKind, ResponseKind, StrBytes};
 use tracing::{debug, info};
 use uuid::Uuid;
 
@@ -523,33 +523,4 @@ impl Cluster {
         info!(node, "learned coordinator address");
         *self.meta.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(next);
     }
-}
-
-/// Retries `op` on retriable errors (refreshing metadata when the error says
-/// it is stale) until `within` passes.
-pub async fn retry<T, F, Fut>(cluster: &Cluster, within: Duration, mut op: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T>>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        match op().await {
-            Ok(v) => return Ok(v),
-            Err(e) if e.is_retriable() && Instant::now() < deadline => {
-                if let Some(code) = e.code() {
-                    if crate::error::needs_metadata_refresh(code.code()) {
-                        let _ = cluster.refresh(Some(&[]), false).await;
-                    }
-                }
-                tokio::time::sleep(cluster.cfg.retry_backoff).await;
-            }
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// Whether a code means the coordinator moved or is loading.
-pub fn coordinator_moved(code: i16) -> bool {
-    code == ErrorCode::NotCoordinator.code() || code == ErrorCode::CoordinatorNotAvailable.code()
 }

@@ -7,25 +7,28 @@
 //! member's `group.instance.id` and user data, and batch LeaveGroup by
 //! instance id (KIP-345), which librdkafka does not offer.
 //!
-//! Layout: [`conn`] (one connection per broker, correlation ids, poisoning),
-//! [`cluster`] (bootstrap, metadata, coordinators), [`producer`],
+//! Layout: `conn` (one connection per broker, one reader task per
+//! connection, correlation ids, poisoning), `cluster` (bootstrap, metadata,
+//! coordinators), `rpc` (the requests the clients share), [`producer`],
 //! [`consumer`] (classic and KIP-848 group protocols, assignors, KIP-70
-//! subscription semantics), [`admin`]. Network I/O runs on tokio
-//! ([`runtime`]); the producer's `send`, the consumer's `poll` and the admin
-//! calls are plain blocking methods, so a stream thread can call them from
-//! its synchronous loop.
+//! subscription semantics), [`admin`]. Network I/O runs on one tokio
+//! runtime the clients share ([`io_handle`]); the producer's `send`, the
+//! consumer's `poll` and the admin calls are plain blocking methods, so a
+//! stream thread can call them from its synchronous loop. Only the clients,
+//! their configuration, records and errors are public; the layers under
+//! them are the crate's own.
 //!
 //! Configuration uses Kafka's property names ([`ClientConfig`]).
 
 pub mod admin;
-pub mod cluster;
+pub(crate) mod cluster;
 pub mod config;
-pub mod conn;
+pub(crate) mod conn;
 pub mod consumer;
 pub mod error;
 pub mod producer;
-pub mod rpc;
-pub mod runtime;
+pub(crate) mod rpc;
+pub(crate) mod runtime;
 
 pub use admin::Admin;
 pub use config::ClientConfig;
@@ -34,7 +37,8 @@ pub use error::{Error, Result};
 pub use producer::{DeliveryFuture, IntoTopicName, Producer, ProducerRecord, RecordMetadata};
 pub use rill_protocol::records::Compression;
 pub use rill_protocol::ErrorCode;
-pub use rpc::OffsetAndMetadata;
+pub use rpc::{ListedOffset, OffsetAndMetadata, OffsetSpec};
+pub use runtime::io_handle;
 
 /// A topic partition.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

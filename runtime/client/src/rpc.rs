@@ -364,6 +364,29 @@ pub struct ListedOffset {
 pub const LATEST_TIMESTAMP: i64 = -1;
 pub const EARLIEST_TIMESTAMP: i64 = -2;
 
+/// Which offset of a partition to look up (Kafka's `OffsetSpec`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OffsetSpec {
+    /// The log start offset.
+    Earliest,
+    /// The log end offset (the next offset to be written).
+    Latest,
+    /// The first offset whose timestamp is at or after this time (ms
+    /// since the epoch); the log end offset when there is none.
+    Timestamp(i64),
+}
+
+impl OffsetSpec {
+    /// The ListOffsets request's timestamp field for this spec.
+    pub(crate) fn timestamp(self) -> i64 {
+        match self {
+            OffsetSpec::Earliest => EARLIEST_TIMESTAMP,
+            OffsetSpec::Latest => LATEST_TIMESTAMP,
+            OffsetSpec::Timestamp(ms) => ms,
+        }
+    }
+}
+
 /// The offset a timestamp (or LATEST/EARLIEST) resolves to, per partition,
 /// asking each partition's leader; retried on stale metadata until `within`.
 pub async fn list_offsets(

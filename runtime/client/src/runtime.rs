@@ -27,7 +27,10 @@ fn shared() -> &'static Runtime {
     })
 }
 
-/// The handle client tasks are spawned on.
+/// The tokio runtime the clients' network I/O runs on (two worker threads,
+/// `rill-io`), for running other network services beside them (the
+/// stream runtime's REST server) without a second runtime. Never block on
+/// it: the clients' blocking calls refuse to run on its threads.
 pub fn io_handle() -> Handle {
     shared().handle().clone()
 }

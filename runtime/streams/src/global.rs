@@ -139,9 +139,9 @@ impl GlobalState {
             };
             r.map_err(|e| StreamsError::client(format!("positioning {tp}"), e))?;
         }
-        let wanted: BTreeMap<TopicPartition, i64> = tps
+        let wanted: BTreeMap<TopicPartition, rill_client::OffsetSpec> = tps
             .iter()
-            .map(|tp| (tp.clone(), rill_client::rpc::LATEST_TIMESTAMP))
+            .map(|tp| (tp.clone(), rill_client::OffsetSpec::Latest))
             .collect();
         let ends = admin
             .list_offsets(&wanted)

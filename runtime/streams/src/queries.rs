@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
-use rill_client::producer::partitioner::partition_for_key;
+use rill_client::producer::partition_for_key;
 
 use crate::app::App;
 use crate::assignor::AssignmentInfo;

@@ -56,7 +56,7 @@ impl RestServer {
         let std_listener = std::net::TcpListener::bind(listen).map_err(bind_err)?;
         std_listener.set_nonblocking(true).map_err(bind_err)?;
         let addr = std_listener.local_addr().map_err(bind_err)?;
-        let handle = rill_client::runtime::io_handle();
+        let handle = rill_client::io_handle();
         let listener = {
             let _guard = handle.enter();
             tokio::net::TcpListener::from_std(std_listener).map_err(bind_err)?

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use rill_client::rpc::LATEST_TIMESTAMP;
+use rill_client::OffsetSpec;
 use rill_client::{Admin, Consumer, TopicPartition};
 use tracing::info;
 
@@ -87,7 +87,7 @@ pub(crate) fn restore_stores(
     let ends = admin
         .list_offsets(
             &tps.iter()
-                .map(|tp| (tp.clone(), LATEST_TIMESTAMP))
+                .map(|tp| (tp.clone(), OffsetSpec::Latest))
                 .collect::<BTreeMap<_, _>>(),
         )
         .map_err(|e| {

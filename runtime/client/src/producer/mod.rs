@@ -25,8 +25,10 @@
 //! - every record gets exactly one outcome; nothing is dropped silently.
 
 mod accumulator;
-pub mod partitioner;
+mod partitioner;
 mod sender;
+
+pub use partitioner::partition_for_key;
 
 use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll};
