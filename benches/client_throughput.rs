@@ -68,9 +68,11 @@ fn env_usize(name: &str, default: usize) -> usize {
 }
 
 /// CPU seconds used by waited-for child processes so far.
+#[allow(unsafe_code)] // getrusage(2), see SAFETY below
 fn children_cpu() -> f64 {
-    // SAFETY: getrusage writes into the struct we pass.
+    // SAFETY: rusage is plain integers; all zeroes is a valid value.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `u` is a valid, writable rusage.
     unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut u) };
     let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
     t(u.ru_utime) + t(u.ru_stime)

@@ -30,6 +30,7 @@ use uuid::Uuid;
 struct Counting;
 static LIVE: AtomicIsize = AtomicIsize::new(0);
 
+#[allow(unsafe_code)] // a counting global allocator
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);

@@ -256,12 +256,11 @@ fn run(
     let broker_cpu = cpu_seconds(broker_pid) - broker_cpu0;
     let rss = peak_rss_kib(pid) as f64 / 1024.0;
     if let Some(mut p) = perf {
-        // SAFETY: plain kill(2) on our own child; perf writes its file on SIGINT.
-        unsafe { libc::kill(p.id() as i32, libc::SIGINT) };
+        // perf writes its file on SIGINT.
+        rill_tests::send_signal(p.id(), libc::SIGINT);
         let _ = p.wait();
     }
-    // SAFETY: plain kill(2) on our own child.
-    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    rill_tests::send_signal(pid, libc::SIGTERM);
     let _ = lines.by_ref().count();
     let _ = child.wait();
     let _ = admin.delete_topics(&[input.as_str(), output.as_str(), table.as_str()]);

@@ -204,8 +204,7 @@ fn start_app_as(
 }
 
 fn stop(child: &mut Child) {
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    rill_tests::send_signal(child.id(), libc::SIGTERM);
     let _ = child.wait();
 }
 

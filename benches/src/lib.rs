@@ -102,6 +102,7 @@ fn status_field(pid: u32, field: &str) -> u64 {
 }
 
 /// User + system CPU seconds a process has used so far.
+#[allow(unsafe_code)] // sysconf(3), see SAFETY below
 pub fn cpu_seconds(pid: u32) -> f64 {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return 0.0;

@@ -444,6 +444,7 @@ impl Drop for ApacheKafka {
 
 /// One Apache Kafka shared by all interop tests of a test binary (starting a
 /// JVM broker costs seconds; scenarios use unique topic names).
+#[allow(unsafe_code)] // atexit(3) registration, see SAFETY below
 pub fn shared_kafka() -> &'static str {
     static KAFKA: OnceLock<(Mutex<Option<ApacheKafka>>, String)> = OnceLock::new();
     extern "C" fn stop_shared() {

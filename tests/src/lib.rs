@@ -44,3 +44,14 @@ pub fn unique_topic(prefix: &str) -> String {
         N.fetch_add(1, Ordering::Relaxed)
     )
 }
+
+/// Sends `signal` (`libc::SIGTERM`, `SIGKILL`, `SIGINT`, …) to the process
+/// `pid`, which must be a child this test or bench started (ended by its
+/// id, never by name).
+#[allow(unsafe_code)]
+pub fn send_signal(pid: u32, signal: i32) {
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours.
+    unsafe {
+        libc::kill(pid as i32, signal);
+    }
+}

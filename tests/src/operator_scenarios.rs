@@ -464,8 +464,7 @@ impl RestApp {
     }
 
     fn kill_9(&mut self) {
-        // SAFETY: plain kill(2) on our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGKILL) };
+        crate::send_signal(self.child.id(), libc::SIGKILL);
         let _ = self.child.wait();
     }
 }

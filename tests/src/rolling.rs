@@ -273,8 +273,7 @@ impl Instance {
             StopMode::Clean => libc::SIGTERM,
             StopMode::Kill9 => libc::SIGKILL,
         };
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(self.child.id() as i32, sig) };
+        crate::send_signal(self.child.id(), sig);
         let _ = self.child.wait();
     }
 }

@@ -714,13 +714,12 @@ impl AppProcess {
     }
 
     fn kill_9(mut self) {
-        // SAFETY: plain kill(2) on our own child.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGKILL) };
+        crate::send_signal(self.0.id(), libc::SIGKILL);
         let _ = self.0.wait();
     }
 
     fn stop(mut self) {
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        crate::send_signal(self.0.id(), libc::SIGTERM);
         let _ = self.0.wait();
     }
 }

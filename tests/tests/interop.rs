@@ -368,9 +368,9 @@ fn api_versions_match_apache_kafka() {
     let cluster = Embedded::default_cluster();
     let rill = rill_tests::wire::Conn::connect(&cluster.bootstrap()).unwrap();
     let mut mismatches = Vec::new();
-    for &(key, lo, hi) in rill_broker::api::SUPPORTED {
+    for &(key, lo, hi) in rill_broker::SUPPORTED {
         let ours = rill.broker_range(key).unwrap();
-        assert_eq!(ours, rill_broker::api::advertised(key, lo, hi));
+        assert_eq!(ours, rill_broker::advertised(key, lo, hi));
         let theirs = kafka.broker_range(key);
         eprintln!("{key:?}: rill {ours:?} kafka {theirs:?}");
         let Some(theirs) = theirs else {

@@ -120,6 +120,8 @@ impl EmbeddedClusterBuilder {
         self
     }
 
+    /// Opens the logs (recovering them after a crash), binds every node and
+    /// returns once all accept connections.
     pub async fn start(self) -> io::Result<EmbeddedCluster> {
         EmbeddedCluster::start(self.config).await
     }
@@ -139,6 +141,8 @@ pub struct EmbeddedCluster {
 }
 
 impl EmbeddedCluster {
+    /// A one-node, in-memory cluster on a free loopback port, until the
+    /// builder says otherwise.
     pub fn builder() -> EmbeddedClusterBuilder {
         EmbeddedClusterBuilder::default()
     }
@@ -229,16 +233,19 @@ impl EmbeddedCluster {
         self.nodes().get(&id).map(|n| n.addr)
     }
 
+    /// The ids of the cluster's nodes (1..=nodes), stopped ones included.
     pub fn node_ids(&self) -> Vec<i32> {
         self.nodes().keys().copied().collect()
     }
 
+    /// The cluster id (KRaft's `cluster.id`), kept in the data directory.
     pub fn cluster_id(&self) -> String {
         self.broker.metadata().cluster_id.clone()
     }
 
-    /// The shared broker state (metadata, logs, coordinator), for tests and tools.
-    pub fn broker(&self) -> &Arc<Broker> {
+    /// The shared broker state (metadata, logs, coordinator).
+    #[allow(dead_code)]
+    pub(crate) fn broker(&self) -> &Arc<Broker> {
         &self.broker
     }
 

@@ -511,6 +511,7 @@ impl BrokerConfig {
         Ok(())
     }
 
+    /// `broker.rack` of node `node_id`, if it has one.
     pub fn rack_of(&self, node_id: i32) -> Option<String> {
         self.racks.get(node_id as usize - 1).cloned().flatten()
     }

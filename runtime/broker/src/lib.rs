@@ -17,19 +17,29 @@
 //!
 //! Depends on `rill-protocol` only (the workspace's layering rule).
 
-pub mod api;
-pub mod broker;
-pub mod clock;
-pub mod cluster;
-pub mod config;
-pub mod coordinator;
-#[cfg(feature = "fuzzing")]
-pub mod fuzzing;
-pub mod metadata;
-mod server;
-pub mod storage;
+#![warn(missing_docs)]
 
-pub use broker::Broker;
+mod api;
+mod broker;
+mod clock;
+mod cluster;
+mod config;
+/// The group coordinator's internals, exposed only behind the `internals`
+/// feature for the coordinator benches (not API: no stability promise).
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod coordinator;
+#[cfg(not(feature = "internals"))]
+mod coordinator;
+/// The in-process harness the fuzz targets drive (`fuzzing` feature; not API).
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
+mod metadata;
+mod server;
+mod storage;
+
+pub use api::{advertised, SUPPORTED};
 pub use cluster::{EmbeddedCluster, EmbeddedClusterBuilder};
 pub use config::BrokerConfig;
 pub use metadata::OFFSETS_TOPIC;

@@ -452,20 +452,6 @@ impl ClusterMetadata {
             .map_err(|e| (ErrorCode::KafkaStorageError, e.to_string()))
     }
 
-    pub fn set_topic_configs(
-        &mut self,
-        name: &str,
-        configs: BTreeMap<String, String>,
-    ) -> MetaResult<()> {
-        let t = self.topics.get_mut(name).ok_or((
-            ErrorCode::UnknownTopicOrPartition,
-            format!("topic '{name}' does not exist"),
-        ))?;
-        t.configs = configs;
-        self.save()
-            .map_err(|e| (ErrorCode::KafkaStorageError, e.to_string()))
-    }
-
     /// Reserves a block of producer ids, persisting the new high-water mark
     /// first so ids are never handed out twice across restarts.
     pub fn reserve_producer_ids(&mut self, block: i64) -> io::Result<(i64, i64)> {

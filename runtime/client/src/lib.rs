@@ -20,6 +20,8 @@
 //!
 //! Configuration uses Kafka's property names ([`ClientConfig`]).
 
+#![warn(missing_docs)]
+
 pub mod admin;
 pub(crate) mod cluster;
 pub mod config;

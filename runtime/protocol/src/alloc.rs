@@ -19,6 +19,10 @@
 //! broker do not (they send the broker no hostile frames), so a hostile
 //! frame sent to those would abort them.
 
+// The one module of the protocol crate that needs unsafe code: a global
+// allocator is an unsafe trait, and mmap is a C call.
+#![allow(unsafe_code)]
+
 use std::alloc::{GlobalAlloc, Layout, System};
 
 /// Allocations at or above this size are reserved with `mmap(MAP_NORESERVE)`.

@@ -21,6 +21,8 @@
 //! Invariant: nothing in this crate panics on input bytes; every malformed input
 //! becomes an error value naming what was wrong.
 
+#![warn(missing_docs)]
+
 pub mod alloc;
 pub mod error;
 pub mod frame;

@@ -29,6 +29,8 @@
 //! operation panics on bad input (a corrupt checkpoint is an error the
 //! caller answers with a full restore).
 
+#![warn(missing_docs)]
+
 pub mod cache;
 pub mod caching;
 pub mod changelogging;

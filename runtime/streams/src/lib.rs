@@ -14,6 +14,8 @@
 //! Processing guarantee: at-least-once (offsets are committed after stores
 //! and the producer are flushed).
 
+#![warn(missing_docs)]
+
 mod app;
 mod assignor;
 mod dsl;

@@ -612,6 +612,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(unsafe_code)] // set_var is unsafe from edition 2024
     fn file_overrides_code_and_environment_overrides_file() {
         let dir = tempfile::tempdir().unwrap();
         let toml = dir.path().join("app.toml");
@@ -654,6 +655,7 @@ mod tests {
             .env_prefix(Some("RILL_CONFIG_TEST"))
             .build()
             .unwrap();
+        // SAFETY: as above.
         unsafe { std::env::remove_var("RILL_CONFIG_TEST_NUM_STREAM_THREADS") };
         assert_eq!(c.num_stream_threads, 5);
         std::fs::write(&props, "not a property line\n").unwrap();

@@ -49,6 +49,7 @@ extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
 
+#[allow(unsafe_code)] // signal(2) handlers, see SAFETY below
 fn install_signals() {
     // SAFETY: the handler only stores to an atomic.
     unsafe {

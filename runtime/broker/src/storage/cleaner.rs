@@ -28,11 +28,17 @@ use std::collections::BTreeMap;
 use super::segment::Segment;
 use crate::config::LogSettings;
 
+/// What one compaction pass did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CleanStats {
+    /// Closed segments rewritten without their superseded records.
     pub segments_rewritten: usize,
+    /// Records dropped: older values of a key, and tombstones past
+    /// `delete.retention.ms`.
     pub records_removed: u64,
+    /// Size of the rewritten segments before the pass.
     pub bytes_before: u64,
+    /// Their size after it.
     pub bytes_after: u64,
 }
 

@@ -19,9 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 pub use cleaner::CleanStats;
-pub use log::{
-    AppendError, AppendInfo, LogOffsets, OutOfRange, PartitionLog, ReadError, ReadResult,
-};
+pub use log::{PartitionLog, ReadError};
 use tracing::warn;
 
 use crate::config::LogSettings;
@@ -35,7 +33,9 @@ pub struct LogManager {
 /// What one maintenance pass did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct MaintenanceStats {
+    /// Segments deleted by retention (time, size or DeleteRecords).
     pub segments_deleted: usize,
+    /// What compaction did, summed over the compacted partitions.
     pub compaction: CleanStats,
 }
 

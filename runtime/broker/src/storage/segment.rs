@@ -525,6 +525,7 @@ impl<'a> SegmentReader<'a> {
 /// `pread`s `len` bytes into a fresh vector without zero-filling it first:
 /// fetches read up to a megabyte per partition, and the memset showed up in
 /// the fetch path's profile.
+#[allow(unsafe_code)] // pread(2) into spare capacity: no zero-fill on the fetch path
 fn read_exact_uninit(file: &File, position: u64, len: usize) -> io::Result<Vec<u8>> {
     use std::os::fd::AsRawFd;
     let mut buf: Vec<u8> = Vec::with_capacity(len);
