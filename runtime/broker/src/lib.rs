@@ -43,4 +43,4 @@ pub use api::{advertised, SUPPORTED};
 pub use cluster::{EmbeddedCluster, EmbeddedClusterBuilder};
 pub use config::BrokerConfig;
 pub use metadata::OFFSETS_TOPIC;
-pub use storage::MaintenanceStats;
+pub use storage::{CleanStats, MaintenanceStats};

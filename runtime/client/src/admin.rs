@@ -40,15 +40,20 @@ use crate::TopicPartition;
 /// A topic to create.
 #[derive(Debug, Clone)]
 pub struct NewTopic {
+    /// Name of the topic to create.
     pub name: String,
     /// -1: the broker's default.
     pub partitions: i32,
     /// -1: the broker's default.
     pub replication_factor: i16,
+    /// Topic-level configs to set at creation, e.g. `cleanup.policy` or `retention.ms`;
+    /// empty to use the broker's defaults.
     pub configs: BTreeMap<String, String>,
 }
 
 impl NewTopic {
+    /// A topic named `name` with `partitions` partitions and `replication_factor` replicas
+    /// (-1 for either: the broker's default) and no topic configs (Kafka's `new NewTopic(...)`).
     pub fn new(name: impl Into<String>, partitions: i32, replication_factor: i16) -> Self {
         Self {
             name: name.into(),
@@ -58,6 +63,8 @@ impl NewTopic {
         }
     }
 
+    /// Sets a topic-level config such as `cleanup.policy=compact` (builder style); a later
+    /// value for the same key replaces the earlier one.
     pub fn config(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.configs.insert(key.into(), value.into());
         self
@@ -67,16 +74,23 @@ impl NewTopic {
 /// The cluster as DescribeCluster shows it.
 #[derive(Debug, Clone)]
 pub struct ClusterDescription {
+    /// Cluster id from the Metadata response; `None` if the broker sent none.
     pub cluster_id: Option<String>,
+    /// Node id of the broker reported as controller; -1 if none is known.
     pub controller_id: i32,
+    /// Brokers in the cluster metadata, in node id order.
     pub brokers: Vec<BrokerInfo>,
 }
 
 /// A group as ListGroups lists it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GroupListing {
+    /// The group's `group.id`.
     pub group_id: String,
+    /// Protocol type the members use (`consumer` for consumer groups); empty for a group that
+    /// only holds committed offsets.
     pub protocol_type: String,
+    /// Group state, e.g. `Stable` or `Empty`; empty when the broker's ListGroups is older than v4.
     pub state: String,
     /// `classic` or `consumer` (empty from brokers before KIP-848).
     pub group_type: String,
@@ -85,17 +99,26 @@ pub struct GroupListing {
 /// A group member as DescribeGroups / ConsumerGroupDescribe show it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MemberDescription {
+    /// Member id the coordinator gave the member.
     pub member_id: String,
+    /// The member's `group.instance.id` (KIP-345); `None` for a dynamic member.
     pub group_instance_id: Option<String>,
+    /// The member's `client.id`.
     pub client_id: String,
+    /// Host the member connects from, as the broker saw it.
     pub host: String,
+    /// Partitions assigned to the member; empty for a classic group whose protocol type is not
+    /// `consumer` (its assignment is not decoded).
     pub assignment: Vec<TopicPartition>,
 }
 
 /// A group as DescribeGroups / ConsumerGroupDescribe show it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GroupDescription {
+    /// The group's `group.id`.
     pub group_id: String,
+    /// Group state as the coordinator reports it, e.g. `Stable`, `PreparingRebalance`,
+    /// `Empty` or `Dead`.
     pub state: String,
     /// `consumer` for consumer groups (either protocol), else the classic protocol type.
     pub protocol_type: String,
@@ -105,6 +128,7 @@ pub struct GroupDescription {
     pub generation: i32,
     /// Whether the group uses KIP-848's consumer protocol.
     pub consumer_protocol: bool,
+    /// Current members of the group, with their assignments.
     pub members: Vec<MemberDescription>,
 }
 
@@ -122,6 +146,11 @@ fn unexpected(api: &str) -> Error {
 }
 
 impl Admin {
+    /// An admin client for the properties in `config` (Kafka's `Admin.create(props)`); it uses
+    /// `default.api.timeout.ms` as its operation timeout.
+    ///
+    /// Fails with [`Error::Config`] when `config` is not a valid admin configuration
+    /// (see [`AdminConfig::from_config`]).
     pub fn new(config: &ClientConfig) -> Result<Self> {
         let cfg = AdminConfig::from_config(config)?;
         Ok(Self {

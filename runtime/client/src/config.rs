@@ -27,6 +27,7 @@ pub struct ClientConfig {
 }
 
 impl ClientConfig {
+    /// An empty property map; set at least `bootstrap.servers` before building a client.
     pub fn new() -> Self {
         Self::default()
     }
@@ -37,18 +38,22 @@ impl ClientConfig {
         self
     }
 
+    /// Sets a property in place, replacing any earlier value for `key` (Java's `Properties.put`).
     pub fn insert(&mut self, key: impl Into<String>, value: impl Into<String>) {
         self.entries.insert(key.into(), value.into());
     }
 
+    /// Removes a property; returns its value, or `None` if it was not set.
     pub fn remove(&mut self, key: &str) -> Option<String> {
         self.entries.remove(key)
     }
 
+    /// The value set for a property, untrimmed; `None` if unset (Kafka's default then applies).
     pub fn get(&self, key: &str) -> Option<&str> {
         self.entries.get(key).map(String::as_str)
     }
 
+    /// All properties set, as `(key, value)` pairs in key order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
         self.entries.iter().map(|(k, v)| (k.as_str(), v.as_str()))
     }
@@ -184,15 +189,34 @@ impl<'a> Reader<'a> {
 /// Settings every client shares (Kafka's `CommonClientConfigs`).
 #[derive(Debug, Clone)]
 pub struct CommonConfig {
+    /// `bootstrap.servers`: `host:port` addresses used to reach the cluster first (required, at
+    /// least one).
     pub bootstrap_servers: Vec<String>,
+    /// `client.id`: name sent with every request for broker logs and quotas (default empty).
     pub client_id: String,
+    /// `client.rack`: rack of this client, sent in fetches (KIP-392 follower fetching) and group
+    /// requests for rack-aware assignment; `None` when unset or empty.
     pub client_rack: Option<String>,
+    /// `request.timeout.ms`: how long to wait for a broker's response before failing the
+    /// request and closing the connection (default 30000 ms).
     pub request_timeout: Duration,
+    /// `socket.connection.setup.timeout.ms`: bound on opening a TCP connection to a broker
+    /// (default 10000 ms).
     pub socket_connection_setup_timeout: Duration,
+    /// `reconnect.backoff.ms`: wait before reconnecting to a broker after a failed attempt;
+    /// doubles with each consecutive failure (default 50 ms).
     pub reconnect_backoff: Duration,
+    /// `reconnect.backoff.max.ms`: cap on the exponential reconnect backoff (default 1000 ms).
     pub reconnect_backoff_max: Duration,
+    /// `retry.backoff.ms`: wait before retrying a failed request, e.g. a produce batch or a
+    /// group join (default 100 ms).
     pub retry_backoff: Duration,
+    /// `metadata.max.age.ms`: age after which cluster metadata is refreshed even without an
+    /// error, which also re-evaluates pattern subscriptions (default 300000 ms).
     pub metadata_max_age: Duration,
+    /// `default.api.timeout.ms`: bound on blocking calls that take no timeout, such as
+    /// reaching a bootstrap server, fetching committed offsets or listing offsets
+    /// (default 60000 ms).
     pub default_api_timeout: Duration,
     /// Largest response frame accepted from a broker.
     pub max_response_bytes: usize,
@@ -271,12 +295,19 @@ impl CommonConfig {
 /// `acks`: how many replicas must have a record before it counts as sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Acks {
+    /// `acks=0`: the producer does not wait for the broker; a record counts as sent once written to
+    /// the socket.
     None,
+    /// `acks=1`: the partition leader has written the record; it is lost if the leader fails before
+    /// replication.
     Leader,
+    /// `acks=all` (or `-1`): every in-sync replica has the record; required by the idempotent
+    /// producer (the default).
     All,
 }
 
 impl Acks {
+    /// The `acks` value sent in a Produce request: 0, 1, or -1 for all.
     pub fn wire(self) -> i16 {
         match self {
             Acks::None => 0,
@@ -289,22 +320,53 @@ impl Acks {
 /// Producer settings (Kafka's `ProducerConfig`).
 #[derive(Debug, Clone)]
 pub struct ProducerConfig {
+    /// Connection and retry settings shared with the other clients.
     pub common: CommonConfig,
+    /// `acks`: replicas that must have a record before it counts as sent (default `all`).
     pub acks: Acks,
+    /// `linger.ms`: how long a batch that is not full waits for more records before it is
+    /// sent (default 5 ms).
     pub linger: Duration,
+    /// `batch.size`: target size of a per-partition record batch in bytes; a batch this size
+    /// is sent without waiting for `linger.ms` (default 16384).
     pub batch_size: usize,
+    /// `buffer.memory`: bytes of unsent records the producer holds; `send` blocks up to
+    /// `max.block.ms` when it is full (default 33554432).
     pub buffer_memory: usize,
+    /// `compression.type`: codec for record batches: none, gzip, snappy, lz4 or zstd (default
+    /// none).
     pub compression: Compression,
+    /// `retries`: how many times a batch that failed with a retriable error is resent, within
+    /// `delivery.timeout.ms` (default `i32::MAX`; 0 disables idempotence).
     pub retries: u32,
+    /// `delivery.timeout.ms`: upper bound from `send` until a record is acknowledged or
+    /// fails, retries included; at least `linger.ms` + `request.timeout.ms` (default 120000 ms).
     pub delivery_timeout: Duration,
+    /// `enable.idempotence`: whether the producer uses a producer id and sequence numbers so
+    /// retries cannot duplicate or reorder records; on by default, turned off implicitly when
+    /// `acks`, `retries` or `max.in.flight.requests.per.connection` rule it out.
     pub enable_idempotence: bool,
+    /// `max.request.size`: largest Produce request in bytes, which also bounds a single
+    /// record (default 1048576).
     pub max_request_size: usize,
+    /// `max.in.flight.requests.per.connection`: unacknowledged Produce requests allowed per
+    /// broker connection; at most 5 with idempotence (default 5).
     pub max_in_flight_requests_per_connection: usize,
+    /// `max.block.ms`: how long `send` may block waiting for topic metadata or free
+    /// `buffer.memory` before failing with a timeout (default 60000 ms).
     pub max_block: Duration,
+    /// `partitioner.ignore.keys`: when true, keyed records are spread like unkeyed ones
+    /// (sticky partitioning) instead of by key hash (default false).
     pub partitioner_ignore_keys: bool,
 }
 
 impl ProducerConfig {
+    /// Reads producer settings from `cfg`, applying Kafka's defaults.
+    ///
+    /// Fails with [`Error::Config`] on a missing or malformed `bootstrap.servers`, an
+    /// unknown or non-producer key, a bad value, a `transactional.id` (not supported),
+    /// `delivery.timeout.ms` below `linger.ms` + `request.timeout.ms`, or settings that
+    /// conflict with an explicit `enable.idempotence=true`.
     pub fn from_config(cfg: &ClientConfig) -> Result<Self> {
         let mut r = Reader::new(cfg, "producer");
         let common = CommonConfig::read(&mut r)?;
@@ -424,39 +486,86 @@ pub enum GroupProtocol {
 /// `auto.offset.reset`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OffsetReset {
+    /// `earliest`: start from the log start offset.
     Earliest,
+    /// `latest`: start from the log end offset, i.e. only records produced from now on (the
+    /// default).
     Latest,
+    /// `none`: fail with [`Error::NoOffsetForPartition`] or [`Error::OffsetOutOfRange`] instead of
+    /// resetting.
     None,
 }
 
 /// Consumer settings (Kafka's `ConsumerConfig`).
 #[derive(Debug, Clone)]
 pub struct ConsumerConfig {
+    /// Connection and retry settings shared with the other clients.
     pub common: CommonConfig,
+    /// `group.id`: consumer group to join and commit offsets to; `None` for a consumer that
+    /// only uses `assign` and cannot commit.
     pub group_id: Option<String>,
+    /// `group.instance.id`: static membership id (KIP-345); `None` for a dynamic member.
+    /// Requires `group.id`.
     pub group_instance_id: Option<String>,
+    /// `group.protocol`: classic or KIP-848 consumer rebalance protocol (default classic).
     pub group_protocol: GroupProtocol,
+    /// `group.remote.assignor`: server-side assignor to ask for with `group.protocol=consumer`;
+    /// `None` lets the broker choose.
     pub group_remote_assignor: Option<String>,
+    /// `session.timeout.ms`: time without heartbeats after which the coordinator removes the
+    /// member (classic protocol only; default 45000 ms).
     pub session_timeout: Duration,
+    /// `heartbeat.interval.ms`: interval between heartbeats to the coordinator; must be below
+    /// `session.timeout.ms` (classic protocol only; default 3000 ms).
     pub heartbeat_interval: Duration,
+    /// `max.poll.interval.ms`: longest gap allowed between `poll` calls before the member
+    /// leaves the group; also the rebalance timeout sent to the coordinator (default 300000 ms).
     pub max_poll_interval: Duration,
+    /// `max.poll.records`: most records one `poll` returns (default 500).
     pub max_poll_records: usize,
+    /// `enable.auto.commit`: whether `poll` commits consumed offsets every
+    /// `auto.commit.interval.ms`; defaults to true when `group.id` is set.
     pub enable_auto_commit: bool,
+    /// `auto.commit.interval.ms`: interval between automatic offset commits (default 5000 ms).
     pub auto_commit_interval: Duration,
+    /// `auto.offset.reset`: where to start when a partition has no committed offset or its
+    /// position is out of range (default latest).
     pub auto_offset_reset: OffsetReset,
     /// Assignor names in preference order (`partition.assignment.strategy`).
     pub assignment_strategies: Vec<String>,
+    /// `fetch.min.bytes`: bytes the broker should gather before answering a Fetch, waiting at
+    /// most `fetch.max.wait.ms` (default 1).
     pub fetch_min_bytes: i32,
+    /// `fetch.max.bytes`: most bytes the broker returns in one Fetch response (default 52428800).
     pub fetch_max_bytes: i32,
+    /// `fetch.max.wait.ms`: longest the broker holds a Fetch waiting for `fetch.min.bytes`
+    /// (default 500 ms).
     pub fetch_max_wait: Duration,
+    /// `max.partition.fetch.bytes`: most bytes returned per partition in one Fetch
+    /// (default 1048576).
     pub max_partition_fetch_bytes: i32,
+    /// Whether `isolation.level` is `read_committed`: Fetch and ListOffsets then read only up
+    /// to the last stable offset. False for `read_uncommitted`, the default.
     pub read_committed: bool,
+    /// `check.crcs`: whether the CRC32C of each fetched record batch is verified (default true).
     pub check_crcs: bool,
+    /// `allow.auto.create.topics`: whether the consumer's metadata requests may have the broker
+    /// create missing topics (the broker's `auto.create.topics.enable` must allow it too; default
+    /// true).
     pub allow_auto_create_topics: bool,
+    /// `exclude.internal.topics`: whether pattern subscriptions skip internal topics such as
+    /// `__consumer_offsets` (default true).
     pub exclude_internal_topics: bool,
 }
 
 impl ConsumerConfig {
+    /// Reads consumer settings from `cfg`, applying Kafka's defaults.
+    ///
+    /// Fails with [`Error::Config`] on a missing or malformed `bootstrap.servers`, an
+    /// unknown or non-consumer key, a bad value,
+    /// `group.instance.id` or `enable.auto.commit=true` without `group.id`,
+    /// `heartbeat.interval.ms` not below `session.timeout.ms`, or a key the chosen
+    /// `group.protocol` does not allow.
     pub fn from_config(cfg: &ClientConfig) -> Result<Self> {
         let mut r = Reader::new(cfg, "consumer");
         let common = CommonConfig::read(&mut r)?;
@@ -598,10 +707,15 @@ fn assignor_alias(s: &str) -> String {
 /// Admin client settings.
 #[derive(Debug, Clone)]
 pub struct AdminConfig {
+    /// Connection and retry settings; the admin client has no settings of its own.
     pub common: CommonConfig,
 }
 
 impl AdminConfig {
+    /// Reads admin client settings from `cfg` (`retries` is accepted and ignored).
+    ///
+    /// Fails with [`Error::Config`] on a missing or malformed `bootstrap.servers`, an
+    /// unknown or non-admin key, or a bad value.
     pub fn from_config(cfg: &ClientConfig) -> Result<Self> {
         let mut r = Reader::new(cfg, "admin");
         let common = CommonConfig::read(&mut r)?;

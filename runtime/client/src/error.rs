@@ -8,80 +8,134 @@
 
 use rill_protocol::ErrorCode;
 
+/// Result type of every fallible rill-client call; the error defaults to [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Every error a rill-client producer, consumer or admin client returns
+/// (Kafka's `KafkaException` hierarchy as one enum).
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]
 pub enum Error {
     /// A configuration key is unknown or its value is invalid.
     #[error("invalid configuration {key}={value:?}: {reason}")]
     Config {
+        /// Kafka property name the error is about, e.g. `linger.ms` or an unknown key as
+        /// given; `subscription pattern` for a regex `subscribe_pattern` refused.
         key: String,
+        /// Value given for the key, as written (empty when the key was required but missing).
         value: String,
+        /// What was wrong or what was expected, e.g. "expected an integer".
         reason: String,
     },
     /// No bootstrap server answered within the bound.
     #[error("could not connect to any of the bootstrap servers [{servers}] within {timeout_ms} ms (last error: {last})")]
     Bootstrap {
+        /// The `bootstrap.servers` addresses tried, comma-separated.
         servers: String,
+        /// How long connecting was retried (`default.api.timeout.ms`), in ms.
         timeout_ms: u64,
+        /// Message of the last connection error seen before giving up.
         last: String,
     },
     /// A connection could not be made, or broke.
     #[error("connection to {broker} failed: {reason}")]
-    Connection { broker: String, reason: String },
+    Connection {
+        /// Which endpoint, as `broker <node id> (<host:port>)` or `bootstrap server <host:port>`.
+        broker: String,
+        /// Why the connection failed or was closed (I/O error, connect timeout, undecodable
+        /// answer).
+        reason: String,
+    },
     /// A request got no answer in `request.timeout.ms` (the connection is closed, as Kafka's clients do).
     #[error("{api} request to {broker} timed out after {timeout_ms} ms")]
     RequestTimeout {
+        /// Kafka API of the request, e.g. `Produce` or `Fetch`.
         api: String,
+        /// Broker the request was sent to, as `broker <node id> (<host:port>)`.
         broker: String,
+        /// Time waited for the response, in ms: `request.timeout.ms`, or the
+        /// rebalance timeout for JoinGroup.
         timeout_ms: u64,
     },
     /// A message could not be encoded, or the broker's answer could not be decoded.
     #[error("protocol error with {broker}: {reason}")]
-    Protocol { broker: String, reason: String },
+    Protocol {
+        /// Who sent the bad data: `broker <node id> (<host:port>)`,
+        /// `leader of <topic>-<partition>`, or `coordinator`.
+        broker: String,
+        /// What could not be encoded or decoded, e.g. an unexpected response type or a corrupt
+        /// record batch.
+        reason: String,
+    },
     /// No common version of an API.
     #[error("broker {broker} does not support {api} in versions {min}..={max}")]
     UnsupportedVersion {
+        /// Broker that lacks the API versions, as `broker <node id> (<host:port>)`.
         broker: String,
+        /// Kafka API, e.g. `ConsumerGroupHeartbeat`.
         api: String,
+        /// Lowest API version the client could use for this call.
         min: i16,
+        /// Highest API version the client could use for this call.
         max: i16,
     },
     /// A Kafka error code from the broker, with what it was about.
     #[error("{context}: {name} (error code {code})")]
     Broker {
+        /// Kafka protocol error code as sent by the broker, e.g. 6 for NOT_LEADER_OR_FOLLOWER.
         code: i16,
+        /// Kafka's name for the code, e.g. `NOT_LEADER_OR_FOLLOWER`.
         name: String,
+        /// What the client was doing, e.g. "produce to orders-3".
         context: String,
     },
     /// A record that can never be sent.
     #[error("record of {size} bytes for {topic} is larger than max.request.size ({max} bytes)")]
     RecordTooLarge {
+        /// Topic the record was sent to.
         topic: String,
+        /// Upper bound of the record's encoded size including the batch header, in bytes.
         size: usize,
+        /// The configured `max.request.size`, in bytes.
         max: usize,
     },
     /// A topic that does not exist (after the metadata wait).
     #[error("topic {topic} does not exist ({detail})")]
-    UnknownTopic { topic: String, detail: String },
+    UnknownTopic {
+        /// Name of the missing topic (empty when an empty name was given).
+        topic: String,
+        /// Why it counts as missing, e.g. the broker's error code or "no leader for partition ...".
+        detail: String,
+    },
     /// A topic name Kafka would refuse.
     #[error("invalid topic name {topic:?}: {reason}")]
-    InvalidTopic { topic: String, reason: String },
+    InvalidTopic {
+        /// The refused topic name.
+        topic: String,
+        /// Which of Kafka's naming rules it breaks: empty, `.` or `..`, over 249
+        /// characters, or a character other than ASCII letters, digits, `.`, `_`, `-`.
+        reason: String,
+    },
     /// A partition outside the topic.
     #[error(
         "partition {partition} of topic {topic} does not exist (the topic has {count} partitions)"
     )]
     UnknownPartition {
+        /// Topic the partition was asked of.
         topic: String,
+        /// The requested partition number (negative or not below `count`).
         partition: i32,
+        /// Number of partitions the topic has in the client's metadata.
         count: usize,
     },
     /// Another member took over this consumer's group.instance.id (KIP-345).
     /// Fatal: the consumer stops and commits nothing more.
     #[error("group {group}: group.instance.id {instance_id} was fenced by another member with the same instance id ({detail}); this consumer has stopped")]
     FencedInstanceId {
+        /// The consumer's `group.id`.
         group: String,
+        /// The fenced `group.instance.id` (empty if unknown).
         instance_id: String,
+        /// Which request was answered with FENCED_INSTANCE_ID, and the broker's message.
         detail: String,
     },
     /// The consumer met a fatal error earlier (the cause) and can no longer
@@ -90,20 +144,38 @@ pub enum Error {
     Stopped(Box<Error>),
     /// An operation ran out of time.
     #[error("timed out after {timeout_ms} ms: {what}")]
-    Timeout { what: String, timeout_ms: u64 },
+    Timeout {
+        /// The operation that ran out of time, e.g. "joining group orders" or "ListOffsets".
+        what: String,
+        /// The bound that was exceeded, in ms (e.g. `max.block.ms` or `delivery.timeout.ms`).
+        timeout_ms: u64,
+    },
     /// The offset to start from is unknown and `auto.offset.reset=none`.
     #[error("no committed offset for {topic}-{partition} and auto.offset.reset is none")]
-    NoOffsetForPartition { topic: String, partition: i32 },
+    NoOffsetForPartition {
+        /// Topic of the partition without a starting offset.
+        topic: String,
+        /// Partition number within `topic`.
+        partition: i32,
+    },
     /// The fetch position is outside the log and `auto.offset.reset=none`.
     #[error("fetch offset {offset} of {topic}-{partition} is out of range and auto.offset.reset is none")]
     OffsetOutOfRange {
+        /// Topic of the partition being fetched.
         topic: String,
+        /// Partition number within `topic`.
         partition: i32,
+        /// The out-of-range fetch position (-1 if the consumer had none).
         offset: i64,
     },
     /// A commit the group refused because it rebalanced (Kafka's `CommitFailedException`).
     #[error("commit to group {group} failed: {reason}")]
-    CommitFailed { group: String, reason: String },
+    CommitFailed {
+        /// The consumer's `group.id`.
+        group: String,
+        /// The broker error behind the refusal and what it means for the partitions.
+        reason: String,
+    },
     /// A call that does not fit the client's state.
     #[error("illegal state: {0}")]
     IllegalState(String),
@@ -125,6 +197,8 @@ impl Error {
         }
     }
 
+    /// An [`Error::Config`] for property `key` set to `value`, with `reason`
+    /// saying what was wrong or expected.
     pub fn config(key: &str, value: &str, reason: impl Into<String>) -> Self {
         Error::Config {
             key: key.to_string(),

@@ -45,11 +45,14 @@ pub use runtime::io_handle;
 /// A topic partition.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TopicPartition {
+    /// Name of the topic the partition belongs to.
     pub topic: String,
+    /// Partition number within the topic, from 0.
     pub partition: i32,
 }
 
 impl TopicPartition {
+    /// The partition `partition` of `topic` (Java's `new TopicPartition(topic, partition)`).
     pub fn new(topic: impl Into<String>, partition: i32) -> Self {
         Self {
             topic: topic.into(),

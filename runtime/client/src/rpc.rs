@@ -95,12 +95,18 @@ where
 /// A committed offset.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OffsetAndMetadata {
+    /// The committed position: the offset of the next record to consume, not of the last one
+    /// consumed.
     pub offset: i64,
+    /// Leader epoch of the last consumed record, stored with the commit (KIP-320);
+    /// `None` if unknown.
     pub leader_epoch: Option<i32>,
+    /// Free-form string stored with the commit (Kafka's commit metadata); empty for none.
     pub metadata: String,
 }
 
 impl OffsetAndMetadata {
+    /// A commit of `offset` (the next offset to consume) with no leader epoch and empty metadata.
     pub fn new(offset: i64) -> Self {
         Self {
             offset,
@@ -355,8 +361,12 @@ pub async fn commit(
 /// What ListOffsets found for a partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ListedOffset {
+    /// Offset the [`OffsetSpec`] resolved to.
     pub offset: i64,
+    /// For a timestamp lookup, the timestamp of the record found, in ms since the epoch;
+    /// -1 when the broker gives none (as Kafka does for earliest/latest lookups).
     pub timestamp: i64,
+    /// Leader epoch of the record at `offset`; `None` if the broker did not give one.
     pub leader_epoch: Option<i32>,
 }
 

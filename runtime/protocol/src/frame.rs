@@ -14,10 +14,18 @@ pub const DEFAULT_MAX_FRAME_BYTES: usize = 104_857_600;
 /// Why a frame could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FrameError {
+    /// The 4-byte size prefix is negative; carries the value read.
     #[error("frame size prefix is negative ({0})")]
     NegativeSize(i32),
+    /// The announced frame size exceeds the decoder's maximum; rejected before
+    /// any allocation.
     #[error("frame of {size} bytes exceeds the maximum of {max} bytes (socket.request.max.bytes)")]
-    TooLarge { size: usize, max: usize },
+    TooLarge {
+        /// Frame size in bytes the size prefix announced (prefix not counted).
+        size: usize,
+        /// Maximum frame size in bytes the decoder accepts (`socket.request.max.bytes`).
+        max: usize,
+    },
 }
 
 /// Splits a byte stream into frames.
@@ -33,10 +41,12 @@ impl Default for FrameDecoder {
 }
 
 impl FrameDecoder {
+    /// A decoder that rejects frames whose size prefix exceeds `max_frame_bytes` bytes.
     pub fn new(max_frame_bytes: usize) -> Self {
         Self { max_frame_bytes }
     }
 
+    /// Largest frame body in bytes this decoder accepts, size prefix not counted.
     pub fn max_frame_bytes(&self) -> usize {
         self.max_frame_bytes
     }

@@ -19,28 +19,54 @@ use crate::frame;
 /// Why a request frame could not be decoded.
 #[derive(Debug, thiserror::Error)]
 pub enum RequestDecodeError {
+    /// The frame is shorter than the 8 bytes holding API key, version and
+    /// correlation id; carries its length in bytes.
     #[error("request frame of {0} bytes is too short for a request header")]
     TooShort(usize),
+    /// The API key is unknown to `kafka-protocol`, or not one this broker
+    /// serves (`supported` gave `None`).
     #[error("unknown API key {api_key} (correlation id {correlation_id})")]
-    UnknownApiKey { api_key: i16, correlation_id: i32 },
-    #[error("{api_key:?} v{version} is not supported (supported: v{min}-v{max}; correlation id {correlation_id})")]
-    UnsupportedVersion {
-        api_key: ApiKey,
-        version: i16,
-        min: i16,
-        max: i16,
+    UnknownApiKey {
+        /// The raw API key read from the header.
+        api_key: i16,
+        /// Correlation id of the request, for the error response.
         correlation_id: i32,
     },
+    /// The version is outside the broker's advertised range, or beyond what
+    /// `kafka-protocol` can decode; nothing past the correlation id is decoded.
+    #[error("{api_key:?} v{version} is not supported (supported: v{min}-v{max}; correlation id {correlation_id})")]
+    UnsupportedVersion {
+        /// The API the request is for.
+        api_key: ApiKey,
+        /// The API version the request claimed.
+        version: i16,
+        /// Lowest version the broker advertises for this API.
+        min: i16,
+        /// Highest version the broker advertises for this API.
+        max: i16,
+        /// Correlation id of the request, for the error response.
+        correlation_id: i32,
+    },
+    /// The request header did not decode at the header version that the API and
+    /// version call for.
     #[error("malformed {api_key:?} v{version} request header: {reason}")]
     MalformedHeader {
+        /// The API the request is for.
         api_key: ApiKey,
+        /// The API version the request claimed.
         version: i16,
+        /// The header decoder's error message.
         reason: String,
     },
+    /// The header decoded but the body did not; the header is kept so the
+    /// broker can still answer with its correlation id.
     #[error("malformed {:?} v{} request body (correlation id {}): {reason}", header.request_api_key, header.request_api_version, header.correlation_id)]
     MalformedBody {
+        /// The decoded request header (version, correlation id, client id).
         header: Box<RequestHeader>,
+        /// The API the request is for.
         api_key: ApiKey,
+        /// The body decoder's error message.
         reason: String,
     },
 }
@@ -66,12 +92,16 @@ impl RequestDecodeError {
 /// A decoded request.
 #[derive(Debug, Clone)]
 pub struct Request {
+    /// The API the request is for, from `header.request_api_key`.
     pub api_key: ApiKey,
+    /// The request header, decoded at the header version for the API and version.
     pub header: RequestHeader,
+    /// The request body, decoded at `header.request_api_version`.
     pub body: RequestKind,
 }
 
 impl Request {
+    /// The API version of the request (`header.request_api_version`).
     pub fn version(&self) -> i16 {
         self.header.request_api_version
     }
@@ -151,9 +181,14 @@ pub fn decode_request(
 #[derive(Debug, thiserror::Error)]
 #[error("cannot encode {api_key:?} v{version} {what}: {reason}")]
 pub struct EncodeError {
+    /// The API being encoded; `ApiVersions` when a request header named an
+    /// unknown API key.
     pub api_key: ApiKey,
+    /// The API version being encoded.
     pub version: i16,
+    /// Which part failed to encode: `"header"` or `"body"`.
     pub what: &'static str,
+    /// The encoder's error message.
     pub reason: String,
 }
 
@@ -241,8 +276,12 @@ pub fn encode_request_frame(
 #[derive(Debug, thiserror::Error)]
 #[error("malformed {api_key:?} v{version} response: {reason}")]
 pub struct ResponseDecodeError {
+    /// The API of the request the response answers.
     pub api_key: ApiKey,
+    /// The API version of that request, which the response is decoded at.
     pub version: i16,
+    /// The decoder's error message, prefixed with `header:` when the response
+    /// header failed.
     pub reason: String,
 }
 

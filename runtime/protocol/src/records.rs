@@ -40,22 +40,57 @@ const ATTR_CONTROL: i16 = 0x20;
 /// What is wrong with a record batch.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BatchError {
+    /// Fewer bytes are present than the header or `batchLength` calls for.
     #[error("record batch truncated: needs {needed} bytes, {available} present")]
-    Truncated { needed: usize, available: usize },
+    Truncated {
+        /// Bytes needed: 61 for the header, or the batch's whole size on the wire.
+        needed: usize,
+        /// Bytes actually present.
+        available: usize,
+    },
+    /// `batchLength` is smaller than the 49 header bytes it must cover (or
+    /// negative); carries the value read.
     #[error("record batch length field {0} is invalid")]
     BadLength(i32),
+    /// The magic byte is not 2 (message formats v0 and v1 are not accepted);
+    /// carries the value read.
     #[error("record batch magic {0} is not supported (only v2)")]
     UnsupportedMagic(i8),
+    /// The stored CRC-32C does not match the one computed over attributes to
+    /// end of batch.
     #[error("record batch CRC mismatch: stored {stored:#010x}, computed {computed:#010x}")]
-    CrcMismatch { stored: u32, computed: u32 },
+    CrcMismatch {
+        /// CRC-32C stored in the batch header.
+        stored: u32,
+        /// CRC-32C computed over the batch's bytes from `attributes` onwards.
+        computed: u32,
+    },
+    /// The attributes name a codec other than none, gzip, snappy, lz4 or zstd
+    /// (codes 0-4); carries the code read.
     #[error("record batch compression codec {0} is unknown")]
     UnknownCompression(i16),
+    /// `recordCount` is negative, more than the uncompressed record bytes could
+    /// hold (7 bytes a record at least), or zero in a non-control batch under
+    /// the strict check.
     #[error("record batch record count {count} is invalid for {bytes} bytes of records")]
-    BadRecordCount { count: i32, bytes: usize },
+    BadRecordCount {
+        /// The `recordCount` field as read.
+        count: i32,
+        /// Bytes of records after the 61-byte header (compressed size if compressed).
+        bytes: usize,
+    },
+    /// `lastOffsetDelta` is negative, or, under the strict check, not `recordCount - 1`.
     #[error(
         "record batch lastOffsetDelta {last_offset_delta} does not match record count {count}"
     )]
-    OffsetDeltaMismatch { last_offset_delta: i32, count: i32 },
+    OffsetDeltaMismatch {
+        /// The `lastOffsetDelta` field as read.
+        last_offset_delta: i32,
+        /// The `recordCount` field as read.
+        count: i32,
+    },
+    /// `kafka-protocol`'s codec failed to decode, encode or compress the
+    /// records; carries its error message.
     #[error("record batch could not be decoded: {0}")]
     Decode(String),
 }
@@ -63,18 +98,40 @@ pub enum BatchError {
 /// The fixed header of a v2 record batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchHeader {
+    /// Offset of the batch's first record; 0 from a producer until the broker assigns it.
     pub base_offset: i64,
+    /// Bytes from after this field to the end of the batch (the batch's whole
+    /// size minus 12).
     pub batch_length: i32,
+    /// Leader epoch the broker stamps on append; -1
+    /// (`NO_PARTITION_LEADER_EPOCH`) when not set.
     pub partition_leader_epoch: i32,
+    /// Record format version; 2 is the only one accepted.
     pub magic: i8,
+    /// CRC-32C of the bytes from `attributes` to the end of the batch.
     pub crc: u32,
+    /// Flag bits: compression codec (bits 0-2), timestamp type (bit 3),
+    /// transactional (bit 4), control (bit 5).
     pub attributes: i16,
+    /// Offset of the last record relative to `base_offset`; `recordCount - 1`
+    /// in a batch as a producer writes it.
     pub last_offset_delta: i32,
+    /// Timestamp of the first record in ms since the epoch; record timestamps
+    /// are deltas from it.
     pub base_timestamp: i64,
+    /// Largest record timestamp in ms since the epoch, or the broker's append
+    /// time under LogAppendTime.
     pub max_timestamp: i64,
+    /// Id of the idempotent or transactional producer; -1 (`NO_PRODUCER_ID`)
+    /// for a plain producer.
     pub producer_id: i64,
+    /// Epoch of `producer_id`; -1 (`NO_PRODUCER_EPOCH`) when there is none.
     pub producer_epoch: i16,
+    /// Sequence number of the first record, for idempotence; -1 (`NO_SEQUENCE`)
+    /// when there is none.
     pub base_sequence: i32,
+    /// Number of records the header claims; [`validate_batch`] checks it
+    /// against the bytes.
     pub record_count: i32,
 }
 
@@ -121,6 +178,7 @@ impl BatchHeader {
         LOG_OVERHEAD + self.batch_length.max(0) as usize
     }
 
+    /// Offset of the batch's last record (`base_offset + last_offset_delta`).
     pub fn last_offset(&self) -> i64 {
         self.base_offset + self.last_offset_delta as i64
     }
@@ -130,10 +188,13 @@ impl BatchHeader {
         self.last_offset() + 1
     }
 
+    /// The raw codec from the attributes' low 3 bits: 0 none, 1 gzip, 2 snappy,
+    /// 3 lz4, 4 zstd.
     pub fn compression_code(&self) -> i16 {
         self.attributes & ATTR_COMPRESSION_MASK
     }
 
+    /// The batch's compression codec, or `None` for an unknown code (5-7).
     pub fn compression(&self) -> Option<Compression> {
         match self.compression_code() {
             0 => Some(Compression::None),
@@ -145,6 +206,7 @@ impl BatchHeader {
         }
     }
 
+    /// `LogAppend` when the timestamp-type attribute bit is set, else `Creation`.
     pub fn timestamp_type(&self) -> TimestampType {
         if self.attributes & ATTR_TIMESTAMP_TYPE != 0 {
             TimestampType::LogAppend
@@ -153,14 +215,19 @@ impl BatchHeader {
         }
     }
 
+    /// Whether the batch is part of a transaction (attribute bit 4).
     pub fn is_transactional(&self) -> bool {
         self.attributes & ATTR_TRANSACTIONAL != 0
     }
 
+    /// Whether the batch holds control records, such as transaction markers
+    /// (attribute bit 5).
     pub fn is_control(&self) -> bool {
         self.attributes & ATTR_CONTROL != 0
     }
 
+    /// Whether a producer id is set (not negative): the batch comes from an
+    /// idempotent or transactional producer.
     pub fn has_producer_id(&self) -> bool {
         self.producer_id >= 0
     }
@@ -246,6 +313,7 @@ pub struct BatchIter<'a> {
 }
 
 impl<'a> BatchIter<'a> {
+    /// Iterates the batches in `bytes` from position 0.
     pub fn new(bytes: &'a [u8]) -> Self {
         Self {
             bytes,
@@ -388,8 +456,12 @@ pub fn simple_record(
 /// The identity an idempotent producer stamps on a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProducerStamp {
+    /// Producer id from `InitProducerId`; -1 (`NO_PRODUCER_ID`) for none.
     pub producer_id: i64,
+    /// Epoch of that producer id; -1 (`NO_PRODUCER_EPOCH`) for none.
     pub producer_epoch: i16,
+    /// Sequence number of the batch's first record in its partition; -1
+    /// (`NO_SEQUENCE`) for none.
     pub base_sequence: i32,
 }
 
@@ -440,6 +512,8 @@ fn opt_len(b: Option<&[u8]>) -> i64 {
 }
 
 impl BatchBuilder {
+    /// An empty builder with room for `bytes` bytes of encoded records before
+    /// it reallocates.
     pub fn with_capacity(bytes: usize) -> Self {
         Self {
             records: BytesMut::with_capacity(bytes),
@@ -447,10 +521,12 @@ impl BatchBuilder {
         }
     }
 
+    /// Records appended so far.
     pub fn record_count(&self) -> i32 {
         self.count
     }
 
+    /// Whether no record has been appended yet.
     pub fn is_empty(&self) -> bool {
         self.count == 0
     }

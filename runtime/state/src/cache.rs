@@ -39,6 +39,9 @@ pub struct CacheBudget {
 }
 
 impl CacheBudget {
+    /// A budget of `max_bytes` bytes for one stream thread's caches
+    /// (`statestore.cache.max.bytes` / number of stream threads), none of it
+    /// used yet.
     pub fn new(max_bytes: usize) -> Arc<Self> {
         Arc::new(Self {
             max_bytes,
@@ -60,8 +63,14 @@ impl CacheBudget {
 pub struct CacheEntry {
     /// `None`: the key was deleted.
     pub value: Option<Bytes>,
+    /// Whether the write has yet to reach the store, changelog and downstream;
+    /// cleared when flushed.
     pub dirty: bool,
+    /// Timestamp (ms since the epoch) of the record that wrote the value; the
+    /// downstream record carries it.
     pub timestamp: i64,
+    /// Headers of the record that wrote the value; handed downstream and
+    /// emptied when the entry is flushed.
     pub headers: Headers,
     /// Position in the LRU order.
     seq: u64,
@@ -78,9 +87,14 @@ impl CacheEntry {
 /// A dirty entry on its way to the store, the changelog and downstream.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Flushed {
+    /// The entry's key, written to the store and used as the changelog record's key.
     pub key: Bytes,
+    /// The key's latest value; `None`: the key was deleted (a tombstone in the
+    /// changelog).
     pub value: Option<Bytes>,
+    /// Timestamp (ms since the epoch) of the record that last wrote the key.
     pub timestamp: i64,
+    /// Headers of that record, for the downstream record.
     pub headers: Headers,
 }
 
@@ -99,6 +113,8 @@ pub struct RecordCache {
 }
 
 impl RecordCache {
+    /// An empty cache for one store, counting its bytes against the stream
+    /// thread's `budget`.
     pub fn new(budget: Arc<CacheBudget>) -> Self {
         Self {
             entries: HashMap::new(),

@@ -23,12 +23,15 @@ use crate::{Error, Result};
 /// `(topic, partition) -> next offset to restore from`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Checkpoint {
+    /// Next changelog offset to restore from (never negative), by changelog
+    /// topic and partition.
     pub offsets: BTreeMap<(String, i32), i64>,
 }
 
 const VERSION: &str = "0";
 
 impl Checkpoint {
+    /// Path of the checkpoint file in `task_dir` (`<task dir>/.checkpoint`).
     pub fn file(task_dir: &Path) -> PathBuf {
         task_dir.join(".checkpoint")
     }

@@ -2,26 +2,45 @@
 
 use std::path::PathBuf;
 
+/// The state layer's result, with [`Error`] as the default error type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// An error of the state layer, naming the store or file it is about.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// RocksDB failed to open a store or to carry out an operation on it.
     #[error("state store {store}: RocksDB error: {source}")]
     RocksDb {
+        /// Name of the store whose RocksDB instance failed.
         store: String,
+        /// The error RocksDB returned.
         #[source]
         source: rocksdb::Error,
     },
+    /// A filesystem operation on a state file or directory failed.
     #[error("{path}: {source}")]
     Io {
+        /// The file or directory the operation was on.
         path: PathBuf,
+        /// The underlying I/O error.
         #[source]
         source: std::io::Error,
     },
+    /// The checkpoint file does not parse; the caller wipes the task's stores
+    /// and restores them from the changelog in full.
     #[error("checkpoint file {path} is corrupt: {reason}")]
-    CorruptCheckpoint { path: PathBuf, reason: String },
+    CorruptCheckpoint {
+        /// Path of the checkpoint file.
+        path: PathBuf,
+        /// What did not parse: the version line, the entry count, or which entry.
+        reason: String,
+    },
+    /// Another stream thread or process holds the task directory's lock.
     #[error("task directory {path} is locked by another stream thread or process")]
-    Locked { path: PathBuf },
+    Locked {
+        /// The locked task directory.
+        path: PathBuf,
+    },
 }
 
 impl Error {

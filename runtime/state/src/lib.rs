@@ -70,7 +70,9 @@ pub trait KeyValueStore: Send {
     /// Whether the store keeps its data on disk across restarts (so a
     /// checkpoint lets a restart restore only the changelog tail).
     fn persistent(&self) -> bool;
+    /// The value stored under `key`, or `None` if there is none.
     fn get(&self, key: &[u8]) -> Result<Option<Bytes>>;
+    /// Writes `value` under `key`, replacing any earlier value.
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()>;
     /// Writes many entries at once (restoration); `None` deletes.
     fn put_all(&mut self, entries: &[(Bytes, Option<Bytes>)]) -> Result<()> {
@@ -82,12 +84,16 @@ pub trait KeyValueStore: Send {
         }
         Ok(())
     }
+    /// Removes the entry of `key`; deleting a missing key is not an error.
     fn delete(&mut self, key: &[u8]) -> Result<()>;
     /// Entries with `from <= key <= to` (Kafka's inclusive range).
     fn range(&self, from: &[u8], to: &[u8]) -> Result<Vec<KeyValue>>;
     /// Entries whose key starts with `prefix`.
     fn prefix_scan(&self, prefix: &[u8]) -> Result<Vec<KeyValue>>;
+    /// Every entry, in key order.
     fn all(&self) -> Result<Vec<KeyValue>>;
+    /// Roughly how many entries the store holds: exact in memory, RocksDB's
+    /// `rocksdb.estimate-num-keys` on disk.
     fn approximate_num_entries(&self) -> Result<u64>;
     /// Makes every write so far durable (persistent stores).
     fn flush(&mut self) -> Result<()>;
@@ -98,8 +104,11 @@ pub trait KeyValueStore: Send {
 /// Which implementation backs a store (`default.dsl.store` in Kafka).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum StoreBackend {
+    /// A persistent [`RocksDbStore`] on local disk (`rocksDB`, Kafka's default).
     #[default]
     RocksDb,
+    /// An [`InMemoryStore`], restored from the changelog in full on every start
+    /// (`in_memory`).
     InMemory,
 }
 

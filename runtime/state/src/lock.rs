@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use crate::{Error, Result};
 
+/// An exclusive OS lock on a task directory's `.lock` file, held until dropped.
 #[derive(Debug)]
 pub struct TaskDirLock {
     _file: File,
@@ -37,6 +38,7 @@ impl TaskDirLock {
         }
     }
 
+    /// The locked task directory (not the `.lock` file in it).
     pub fn dir(&self) -> &Path {
         &self.path
     }

@@ -9,6 +9,7 @@ use bytes::Bytes;
 
 use crate::{KeyValue, KeyValueStore, Result};
 
+/// A non-persistent key-value store on a `BTreeMap`, ordered by the keys' unsigned bytes.
 #[derive(Debug)]
 pub struct InMemoryStore {
     name: String,
@@ -16,6 +17,7 @@ pub struct InMemoryStore {
 }
 
 impl InMemoryStore {
+    /// An empty store named `name` (its changelog topic's name is derived from it).
     pub fn new(name: impl Into<String>) -> Self {
         Self {
             name: name.into(),

@@ -13,6 +13,8 @@ use rocksdb::{Direction, IteratorMode, Options, WriteBatch, WriteOptions, DB};
 
 use crate::{Error, KeyValue, KeyValueStore, Result};
 
+/// A key-value store on its own RocksDB instance, written with the WAL off (the
+/// changelog makes writes durable).
 pub struct RocksDbStore {
     name: String,
     path: PathBuf,
@@ -58,6 +60,7 @@ impl RocksDbStore {
         })
     }
 
+    /// The directory of the store's RocksDB instance (`.../rocksdb/<name>`).
     pub fn path(&self) -> &Path {
         &self.path
     }

@@ -25,6 +25,8 @@ use serde::{Deserialize, Serialize};
 use crate::task_id::TaskId;
 use crate::topology::{full_match, Topology};
 
+/// Name of this assignor in the group protocol (Kafka's `StreamsPartitionAssignor` calls itself
+/// "stream"); every member of the application must offer it.
 pub const PROTOCOL_NAME: &str = "rill-streams";
 const VERSION: u32 = 1;
 
@@ -49,21 +51,38 @@ pub struct SubscriptionInfo {
 /// One member in the leader's answer.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct MemberInfo {
+    /// Member id the group coordinator gave this consumer at JoinGroup (a dynamic member gets a new
+    /// one when it rejoins).
     pub member_id: String,
+    /// The member's `group.instance.id` (`<group.instance.id>-thread-<n>` for stream thread `n`);
+    /// `None` for a dynamic member.
     pub instance_id: Option<String>,
+    /// Process id of the instance the member belongs to (a UUID kept in `state.dir`); members with
+    /// the same id share one state directory.
     pub process_id: String,
+    /// The instance's `application.server` (`host:port`) for interactive queries; `None` if it has
+    /// none.
     pub endpoint: Option<String>,
+    /// Name of the stream thread behind the member, `<client.id>-StreamThread-<n>`; empty if its
+    /// subscription did not say.
     #[serde(default)]
     pub thread_name: String,
+    /// Ids (`<subtopology>_<partition>`) of the tasks assigned to the member in this generation.
     pub tasks: Vec<String>,
+    /// Input partitions of those tasks, as `(topic, partition)`.
     pub partitions: Vec<(String, i32)>,
 }
 
 /// What the leader tells every member (assignment user data, JSON).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct AssignmentInfo {
+    /// Version of this user-data format (currently 1).
     pub version: u32,
+    /// Group generation of the assignment: the leader writes -1 and each member fills in the
+    /// generation it received it in.
     pub generation: i32,
+    /// Every member of the group with its tasks, static members first (by `group.instance.id`),
+    /// then dynamic ones by member id.
     pub members: Vec<MemberInfo>,
     /// Problems the leader found (missing source topics, partition mismatches).
     pub errors: Vec<String>,

@@ -123,6 +123,8 @@ pub struct Consumed<K, V> {
 }
 
 impl<K, V> Consumed<K, V> {
+    /// Reads keys with `key` and values with `value` (Kafka's `Consumed.with`); the source uses
+    /// `default.timestamp.extractor` and a generated name.
     pub fn with(key: SharedSerde<K>, value: SharedSerde<V>) -> Self {
         Self {
             key,
@@ -140,6 +142,7 @@ impl<K, V> Consumed<K, V> {
         self.extractor = Some(Arc::new(extractor));
         self
     }
+    /// Names the source node (Kafka's `Consumed.as`) instead of a generated `KSTREAM-SOURCE-<n>`.
     pub fn with_name(mut self, name: &str) -> Self {
         self.name = Some(name.into());
         self
@@ -154,6 +157,8 @@ pub struct Produced<K, V> {
 }
 
 impl<K, V> Produced<K, V> {
+    /// Writes keys with `key` and values with `value` (Kafka's `Produced.with`); the producer picks
+    /// the partition from the key (murmur2).
     pub fn with(key: SharedSerde<K>, value: SharedSerde<V>) -> Self {
         Self {
             key,
@@ -161,6 +166,7 @@ impl<K, V> Produced<K, V> {
             name: None,
         }
     }
+    /// Names the sink node (Kafka's `Produced.as`) instead of a generated `KSTREAM-SINK-<n>`.
     pub fn with_name(mut self, name: &str) -> Self {
         self.name = Some(name.into());
         self
@@ -185,6 +191,8 @@ impl<K, V> Clone for Grouped<K, V> {
 }
 
 impl<K, V> Grouped<K, V> {
+    /// Serdes for the repartition topic written when the grouping key changed (Kafka's
+    /// `Grouped.with`); without a name the topic is named after the aggregation's store.
     pub fn with(key: SharedSerde<K>, value: SharedSerde<V>) -> Self {
         Self {
             key,
@@ -207,6 +215,8 @@ pub struct Repartitioned<K, V> {
 }
 
 impl<K, V> Repartitioned<K, V> {
+    /// Serdes for the repartition topic (Kafka's `Repartitioned.with`); its name is generated
+    /// (`KSTREAM-REPARTITION-<n>`) unless [`with_name`](Self::with_name) sets one.
     pub fn with(key: SharedSerde<K>, value: SharedSerde<V>) -> Self {
         Self {
             key,
@@ -214,6 +224,8 @@ impl<K, V> Repartitioned<K, V> {
             name: None,
         }
     }
+    /// Names the repartition topic `<application.id>-<name>-repartition` (Kafka's
+    /// `Repartitioned.as`).
     pub fn with_name(mut self, name: &str) -> Self {
         self.name = Some(name.into());
         self
@@ -253,6 +265,8 @@ impl<V> Materialized<V> {
             ..Default::default()
         }
     }
+    /// Serde of the store's values, also used for its changelog (Kafka's `withValueSerde`);
+    /// `aggregate` needs it, `count` defaults to `Serdes::i64`.
     pub fn with_value_serde(mut self, serde: SharedSerde<V>) -> Self {
         self.value = Some(serde);
         self
@@ -269,14 +283,18 @@ impl<V> Materialized<V> {
         self.cached = true;
         self
     }
+    /// Keeps the store in memory, rebuilt from its changelog after a restart (overrides
+    /// `default.dsl.store`).
     pub fn in_memory(mut self) -> Self {
         self.backend = Some(StoreBackend::InMemory);
         self
     }
+    /// Keeps the store in RocksDB under `state.dir` (overrides `default.dsl.store`).
     pub fn rocks_db(mut self) -> Self {
         self.backend = Some(StoreBackend::RocksDb);
         self
     }
+    /// Uses `backend` for the store instead of `default.dsl.store`.
     pub fn with_backend(mut self, backend: StoreBackend) -> Self {
         self.backend = Some(backend);
         self
@@ -327,6 +345,7 @@ where
 }
 
 impl StreamsBuilder {
+    /// An empty builder (Kafka's `new StreamsBuilder()`).
     pub fn new() -> Self {
         Self::default()
     }
@@ -496,6 +515,8 @@ impl<K: Data, V: Data> KStream<K, V> {
         })
     }
 
+    /// Maps each record to a new key and value, keeping timestamp and headers (Kafka's
+    /// `KStream.map`); the key counts as changed, so a later grouping or join repartitions.
     pub fn map<K2: Data, V2: Data>(
         &self,
         f: impl Fn(&K, &V) -> (K2, V2) + Send + Sync + 'static,
@@ -512,6 +533,8 @@ impl<K: Data, V: Data> KStream<K, V> {
         })
     }
 
+    /// Maps each value, keeping key, timestamp and headers (Kafka's `mapValues`); unlike `map` it
+    /// does not cause a repartition.
     pub fn map_values<V2: Data>(
         &self,
         f: impl Fn(&V) -> V2 + Send + Sync + 'static,
@@ -524,6 +547,7 @@ impl<K: Data, V: Data> KStream<K, V> {
         })
     }
 
+    /// Keeps the records `p` accepts (Kafka's `KStream.filter`).
     pub fn filter(&self, p: impl Fn(&K, &V) -> bool + Send + Sync + 'static) -> KStream<K, V> {
         let changed = self.key_changed;
         self.stateless("KSTREAM-FILTER", changed, move |ctx, r| {
@@ -534,10 +558,13 @@ impl<K: Data, V: Data> KStream<K, V> {
         })
     }
 
+    /// Drops the records `p` accepts (Kafka's `KStream.filterNot`).
     pub fn filter_not(&self, p: impl Fn(&K, &V) -> bool + Send + Sync + 'static) -> KStream<K, V> {
         self.filter(move |k, v| !p(k, v))
     }
 
+    /// Maps each record to zero or more key-value pairs, each with the input's timestamp and
+    /// headers (Kafka's `flatMap`); the key counts as changed.
     pub fn flat_map<K2: Data, V2: Data, I>(
         &self,
         f: impl Fn(&K, &V) -> I + Send + Sync + 'static,
@@ -558,6 +585,8 @@ impl<K: Data, V: Data> KStream<K, V> {
         })
     }
 
+    /// Maps each value to zero or more values under the same key (Kafka's `flatMapValues`); does
+    /// not cause a repartition.
     pub fn flat_map_values<V2: Data, I>(
         &self,
         f: impl Fn(&V) -> I + Send + Sync + 'static,
@@ -597,6 +626,8 @@ impl<K: Data, V: Data> KStream<K, V> {
         });
     }
 
+    /// Replaces each record's key with `f(key, value)`, keeping the value (Kafka's `selectKey`);
+    /// the key counts as changed, so a later grouping or join repartitions.
     pub fn select_key<K2: Data>(
         &self,
         f: impl Fn(&K, &V) -> K2 + Send + Sync + 'static,
@@ -793,6 +824,8 @@ impl<K: Data, V: Data> KStream<K, V> {
         )
     }
 
+    /// Groups by the current key for an aggregation (Kafka's `groupByKey`); if an earlier operation
+    /// changed the key, the aggregation first repartitions with `grouped`'s serdes.
     pub fn group_by_key(&self, grouped: Grouped<K, V>) -> KGroupedStream<K, V> {
         KGroupedStream {
             stream: self.clone(),
@@ -800,6 +833,8 @@ impl<K: Data, V: Data> KStream<K, V> {
         }
     }
 
+    /// Groups by the key `f` computes (Kafka's `groupBy`): the aggregation repartitions through
+    /// `<application.id>-<name>-repartition` with `grouped`'s serdes.
     pub fn group_by<K2: Data>(
         &self,
         f: impl Fn(&K, &V) -> K2 + Send + Sync + 'static,
@@ -865,6 +900,8 @@ pub struct BranchedKStream<K, V> {
 type Predicate<K, V> = Arc<dyn Fn(&K, &V) -> bool + Send + Sync>;
 
 impl<K: Data, V: Data> BranchedKStream<K, V> {
+    /// Adds a branch taking the records `p` accepts that no earlier branch took (Kafka's
+    /// `BranchedKStream.branch`); the result names it `<prefix><name>`.
     pub fn branch(
         mut self,
         name: &str,

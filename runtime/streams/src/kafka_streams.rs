@@ -35,10 +35,18 @@ use crate::topology::Topology;
 /// Per-thread metadata (Kafka's `ThreadMetadata`, plus the instance id).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ThreadMetadata {
+    /// Name of the stream thread, `<client.id>-StreamThread-<n>` (`client.id` defaulting to
+    /// `<application.id>-<process id>`).
     pub thread_name: String,
+    /// The thread's current state (Kafka's `StreamThread.State`).
     pub thread_state: ThreadState,
+    /// The thread's static member id, `<group.instance.id>-thread-<n>`; `None` when
+    /// `group.instance.id` is not set.
     pub group_instance_id: Option<String>,
+    /// Member id the group coordinator gave the thread's consumer; `None` before it first joined
+    /// the group.
     pub member_id: Option<String>,
+    /// Tasks the thread runs as active tasks.
     pub active_tasks: BTreeSet<TaskId>,
     /// Partitions of the active tasks.
     pub partitions: Vec<(String, i32)>,

@@ -17,7 +17,9 @@ use crate::serdes::SharedSerde;
 /// A topic partition in JSON.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct PartitionRef {
+    /// Topic name (internal topics with their `<application.id>-` prefix).
     pub topic: String,
+    /// Partition number, from 0.
     pub partition: i32,
 }
 
@@ -25,14 +27,21 @@ pub struct PartitionRef {
 /// thread's `group.instance.id` and member id added).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StreamThreadMetadata {
+    /// Name of the stream thread, `<client.id>-StreamThread-<n>`.
     pub thread_name: String,
+    /// The thread's static member id, `<group.instance.id>-thread-<n>`; `None` for a dynamic
+    /// member.
     pub group_instance_id: Option<String>,
+    /// Member id of the thread's consumer in the group; `None` for a local thread that has not
+    /// joined yet.
     pub member_id: Option<String>,
     /// Live thread state; `None` for another instance's thread unless asked.
     pub thread_state: Option<String>,
+    /// Ids (`<subtopology>_<partition>`) of the tasks the thread runs as active tasks.
     pub active_tasks: Vec<String>,
     /// Rill keeps no standby replicas yet, so this is always empty.
     pub standby_tasks: Vec<String>,
+    /// Input partitions of the active tasks.
     pub partitions: Vec<PartitionRef>,
 }
 
@@ -52,26 +61,34 @@ pub struct StreamsMetadata {
     pub reachable: Option<bool>,
     /// State stores of the tasks the instance runs.
     pub stores: Vec<String>,
+    /// The instance's stream threads; sorted by name in [`ApplicationMetadata`].
     pub threads: Vec<StreamThreadMetadata>,
 }
 
 /// The whole group as one instance sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApplicationMetadata {
+    /// The `application.id` (also the consumer group id).
     pub application_id: String,
     /// The group generation of the assignment the view comes from (-1: none yet).
     pub generation: i32,
+    /// Every instance in the assignment, this one included, sorted by endpoint then process id.
     pub instances: Vec<StreamsMetadata>,
 }
 
 /// Where a key of a store lives (Kafka's `KeyQueryMetadata`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyQueryMetadata {
+    /// Name of the state store the key was looked up in.
     pub store: String,
+    /// Partition the key maps to (murmur2 of the serialized key, as the producer's default
+    /// partitioner).
     pub partition: i32,
+    /// Id of the task owning that partition, `<subtopology>_<partition>`.
     pub task: String,
     /// The active instance's endpoint (`None` if it has none or no one owns the task).
     pub active_host: Option<String>,
+    /// Process id of the instance running that task; `None` if no member owns it.
     pub active_process_id: Option<String>,
     /// Always empty: no standby replicas yet.
     pub standby_hosts: Vec<String>,
@@ -80,30 +97,55 @@ pub struct KeyQueryMetadata {
 /// One rebalance a local thread went through (the dashboard's timeline).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RebalanceEvent {
+    /// When the thread got the new assignment, in ms since the Unix epoch (wall clock).
     pub time_ms: i64,
+    /// The local stream thread that went through the rebalance.
     pub thread_name: String,
+    /// Group generation of the new assignment.
     pub generation: i32,
+    /// Number of members in the assignment (0 if it carried no streams user data).
     pub members: usize,
+    /// Ids of the thread's active tasks after the rebalance.
     pub tasks: Vec<String>,
 }
 
 /// Why an interactive query could not be answered here.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreQueryError {
+    /// The application has no state store of that name.
     #[error("unknown state store {0:?}")]
     UnknownStore(String),
+    /// The key's partition belongs to a task another instance runs; ask `owner` (the REST layer
+    /// forwards the query there).
     #[error("store {store} partition {partition} is owned by {owner} (this instance does not run task {task})")]
     NotLocal {
+        /// Name of the state store queried.
         store: String,
+        /// The partition the key maps to.
         partition: i32,
+        /// Id of the task owning that partition.
         task: String,
         /// The owner's endpoint, or a description when it has none.
         owner: String,
     },
+    /// The store cannot answer yet: no assignment has arrived, or the owning task is restoring or
+    /// moving to this instance. Retry later.
     #[error("store {store} is not queryable yet: {reason}")]
-    NotAvailable { store: String, reason: String },
+    NotAvailable {
+        /// Name of the state store queried.
+        store: String,
+        /// Why it cannot answer.
+        reason: String,
+    },
+    /// The query failed: the key did not serialize, the store returned an error, or the stored
+    /// value did not deserialize.
     #[error("store {store}: {reason}")]
-    Failed { store: String, reason: String },
+    Failed {
+        /// Name of the state store queried.
+        store: String,
+        /// What failed.
+        reason: String,
+    },
 }
 
 pub(crate) fn to_refs(v: &[(String, i32)]) -> Vec<PartitionRef> {

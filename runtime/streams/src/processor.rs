@@ -2,17 +2,7 @@
 //! [`Processor`], [`ProcessorContext`], [`Record`], punctuation.
 //!
 //! Inside the runtime records travel type-erased between nodes
-//! ([`RawRecord`]: boxed key and value); [`ProcessorContext`] and the
-//! typed adapter restore the types at each node, so a processor only ever
-//! sees the `K`/`V` it declared. Forwarding is depth-first per forwarded
-//! record, like Kafka's: a record reaches every downstream node before the
-//! next record a processor forwarded is handled.
-
-//! The Processor API (Kafka's `org.apache.kafka.streams.processor.api`):
-//! [`Processor`], [`ProcessorContext`], [`Record`], punctuation.
-//!
-//! Inside the runtime records travel type-erased between nodes
-//! ([`RawRecord`]: boxed key and value); [`ProcessorContext`] and the
+//! (`RawRecord`: boxed key and value); [`ProcessorContext`] and the
 //! typed adapter restore the types at each node, so a processor only ever
 //! sees the `K`/`V` it declared. Forwarding is depth-first per forwarded
 //! record, like Kafka's: a record reaches every downstream node before the
@@ -35,9 +25,14 @@ use crate::task_id::TaskId;
 /// A user processor (Kafka's `Processor<KIn, VIn, KOut, VOut>`). One
 /// instance per task, made by the factory given to the topology.
 pub trait Processor<KIn, VIn, KOut, VOut>: Send {
+    /// Called once when the task is created, before any record (Kafka's `Processor.init`): schedule
+    /// punctuations or check stores here. An error stops the stream thread.
     fn init(&mut self, _ctx: &mut ProcessorContext<'_, '_, KOut, VOut>) -> Result<()> {
         Ok(())
     }
+    /// Handles one record (Kafka's `Processor.process`); records for the children go through
+    /// [`ProcessorContext::forward`]. A returned error is handled per its
+    /// [`StreamsError::recovery`]; most stop the stream thread.
     fn process(
         &mut self,
         ctx: &mut ProcessorContext<'_, '_, KOut, VOut>,
@@ -53,6 +48,8 @@ pub trait Processor<KIn, VIn, KOut, VOut>: Send {
     ) -> Result<()> {
         Ok(())
     }
+    /// Called when the task closes (shutdown, or the task moving to another member) to release
+    /// resources (Kafka's `Processor.close`); an error is only logged.
     fn close(&mut self) -> Result<()> {
         Ok(())
     }
@@ -157,9 +154,11 @@ impl<'c, 'a, KOut: Send + 'static, VOut: Send + 'static> ProcessorContext<'c, 'a
         self.inner.forwarded.push((Some(i), record.into()));
     }
 
+    /// Id of the task this processor instance runs in (Kafka's `ProcessorContext.taskId`).
     pub fn task_id(&self) -> TaskId {
         self.inner.shared.task_id
     }
+    /// The application's `application.id`.
     pub fn application_id(&self) -> &str {
         &self.inner.shared.application_id
     }
@@ -235,6 +234,8 @@ impl StoreRef<'_> {
             source: e,
         }
     }
+    /// The value stored under `key` (the record cache's copy if it holds one); `None` if absent.
+    /// Store failures are [`StreamsError::State`].
     pub fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
         self.handle.store.lock().get(key).map_err(|e| self.err(e))
     }
@@ -243,6 +244,8 @@ impl StoreRef<'_> {
     pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         self.write(key, Some(value))
     }
+    /// Deletes `key` from the store and, if the store is logged, writes a tombstone to its
+    /// changelog.
     pub fn delete(&mut self, key: &[u8]) -> Result<()> {
         self.write(key, None)
     }
@@ -267,6 +270,8 @@ impl StoreRef<'_> {
         }
         Ok(())
     }
+    /// Entries with `from <= key <= to` in key byte order (Kafka's inclusive `range`), writes still
+    /// in the record cache included.
     pub fn range(&self, from: &[u8], to: &[u8]) -> Result<Vec<(Bytes, Bytes)>> {
         self.handle
             .store
@@ -274,6 +279,8 @@ impl StoreRef<'_> {
             .range(from, to)
             .map_err(|e| self.err(e))
     }
+    /// Entries whose key starts with `prefix`, in key byte order (Kafka's `prefixScan`), cached
+    /// writes included.
     pub fn prefix_scan(&self, prefix: &[u8]) -> Result<Vec<(Bytes, Bytes)>> {
         self.handle
             .store
@@ -281,9 +288,13 @@ impl StoreRef<'_> {
             .prefix_scan(prefix)
             .map_err(|e| self.err(e))
     }
+    /// Every entry in key byte order (Kafka's `all`), cached writes included.
     pub fn all(&self) -> Result<Vec<(Bytes, Bytes)>> {
         self.handle.store.lock().all().map_err(|e| self.err(e))
     }
+    /// Estimated number of entries in the store under the cache (RocksDB's
+    /// `rocksdb.estimate-num-keys`; exact for in-memory stores); cached writes not yet flushed are
+    /// not counted.
     pub fn approximate_num_entries(&self) -> Result<u64> {
         self.handle
             .store

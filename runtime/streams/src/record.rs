@@ -13,18 +13,26 @@ use bytes::Bytes;
 
 use crate::error::{Result, StreamsError};
 
+/// Record headers in order, as `(name, value)`; a `None` value is a header with a null value
+/// (Kafka's `Headers`).
 pub type Headers = Vec<(String, Option<Bytes>)>;
 
 /// A record as processors see it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Record<K, V> {
+    /// The key: what grouping, joins and tables work by.
     pub key: K,
+    /// The value, of the type the producing node declared.
     pub value: V,
+    /// Event time in ms since the Unix epoch, from the timestamp extractor at the source; drives
+    /// stream time and windowing.
     pub timestamp: i64,
+    /// Headers of the input record, passed on by the DSL operations.
     pub headers: Headers,
 }
 
 impl<K, V> Record<K, V> {
+    /// A record without headers; `timestamp` in ms since the Unix epoch.
     pub fn new(key: K, value: V, timestamp: i64) -> Self {
         Self {
             key,
@@ -33,6 +41,7 @@ impl<K, V> Record<K, V> {
             headers: Vec::new(),
         }
     }
+    /// The same record with its key replaced (Kafka's `Record.withKey`).
     pub fn with_key<K2>(self, key: K2) -> Record<K2, V> {
         Record {
             key,
@@ -41,6 +50,7 @@ impl<K, V> Record<K, V> {
             headers: self.headers,
         }
     }
+    /// The same record with its value replaced (Kafka's `Record.withValue`).
     pub fn with_value<V2>(self, value: V2) -> Record<K, V2> {
         Record {
             key: self.key,
@@ -124,8 +134,11 @@ pub(crate) fn clone_raw<K: Clone + Send + 'static, V: Clone + Send + 'static>(
 /// Where the current record came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordMetadata {
+    /// Topic the record was read from (internal topics with their `<application.id>-` prefix).
     pub topic: std::sync::Arc<str>,
+    /// Partition the record was read from.
     pub partition: i32,
+    /// Offset of the record in that partition.
     pub offset: i64,
 }
 

@@ -21,6 +21,9 @@ use crate::task::StreamTask;
 
 /// Told about every restoration (Kafka's `StateRestoreListener`).
 pub trait StateRestoreListener: Send + Sync {
+    /// Restoring a store from a changelog partition begins: from the start offset (the checkpoint,
+    /// else 0) up to the end offset (exclusive, the log end when restoration began). Not called
+    /// when there is nothing to restore.
     fn on_restore_start(
         &self,
         _tp: &TopicPartition,
@@ -29,6 +32,8 @@ pub trait StateRestoreListener: Send + Sync {
         _end_offset: i64,
     ) {
     }
+    /// A batch (one restore consumer poll, at most `restore.batch.size` records) was written to the
+    /// store; gives the last offset restored and the batch's record count.
     fn on_batch_restored(
         &self,
         _tp: &TopicPartition,
@@ -37,6 +42,8 @@ pub trait StateRestoreListener: Send + Sync {
         _records: u64,
     ) {
     }
+    /// The store has caught up with the end offset; gives the total number of records restored from
+    /// this changelog partition.
     fn on_restore_end(&self, _tp: &TopicPartition, _store: &str, _total_restored: u64) {}
 }
 

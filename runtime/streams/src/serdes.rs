@@ -14,7 +14,11 @@ use bytes::Bytes;
 
 /// Converts `T` to and from bytes.
 pub trait Serde<T>: Send + Sync + 'static {
+    /// Encodes `data` for `topic`; `Ok(None)` writes a null. An `Err` message becomes a
+    /// [`StreamsError::Serialization`](crate::StreamsError::Serialization).
     fn serialize(&self, topic: &str, data: &T) -> Result<Option<Bytes>, String>;
+    /// Decodes bytes read from `topic`; `data` is `None` for a null key or value. An `Err` message
+    /// becomes a deserialization error, handled per `default.deserialization.exception.handler`.
     fn deserialize(&self, topic: &str, data: Option<&[u8]>) -> Result<T, String>;
     /// Deserializes from the consumed buffer; serdes that can share it
     /// (bytes) override this to avoid a copy.
@@ -30,15 +34,19 @@ pub type SharedSerde<T> = Arc<dyn Serde<T>>;
 pub struct Serdes;
 
 impl Serdes {
+    /// Passes the bytes through unchanged (Kafka's `Serdes.ByteArray`); null is an error.
     pub fn bytes() -> SharedSerde<Bytes> {
         Arc::new(BytesSerde)
     }
+    /// UTF-8 strings (Kafka's `Serdes.String`); invalid UTF-8 or null is an error.
     pub fn string() -> SharedSerde<String> {
         Arc::new(StringSerde)
     }
+    /// 4-byte big-endian integers (Kafka's `Serdes.Integer`); null or another length is an error.
     pub fn i32() -> SharedSerde<i32> {
         Arc::new(I32Serde)
     }
+    /// 8-byte big-endian integers (Kafka's `Serdes.Long`); null or another length is an error.
     pub fn i64() -> SharedSerde<i64> {
         Arc::new(I64Serde)
     }

@@ -74,33 +74,70 @@ pub enum DeserializationHandler {
 /// Validated configuration of a streams application.
 #[derive(Debug, Clone)]
 pub struct StreamsConfig {
+    /// `application.id` (required): the consumer group id and the prefix of internal topics and
+    /// state directories; ASCII letters, digits, `.`, `_` and `-` only.
     pub application_id: String,
+    /// `bootstrap.servers` (required): the brokers every client connects to first, `host:port`
+    /// separated by commas.
     pub bootstrap_servers: String,
+    /// `num.stream.threads` (default 1, at least 1): stream threads this instance starts.
     pub num_stream_threads: usize,
+    /// `group.instance.id`: turns on static membership (KIP-345); stream thread `n`'s consumer uses
+    /// `<id>-thread-<n>`. `None`: dynamic members.
     pub group_instance_id: Option<String>,
+    /// `client.id`: prefix of every client's id; `None`: `<application.id>-<process id>`.
     pub client_id: Option<String>,
+    /// `state.dir`: root of the local state, `<state.dir>/<application.id>/...`; default
+    /// `rill-streams` in the system temp directory.
     pub state_dir: PathBuf,
+    /// `application.server`: `host:port` this instance advertises for interactive queries (the REST
+    /// server also listens there unless `rest.listen` is set; port 0 is replaced by the bound
+    /// port); `None`: none.
     pub application_server: Option<String>,
     /// The REST server's listen address (`rest.listen`, else `application.server`).
     pub rest_listen: Option<String>,
+    /// `rest.admin.token`: bearer token the REST server requires on mutating endpoints (and on
+    /// reads with `rest.read.requires.token`); `None`: mutating endpoints answer 403.
     pub rest_admin_token: Option<String>,
+    /// `rest.read.requires.token` (default false): whether read endpoints also need
+    /// `rest.admin.token`, which must then be set.
     pub rest_read_requires_token: bool,
+    /// `commit.interval.ms` (default 30000): how often a stream thread commits (flushes record
+    /// caches and the producer, commits consumed offsets, writes checkpoints).
     pub commit_interval: Duration,
+    /// `poll.ms` (default 100): how long in ms a stream thread's poll blocks waiting for records.
     pub poll_timeout: Duration,
+    /// `session.timeout.ms` (default 45000): the main consumers' session timeout in ms; a member
+    /// silent that long is removed from the group.
     pub session_timeout_ms: u64,
+    /// `heartbeat.interval.ms` (default 3000): ms between the main consumers' heartbeats to the
+    /// group coordinator.
     pub heartbeat_interval_ms: u64,
+    /// `max.poll.interval.ms` (default 300000): longest gap in ms between a main consumer's polls
+    /// before it leaves the group.
     pub max_poll_interval_ms: u64,
+    /// `replication.factor` of the internal topics (repartition and changelog) the app creates; -1
+    /// (the default) uses the broker's `default.replication.factor`.
     pub replication_factor: i16,
+    /// `default.dsl.store` (`rocksDB`, the default, or `in_memory`): backend of DSL stores that do
+    /// not choose one.
     pub default_store: StoreBackend,
+    /// `default.deserialization.exception.handler` (`log-and-fail`, the default, or
+    /// `log-and-continue`; Kafka's class names also work): what happens to a record that does not
+    /// deserialize.
     pub deserialization_handler: DeserializationHandler,
     /// `default.timestamp.extractor`: one of Kafka's built-in extractors
     /// (checked when the config is built).
     pub default_timestamp_extractor: String,
+    /// `buffered.records.per.partition` (default 1000): a partition with more records buffered is
+    /// paused until half of them are processed.
     pub buffered_records_per_partition: usize,
     /// `max.task.idle.ms`: how long a task with a caught-up empty partition
     /// waits before processing the others anyway (-1: never waits, even for
     /// data still being fetched; KIP-695).
     pub max_task_idle_ms: i64,
+    /// `restore.batch.size` (default 1000): most changelog records restored per poll (the restore
+    /// consumer's `max.poll.records`).
     pub restore_batch_size: usize,
     /// `statestore.cache.max.bytes`: the record caches' budget per instance.
     pub cache_max_bytes: usize,
@@ -123,6 +160,8 @@ impl StreamsConfig {
             .unwrap_or_else(|| std::sync::Arc::new(crate::timestamp::FailOnInvalidTimestamp))
     }
 
+    /// A builder over Kafka Streams' defaults that also reads `RILL_`-prefixed environment
+    /// variables; [`StreamsConfigBuilder::build`] validates.
     pub fn builder() -> StreamsConfigBuilder {
         StreamsConfigBuilder {
             env_prefix: Some("RILL".into()),
@@ -202,6 +241,9 @@ impl StreamsConfig {
         c
     }
 
+    /// The producer of stream thread `thread` (from 1): client id
+    /// `<client_id>-StreamThread-<thread>-producer`, `linger.ms=100`, then the `producer.`
+    /// overrides.
     pub fn producer_config(&self, client_id: &str, thread: usize) -> ClientConfig {
         let mut c = ClientConfig::new()
             .set("bootstrap.servers", self.bootstrap_servers.clone())
@@ -219,6 +261,7 @@ impl StreamsConfig {
         c
     }
 
+    /// The admin client: client id `<client_id>-admin`, then the `admin.` overrides.
     pub fn admin_config(&self, client_id: &str) -> ClientConfig {
         let mut c = self.base_client("admin.");
         c.insert("client.id", format!("{client_id}-admin"));

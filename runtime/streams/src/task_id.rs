@@ -6,11 +6,15 @@ use std::fmt;
 /// `<subtopology>_<partition>` (Kafka's `TaskId`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TaskId {
+    /// The sub-topology the task runs (numbered from 0).
     pub subtopology: u32,
+    /// The input partition the task processes, the same number in each of its co-partitioned source
+    /// topics.
     pub partition: i32,
 }
 
 impl TaskId {
+    /// The task for partition `partition` of sub-topology `subtopology`.
     pub fn new(subtopology: u32, partition: i32) -> Self {
         Self {
             subtopology,

@@ -23,6 +23,8 @@ use crate::task::StreamTask;
 use crate::task_id::TaskId;
 use crate::topology::Topology;
 
+/// Runs a topology without a broker (Kafka's `TopologyTestDriver`): one task per sub-topology on
+/// partition 0, records piped in synchronously, output read per topic.
 pub struct TopologyTestDriver {
     tasks: BTreeMap<u32, StreamTask>,
     /// Global tables' stores by topic: records piped there are applied at once.
@@ -46,6 +48,8 @@ impl TopologyTestDriver {
         )
     }
 
+    /// A driver with the given store backend, deserialization handler and starting wall-clock time
+    /// (ms); record caches get Kafka's default 10 MiB.
     pub fn with_options(
         topology: Topology,
         backend: StoreBackend,
@@ -403,6 +407,8 @@ pub struct TestInputTopic<'d, K: 'static, V: 'static> {
 }
 
 impl<K: 'static, V: 'static> TestInputTopic<'_, K, V> {
+    /// Serializes and pipes one record with `timestamp` (ms) into the topic, then processes until
+    /// every task is idle; a serde failure is [`StreamsError::Serialization`].
     pub fn pipe(&mut self, key: &K, value: &V, timestamp: i64) -> Result<()> {
         let ser = |r: std::result::Result<Option<Bytes>, String>| {
             r.map_err(|reason| StreamsError::Serialization {

@@ -58,6 +58,8 @@ pub enum TopicName {
 }
 
 impl TopicName {
+    /// The topic's name on the broker: a user topic as is, an internal one as
+    /// `<application_id>-<name>`.
     pub fn resolve(&self, application_id: &str) -> String {
         match self {
             TopicName::User(t) => t.clone(),
@@ -99,6 +101,8 @@ pub(crate) struct Node {
 /// A state store definition.
 #[derive(Debug, Clone)]
 pub struct StoreDef {
+    /// Store name, unique in the topology; a logged store's changelog is
+    /// `<application.id>-<name>-changelog`.
     pub name: String,
     /// `None`: the app's `default.dsl.store`.
     pub backend: Option<StoreBackend>,
@@ -113,11 +117,17 @@ pub struct StoreDef {
 /// One sub-topology: its nodes and topics.
 #[derive(Debug, Clone)]
 pub struct SubTopology {
+    /// Sub-topology number, from 0 in node order; the first part of its task ids.
     pub id: u32,
+    /// Indexes of its nodes in the topology.
     pub nodes: Vec<usize>,
+    /// Topics its source nodes read.
     pub source_topics: BTreeSet<TopicName>,
+    /// Regexes its source nodes subscribe to (each must match a whole topic name).
     pub source_patterns: Vec<String>,
+    /// Topics its sinks write (sinks that pick a topic per record are not listed).
     pub sink_topics: BTreeSet<TopicName>,
+    /// State stores its nodes use (global stores excluded).
     pub stores: BTreeSet<String>,
 }
 
@@ -286,6 +296,7 @@ impl Topology {
         Ok(out)
     }
 
+    /// The sub-topologies (nodes connected by parent-child links or a shared store), in id order.
     pub fn subtopologies(&self) -> &[SubTopology] {
         &self.subtopologies
     }
@@ -295,6 +306,7 @@ impl Topology {
         self.repartition_topics.iter().map(String::as_str)
     }
 
+    /// Every state store of the topology, DSL and Processor API (global stores excluded).
     pub fn stores(&self) -> impl Iterator<Item = &StoreDef> {
         self.stores.values()
     }

@@ -38,11 +38,15 @@ use crate::serdes::{Serde, Serdes, SharedSerde};
 /// A time window `[start, end)` in milliseconds (Kafka's `TimeWindow`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Window {
+    /// Start in ms since the Unix epoch, inclusive.
     pub start: i64,
+    /// End in ms since the Unix epoch: exclusive for time windows, inclusive for session and
+    /// sliding windows.
     pub end: i64,
 }
 
 impl Window {
+    /// The window from `start` to `end` (ms).
     pub fn new(start: i64, end: i64) -> Self {
         Self { start, end }
     }
@@ -51,11 +55,14 @@ impl Window {
 /// A key and the window it was aggregated in (Kafka's `Windowed<K>`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Windowed<K> {
+    /// The grouping key.
     pub key: K,
+    /// The window the aggregate covers.
     pub window: Window,
 }
 
 impl<K> Windowed<K> {
+    /// `key` in `window`.
     pub fn new(key: K, window: Window) -> Self {
         Self { key, window }
     }
@@ -127,12 +134,16 @@ impl TimeWindows {
         self
     }
 
+    /// Length of each window in ms.
     pub fn size_ms(&self) -> i64 {
         self.size_ms
     }
+    /// Time between the starts of consecutive windows in ms (equal to the size for tumbling
+    /// windows).
     pub fn advance_ms(&self) -> i64 {
         self.advance_ms
     }
+    /// How long after a window's end out-of-order records are still accepted, in ms.
     pub fn grace_ms(&self) -> i64 {
         self.grace_ms
     }
@@ -311,9 +322,11 @@ impl SessionWindows {
         }
     }
 
+    /// Longest silence in ms within one session; a record later than that starts a new session.
     pub fn inactivity_gap_ms(&self) -> i64 {
         self.gap_ms
     }
+    /// How long after a session's end out-of-order records may still join it, in ms.
     pub fn grace_ms(&self) -> i64 {
         self.grace_ms
     }
@@ -372,9 +385,11 @@ impl SlidingWindows {
         }
     }
 
+    /// Largest time difference in ms between records in one window.
     pub fn time_difference_ms(&self) -> i64 {
         self.diff_ms
     }
+    /// How long after a window's end out-of-order records are still accepted, in ms.
     pub fn grace_ms(&self) -> i64 {
         self.grace_ms
     }
@@ -460,12 +475,15 @@ impl JoinWindows {
         self
     }
 
+    /// How much older (ms) than a left record a right record may be and still join.
     pub fn before_ms(&self) -> i64 {
         self.before_ms
     }
+    /// How much newer (ms) than a left record a right record may be and still join.
     pub fn after_ms(&self) -> i64 {
         self.after_ms
     }
+    /// How long after the join window out-of-order records are still accepted, in ms.
     pub fn grace_ms(&self) -> i64 {
         self.grace_ms
     }

@@ -30,27 +30,40 @@ use crate::TopicPartition;
 /// Eager (revoke everything, then join) or cooperative (KIP-429).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum RebalanceProtocol {
+    /// Every member revokes all its partitions before rejoining, then gets a fresh assignment.
     Eager,
+    /// Members keep their partitions across a rebalance and revoke only those that move (KIP-429).
     Cooperative,
 }
 
 /// One member's subscription as the leader sees it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Subscription {
+    /// Member id the coordinator gave the member.
     pub member_id: String,
+    /// The member's `group.instance.id` (KIP-345); `None` for a dynamic member.
     pub group_instance_id: Option<String>,
+    /// Topics the member subscribes to.
     pub topics: Vec<String>,
+    /// Opaque data the member's assignor sent from
+    /// [`PartitionAssignor::subscription_user_data`]; `None` if it sent none.
     pub user_data: Option<Bytes>,
+    /// Partitions the member held when it joined, as of `generation_id`; sticky assignors keep them
+    /// where they can.
     pub owned_partitions: Vec<TopicPartition>,
     /// The generation the owned partitions are from (-1: unknown).
     pub generation_id: i32,
+    /// The member's `client.rack`, for rack-aware assignment; `None` if unset.
     pub rack_id: Option<String>,
 }
 
 /// One member's share.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Assignment {
+    /// Partitions assigned to the member.
     pub partitions: Vec<TopicPartition>,
+    /// Opaque data from the assignor to the member, passed to
+    /// [`PartitionAssignor::on_assignment`]; `None` if there is none.
     pub user_data: Option<Bytes>,
 }
 
@@ -59,6 +72,9 @@ pub trait PartitionAssignor: Send + Sync {
     /// The protocol name members advertise in JoinGroup.
     fn name(&self) -> &str;
 
+    /// Rebalance protocols this assignor can work with; the consumer rebalances cooperatively
+    /// only when every configured assignor lists [`RebalanceProtocol::Cooperative`]. Default: eager
+    /// only.
     fn supported_protocols(&self) -> Vec<RebalanceProtocol> {
         vec![RebalanceProtocol::Eager]
     }

@@ -50,18 +50,27 @@ pub struct ConsumerRecord {
     /// Shared by the records of one fetched partition (no name is
     /// allocated per record).
     pub topic: std::sync::Arc<str>,
+    /// Partition the record was read from.
     pub partition: i32,
+    /// The record's offset in its partition.
     pub offset: i64,
+    /// Record timestamp in ms since the Unix epoch: create time or log append time, see
+    /// `log_append_time`.
     pub timestamp: i64,
     /// Whether `timestamp` is the broker's append time (else the producer's).
     pub log_append_time: bool,
+    /// Record key; `None` for a null key.
     pub key: Option<Bytes>,
+    /// Record value; `None` for a null value (a tombstone).
     pub value: Option<Bytes>,
+    /// Record headers as `(key, value)` pairs in the order written; `None` is a null header value.
     pub headers: Vec<(String, Option<Bytes>)>,
+    /// Partition leader epoch of the batch the record came in; `None` if the batch has none (-1).
     pub leader_epoch: Option<i32>,
 }
 
 impl ConsumerRecord {
+    /// The topic and partition the record was read from, as an owned [`TopicPartition`].
     pub fn topic_partition(&self) -> TopicPartition {
         TopicPartition::new(self.topic.to_string(), self.partition)
     }
@@ -71,7 +80,11 @@ impl ConsumerRecord {
 /// inside `poll` (and `unsubscribe` / `close`) on the polling thread; they
 /// may use the consumer, e.g. to commit in `on_partitions_revoked`.
 pub trait RebalanceListener: Send {
+    /// Called before partitions are taken away in a rebalance, or at `unsubscribe` / `close`,
+    /// while their offsets can still be committed. Default: does nothing.
     fn on_partitions_revoked(&mut self, _consumer: &mut Consumer, _partitions: &[TopicPartition]) {}
+    /// Called after a rebalance with the partitions newly assigned (with a cooperative
+    /// protocol only the added ones), before records are fetched from them. Default: does nothing.
     fn on_partitions_assigned(&mut self, _consumer: &mut Consumer, _partitions: &[TopicPartition]) {
     }
     /// Partitions taken away without a chance to commit (the member was
@@ -94,9 +107,14 @@ pub(crate) struct PartitionState {
 /// How the consumer gets its partitions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SubscriptionKind {
+    /// Neither subscribed nor assigned; `poll` fails.
     None,
+    /// Subscribed to a list of topics (`subscribe`); the group assigns the partitions.
     Topics,
+    /// Subscribed to the topics matching a regex (`subscribe_pattern`); the group assigns the
+    /// partitions.
     Pattern,
+    /// Partitions given by hand with `assign`; no group membership.
     Assigned,
 }
 
@@ -123,10 +141,13 @@ enum Callback {
 /// Identity of the consumer in its group (for logging and transactional use).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupMetadata {
+    /// The consumer's `group.id`.
     pub group_id: String,
+    /// Member id the coordinator gave this consumer; empty before it has joined the group.
     pub member_id: String,
     /// Classic generation or KIP-848 member epoch.
     pub generation_id: i32,
+    /// The consumer's `group.instance.id`; `None` for a dynamic member.
     pub group_instance_id: Option<String>,
 }
 
@@ -1080,6 +1101,9 @@ impl Consumer {
         Ok(())
     }
 
+    /// Resumes fetching from partitions paused with [`pause`](Self::pause).
+    ///
+    /// Fails with [`Error::IllegalState`] if a partition is not assigned to this consumer.
     pub fn resume(&mut self, partitions: &[TopicPartition]) -> Result<()> {
         for tp in partitions {
             self.assigned_state(tp)?.paused = false;
@@ -1087,6 +1111,7 @@ impl Consumer {
         Ok(())
     }
 
+    /// The assigned partitions that are paused, in (topic, partition) order.
     pub fn paused(&self) -> Vec<TopicPartition> {
         self.subs
             .assignment

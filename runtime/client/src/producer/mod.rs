@@ -51,16 +51,22 @@ pub struct ProducerRecord {
     pub topic: Arc<str>,
     /// `None`: the partitioner decides.
     pub partition: Option<i32>,
+    /// Record key; when `partition` is `None` its murmur2 hash picks the partition (unless
+    /// `partitioner.ignore.keys`). `None` sends a null key.
     pub key: Option<Bytes>,
+    /// Record value; `None` sends a null value (a tombstone on compacted topics).
     pub value: Option<Bytes>,
     /// `None`: the time of `send`.
     pub timestamp: Option<i64>,
+    /// Record headers as `(key, value)` pairs in order; keys may repeat, a `None` value is a null
+    /// header value.
     pub headers: Vec<(String, Option<Bytes>)>,
 }
 
 /// What names a record's topic: `&str`, `String`, or an `Arc<str>` shared
 /// by many records (no allocation per record).
 pub trait IntoTopicName {
+    /// The topic name as a shared string (clones the `Arc` rather than copying when given one).
     fn into_topic_name(self) -> Arc<str>;
 }
 
@@ -95,6 +101,8 @@ impl IntoTopicName for &Arc<str> {
 }
 
 impl ProducerRecord {
+    /// A record for `topic` with no key, value or headers, partitioned by the partitioner and
+    /// timestamped at `send`.
     pub fn new(topic: impl IntoTopicName) -> Self {
         Self {
             topic: topic.into_topic_name(),
@@ -102,26 +110,33 @@ impl ProducerRecord {
         }
     }
 
+    /// Sets the record key (builder style); it decides the partition unless one is set.
     pub fn key(mut self, key: impl Into<Bytes>) -> Self {
         self.key = Some(key.into());
         self
     }
 
+    /// Sets the record value (builder style).
     pub fn value(mut self, value: impl Into<Bytes>) -> Self {
         self.value = Some(value.into());
         self
     }
 
+    /// Sends to this partition instead of letting the partitioner choose; `send` fails with
+    /// [`Error::UnknownPartition`] if the topic has no such partition.
     pub fn partition(mut self, partition: i32) -> Self {
         self.partition = Some(partition);
         self
     }
 
+    /// Sets the record's create time in ms since the Unix epoch (the broker replaces it when
+    /// the topic uses log append time).
     pub fn timestamp(mut self, ts: i64) -> Self {
         self.timestamp = Some(ts);
         self
     }
 
+    /// Appends a header; `None` is a null header value. Earlier headers with the same key are kept.
     pub fn header(mut self, key: impl Into<String>, value: Option<Bytes>) -> Self {
         self.headers.push((key.into(), value));
         self
@@ -131,7 +146,9 @@ impl ProducerRecord {
 /// Where a record was written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordMetadata {
+    /// Topic the record was written to.
     pub topic: String,
+    /// Partition the record was written to.
     pub partition: i32,
     /// -1 with `acks=0` (the broker does not answer).
     pub offset: i64,
@@ -213,6 +230,11 @@ impl Drop for Closer {
 }
 
 impl Producer {
+    /// A producer for the properties in `config` (Kafka's `new KafkaProducer(props)`); starts
+    /// its sender task on the shared I/O runtime.
+    ///
+    /// Fails with [`Error::Config`] when `config` is not a valid producer configuration
+    /// (see [`ProducerConfig::from_config`]).
     pub fn new(config: &ClientConfig) -> Result<Self> {
         let cfg = ProducerConfig::from_config(config)?;
         let cluster = Cluster::new(cfg.common.clone());

@@ -33,6 +33,8 @@ pub struct Joined<K, V> {
 }
 
 impl<K, V> Joined<K, V> {
+    /// Serdes of the stream's key and value (Kafka's `Joined.with`), used only to repartition the
+    /// stream side when its key changed.
     pub fn with(key: SharedSerde<K>, value: SharedSerde<V>) -> Self {
         Self {
             key,

@@ -45,6 +45,8 @@ pub struct StreamJoined<K, V, VO> {
 }
 
 impl<K, V, VO> StreamJoined<K, V, VO> {
+    /// Serdes for the key, this stream's values and the other stream's values (Kafka's
+    /// `StreamJoined.with`), used by the join stores and any repartition topics.
     pub fn with(key: SharedSerde<K>, value: SharedSerde<V>, other_value: SharedSerde<VO>) -> Self {
         Self {
             key,
@@ -60,6 +62,7 @@ impl<K, V, VO> StreamJoined<K, V, VO> {
         self.name = Some(name.to_string());
         self
     }
+    /// Backend of the join's window stores, instead of `default.dsl.store`.
     pub fn with_backend(mut self, backend: rill_state::StoreBackend) -> Self {
         self.backend = Some(backend);
         self

@@ -40,6 +40,8 @@ pub struct BufferConfig {
 }
 
 impl BufferConfig {
+    /// A buffer without a size limit (Kafka's `BufferConfig.unbounded()`): it holds every
+    /// suppressed update until it is emitted.
     pub fn unbounded() -> Self {
         Self { _unbounded: () }
     }

@@ -184,6 +184,8 @@ impl<K: Data, V: Data> KTable<K, V> {
         )
     }
 
+    /// Keeps the keys whose value `p` rejects; an update `p` accepts deletes its key from the view
+    /// (Kafka's `KTable.filterNot`).
     pub fn filter_not(&self, p: impl Fn(&K, &V) -> bool + Send + Sync + 'static) -> KTable<K, V> {
         self.filter(move |k, v| !p(k, v))
     }
