@@ -31,21 +31,27 @@ struct Counting;
 static LIVE: AtomicIsize = AtomicIsize::new(0);
 
 #[allow(unsafe_code)] // a counting global allocator
+                      // SAFETY: every call is forwarded to the system allocator unchanged; only
+                      // a counter is updated besides.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
+        // SAFETY: forwarded with the caller's own arguments and contract.
         unsafe { System.alloc(l) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
         LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
+        // SAFETY: forwarded with the caller's own arguments and contract.
         unsafe { System.dealloc(p, l) }
     }
     unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
         LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
+        // SAFETY: forwarded with the caller's own arguments and contract.
         unsafe { System.alloc_zeroed(l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
         LIVE.fetch_add(n as isize - l.size() as isize, Ordering::Relaxed);
+        // SAFETY: forwarded with the caller's own arguments and contract.
         unsafe { System.realloc(p, l, n) }
     }
 }

@@ -54,41 +54,55 @@ unsafe fn map(size: usize) -> *mut u8 {
     }
 }
 
+// SAFETY: every block comes from the system allocator or from an mmap of
+// at least the requested size, page-aligned (align <= 4096 is checked),
+// and is released the way it was obtained (`is_huge` of the same layout).
 unsafe impl GlobalAlloc for ReservingAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         if is_huge(&layout) {
+            // SAFETY: `map` has no preconditions beyond a size.
             unsafe { map(layout.size()) }
         } else {
+            // SAFETY: the caller's contract is GlobalAlloc::alloc's.
             unsafe { System.alloc(layout) }
         }
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         if is_huge(&layout) {
-            // Fresh anonymous mappings are zero-filled.
+            // SAFETY: as in `alloc`; fresh anonymous mappings are zero-filled.
             unsafe { map(layout.size()) }
         } else {
+            // SAFETY: the caller's contract is GlobalAlloc::alloc_zeroed's.
             unsafe { System.alloc_zeroed(layout) }
         }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         if is_huge(&layout) {
+            // SAFETY: `ptr` came from `map` with this layout's size.
             unsafe {
                 libc::munmap(ptr as *mut libc::c_void, layout.size());
             }
         } else {
+            // SAFETY: `ptr` came from the system allocator with `layout`.
             unsafe { System.dealloc(ptr, layout) }
         }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: GlobalAlloc::realloc's contract: `new_size` rounded up to
+        // `layout.align()` does not overflow isize, and the align is valid.
         let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
         if !is_huge(&layout) && !is_huge(&new_layout) {
+            // SAFETY: both layouts are the system allocator's.
             return unsafe { System.realloc(ptr, layout, new_size) };
         }
+        // SAFETY: `new_layout` has a non-zero size (realloc's contract).
         let new = unsafe { self.alloc(new_layout) };
         if !new.is_null() {
+            // SAFETY: both blocks are live and hold at least the copied
+            // length; the old one is freed with the layout it had.
             unsafe {
                 std::ptr::copy_nonoverlapping(ptr, new, layout.size().min(new_size));
                 self.dealloc(ptr, layout);

@@ -887,8 +887,11 @@ where
 /// record (Kafka's `TopicNameExtractor`).
 enum SinkTopic<K, V> {
     Fixed(TopicName),
-    PerRecord(Arc<dyn Fn(&K, &V) -> String + Send + Sync>),
+    PerRecord(TopicNameExtractor<K, V>),
 }
+
+/// Picks a record's topic (Kafka's `TopicNameExtractor`).
+type TopicNameExtractor<K, V> = Arc<dyn Fn(&K, &V) -> String + Send + Sync>;
 
 /// Branches being defined (Kafka's `BranchedKStream`).
 pub struct BranchedKStream<K, V> {
