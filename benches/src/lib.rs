@@ -137,7 +137,7 @@ pub fn median(v: &[f64]) -> f64 {
     }
 }
 
-/// (median, min, max) of pairwise ratios a[i] / b[i].
+/// (median, min, max) of pairwise ratios `a[i] / b[i]`.
 pub fn ratio_stats(a: &[f64], b: &[f64]) -> (f64, f64, f64) {
     let r: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
     let min = r.iter().copied().fold(f64::INFINITY, f64::min);

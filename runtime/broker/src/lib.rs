@@ -6,16 +6,39 @@
 //! tools) can run against it with zero setup. `rill broker` wraps it as a
 //! process.
 //!
-//! Layout (one module per concern, one file per API key under [`api`]):
+//! The public API is the cluster ([`EmbeddedCluster`], its builder and
+//! [`BrokerConfig`]) and the API-version table it advertises
+//! ([`SUPPORTED`]); everything else is the crate's own. Layout (one module
+//! per concern, one file per API key under `api`):
 //! - `broker`: the shared state (config, metadata, logs, coordinator);
 //! - `metadata`: the controller's view: nodes, racks, topics, leaders, epochs;
 //! - `storage`: segmented logs with sparse offset/time indexes, crash
 //!   recovery, retention, compaction and idempotent-producer state;
-//! - `coordinator`: committed offsets and group state, persisted in the
-//!   internal `__consumer_offsets` topic;
+//! - `coordinator`: committed offsets and group state (classic and KIP-848
+//!   protocols), persisted in the internal `__consumer_offsets` topic; it
+//!   reaches the broker only through a narrow handle (`CoordinatorHost`);
 //! - `server`: the per-node accept loop and per-connection request loop.
 //!
 //! Depends on `rill-protocol` only (the workspace's layering rule).
+//!
+//! # Example
+//!
+//! ```
+//! # fn main() -> std::io::Result<()> {
+//! let rt = tokio::runtime::Runtime::new()?;
+//! // Three nodes in three racks, in memory, on free loopback ports.
+//! let cluster = rt.block_on(
+//!     rill_broker::EmbeddedCluster::builder()
+//!         .nodes(3)
+//!         .racks(["a", "b", "c"])
+//!         .in_memory()
+//!         .start(),
+//! )?;
+//! println!("bootstrap.servers={}", cluster.bootstrap_servers());
+//! assert_eq!(cluster.node_ids(), vec![1, 2, 3]);
+//! # Ok(())
+//! # }
+//! ```
 
 #![warn(missing_docs)]
 

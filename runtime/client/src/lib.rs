@@ -19,6 +19,44 @@
 //! them are the crate's own.
 //!
 //! Configuration uses Kafka's property names ([`ClientConfig`]).
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Duration;
+//!
+//! use rill_client::{ClientConfig, Consumer, Producer, ProducerRecord};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let rt = tokio::runtime::Runtime::new()?;
+//! # let cluster = rt.block_on(rill_broker::EmbeddedCluster::builder().in_memory().start())?;
+//! # let bootstrap = cluster.bootstrap_servers();
+//! // Any Kafka cluster; here Rill's embedded broker.
+//! let config = ClientConfig::new().set("bootstrap.servers", bootstrap);
+//! let producer = Producer::new(&config)?;
+//! producer
+//!     .send(ProducerRecord::new("greetings").key("user-1").value("hello"))?
+//!     .wait()?;
+//!
+//! let mut consumer = Consumer::new(
+//!     &config
+//!         .clone()
+//!         .set("group.id", "readers")
+//!         .set("auto.offset.reset", "earliest"),
+//! )?;
+//! consumer.subscribe(&["greetings"])?;
+//! let mut records = Vec::new();
+//! for _ in 0..100 {
+//!     records = consumer.poll(Duration::from_millis(100))?;
+//!     if !records.is_empty() {
+//!         break;
+//!     }
+//! }
+//! assert_eq!(records[0].value.as_deref(), Some(&b"hello"[..]));
+//! consumer.close()?;
+//! # Ok(())
+//! # }
+//! ```
 
 #![warn(missing_docs)]
 

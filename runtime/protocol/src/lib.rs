@@ -20,6 +20,30 @@
 //!
 //! Invariant: nothing in this crate panics on input bytes; every malformed input
 //! becomes an error value naming what was wrong.
+//!
+//! # Example
+//!
+//! ```
+//! use bytes::Bytes;
+//! use rill_protocol::records::{decode_records, encode_records, simple_record, Compression};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // One record batch (v2), LZ4-compressed, as a producer sends it.
+//! let records = [simple_record(
+//!     0,
+//!     1_700_000_000_000,
+//!     Some(Bytes::from_static(b"user-1")),
+//!     Some(Bytes::from_static(b"clicked")),
+//! )];
+//! let batch = encode_records(&records, Compression::Lz4)?;
+//! // What a broker or consumer reads back, CRC checked.
+//! let back = decode_records(&batch)?;
+//! assert_eq!(back[0].value.as_deref(), Some(&b"clicked"[..]));
+//! // A truncated batch is an error value, never a panic.
+//! assert!(decode_records(&batch.slice(..batch.len() - 1)).is_err());
+//! # Ok(())
+//! # }
+//! ```
 
 #![warn(missing_docs)]
 

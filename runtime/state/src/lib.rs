@@ -28,6 +28,31 @@
 //! Invariants: every error names the store, file or key it is about; no
 //! operation panics on bad input (a corrupt checkpoint is an error the
 //! caller answers with a full restore).
+//!
+//! # Example
+//!
+//! ```
+//! use rill_state::window::{store_key, store_key_start};
+//! use rill_state::{KeyValueStore, RocksDbStore};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?;
+//! let mut store = RocksDbStore::open("counts", &dir.path().join("counts"))?;
+//! store.put(b"apple", b"3")?;
+//! store.put(b"banana", b"5")?;
+//! store.flush()?; // durable up to here (the WAL is off: the changelog is the log)
+//! assert_eq!(store.get(b"apple")?.as_deref(), Some(&b"3"[..]));
+//! // Ordered by key bytes, as RocksDB orders them (and so does InMemoryStore).
+//! let keys: Vec<_> = store.all()?.into_iter().map(|(k, _)| k).collect();
+//! assert_eq!(keys, [&b"apple"[..], &b"banana"[..]]);
+//!
+//! // A window store is Kafka's key layout over a key-value store.
+//! let k = store_key(b"user-1", 60_000, 0);
+//! store.put(&k, b"2")?;
+//! assert_eq!(store_key_start(&k), Some(60_000));
+//! # Ok(())
+//! # }
+//! ```
 
 #![warn(missing_docs)]
 

@@ -13,6 +13,39 @@
 //!
 //! Processing guarantee: at-least-once (offsets are committed after stores
 //! and the producer are flushed).
+//!
+//! # Example
+//!
+//! A word count, tested without a broker; the same `Topology` runs on a
+//! cluster with [`KafkaStreams::new`] and [`KafkaStreams::start`].
+//!
+//! ```
+//! use rill_streams::{
+//!     Consumed, Grouped, Materialized, Produced, Serdes, StreamsBuilder, TopologyTestDriver,
+//! };
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let builder = StreamsBuilder::new();
+//! builder
+//!     .stream(&["lines"], Consumed::with(Serdes::nullable(Serdes::string()), Serdes::string()))
+//!     .flat_map_values(|line: &String| line.split(' ').map(str::to_string).collect::<Vec<_>>())
+//!     .group_by(|_, word: &String| word.clone(), Grouped::with(Serdes::string(), Serdes::string()))
+//!     .count(Materialized::as_store("counts"))
+//!     .to_stream()
+//!     .to("counts-out", Produced::with(Serdes::string(), Serdes::i64()));
+//! let topology = builder.build()?;
+//!
+//! let mut driver = TopologyTestDriver::new(topology)?;
+//! let mut lines = driver.input_topic("lines", Serdes::nullable(Serdes::string()), Serdes::string());
+//! lines.pipe(&None, &"to be or not to be".to_string(), 0)?;
+//! let counts: std::collections::BTreeMap<String, i64> = driver
+//!     .store_entries("counts", &Serdes::string(), &Serdes::i64())?
+//!     .into_iter()
+//!     .collect();
+//! assert_eq!(counts["be"], 2);
+//! # Ok(())
+//! # }
+//! ```
 
 #![warn(missing_docs)]
 

@@ -3,7 +3,7 @@
 //! groups (ConsumerGroupHeartbeat, `consumer`) — with static members
 //! (KIP-345) and KIP-1101 topic hashes, for the groups whose offsets
 //! partition this cluster leads. It reaches its broker only through
-//! [`CoordinatorHost`] (the offsets log and the topics).
+//! `CoordinatorHost` (the offsets log and the topics).
 //!
 //! Durability: every change is appended to the internal compacted topic
 //! `__consumer_offsets` (partition = Java `String.hashCode` of the group id,
