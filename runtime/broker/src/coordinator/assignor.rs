@@ -295,14 +295,6 @@ fn uniform_heterogeneous(topics: &[TopicSpec], members: &[MemberSpec]) -> Vec<Ve
     out
 }
 
-/// Counts partitions per member, for tests and logs.
-pub fn loads(assignment: &[Vec<(usize, i32)>]) -> BTreeMap<usize, usize> {
-    assignment
-        .iter()
-        .enumerate()
-        .map(|(m, a)| (m, a.len()))
-        .collect()
-}
 
 #[cfg(test)]
 mod tests {

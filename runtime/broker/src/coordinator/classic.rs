@@ -321,9 +321,6 @@ impl ClassicGroup {
         self.state_changes += 1;
     }
 
-    pub fn is_empty_of_members(&self) -> bool {
-        self.members.is_empty()
-    }
 
     fn num_awaiting_join(&self) -> usize {
         self.members.values().filter(|m| m.awaiting_join()).count()
@@ -675,8 +672,13 @@ impl ClassicGroup {
                 heartbeat_deadline: now + NEW_MEMBER_JOIN_TIMEOUT,
             },
         );
+        // KIP-800: the client's own reason, in the rebalance's log line.
+        let reason = match &req.reason {
+            Some(r) => format!("new member joined ({r})"),
+            None => "new member joined".to_string(),
+        };
         info!(group = %self.group_id, member = %member_id, instance_id = ?req.instance_id, "member joining");
-        self.maybe_prepare_rebalance_or_complete_join(cfg, now, "new member joined");
+        self.maybe_prepare_rebalance_or_complete_join(cfg, now, &reason);
         Pending::Wait(rx)
     }
 
@@ -705,7 +707,11 @@ impl ClassicGroup {
                 ErrorCode::RebalanceInProgress,
             ));
         }
-        self.maybe_prepare_rebalance_or_complete_join(cfg, now, "member rejoined");
+        let reason = match &req.reason {
+            Some(r) => format!("member rejoined ({r})"),
+            None => "member rejoined".to_string(),
+        };
+        self.maybe_prepare_rebalance_or_complete_join(cfg, now, &reason);
         Pending::Wait(rx)
     }
 

@@ -67,7 +67,6 @@ pub struct TopicInfo {
 /// Where the coordinator reads topic metadata from.
 pub trait TopicSource {
     fn info(&self, name: &str) -> Option<TopicInfo>;
-    fn info_by_id(&self, id: &Uuid) -> Option<TopicInfo>;
     /// Names of all non-internal topics (for regex subscriptions).
     fn topic_names(&self) -> Vec<String>;
 }
@@ -147,6 +146,7 @@ pub enum MetadataLayout {
     TopicHash,
     /// Before KIP-1101: every subscribed topic with every partition's racks.
     /// Kept so the memory benchmark can build both layouts with this code.
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))] // the memory bench's baseline
     PartitionRacks,
 }
 
@@ -257,6 +257,7 @@ impl ConsumerGroup {
             .collect()
     }
 
+    #[cfg(test)]
     /// The member id the static-member map holds for an instance id.
     pub fn static_member_id(&self, instance_id: &str) -> Option<&str> {
         self.members.static_member(instance_id)
@@ -922,6 +923,5 @@ impl ConsumerGroup {
 mod handlers;
 mod members;
 
-pub use handlers::ConsumerGroupDescription;
 #[cfg(test)]
 mod tests;

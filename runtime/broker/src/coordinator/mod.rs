@@ -136,14 +136,17 @@ impl TopicHashCache {
             .collect()
     }
 
+    #[cfg(any(test, feature = "internals"))]
     pub fn len(&self) -> usize {
         self.hashes.len()
     }
 
+    /// Whether no topic hash is cached.
     pub fn is_empty(&self) -> bool {
         self.hashes.is_empty()
     }
 
+    #[cfg(any(test, feature = "internals"))]
     pub fn contains(&self, name: &str) -> bool {
         self.hashes.contains_key(name)
     }
@@ -178,7 +181,6 @@ pub struct GroupDescription {
     pub state: GroupState,
     pub protocol_type: String,
     pub protocol_name: String,
-    pub generation_id: i32,
     pub members: Vec<MemberDescription>,
 }
 
@@ -586,7 +588,6 @@ impl GroupCoordinator {
             state: c.state,
             protocol_type: c.protocol_type.clone().unwrap_or_default(),
             protocol_name: if stable { proto.clone() } else { String::new() },
-            generation_id: c.generation_id,
             members: c
                 .members
                 .values()
@@ -847,20 +848,7 @@ impl GroupCoordinator {
         }
     }
 
-    pub fn group_ids(&self) -> Vec<String> {
-        self.groups().keys().cloned().collect()
-    }
 
-    /// (generation, state, member ids) of a group, for tests and tools.
-    pub fn group_summary(&self, group_id: &str) -> Option<(i32, GroupState, Vec<String>)> {
-        self.groups().get(group_id).map(|g| {
-            (
-                g.classic.generation_id,
-                g.classic.state,
-                g.classic.members.keys().cloned().collect(),
-            )
-        })
-    }
 }
 
 /// Topics an active group subscribes to: `Some(list)` for the consumer

@@ -3,8 +3,6 @@
 //! KIP-1101 topic hashes need), without the internal offsets topic in the
 //! names a regex subscription matches.
 
-use uuid::Uuid;
-
 use super::consumer::{TopicInfo, TopicSource};
 use crate::metadata::{ClusterMetadata, TopicMeta, OFFSETS_TOPIC};
 
@@ -31,9 +29,6 @@ impl TopicSource for ClusterMetadata {
         self.topic(name).map(|t| topic_info(self, t))
     }
 
-    fn info_by_id(&self, id: &Uuid) -> Option<TopicInfo> {
-        self.topic_by_id(id).map(|t| topic_info(self, t))
-    }
 
     fn topic_names(&self) -> Vec<String> {
         self.topics()

@@ -293,9 +293,6 @@ impl PartitionLog {
         self.lock().settings.clone()
     }
 
-    pub fn set_settings(&self, settings: Arc<LogSettings>) {
-        self.lock().settings = settings;
-    }
 
     pub fn offsets(&self) -> LogOffsets {
         let inner = self.lock();
@@ -305,10 +302,12 @@ impl PartitionLog {
         }
     }
 
+    #[cfg(test)]
     pub fn size_bytes(&self) -> u64 {
         self.lock().segments.values().map(Segment::size).sum()
     }
 
+    #[cfg(test)]
     pub fn segment_count(&self) -> usize {
         self.lock().segments.len()
     }

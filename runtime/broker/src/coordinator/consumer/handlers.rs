@@ -172,10 +172,6 @@ impl GroupCoordinator {
         );
     }
 
-    /// Number of topics in the KIP-1101 hash cache (for tests).
-    pub fn cached_topic_hashes(&self) -> usize {
-        self.hashes.lock().unwrap_or_else(|p| p.into_inner()).len()
-    }
 }
 
 /// Keeps only cache entries some consumer group member subscribes to, by

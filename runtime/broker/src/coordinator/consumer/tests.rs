@@ -34,9 +34,6 @@ impl TopicSource for Topics {
     fn info(&self, name: &str) -> Option<TopicInfo> {
         self.0.get(name).cloned()
     }
-    fn info_by_id(&self, id: &Uuid) -> Option<TopicInfo> {
-        self.0.values().find(|t| t.id == *id).cloned()
-    }
     fn topic_names(&self) -> Vec<String> {
         self.0.keys().cloned().collect()
     }
