@@ -14,6 +14,8 @@
 //!   needs `acks=all`; `group.protocol=consumer` refuses the classic-only keys).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use rill_protocol::records::Compression;
@@ -66,6 +68,120 @@ impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for ClientConfig {
             c.insert(k, v);
         }
         c
+    }
+}
+
+/// Which client a key is for (Kafka's `ProducerConfig`, `ConsumerConfig`,
+/// `AdminClientConfig`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ClientKind {
+    /// The producer.
+    Producer,
+    /// The consumer.
+    Consumer,
+    /// The admin client.
+    Admin,
+}
+
+impl ClientKind {
+    /// Every client kind.
+    pub const ALL: [ClientKind; 3] = [
+        ClientKind::Producer,
+        ClientKind::Consumer,
+        ClientKind::Admin,
+    ];
+
+    /// Whether this client reads `key` (also keys it accepts and ignores,
+    /// such as Java serializer class names).
+    pub fn knows(self, key: &str) -> bool {
+        known_keys(self).contains(key)
+    }
+}
+
+/// The keys a client kind reads: recorded by reading a minimal valid
+/// configuration, where every key falls back to its default.
+fn known_keys(kind: ClientKind) -> &'static BTreeSet<&'static str> {
+    static KEYS: OnceLock<[BTreeSet<&'static str>; 3]> = OnceLock::new();
+    let all = KEYS.get_or_init(|| {
+        let base = ClientConfig::new()
+            .set("bootstrap.servers", "localhost:9092")
+            .set("group.id", "known-keys");
+        let keys = |client: &'static str, read: &dyn Fn(&mut Reader<'_>) -> bool| {
+            let mut r = Reader::new(&base, client);
+            let read_all = read(&mut r);
+            debug_assert!(read_all, "the {client} reads its defaults");
+            r.known
+        };
+        [
+            keys("producer", &|r| ProducerConfig::read(r).is_ok()),
+            keys("consumer", &|r| ConsumerConfig::read(r).is_ok()),
+            keys("admin", &|r| AdminConfig::read(r).is_ok()),
+        ]
+    });
+    &all[kind as usize]
+}
+
+/// Where a properties file's error points.
+fn properties_error(origin: &str, reason: impl Into<String>) -> Error {
+    Error::config("(properties file)", origin, reason)
+}
+
+impl ClientConfig {
+    /// Reads a Kafka properties file, the `--config FILE` /
+    /// `--command-config FILE` of every Rill app and tool: Java properties
+    /// syntax (`key=value`, `key: value` or `key value`; `#` and `!`
+    /// comments; `\` continues a line; `\uXXXX` escapes), read as UTF-8
+    /// (for ASCII files the same as Kafka's ISO-8859-1). Which keys are
+    /// valid is the reader's business (a client, `StreamsConfig`).
+    pub fn from_properties_file(path: &Path) -> Result<ClientConfig> {
+        let origin = path.display().to_string();
+        let text = std::fs::read(path)
+            .map_err(|e| properties_error(&origin, format!("cannot read it: {e}")))?;
+        Self::parse_properties(&text, &origin)
+    }
+
+    /// Parses properties text (see [`from_properties_file`](Self::from_properties_file));
+    /// `origin` names it in errors. A later line wins over an earlier one
+    /// with the same key, as in Java.
+    pub fn parse_properties(text: &[u8], origin: &str) -> Result<ClientConfig> {
+        let mut out = ClientConfig::new();
+        java_properties::PropertiesIter::new_with_encoding(text, encoding_rs::UTF_8)
+            .read_into(|k, v| out.insert(k, v))
+            .map_err(|e| match e.line_number() {
+                Some(n) => properties_error(origin, format!("line {n}: {e}")),
+                None => properties_error(origin, e.to_string()),
+            })?;
+        Ok(out)
+    }
+
+    /// The properties `kind` reads, the others left out (Kafka Streams
+    /// hands each of its clients the common properties that client knows).
+    pub fn for_client(&self, kind: ClientKind) -> ClientConfig {
+        self.entries
+            .iter()
+            .filter(|(k, _)| kind.knows(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// Sets every property of `other` over this one's.
+    pub fn merge(&mut self, other: &ClientConfig) {
+        for (k, v) in other.iter() {
+            self.insert(k, v);
+        }
+    }
+}
+
+/// One `--set key=value` argument as a pair; an error naming the argument
+/// when there is no `=` or no key.
+pub fn parse_key_value(arg: &str) -> Result<(String, String)> {
+    match arg.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.trim().to_string())),
+        _ => Err(Error::config(
+            "(--set)",
+            arg,
+            "expected key=value, e.g. --set security.protocol=SASL_SSL",
+        )),
     }
 }
 
@@ -369,7 +485,15 @@ impl ProducerConfig {
     /// conflict with an explicit `enable.idempotence=true`.
     pub fn from_config(cfg: &ClientConfig) -> Result<Self> {
         let mut r = Reader::new(cfg, "producer");
-        let common = CommonConfig::read(&mut r)?;
+        let out = Self::read(&mut r)?;
+        r.finish()?;
+        Ok(out)
+    }
+
+    /// Reads every key the producer knows, recording each in `r`.
+    fn read(r: &mut Reader<'_>) -> Result<Self> {
+        let cfg = r.cfg;
+        let common = CommonConfig::read(r)?;
         for k in [
             "key.serializer",
             "value.serializer",
@@ -469,7 +593,6 @@ impl ProducerConfig {
             partitioner_ignore_keys: r.bool("partitioner.ignore.keys", false)?,
             common,
         };
-        r.finish()?;
         Ok(out)
     }
 }
@@ -568,7 +691,15 @@ impl ConsumerConfig {
     /// `group.protocol` does not allow.
     pub fn from_config(cfg: &ClientConfig) -> Result<Self> {
         let mut r = Reader::new(cfg, "consumer");
-        let common = CommonConfig::read(&mut r)?;
+        let out = Self::read(&mut r)?;
+        r.finish()?;
+        Ok(out)
+    }
+
+    /// Reads every key the consumer knows, recording each in `r`.
+    fn read(r: &mut Reader<'_>) -> Result<Self> {
+        let cfg = r.cfg;
+        let common = CommonConfig::read(r)?;
         for k in [
             "key.deserializer",
             "value.deserializer",
@@ -688,7 +819,6 @@ impl ConsumerConfig {
             auto_offset_reset,
             assignment_strategies,
         };
-        r.finish()?;
         Ok(out)
     }
 }
@@ -718,10 +848,16 @@ impl AdminConfig {
     /// unknown or non-admin key, or a bad value.
     pub fn from_config(cfg: &ClientConfig) -> Result<Self> {
         let mut r = Reader::new(cfg, "admin");
-        let common = CommonConfig::read(&mut r)?;
+        let out = Self::read(&mut r)?;
+        r.finish()?;
+        Ok(out)
+    }
+
+    /// Reads every key the admin knows, recording each in `r`.
+    fn read(r: &mut Reader<'_>) -> Result<Self> {
+        let common = CommonConfig::read(r)?;
         r.accept("retries");
         let out = Self { common };
-        r.finish()?;
         Ok(out)
     }
 }
@@ -746,6 +882,48 @@ mod tests {
         assert!(c.enable_auto_commit);
         assert_eq!(c.assignment_strategies, ["range", "cooperative-sticky"]);
         assert_eq!(c.auto_offset_reset, OffsetReset::Latest);
+    }
+
+    #[test]
+    fn each_client_knows_its_own_keys_and_the_common_ones() {
+        assert!(ClientKind::Producer.knows("linger.ms"));
+        assert!(!ClientKind::Consumer.knows("linger.ms"));
+        assert!(ClientKind::Consumer.knows("max.poll.records"));
+        assert!(ClientKind::Consumer.knows("group.instance.id"));
+        for kind in ClientKind::ALL {
+            assert!(kind.knows("bootstrap.servers"), "{kind:?}");
+            assert!(kind.knows("request.timeout.ms"), "{kind:?}");
+            assert!(!kind.knows("linger.mss"), "{kind:?}");
+        }
+        let both = ClientConfig::new()
+            .set("linger.ms", "7")
+            .set("max.poll.records", "10")
+            .set("client.id", "x");
+        assert_eq!(
+            both.for_client(ClientKind::Producer),
+            ClientConfig::new()
+                .set("linger.ms", "7")
+                .set("client.id", "x")
+        );
+    }
+
+    #[test]
+    fn properties_files_read_like_javas_and_errors_name_the_line() {
+        let text = b"# comment\n! also\nbootstrap.servers = a:9092,\\\n  b:9092\nclient.id: caf\\u00e9\nacks all\n";
+        let c = ClientConfig::parse_properties(text, "app.properties").unwrap();
+        assert_eq!(c.get("bootstrap.servers"), Some("a:9092,b:9092"));
+        assert_eq!(c.get("client.id"), Some("caf\u{e9}"));
+        assert_eq!(c.get("acks"), Some("all"));
+        let bad =
+            ClientConfig::parse_properties(b"ok=1\nkey=\\uZZZZ\n", "bad.properties").unwrap_err();
+        let msg = bad.to_string();
+        assert!(
+            msg.contains("bad.properties") && msg.contains("line 2"),
+            "{msg}"
+        );
+        assert!(parse_key_value("acks=all").is_ok());
+        let e = parse_key_value("acks").unwrap_err().to_string();
+        assert!(e.contains("acks") && e.contains("key=value"), "{e}");
     }
 
     #[test]

@@ -71,7 +71,7 @@ pub(crate) mod rpc;
 pub(crate) mod runtime;
 
 pub use admin::Admin;
-pub use config::ClientConfig;
+pub use config::{parse_key_value, ClientConfig, ClientKind};
 pub use consumer::{Consumer, ConsumerRecord, RebalanceListener};
 pub use error::{Error, Result};
 pub use producer::{DeliveryFuture, IntoTopicName, Producer, ProducerRecord, RecordMetadata};

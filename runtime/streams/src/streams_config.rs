@@ -3,21 +3,26 @@
 //!
 //! Layers, lowest first: built-in defaults (Kafka Streams' own, see
 //! [`DEFAULTS`]) < values set in code ([`StreamsConfigBuilder::set`]) < a
-//! TOML or `.properties` file < environment variables with the `RILL_`
-//! prefix (`RILL_NUM_STREAM_THREADS=4` is `num.stream.threads`; `_`
-//! separates key parts, as every Kafka key is dotted lower case).
+//! Kafka properties file or a TOML file (`--config FILE`) < environment
+//! variables with the `RILL_` prefix (`RILL_NUM_STREAM_THREADS=4` is
+//! `num.stream.threads`; `_` separates key parts, as every Kafka key is
+//! dotted lower case) < command-line overrides
+//! ([`StreamsConfigBuilder::set_override`]: `--set key=value` and flags).
 //!
-//! Invariant: every key is known or under a client prefix (`consumer.`,
-//! `producer.`, `admin.`, `restore.consumer.`), and every value parses; a
-//! bad one fails `build()` with the key named. Client prefixes are checked
-//! by the client's own config when the clients are made.
+//! Invariant: every key is a Kafka Streams key Rill implements, a client
+//! key (unprefixed: it reaches every client that knows it, as in Kafka
+//! Streams), or a client key under a client prefix (`consumer.`,
+//! `main.consumer.`, `restore.consumer.`, `global.consumer.`, `producer.`,
+//! `admin.`); anything else fails `build()` with the key named, and so does
+//! a Streams value that does not parse (client values are checked when the
+//! clients are made).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use config::{Config, Environment, File, FileFormat, Map, Source, Value};
-use rill_client::ClientConfig;
+use rill_client::{ClientConfig, ClientKind};
 use rill_state::StoreBackend;
 
 use crate::error::{Result, StreamsError};
@@ -60,7 +65,16 @@ const OPTIONAL: &[&str] = &[
     "rest.admin.token",
 ];
 
-const CLIENT_PREFIXES: &[&str] = &["consumer.", "producer.", "admin.", "restore.consumer."];
+/// Kafka Streams' client prefixes: `consumer.` reaches every consumer,
+/// `main.consumer.` / `restore.consumer.` / `global.consumer.` one of them.
+const CLIENT_PREFIXES: &[&str] = &[
+    "consumer.",
+    "main.consumer.",
+    "restore.consumer.",
+    "global.consumer.",
+    "producer.",
+    "admin.",
+];
 
 /// What happens to a record that does not deserialize.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,7 +155,10 @@ pub struct StreamsConfig {
     pub restore_batch_size: usize,
     /// `statestore.cache.max.bytes`: the record caches' budget per instance.
     pub cache_max_bytes: usize,
-    /// `consumer.` / `producer.` / `admin.` / `restore.consumer.` overrides, prefix kept.
+    /// Client settings, as set: unprefixed keys a client knows (each client
+    /// that knows one gets it, as in Kafka Streams) and keys under a client
+    /// prefix (`consumer.`, `main.consumer.`, `restore.consumer.`,
+    /// `global.consumer.`, `producer.`, `admin.`), prefix kept.
     pub client_overrides: BTreeMap<String, String>,
 }
 
@@ -151,6 +168,8 @@ pub struct StreamsConfigBuilder {
     set: BTreeMap<String, String>,
     file: Option<PathBuf>,
     env_prefix: Option<String>,
+    /// Above every other layer (command-line `--set` and flags).
+    overrides: BTreeMap<String, String>,
 }
 
 impl StreamsConfig {
@@ -169,14 +188,40 @@ impl StreamsConfig {
         }
     }
 
-    /// Client config shared by every client of the app.
-    fn base_client(&self, prefix: &str) -> ClientConfig {
-        let mut c = ClientConfig::new().set("bootstrap.servers", self.bootstrap_servers.clone());
+    /// What the application set for a client of `kind`, Kafka Streams'
+    /// way: the unprefixed client keys that client knows, then the keys
+    /// under each of `prefixes` in order (the general one first, e.g.
+    /// `consumer.` before `restore.consumer.`), prefix removed.
+    fn user_settings(&self, kind: ClientKind, prefixes: &[&str]) -> ClientConfig {
+        let mut c = ClientConfig::new();
         for (k, v) in &self.client_overrides {
-            if let Some(rest) = k.strip_prefix(prefix) {
-                c.insert(rest, v.clone());
+            if !CLIENT_PREFIXES.iter().any(|p| k.starts_with(p)) && kind.knows(k) {
+                c.insert(k.clone(), v.clone());
             }
         }
+        for prefix in prefixes {
+            for (k, v) in &self.client_overrides {
+                if let Some(rest) = k.strip_prefix(prefix) {
+                    c.insert(rest, v.clone());
+                }
+            }
+        }
+        c
+    }
+
+    /// Settings for a client of `kind` the application makes besides its
+    /// stream threads' (an app's own producer or admin client): the
+    /// bootstrap servers, the unprefixed client keys that client knows and
+    /// its `producer.` / `consumer.` / `admin.` keys, so a properties file
+    /// with security settings reaches them too.
+    pub fn client_config(&self, kind: ClientKind) -> ClientConfig {
+        let prefix = match kind {
+            ClientKind::Producer => "producer.",
+            ClientKind::Consumer => "consumer.",
+            ClientKind::Admin => "admin.",
+        };
+        let mut c = ClientConfig::new().set("bootstrap.servers", self.bootstrap_servers.clone());
+        c.merge(&self.user_settings(kind, &[prefix]));
         c
     }
 
@@ -212,17 +257,14 @@ impl StreamsConfig {
         if let Some(id) = &self.group_instance_id {
             c.insert("group.instance.id", instance_id_for_thread(id, thread));
         }
-        for (k, v) in &self.client_overrides {
-            if let Some(rest) = k.strip_prefix("consumer.") {
-                c.insert(rest, v.clone());
-            }
-        }
+        c.merge(&self.user_settings(ClientKind::Consumer, &["consumer.", "main.consumer."]));
         c
     }
 
     /// The restore consumer of stream thread `n` (no group).
     pub fn restore_consumer_config(&self, client_id: &str, thread: usize) -> ClientConfig {
-        let mut c = self.base_client("restore.consumer.");
+        let mut c = self.client_config(ClientKind::Consumer);
+        c.merge(&self.user_settings(ClientKind::Consumer, &["restore.consumer."]));
         c.insert(
             "client.id",
             format!("{client_id}-StreamThread-{thread}-restore-consumer"),
@@ -235,7 +277,8 @@ impl StreamsConfig {
     /// The global stream thread's consumer (no group; it assigns itself
     /// every partition of the global tables' topics).
     pub fn global_consumer_config(&self, client_id: &str) -> ClientConfig {
-        let mut c = self.base_client("global.consumer.");
+        let mut c = self.client_config(ClientKind::Consumer);
+        c.merge(&self.user_settings(ClientKind::Consumer, &["global.consumer."]));
         c.insert("client.id", format!("{client_id}-global-consumer"));
         c.insert("enable.auto.commit", "false");
         c
@@ -253,17 +296,13 @@ impl StreamsConfig {
             )
             // Kafka Streams' producer default for at-least-once.
             .set("linger.ms", "100");
-        for (k, v) in &self.client_overrides {
-            if let Some(rest) = k.strip_prefix("producer.") {
-                c.insert(rest, v.clone());
-            }
-        }
+        c.merge(&self.user_settings(ClientKind::Producer, &["producer."]));
         c
     }
 
     /// The admin client: client id `<client_id>-admin`, then the `admin.` overrides.
     pub fn admin_config(&self, client_id: &str) -> ClientConfig {
-        let mut c = self.base_client("admin.");
+        let mut c = self.client_config(ClientKind::Admin);
         c.insert("client.id", format!("{client_id}-admin"));
         c
     }
@@ -274,12 +313,12 @@ pub fn instance_id_for_thread(group_instance_id: &str, thread: usize) -> String 
     format!("{group_instance_id}-thread-{thread}")
 }
 
-/// A Java `.properties` file as a `config` source (`key=value` or
-/// `key: value`, `#`/`!` comments); dotted keys nest like the other layers.
+/// A Kafka properties file as a `config` source (Java properties syntax,
+/// read by the client's parser); dotted keys nest like the other layers.
 #[derive(Debug, Clone)]
 struct PropertiesFile {
     path: PathBuf,
-    text: String,
+    text: Vec<u8>,
 }
 
 impl Source for PropertiesFile {
@@ -288,22 +327,12 @@ impl Source for PropertiesFile {
     }
     fn collect(&self) -> std::result::Result<Map<String, Value>, config::ConfigError> {
         let origin = self.path.display().to_string();
-        let mut m = Map::new();
-        for (i, line) in self.text.lines().enumerate() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') || line.starts_with('!') {
-                continue;
-            }
-            let Some(pos) = line.find(['=', ':']) else {
-                return Err(config::ConfigError::Message(format!(
-                    "{origin} line {}: expected key=value, found {line:?}",
-                    i + 1
-                )));
-            };
-            let (k, v) = (line[..pos].trim(), line[pos + 1..].trim());
-            m.insert(k.to_string(), Value::new(Some(&origin), v.to_string()));
-        }
-        Ok(m)
+        let props = ClientConfig::parse_properties(&self.text, &origin)
+            .map_err(|e| config::ConfigError::Message(e.to_string()))?;
+        Ok(props
+            .iter()
+            .map(|(k, v)| (k.to_string(), Value::new(Some(&origin), v.to_string())))
+            .collect())
     }
 }
 
@@ -346,9 +375,19 @@ impl StreamsConfigBuilder {
         self
     }
 
-    /// Adds a `.toml` or `.properties` file layer.
+    /// Adds a file layer: TOML when the name ends in `.toml`, else a Kafka
+    /// properties file (Java syntax, any name: `app.properties`,
+    /// `client.conf`, ...).
     pub fn file(mut self, path: impl AsRef<Path>) -> Self {
         self.file = Some(path.as_ref().to_path_buf());
+        self
+    }
+
+    /// Sets a key above every other layer, file and environment included:
+    /// for command-line `--set key=value` and flags, which the user typed
+    /// last.
+    pub fn set_override(mut self, key: impl Into<String>, value: impl ToString) -> Self {
+        self.overrides.insert(key.into(), value.to_string());
         self
     }
 
@@ -375,24 +414,27 @@ impl StreamsConfigBuilder {
         }
         b = b.add_source(MapSource(code_layer));
         if let Some(path) = &self.file {
-            let text = std::fs::read_to_string(path).map_err(|e| {
-                StreamsError::config("(config file)", &path.display().to_string(), e.to_string())
+            let text = std::fs::read(path).map_err(|e| {
+                StreamsError::config(
+                    "(config file)",
+                    &path.display().to_string(),
+                    format!("cannot read it: {e}"),
+                )
             })?;
-            match path.extension().and_then(|e| e.to_str()) {
-                Some("toml") => b = b.add_source(File::from_str(&text, FileFormat::Toml)),
-                Some("properties") => {
-                    b = b.add_source(PropertiesFile {
-                        path: path.clone(),
-                        text,
-                    })
-                }
-                _ => {
-                    return Err(StreamsError::config(
+            if path.extension().and_then(|e| e.to_str()) == Some("toml") {
+                let text = String::from_utf8(text).map_err(|_| {
+                    StreamsError::config(
                         "(config file)",
                         &path.display().to_string(),
-                        "expected a .toml or .properties file",
-                    ))
-                }
+                        "a TOML file must be UTF-8",
+                    )
+                })?;
+                b = b.add_source(File::from_str(&text, FileFormat::Toml));
+            } else {
+                b = b.add_source(PropertiesFile {
+                    path: path.clone(),
+                    text,
+                });
             }
         }
         if let Some(prefix) = &self.env_prefix {
@@ -402,6 +444,17 @@ impl StreamsConfigBuilder {
                     .separator("_"),
             );
         }
+        let overrides: Map<String, Value> = self
+            .overrides
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    Value::new(Some(&"command line".to_string()), v.clone()),
+                )
+            })
+            .collect();
+        b = b.add_source(MapSource(overrides));
         let merged = b.build().map_err(cfg_err)?;
         let tree = merged.collect().map_err(cfg_err)?;
         let mut flat = BTreeMap::new();
@@ -427,11 +480,33 @@ impl Source for MapSource {
 fn parse(mut flat: BTreeMap<String, String>) -> Result<StreamsConfig> {
     let mut client_overrides = BTreeMap::new();
     for (k, v) in &flat {
-        if CLIENT_PREFIXES.iter().any(|p| k.starts_with(p)) {
-            client_overrides.insert(k.clone(), v.clone());
-        } else if !DEFAULTS.iter().any(|(d, _)| d == k) && !OPTIONAL.contains(&k.as_str()) {
-            return Err(StreamsError::config(k, v, "unknown configuration key"));
+        if DEFAULTS.iter().any(|(d, _)| d == k) || OPTIONAL.contains(&k.as_str()) {
+            continue;
         }
+        if let Some((prefix, rest)) = CLIENT_PREFIXES
+            .iter()
+            .find_map(|p| k.strip_prefix(p).map(|rest| (*p, rest)))
+        {
+            let kind = match prefix {
+                "producer." => ClientKind::Producer,
+                "admin." => ClientKind::Admin,
+                _ => ClientKind::Consumer,
+            };
+            if !kind.knows(rest) {
+                return Err(StreamsError::config(
+                    k,
+                    v,
+                    format!("{rest} is not a {kind:?} configuration key").to_lowercase(),
+                ));
+            }
+        } else if !ClientKind::ALL.iter().any(|c| c.knows(k)) {
+            return Err(StreamsError::config(
+                k,
+                v,
+                "unknown configuration key (neither a Kafka Streams key Rill implements nor a client key)",
+            ));
+        }
+        client_overrides.insert(k.clone(), v.clone());
     }
     let mut take = |k: &str| flat.remove(k).filter(|v| !v.is_empty());
     let required = |k: &str, v: Option<String>| {
@@ -701,8 +776,66 @@ mod tests {
         // SAFETY: as above.
         unsafe { std::env::remove_var("RILL_CONFIG_TEST_NUM_STREAM_THREADS") };
         assert_eq!(c.num_stream_threads, 5);
+        // Command-line overrides (`--set`, flags) win over the file.
+        let c = base()
+            .file(&props)
+            .set_override("num.stream.threads", 6)
+            .build()
+            .unwrap();
+        assert_eq!(c.num_stream_threads, 6);
+        // Java properties syntax: "key value" is a pair, so this is an
+        // unknown key named as such; a bad escape is a syntax error.
         std::fs::write(&props, "not a property line\n").unwrap();
-        let e = base().file(&props).build().unwrap_err();
-        assert!(e.to_string().contains("line 1"), "{e}");
+        let e = base().file(&props).build().unwrap_err().to_string();
+        assert!(
+            e.contains("not") && e.contains("unknown configuration key"),
+            "{e}"
+        );
+        std::fs::write(&props, "bad=\\uZZZZ\n").unwrap();
+        let e = base().file(&props).build().unwrap_err().to_string();
+        assert!(e.contains("line 1") && e.contains("app.properties"), "{e}");
+    }
+
+    #[test]
+    fn client_keys_reach_the_clients_that_know_them_as_in_kafka_streams() {
+        let c = base()
+            .set("request.timeout.ms", 20_000)
+            .set("max.poll.records", 7)
+            .set("linger.ms", 3)
+            .set("restore.consumer.max.poll.records", 9)
+            .build()
+            .unwrap();
+        let consumer = c.consumer_config("cid", 1);
+        assert_eq!(consumer.get("request.timeout.ms"), Some("20000"));
+        assert_eq!(consumer.get("max.poll.records"), Some("7"));
+        assert_eq!(consumer.get("linger.ms"), None);
+        let producer = c.producer_config("cid", 1);
+        assert_eq!(producer.get("linger.ms"), Some("3"));
+        assert_eq!(producer.get("max.poll.records"), None);
+        assert_eq!(
+            c.admin_config("cid").get("request.timeout.ms"),
+            Some("20000")
+        );
+        // restore.batch.size is the restore consumer's max.poll.records,
+        // whatever the client keys say.
+        let restore = c.restore_consumer_config("cid", 1);
+        assert_eq!(restore.get("max.poll.records"), Some("1000"));
+        assert_eq!(
+            c.client_config(ClientKind::Admin).get("bootstrap.servers"),
+            Some("127.0.0.1:9092")
+        );
+        // A key no client knows, or one under the wrong client's prefix,
+        // fails the build with the key named.
+        let e = base().set("linger.mss", 3).build().unwrap_err().to_string();
+        assert!(e.contains("linger.mss"), "{e}");
+        let e = base()
+            .set("consumer.linger.ms", 3)
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("consumer.linger.ms") && e.contains("not a consumer configuration key"),
+            "{e}"
+        );
     }
 }

@@ -295,7 +295,6 @@ fn uniform_heterogeneous(topics: &[TopicSpec], members: &[MemberSpec]) -> Vec<Ve
     out
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -321,7 +321,6 @@ impl ClassicGroup {
         self.state_changes += 1;
     }
 
-
     fn num_awaiting_join(&self) -> usize {
         self.members.values().filter(|m| m.awaiting_join()).count()
     }

@@ -847,8 +847,6 @@ impl GroupCoordinator {
             g.offsets.retain(|(t, _), _| t != topic);
         }
     }
-
-
 }
 
 /// Topics an active group subscribes to: `Some(list)` for the consumer

@@ -29,7 +29,6 @@ impl TopicSource for ClusterMetadata {
         self.topic(name).map(|t| topic_info(self, t))
     }
 
-
     fn topic_names(&self) -> Vec<String> {
         self.topics()
             .map(|t| &t.name)

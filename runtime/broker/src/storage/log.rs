@@ -293,7 +293,6 @@ impl PartitionLog {
         self.lock().settings.clone()
     }
 
-
     pub fn offsets(&self) -> LogOffsets {
         let inner = self.lock();
         LogOffsets {

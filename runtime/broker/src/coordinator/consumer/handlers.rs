@@ -171,7 +171,6 @@ impl GroupCoordinator {
             &mut self.hashes.lock().unwrap_or_else(|p| p.into_inner()),
         );
     }
-
 }
 
 /// Keeps only cache entries some consumer group member subscribes to, by
