@@ -1,7 +1,8 @@
 //! Windowed page views per region, enriched from a users table.
 //!
 //! `cargo run --release --example pageviews` starts an embedded broker (no
-//! setup; `--bootstrap-server` uses a real cluster), writes a users table
+//! setup; `--bootstrap-server`, or `--config FILE` / `--set KEY=VALUE` with
+//! Kafka properties, use a real cluster), writes a users table
 //! (user → region) and a minute of page views (user → page, with event
 //! timestamps), and runs:
 //!
@@ -22,10 +23,11 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use rill_client::admin::NewTopic;
-use rill_client::{Admin, ClientConfig, Consumer, Producer, ProducerRecord, TopicPartition};
+use rill_client::{Admin, ClientKind, Consumer, Producer, ProducerRecord, TopicPartition};
+use rill_examples::Connection;
 use rill_streams::{
     BufferConfig, Consumed, Grouped, Joined, KafkaStreams, Materialized, Produced, Serdes, State,
-    StreamsBuilder, StreamsConfig, Suppressed, TimeWindows, Topology, Windowed,
+    StreamsBuilder, Suppressed, TimeWindows, Topology, Windowed,
 };
 
 const USERS: &str = "pageviews-users";
@@ -44,13 +46,14 @@ const REGIONS: [&str; 4] = ["africa", "americas", "asia", "europe"];
 #[derive(Parser, Debug)]
 #[command(about = "Rill windowed page views joined with a users table: embedded broker by default")]
 struct Args {
-    /// A Kafka cluster to use instead of the embedded broker.
+    #[command(flatten)]
+    connection: Connection,
+    /// `application.id` (default: rill-pageviews).
     #[arg(long)]
-    bootstrap_server: Option<String>,
-    #[arg(long, default_value = "rill-pageviews")]
-    application_id: String,
-    #[arg(long, default_value_t = 2)]
-    threads: usize,
+    application_id: Option<String>,
+    /// `num.stream.threads` (default: 2).
+    #[arg(long)]
+    threads: Option<usize>,
     #[arg(long, default_value_t = 100)]
     users: usize,
     /// Page views written, spread over one minute of event time.
@@ -91,7 +94,18 @@ fn region_of(user: usize) -> &'static str {
     REGIONS[(user * 7 + user / 3) % REGIONS.len()]
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// Errors end the app with one line on stderr (their `Display`), exit code 1.
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("pageviews: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
@@ -99,8 +113,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .init();
     let args = Args::parse();
     let rt = tokio::runtime::Runtime::new()?;
-    let (_cluster, bootstrap) = match &args.bootstrap_server {
-        Some(b) => (None, b.clone()),
+    let (_cluster, bootstrap) = match args.connection.bootstrap()? {
+        Some(b) => (None, b),
         None => {
             let cluster = rt.block_on(
                 rill_broker::EmbeddedCluster::builder()
@@ -113,8 +127,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             (Some(cluster), b)
         }
     };
-    let client = ClientConfig::new().set("bootstrap.servers", bootstrap.clone());
-    let admin = Admin::new(&client)?;
+    // The app's defaults < --config FILE < RILL_ env < --set < flags.
+    let state_dir = std::env::temp_dir().join(format!("rill-pageviews-{}", std::process::id()));
+    let defaults = [
+        ("application.id", "rill-pageviews".to_string()),
+        ("num.stream.threads", "2".to_string()),
+        ("commit.interval.ms", "500".to_string()),
+        ("state.dir", state_dir.display().to_string()),
+    ];
+    let mut flags = vec![("bootstrap.servers", bootstrap.clone())];
+    if let Some(id) = &args.application_id {
+        flags.push(("application.id", id.clone()));
+    }
+    if let Some(n) = args.threads {
+        flags.push(("num.stream.threads", n.to_string()));
+    }
+    let cfg = args.connection.streams_config(&defaults, &flags).build()?;
+    let application_id = cfg.application_id.clone();
+    let remove_state = cfg.state_dir == state_dir;
+    let admin = Admin::new(&cfg.client_config(ClientKind::Admin))?;
     for t in [USERS, VIEWS, OUTPUT] {
         if !admin.list_topics()?.iter().any(|x| x == t) {
             admin.create_topic(NewTopic::new(t, PARTITIONS, -1))?;
@@ -127,7 +158,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .as_millis() as i64;
     let window_ms = WINDOW.as_millis() as i64;
     let base = now - now % window_ms - 120_000;
-    let producer = Producer::new(&client)?;
+    let producer = Producer::new(&cfg.client_config(ClientKind::Producer))?;
+    let reader_config = cfg.client_config(ClientKind::Consumer);
     let mut pending = Vec::new();
     for u in 0..args.users {
         pending.push(
@@ -168,26 +200,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         args.views
     );
 
-    let state_dir = std::env::temp_dir().join(format!("rill-pageviews-{}", std::process::id()));
-    let cfg = StreamsConfig::builder()
-        .set("application.id", &args.application_id)
-        .set("bootstrap.servers", &bootstrap)
-        .set("num.stream.threads", args.threads)
-        .set("commit.interval.ms", 500)
-        .set("state.dir", state_dir.display())
-        .build()?;
     let topology = topology()?;
     println!("{}", topology.describe());
     let streams = KafkaStreams::new(topology, cfg)?;
     let started = Instant::now();
     streams.start()?;
-    let repartition = format!("{}-views-by-region-repartition", args.application_id);
-    wait_until_consumed(
-        &admin,
-        &args.application_id,
-        &[VIEWS, &repartition],
-        &streams,
-    )?;
+    let repartition = format!("{application_id}-views-by-region-repartition");
+    wait_until_consumed(&admin, &application_id, &[VIEWS, &repartition], &streams)?;
     // One view per region a minute later closes every window above.
     let mut closing = Vec::new();
     for region in REGIONS {
@@ -206,7 +225,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         p.wait()?;
     }
 
-    let mut reader = Consumer::new(&client)?;
+    let mut reader = Consumer::new(&reader_config)?;
     let parts: Vec<TopicPartition> = (0..PARTITIONS)
         .map(|p| TopicPartition::new(OUTPUT, p))
         .collect();
@@ -252,7 +271,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         started.elapsed().as_secs_f64()
     );
     streams.close();
-    let _ = std::fs::remove_dir_all(&state_dir);
+    if remove_state {
+        let _ = std::fs::remove_dir_all(&state_dir);
+    }
     Ok(())
 }
 

@@ -4,7 +4,10 @@
 //! setup), writes a bundled text to `wordcount-input` (6 partitions), runs the
 //! count with 2 stream threads and prints the top words as the counts update,
 //! then checks the final counts against an independent count of the text and
-//! exits. `--bootstrap-server` points it at a real cluster instead;
+//! exits. `--bootstrap-server` points it at a real cluster instead, and
+//! `--config FILE` (a Kafka properties file: security settings, any Kafka
+//! Streams or client key) with `--set KEY=VALUE` configures it as any Kafka
+//! app is configured (see `rill_examples::Connection`);
 //! `--application-id`, `--group-instance-id` (static membership, KIP-345:
 //! each thread joins as `<id>-thread-<n>`) and `--threads` set the obvious.
 //!
@@ -24,10 +27,11 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use rill_client::admin::NewTopic;
-use rill_client::{Admin, ClientConfig, Consumer, Producer, ProducerRecord, TopicPartition};
+use rill_client::{Admin, ClientKind, Consumer, Producer, ProducerRecord, TopicPartition};
+use rill_examples::Connection;
 use rill_streams::{
     Consumed, Grouped, KafkaStreams, Materialized, Produced, Serdes, State, StreamsBuilder,
-    StreamsConfig, Topology,
+    Topology,
 };
 
 const TEXT: &str = include_str!("data/river.txt");
@@ -38,16 +42,17 @@ const PARTITIONS: i32 = 6;
 #[derive(Parser, Debug)]
 #[command(about = "Rill word count: embedded broker by default")]
 struct Args {
-    /// A Kafka cluster to use instead of the embedded broker.
+    #[command(flatten)]
+    connection: Connection,
+    /// `application.id` (default: rill-wordcount).
     #[arg(long)]
-    bootstrap_server: Option<String>,
-    #[arg(long, default_value = "rill-wordcount")]
-    application_id: String,
+    application_id: Option<String>,
     /// Makes each stream thread a static member `<id>-thread-<n>`.
     #[arg(long)]
     group_instance_id: Option<String>,
-    #[arg(long, default_value_t = 2)]
-    threads: usize,
+    /// `num.stream.threads` (default: 2).
+    #[arg(long)]
+    threads: Option<usize>,
     /// Where the stores live (default: a fresh temporary directory).
     #[arg(long)]
     state_dir: Option<std::path::PathBuf>,
@@ -94,7 +99,18 @@ fn topology() -> rill_streams::Result<Topology> {
     builder.build()
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// Errors end the app with one line on stderr (their `Display`), exit code 1.
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("wordcount: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
@@ -104,8 +120,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // The embedded broker runs on its own tokio runtime for as long as main.
     let rt = tokio::runtime::Runtime::new()?;
-    let (_cluster, bootstrap) = match &args.bootstrap_server {
-        Some(b) => (None, b.clone()),
+    let (_cluster, bootstrap) = match args.connection.bootstrap()? {
+        Some(b) => (None, b),
         None => {
             let cluster = rt.block_on(
                 rill_broker::EmbeddedCluster::builder()
@@ -119,14 +135,39 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     };
 
-    let admin = Admin::new(&ClientConfig::new().set("bootstrap.servers", bootstrap.clone()))?;
+    // The app's defaults < --config FILE < RILL_ env < --set < flags.
+    let temp_state = std::env::temp_dir().join(format!("rill-wordcount-{}", std::process::id()));
+    let defaults = [
+        ("application.id", "rill-wordcount".to_string()),
+        ("num.stream.threads", "2".to_string()),
+        ("commit.interval.ms", "1000".to_string()),
+        ("state.dir", temp_state.display().to_string()),
+    ];
+    let mut flags = vec![("bootstrap.servers", bootstrap.clone())];
+    let given = [
+        ("application.id", args.application_id.clone()),
+        ("group.instance.id", args.group_instance_id.clone()),
+        ("num.stream.threads", args.threads.map(|t| t.to_string())),
+        (
+            "state.dir",
+            args.state_dir.as_ref().map(|d| d.display().to_string()),
+        ),
+        ("application.server", args.application_server.clone()),
+        ("rest.admin.token", args.rest_token.clone()),
+    ];
+    flags.extend(given.into_iter().filter_map(|(k, v)| Some((k, v?))));
+    let cfg = args.connection.streams_config(&defaults, &flags).build()?;
+    let state_dir = cfg.state_dir.clone();
+    let remove_state = state_dir == temp_state;
+
+    let admin = Admin::new(&cfg.client_config(ClientKind::Admin))?;
     for t in [INPUT, OUTPUT] {
         if !admin.list_topics()?.iter().any(|x| x == t) {
             admin.create_topic(NewTopic::new(t, PARTITIONS, -1))?;
         }
     }
 
-    let producer = Producer::new(&ClientConfig::new().set("bootstrap.servers", bootstrap.clone()))?;
+    let producer = Producer::new(&cfg.client_config(ClientKind::Producer))?;
     let mut expected: BTreeMap<String, i64> = BTreeMap::new();
     let mut lines = 0;
     let mut deliveries = Vec::new();
@@ -149,28 +190,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         expected.len()
     );
 
-    let state_dir = match &args.state_dir {
-        Some(d) => d.clone(),
-        None => std::env::temp_dir().join(format!("rill-wordcount-{}", std::process::id())),
-    };
-    let mut cfg = StreamsConfig::builder()
-        .set("application.id", &args.application_id)
-        .set("bootstrap.servers", &bootstrap)
-        .set("num.stream.threads", args.threads)
-        .set("commit.interval.ms", 1000)
-        .set("state.dir", state_dir.display());
-    if let Some(id) = &args.group_instance_id {
-        cfg = cfg.set("group.instance.id", id);
-    }
-    if let Some(a) = &args.application_server {
-        cfg = cfg.set("application.server", a);
-    }
-    if let Some(t) = &args.rest_token {
-        cfg = cfg.set("rest.admin.token", t);
-    }
     let topology = topology()?;
     println!("{}", topology.describe());
-    let streams = KafkaStreams::new(topology, cfg.build()?)?;
+    let reader_config = cfg.client_config(ClientKind::Consumer);
+    let streams = KafkaStreams::new(topology, cfg)?;
     // REST answers show the counts as numbers.
     streams.expose_store("counts", Serdes::i64(), |n| serde_json::json!(n));
     let started = Instant::now();
@@ -179,18 +202,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("REST API at http://{addr}/v1/instances, dashboard at http://{addr}/");
     }
     if args.follow {
-        return follow(
-            &streams,
-            &bootstrap,
-            &rt,
-            &state_dir,
-            args.state_dir.is_none(),
-        );
+        return follow(&streams, &reader_config, &rt, &state_dir, remove_state);
     }
 
     // Read the counts back and print the leaders as they change.
-    let mut reader =
-        Consumer::new(&ClientConfig::new().set("bootstrap.servers", bootstrap.clone()))?;
+    let mut reader = Consumer::new(&reader_config)?;
     let parts: Vec<TopicPartition> = (0..PARTITIONS)
         .map(|p| TopicPartition::new(OUTPUT, p))
         .collect();
@@ -230,7 +246,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let closed = Instant::now();
     streams.close();
     println!("closed in {} ms", closed.elapsed().as_millis());
-    if args.state_dir.is_none() {
+    if remove_state {
         let _ = std::fs::remove_dir_all(&state_dir);
     }
     Ok(())
@@ -240,7 +256,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// application stops (a REST shutdown).
 fn follow(
     streams: &KafkaStreams,
-    bootstrap: &str,
+    reader_config: &rill_client::ClientConfig,
     rt: &tokio::runtime::Runtime,
     state_dir: &std::path::Path,
     remove_state: bool,
@@ -261,7 +277,7 @@ fn follow(
         }
         flag.store(true, std::sync::atomic::Ordering::SeqCst);
     });
-    let mut reader = Consumer::new(&ClientConfig::new().set("bootstrap.servers", bootstrap))?;
+    let mut reader = Consumer::new(reader_config)?;
     let parts: Vec<TopicPartition> = (0..PARTITIONS)
         .map(|p| TopicPartition::new(OUTPUT, p))
         .collect();

@@ -1,0 +1,170 @@
+//! What Rill's example apps share: how they connect to a cluster, the way
+//! Kafka's own tools and Kafka Streams apps take their settings.
+//!
+//! - `--config FILE`: a Kafka properties file (Java properties syntax; any
+//!   key Kafka Streams or a client knows: `application.id`,
+//!   `num.stream.threads`, `security.protocol`, `consumer.max.poll.records`
+//!   …). Unknown keys are refused with the key and the file named.
+//! - `--set KEY=VALUE`, repeatable: one property, over the file.
+//! - `--bootstrap-server HOST:PORT`: the cluster, over both.
+//!
+//! Layers, lowest first: the app's defaults < the file < `RILL_…`
+//! environment variables < `--set` < the app's own flags. With no
+//! `bootstrap.servers` anywhere the app starts Rill's embedded broker.
+//! The app's own clients (its producer of input, its reader of output)
+//! get the same client settings as its stream threads
+//! ([`StreamsConfig::client_config`]).
+
+use std::path::PathBuf;
+
+use rill_client::{parse_key_value, ClientConfig};
+use rill_streams::{StreamsConfig, StreamsConfigBuilder};
+
+/// The connection flags every example takes.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct Connection {
+    /// A Kafka cluster to use instead of the embedded broker (`bootstrap.servers`).
+    #[arg(long)]
+    pub bootstrap_server: Option<String>,
+    /// A Kafka properties file: Streams and client keys (security, timeouts, …).
+    #[arg(long = "config", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// One property, over the file (repeatable), e.g. `--set num.stream.threads=4`.
+    #[arg(long = "set", value_name = "KEY=VALUE", value_parser = parse_set)]
+    pub set: Vec<(String, String)>,
+}
+
+/// `--set`'s parser: a clap error that quotes the argument.
+pub fn parse_set(arg: &str) -> Result<(String, String), String> {
+    parse_key_value(arg)
+        .map_err(|_| format!("{arg:?} is not KEY=VALUE (e.g. --set num.stream.threads=4)"))
+}
+
+/// Why the connection settings could not be used: one readable sentence.
+pub type Error = Box<dyn std::error::Error>;
+
+impl Connection {
+    /// The bootstrap servers the user gave (flag, `--set`, or the file), if
+    /// any; `None` means: start the embedded broker.
+    pub fn bootstrap(&self) -> Result<Option<String>, Error> {
+        if let Some(b) = &self.bootstrap_server {
+            return Ok(Some(b.clone()));
+        }
+        if let Some((_, v)) = self
+            .set
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "bootstrap.servers")
+        {
+            return Ok(Some(v.clone()));
+        }
+        match &self.config {
+            Some(path) => Ok(ClientConfig::from_properties_file(path)?
+                .get("bootstrap.servers")
+                .map(str::to_string)),
+            None => Ok(None),
+        }
+    }
+
+    /// The application's configuration: `defaults` (the app's own) < the
+    /// file < `RILL_` environment < `--set` < `flags` (only the flags the
+    /// user gave); [`StreamsConfigBuilder::build`] validates every key.
+    pub fn streams_config(
+        &self,
+        defaults: &[(&str, String)],
+        flags: &[(&str, String)],
+    ) -> StreamsConfigBuilder {
+        let mut b = StreamsConfig::builder();
+        for (k, v) in defaults {
+            b = b.set(*k, v);
+        }
+        if let Some(path) = &self.config {
+            b = b.file(path);
+        }
+        for (k, v) in &self.set {
+            b = b.set_override(k.clone(), v);
+        }
+        if let Some(bootstrap) = &self.bootstrap_server {
+            b = b.set_override("bootstrap.servers", bootstrap);
+        }
+        for (k, v) in flags {
+            b = b.set_override(*k, v);
+        }
+        b
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rill_client::ClientKind;
+
+    use super::*;
+
+    fn connection(file: &str, set: &[(&str, &str)]) -> (tempfile::TempDir, Connection) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("app.properties");
+        std::fs::write(&path, file).unwrap();
+        let c = Connection {
+            bootstrap_server: None,
+            config: Some(path),
+            set: set
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        };
+        (dir, c)
+    }
+
+    #[test]
+    fn layers_are_defaults_then_file_then_set_then_flags() {
+        let (_dir, c) = connection(
+            "bootstrap.servers=broker-1:9092\napplication.id=from-file\nnum.stream.threads=3\n\
+             commit.interval.ms=2000\nmax.poll.records=10\n",
+            &[("num.stream.threads", "4")],
+        );
+        assert_eq!(c.bootstrap().unwrap().as_deref(), Some("broker-1:9092"));
+        let cfg = c
+            .streams_config(
+                &[
+                    ("application.id", "default-app".into()),
+                    ("num.stream.threads", "2".into()),
+                    ("commit.interval.ms", "1000".into()),
+                    ("state.dir", "/tmp/x".into()),
+                ],
+                &[("application.id", "from-flag".into())],
+            )
+            .env_prefix(None)
+            .build()
+            .unwrap();
+        assert_eq!(cfg.application_id, "from-flag");
+        assert_eq!(cfg.num_stream_threads, 4);
+        assert_eq!(cfg.commit_interval.as_millis(), 2000);
+        assert_eq!(cfg.bootstrap_servers, "broker-1:9092");
+        // The app's own consumer gets the file's client keys too.
+        let reader = cfg.client_config(ClientKind::Consumer);
+        assert_eq!(reader.get("max.poll.records"), Some("10"));
+        assert_eq!(reader.get("bootstrap.servers"), Some("broker-1:9092"));
+    }
+
+    #[test]
+    fn a_bad_key_or_file_is_one_sentence_naming_it() {
+        let (_dir, c) = connection("num.stream.thread=3\n", &[]);
+        let e = c
+            .streams_config(&[("application.id", "a".into())], &[])
+            .env_prefix(None)
+            .set_override("bootstrap.servers", "b:9092")
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("num.stream.thread"), "{e}");
+        let missing = Connection {
+            config: Some(PathBuf::from("/nonexistent/app.properties")),
+            ..Connection::default()
+        };
+        let e = missing.bootstrap().unwrap_err().to_string();
+        assert!(e.contains("/nonexistent/app.properties"), "{e}");
+        assert!(parse_set("no-equals-sign")
+            .unwrap_err()
+            .contains("no-equals-sign"));
+    }
+}
