@@ -489,6 +489,91 @@ pub fn rill_binary() -> std::path::PathBuf {
     bin
 }
 
+/// The tools take Kafka properties as Kafka's do: `--command-config FILE`
+/// (here the only place the cluster is named) and `--set` over it; a key
+/// the admin client does not know is refused at once, naming the key and
+/// the file, and nothing is created.
+pub fn tools_read_kafka_properties_files(bootstrap: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("tools.properties");
+    std::fs::write(
+        &good,
+        format!(
+            "# as for kafka-topics.sh\nbootstrap.servers={bootstrap}\nrequest.timeout.ms=30000\n"
+        ),
+    )
+    .unwrap();
+    let topic = crate::unique_topic("props");
+    let rill = |args: &[&str]| {
+        std::process::Command::new(rill_binary())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let good_arg = good.to_str().unwrap();
+    let o = rill(&[
+        "topics",
+        "create",
+        "--command-config",
+        good_arg,
+        "--set",
+        "client.id=rill-tools-test",
+        "--topic",
+        &topic,
+        "--partitions",
+        "2",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            let o = rill(&["topics", "list", "--command-config", good_arg]);
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .any(|l| l == topic)
+        }),
+        "the topic never showed up in `rill topics list --command-config`"
+    );
+    let bad = dir.path().join("consumer.properties");
+    std::fs::write(
+        &bad,
+        format!("bootstrap.servers={bootstrap}\ngroup.id=tools\n"),
+    )
+    .unwrap();
+    let other = crate::unique_topic("props-refused");
+    let started = Instant::now();
+    let o = rill(&[
+        "topics",
+        "create",
+        "--command-config",
+        bad.to_str().unwrap(),
+        "--topic",
+        &other,
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "a consumer key was accepted");
+    assert!(
+        err.contains("group.id") && err.contains("consumer.properties"),
+        "the error names neither the key nor the file: {err}"
+    );
+    assert!(
+        !err.contains('{'),
+        "a Debug struct instead of a sentence: {err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "refusing took {:?}",
+        started.elapsed()
+    );
+    let topics = admin(bootstrap).list_topics().unwrap();
+    assert!(
+        !topics.contains(&other),
+        "the refused command created {other}"
+    );
+    let o = rill(&["topics", "list", "--set", "nonsense"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("nonsense"));
+}
+
 /// kill -9 one of two instances (separate processes), then
 /// `rill groups remove-members --from-url <survivor> --offline-only`: the
 /// dead instance's static members go at once and the survivor takes its

@@ -516,3 +516,142 @@ impl BrokerConfig {
         self.racks.get(node_id as usize - 1).cloned().flatten()
     }
 }
+
+/// Kafka's broker-level names of topic configs (`ServerTopicConfigSynonyms`):
+/// the `server.properties` key and the topic key it defaults.
+const BROKER_TOPIC_SYNONYMS: &[(&str, &str)] = &[
+    ("log.cleanup.policy", "cleanup.policy"),
+    ("compression.type", "compression.type"),
+    ("log.cleaner.delete.retention.ms", "delete.retention.ms"),
+    ("log.segment.delete.delay.ms", "file.delete.delay.ms"),
+    ("log.flush.interval.messages", "flush.messages"),
+    ("log.flush.interval.ms", "flush.ms"),
+    ("log.index.interval.bytes", "index.interval.bytes"),
+    ("log.cleaner.max.compaction.lag.ms", "max.compaction.lag.ms"),
+    ("message.max.bytes", "max.message.bytes"),
+    (
+        "log.message.timestamp.after.max.ms",
+        "message.timestamp.after.max.ms",
+    ),
+    (
+        "log.message.timestamp.before.max.ms",
+        "message.timestamp.before.max.ms",
+    ),
+    ("log.message.timestamp.type", "message.timestamp.type"),
+    (
+        "log.cleaner.min.cleanable.ratio",
+        "min.cleanable.dirty.ratio",
+    ),
+    ("log.cleaner.min.compaction.lag.ms", "min.compaction.lag.ms"),
+    ("min.insync.replicas", "min.insync.replicas"),
+    ("log.preallocate", "preallocate"),
+    ("log.retention.bytes", "retention.bytes"),
+    ("log.retention.ms", "retention.ms"),
+    ("log.segment.bytes", "segment.bytes"),
+    ("log.roll.ms", "segment.ms"),
+    (
+        "unclean.leader.election.enable",
+        "unclean.leader.election.enable",
+    ),
+];
+
+impl BrokerConfig {
+    /// Applies one `server.properties` key (`rill broker --config FILE` /
+    /// `--set KEY=VALUE`), with Kafka's name and meaning; an unknown key or
+    /// a bad value is a sentence naming it.
+    pub fn set_property(&mut self, key: &str, value: &str) -> Result<(), String> {
+        fn num<T: std::str::FromStr + PartialOrd + std::fmt::Display>(
+            key: &str,
+            value: &str,
+            min: T,
+        ) -> Result<T, String> {
+            let n: T = value
+                .trim()
+                .parse()
+                .map_err(|_| format!("{key}={value:?}: expected a number"))?;
+            if n < min {
+                return Err(format!("{key}={value:?}: must be at least {min}"));
+            }
+            Ok(n)
+        }
+        let ms = |min: i32| num::<i32>(key, value, min);
+        match key {
+            "num.partitions" => self.default_partitions = num(key, value, 1)?,
+            "default.replication.factor" => self.default_replication_factor = num(key, value, 1)?,
+            "auto.create.topics.enable" => {
+                self.auto_create_topics = match value.trim() {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err(format!("{key}={value:?}: expected true or false")),
+                }
+            }
+            // Kafka takes a list; the embedded cluster keeps everything in one directory.
+            "log.dirs" | "log.dir" => {
+                let dir = value.split(',').map(str::trim).find(|d| !d.is_empty());
+                self.data_dir = Some(
+                    dir.ok_or_else(|| format!("{key}={value:?}: expected a directory"))?
+                        .into(),
+                );
+            }
+            "socket.request.max.bytes" => self.socket_request_max_bytes = num(key, value, 1024)?,
+            "log.retention.check.interval.ms" => {
+                self.log_maintenance_interval = Duration::from_millis(num(key, value, 1)?)
+            }
+            "offsets.topic.num.partitions" => self.offsets_topic_partitions = num(key, value, 1)?,
+            "offsets.topic.replication.factor" => {
+                self.offsets_topic_replication_factor = num(key, value, 1)?
+            }
+            "group.min.session.timeout.ms" => self.group_min_session_timeout_ms = ms(0)?,
+            "group.max.session.timeout.ms" => self.group_max_session_timeout_ms = ms(0)?,
+            "group.initial.rebalance.delay.ms" => self.group_initial_rebalance_delay_ms = ms(0)?,
+            "group.max.size" => self.group_max_size = num(key, value, 1)?,
+            "group.consumer.session.timeout.ms" => self.group_consumer_session_timeout_ms = ms(1)?,
+            "group.consumer.heartbeat.interval.ms" => {
+                self.group_consumer_heartbeat_interval_ms = ms(1)?
+            }
+            _ => {
+                let Some((_, topic_key)) = BROKER_TOPIC_SYNONYMS.iter().find(|(b, _)| *b == key)
+                else {
+                    return Err(format!(
+                        "{key} is not a broker setting the embedded broker implements"
+                    ));
+                };
+                validate_topic_config(topic_key, value).map_err(|e| format!("{key}: {e}"))?;
+                self.topic_defaults
+                    .insert(topic_key.to_string(), value.trim().to_string());
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod broker_property_tests {
+    use super::*;
+
+    #[test]
+    fn server_properties_keys_set_the_broker_and_topic_defaults() {
+        let mut c = BrokerConfig::default();
+        c.set_property("num.partitions", "6").unwrap();
+        c.set_property("log.retention.ms", "3600000").unwrap();
+        c.set_property("group.initial.rebalance.delay.ms", "0")
+            .unwrap();
+        c.set_property("log.dirs", "/var/lib/rill,/other").unwrap();
+        assert_eq!(c.default_partitions, 6);
+        assert_eq!(
+            c.topic_defaults.get("retention.ms").map(String::as_str),
+            Some("3600000")
+        );
+        assert_eq!(c.group_initial_rebalance_delay_ms, 0);
+        assert_eq!(
+            c.data_dir.as_deref(),
+            Some(std::path::Path::new("/var/lib/rill"))
+        );
+        let e = c.set_property("num.partitons", "6").unwrap_err();
+        assert!(e.contains("num.partitons"), "{e}");
+        let e = c.set_property("num.partitions", "zero").unwrap_err();
+        assert!(e.contains("num.partitions") && e.contains("zero"), "{e}");
+        let e = c.set_property("log.cleanup.policy", "shred").unwrap_err();
+        assert!(e.contains("log.cleanup.policy"), "{e}");
+    }
+}

@@ -1,10 +1,18 @@
 //! `rill broker`: the embedded cluster as a long-running process.
+//!
+//! Settings, lowest first: the embedded defaults < `--config FILE` (Kafka's
+//! `server.properties` keys the embedded broker implements: `num.partitions`,
+//! `log.dirs`, `log.retention.ms`, `group.initial.rebalance.delay.ms`, …) <
+//! `--set KEY=VALUE` < the flags below. An unknown key or a bad value stops
+//! it before it binds, naming the key and where it came from.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Args;
-use rill_broker::EmbeddedCluster;
+use rill_broker::{BrokerConfig, EmbeddedCluster};
+
+use crate::settings::{parse_set, read_properties};
 
 #[derive(Args, Debug)]
 pub struct BrokerArgs {
@@ -23,15 +31,21 @@ pub struct BrokerArgs {
     /// Keep everything in memory (the default when no --data-dir is given).
     #[arg(long)]
     in_memory: bool,
-    /// `auto.create.topics.enable`.
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
-    auto_create_topics: bool,
-    /// `num.partitions` for auto-created topics.
-    #[arg(long, default_value_t = 1)]
-    default_partitions: i32,
-    /// `default.replication.factor`.
-    #[arg(long, default_value_t = 1)]
-    default_replication_factor: i16,
+    /// `auto.create.topics.enable` (default true).
+    #[arg(long, action = clap::ArgAction::Set)]
+    auto_create_topics: Option<bool>,
+    /// `num.partitions` for auto-created topics (default 1).
+    #[arg(long)]
+    default_partitions: Option<i32>,
+    /// `default.replication.factor` (default 1).
+    #[arg(long)]
+    default_replication_factor: Option<i16>,
+    /// Broker properties (`server.properties` keys the embedded broker implements).
+    #[arg(long = "config", value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// One broker property over the file (repeatable), e.g. `--set num.partitions=6`.
+    #[arg(long = "set", value_name = "KEY=VALUE", value_parser = parse_set)]
+    set: Vec<(String, String)>,
     /// Broker-level topic config default, KEY=VALUE (repeatable), e.g. retention.ms=3600000.
     #[arg(long = "topic-default", value_parser = parse_kv)]
     topic_defaults: Vec<(String, String)>,
@@ -43,7 +57,32 @@ fn parse_kv(s: &str) -> Result<(String, String), String> {
         .ok_or_else(|| format!("'{s}' is not KEY=VALUE"))
 }
 
+/// The file's and `--set`'s properties, checked against a scratch config so
+/// a bad one stops the broker before it binds.
+fn properties(args: &BrokerArgs) -> Result<Vec<(String, String)>, String> {
+    let mut sources = Vec::new();
+    if let Some(path) = &args.config {
+        sources.push((
+            format!("--config {}", path.display()),
+            read_properties(path)?,
+        ));
+    }
+    sources.push(("--set".to_string(), args.set.clone()));
+    let mut scratch = BrokerConfig::default();
+    let mut all = Vec::new();
+    for (origin, pairs) in sources {
+        for (k, v) in pairs {
+            scratch
+                .set_property(&k, &v)
+                .map_err(|e| format!("{origin}: {e}"))?;
+            all.push((k, v));
+        }
+    }
+    Ok(all)
+}
+
 pub fn run(args: BrokerArgs) -> Result<(), String> {
+    let props = properties(&args)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("rill-broker")
@@ -56,16 +95,30 @@ pub fn run(args: BrokerArgs) -> Result<(), String> {
         let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
         let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
         let mut b = EmbeddedCluster::builder()
+            .config(|c| {
+                for (k, v) in &props {
+                    // Checked in `properties`.
+                    let _ = c.set_property(k, v);
+                }
+            })
             .nodes(args.nodes)
-            .listen(args.listen)
-            .auto_create_topics(args.auto_create_topics)
-            .default_partitions(args.default_partitions)
-            .default_replication_factor(args.default_replication_factor);
+            .listen(args.listen);
+        if let Some(on) = args.auto_create_topics {
+            b = b.auto_create_topics(on);
+        }
+        if let Some(n) = args.default_partitions {
+            b = b.default_partitions(n);
+        }
+        if let Some(rf) = args.default_replication_factor {
+            b = b.default_replication_factor(rf);
+        }
         if !args.racks.is_empty() {
             b = b.racks(args.racks.clone());
         }
         if let Some(dir) = &args.data_dir {
             b = b.data_dir(dir);
+        } else if args.in_memory {
+            b = b.in_memory();
         }
         for (k, v) in &args.topic_defaults {
             b = b.topic_default(k, v);

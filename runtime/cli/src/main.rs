@@ -12,6 +12,7 @@
 
 mod broker_cmd;
 mod ops;
+mod settings;
 
 use clap::{Parser, Subcommand};
 use rill_protocol::alloc::ReservingAllocator;

@@ -13,20 +13,15 @@
 
 use std::time::{Duration, Instant};
 
+use crate::settings::{CommandConfig, REST_TOKEN};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use rill_client::admin::NewTopic;
-use rill_client::{Admin, ClientConfig};
 use serde_json::{json, Value};
 
 pub type CliResult = Result<(), String>;
 
 const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
-
-fn admin(bootstrap: &str) -> Result<Admin, String> {
-    Admin::new(&ClientConfig::new().set("bootstrap.servers", bootstrap.to_string()))
-        .map_err(|e| format!("connecting to {bootstrap}: {e}"))
-}
 
 fn base_url(url: &str) -> String {
     let u = url.trim_end_matches('/');
@@ -124,18 +119,22 @@ pub struct InstancesArgs {
     /// An instance's REST address (http://HOST:PORT).
     #[arg(long)]
     url: String,
-    /// Bearer token, if the instance requires one for reads.
+    /// Bearer token, if the instance requires one for reads (or
+    /// rest.admin.token in --command-config).
     #[arg(long, env = "RILL_REST_TOKEN")]
     token: Option<String>,
+    #[command(flatten)]
+    settings: CommandConfig,
     /// Print the JSON answer instead of a table.
     #[arg(long)]
     json: bool,
 }
 
 pub fn instances(a: InstancesArgs) -> CliResult {
+    let token = a.settings.token(a.token.as_deref())?;
     let view = get_json(
         &format!("{}/v1/instances", base_url(&a.url)),
-        a.token.as_deref(),
+        token.as_deref(),
     )?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&view).expect("json"));
@@ -194,21 +193,28 @@ pub struct ShutdownArgs {
     /// its partitions move now instead of after session.timeout.ms.
     #[arg(long)]
     leave_group: bool,
-    /// The instance's rest.admin.token.
+    /// The instance's rest.admin.token (or rest.admin.token in --command-config).
     #[arg(long, env = "RILL_REST_TOKEN")]
-    token: String,
+    token: Option<String>,
+    #[command(flatten)]
+    settings: CommandConfig,
     /// Return without waiting for the instance to stop answering.
     #[arg(long)]
     no_wait: bool,
 }
 
 pub fn shutdown(a: ShutdownArgs) -> CliResult {
+    let Some(token) = a.settings.token(a.token.as_deref())? else {
+        return Err(format!(
+            "no REST token: pass --token, set RILL_REST_TOKEN, or put {REST_TOKEN} in --command-config"
+        ));
+    };
     let base = base_url(&a.url);
     let url = format!("{base}/v1/shutdown");
     let agent = ureq::AgentBuilder::new().timeout(HTTP_TIMEOUT).build();
     let answer = agent
         .post(&url)
-        .set("Authorization", &format!("Bearer {}", a.token))
+        .set("Authorization", &format!("Bearer {token}"))
         .send_json(json!({"leave_group": a.leave_group}));
     let body: Value = match answer {
         Ok(r) => r.into_json().map_err(|e| format!("{url}: {e}"))?,
@@ -258,16 +264,22 @@ pub enum GroupsCommand {
 
 #[derive(Args, Debug)]
 pub struct GroupsListArgs {
+    /// The cluster (`bootstrap.servers`; or in --command-config).
     #[arg(long)]
-    bootstrap_server: String,
+    bootstrap_server: Option<String>,
+    #[command(flatten)]
+    settings: CommandConfig,
     #[arg(long)]
     json: bool,
 }
 
 #[derive(Args, Debug)]
 pub struct GroupsDescribeArgs {
+    /// The cluster (`bootstrap.servers`; or in --command-config).
     #[arg(long)]
-    bootstrap_server: String,
+    bootstrap_server: Option<String>,
+    #[command(flatten)]
+    settings: CommandConfig,
     /// The group (default: every group).
     #[arg(long)]
     group: Option<String>,
@@ -277,8 +289,11 @@ pub struct GroupsDescribeArgs {
 
 #[derive(Args, Debug)]
 pub struct RemoveMembersArgs {
+    /// The cluster (`bootstrap.servers`; or in --command-config).
     #[arg(long)]
-    bootstrap_server: String,
+    bootstrap_server: Option<String>,
+    #[command(flatten)]
+    settings: CommandConfig,
     /// The group (the application.id); with --from-url it defaults to the app's.
     #[arg(long)]
     group: Option<String>,
@@ -298,7 +313,8 @@ pub struct RemoveMembersArgs {
     /// Show what would be removed; remove nothing.
     #[arg(long)]
     dry_run: bool,
-    /// Bearer token for the REST read, if required.
+    /// Bearer token for the REST read, if required (or rest.admin.token in
+    /// --command-config).
     #[arg(long, env = "RILL_REST_TOKEN")]
     token: Option<String>,
 }
@@ -312,7 +328,9 @@ pub fn groups(cmd: GroupsCommand) -> CliResult {
 }
 
 fn groups_list(a: GroupsListArgs) -> CliResult {
-    let groups = admin(&a.bootstrap_server)?
+    let groups = a
+        .settings
+        .admin(a.bootstrap_server.as_deref())?
         .list_groups()
         .map_err(|e| format!("listing groups: {e}"))?;
     if a.json {
@@ -339,7 +357,7 @@ fn groups_list(a: GroupsListArgs) -> CliResult {
 }
 
 fn groups_describe(a: GroupsDescribeArgs) -> CliResult {
-    let admin = admin(&a.bootstrap_server)?;
+    let admin = a.settings.admin(a.bootstrap_server.as_deref())?;
     let names: Vec<String> = match a.group {
         Some(g) => vec![g],
         None => admin
@@ -439,7 +457,7 @@ fn remove_members(a: RemoveMembersArgs) -> CliResult {
         Some(url) => {
             let view = get_json(
                 &format!("{}/v1/instances?probe=false", base_url(url)),
-                a.token.as_deref(),
+                a.settings.token(a.token.as_deref())?.as_deref(),
             )?;
             let app = s(&view["application_id"]);
             let group = a.group.clone().unwrap_or(app);
@@ -477,7 +495,9 @@ fn remove_members(a: RemoveMembersArgs) -> CliResult {
         return Ok(());
     }
     let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
-    let results = admin(&a.bootstrap_server)?
+    let results = a
+        .settings
+        .admin(a.bootstrap_server.as_deref())?
         .remove_members_from_group(&group, &refs)
         .map_err(|e| format!("removing {ids:?} from group {group}: {e}"))?;
     let mut failed = 0;
@@ -509,12 +529,18 @@ fn remove_members(a: RemoveMembersArgs) -> CliResult {
 #[derive(Subcommand, Debug)]
 pub enum TopicsCommand {
     List {
+        /// The cluster (`bootstrap.servers`; or in --command-config).
         #[arg(long)]
-        bootstrap_server: String,
+        bootstrap_server: Option<String>,
+        #[command(flatten)]
+        settings: CommandConfig,
     },
     Create {
+        /// The cluster (`bootstrap.servers`; or in --command-config).
         #[arg(long)]
-        bootstrap_server: String,
+        bootstrap_server: Option<String>,
+        #[command(flatten)]
+        settings: CommandConfig,
         #[arg(long)]
         topic: String,
         #[arg(long, default_value_t = 1)]
@@ -527,8 +553,11 @@ pub enum TopicsCommand {
         configs: Vec<String>,
     },
     Describe {
+        /// The cluster (`bootstrap.servers`; or in --command-config).
         #[arg(long)]
-        bootstrap_server: String,
+        bootstrap_server: Option<String>,
+        #[command(flatten)]
+        settings: CommandConfig,
         #[arg(long)]
         topic: Vec<String>,
         #[arg(long)]
@@ -536,8 +565,11 @@ pub enum TopicsCommand {
     },
     /// Raise a topic's partition count (Kafka's --alter --partitions).
     AddPartitions {
+        /// The cluster (`bootstrap.servers`; or in --command-config).
         #[arg(long)]
-        bootstrap_server: String,
+        bootstrap_server: Option<String>,
+        #[command(flatten)]
+        settings: CommandConfig,
         #[arg(long)]
         topic: String,
         /// The new total.
@@ -548,8 +580,12 @@ pub enum TopicsCommand {
 
 pub fn topics(cmd: TopicsCommand) -> CliResult {
     match cmd {
-        TopicsCommand::List { bootstrap_server } => {
-            for t in admin(&bootstrap_server)?
+        TopicsCommand::List {
+            bootstrap_server,
+            settings,
+        } => {
+            for t in settings
+                .admin(bootstrap_server.as_deref())?
                 .list_topics()
                 .map_err(|e| format!("listing topics: {e}"))?
             {
@@ -559,6 +595,7 @@ pub fn topics(cmd: TopicsCommand) -> CliResult {
         }
         TopicsCommand::Create {
             bootstrap_server,
+            settings,
             topic,
             partitions,
             replication_factor,
@@ -572,7 +609,8 @@ pub fn topics(cmd: TopicsCommand) -> CliResult {
                 nt = nt.config(k, v);
             }
             let pb = spinner(format!("creating {topic}"));
-            let r = admin(&bootstrap_server)?
+            let r = settings
+                .admin(bootstrap_server.as_deref())?
                 .create_topics(&[nt])
                 .map_err(|e| format!("creating topic {topic}: {e}"));
             pb.finish_and_clear();
@@ -586,10 +624,11 @@ pub fn topics(cmd: TopicsCommand) -> CliResult {
         }
         TopicsCommand::Describe {
             bootstrap_server,
+            settings,
             topic,
             json,
         } => {
-            let admin = admin(&bootstrap_server)?;
+            let admin = settings.admin(bootstrap_server.as_deref())?;
             let names = if topic.is_empty() {
                 admin
                     .list_topics()
@@ -631,11 +670,13 @@ pub fn topics(cmd: TopicsCommand) -> CliResult {
         }
         TopicsCommand::AddPartitions {
             bootstrap_server,
+            settings,
             topic,
             partitions,
         } => {
             let pb = spinner(format!("raising {topic} to {partitions} partitions"));
-            let r = admin(&bootstrap_server)?
+            let r = settings
+                .admin(bootstrap_server.as_deref())?
                 .create_partitions(&topic, partitions)
                 .map_err(|e| format!("adding partitions to {topic}: {e}"));
             pb.finish_and_clear();

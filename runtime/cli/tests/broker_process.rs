@@ -112,6 +112,51 @@ fn bad_arguments_are_refused_with_the_setting_named() {
 }
 
 #[test]
+fn server_properties_configure_the_broker_and_bad_keys_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let props = dir.path().join("server.properties");
+    std::fs::write(
+        &props,
+        format!(
+            "# as in Kafka's server.properties\nlog.dirs={}\nnum.partitions=3\nlog.retention.ms=3600000\n",
+            data.display()
+        ),
+    )
+    .unwrap();
+    let mut b = Broker::start(&[
+        "--config",
+        props.to_str().unwrap(),
+        "--set",
+        "group.initial.rebalance.delay.ms=0",
+    ]);
+    // log.dirs took effect: the broker keeps its state there.
+    assert!(data.exists(), "log.dirs from --config was not used");
+    b.signal("-TERM");
+    assert!(b.wait(Duration::from_secs(30)).success());
+
+    std::fs::write(&props, "num.partitons=3\n").unwrap();
+    let started = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_rill"))
+        .args([
+            "broker",
+            "--listen",
+            "127.0.0.1:0",
+            "--config",
+            props.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("num.partitons") && err.contains("server.properties"),
+        "{err}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
 fn every_acknowledged_record_survives_sigkill() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().to_str().unwrap();

@@ -136,7 +136,7 @@ impl TopicHashCache {
             .collect()
     }
 
-    #[cfg(any(test, feature = "internals"))]
+    #[cfg(feature = "internals")]
     pub fn len(&self) -> usize {
         self.hashes.len()
     }
