@@ -17,7 +17,7 @@
 
 use std::path::PathBuf;
 
-use rill_client::{parse_key_value, ClientConfig};
+use rill_client::parse_key_value;
 use rill_streams::{StreamsConfig, StreamsConfigBuilder};
 
 /// The connection flags every example takes.
@@ -44,26 +44,11 @@ pub fn parse_set(arg: &str) -> Result<(String, String), String> {
 pub type Error = Box<dyn std::error::Error>;
 
 impl Connection {
-    /// The bootstrap servers the user gave (flag, `--set`, or the file), if
-    /// any; `None` means: start the embedded broker.
+    /// The bootstrap servers the user gave anywhere (flag, `--set`, the
+    /// file, `RILL_BOOTSTRAP_SERVERS`), read from the merged layers; `None`
+    /// means: start the embedded broker.
     pub fn bootstrap(&self) -> Result<Option<String>, Error> {
-        if let Some(b) = &self.bootstrap_server {
-            return Ok(Some(b.clone()));
-        }
-        if let Some((_, v)) = self
-            .set
-            .iter()
-            .rev()
-            .find(|(k, _)| k == "bootstrap.servers")
-        {
-            return Ok(Some(v.clone()));
-        }
-        match &self.config {
-            Some(path) => Ok(ClientConfig::from_properties_file(path)?
-                .get("bootstrap.servers")
-                .map(str::to_string)),
-            None => Ok(None),
-        }
+        Ok(self.streams_config(&[], &[]).peek("bootstrap.servers")?)
     }
 
     /// The application's configuration: `defaults` (the app's own) < the

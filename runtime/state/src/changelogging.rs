@@ -33,16 +33,6 @@ impl ChangeLogger {
         }
     }
 
-    /// The changelog topic (shared, so records need not copy it).
-    pub fn topic(&self) -> &Arc<str> {
-        &self.topic
-    }
-
-    /// The changelog partition (the task's).
-    pub fn partition(&self) -> i32 {
-        self.partition
-    }
-
     /// Queues one write.
     pub fn log(&mut self, key: Bytes, value: Option<Bytes>, timestamp: Option<i64>) {
         self.pending.push((key, value, timestamp));
@@ -57,10 +47,5 @@ impl ChangeLogger {
     /// they go to.
     pub fn drain(&mut self) -> (&Arc<str>, i32, std::vec::Drain<'_, ChangelogWrite>) {
         (&self.topic, self.partition, self.pending.drain(..))
-    }
-
-    /// Whether writes are waiting.
-    pub fn has_pending(&self) -> bool {
-        !self.pending.is_empty()
     }
 }

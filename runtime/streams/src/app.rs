@@ -19,8 +19,8 @@
 //! (replace it, shut this instance down, or shut the whole application
 //! down through the group, KIP-671).
 //!
-//! Invariants: values set once at start (the advertised endpoint, the REST
-//! address, the global stores) are `OnceLock`s, so readers never lock;
+//! Invariants: values set once at start (the advertised endpoint, the
+//! global stores) are `OnceLock`s, so readers never lock;
 //! every mutex is taken through [`lock`], and no lock is held while a
 //! listener or handler runs user code.
 
@@ -133,6 +133,8 @@ struct Hooks {
 #[derive(Default)]
 struct Services {
     global_thread: Option<GlobalThread>,
+    /// Where the REST server listens, while it does.
+    rest_address: Option<SocketAddr>,
     /// Stops the REST server (requests in flight finish).
     rest_stop: Option<Box<dyn FnOnce() + Send>>,
 }
@@ -163,7 +165,6 @@ pub(crate) struct App {
     history: History,
     /// The advertised endpoint, once the REST server bound its port.
     endpoint: OnceLock<String>,
-    rest_address: OnceLock<SocketAddr>,
     /// Global tables' stores (read by every task), once bootstrapped.
     global_stores: OnceLock<Vec<(String, SharedStore)>>,
     state: Mutex<State>,
@@ -191,7 +192,6 @@ impl App {
             admin: Arc::new(admin),
             history: History::default(),
             endpoint: OnceLock::new(),
-            rest_address: OnceLock::new(),
             global_stores: OnceLock::new(),
             state: Mutex::new(State::Created),
             changed: Condvar::new(),
@@ -234,16 +234,18 @@ impl App {
         self.endpoint.get().map(String::as_str)
     }
 
+    /// Where the REST server listens; `None` before start and after close.
     pub fn rest_address(&self) -> Option<SocketAddr> {
-        self.rest_address.get().copied()
+        lock(&self.services).rest_address
     }
 
     /// Records where the REST server listens and what the instance
     /// advertises, and how to stop the server (once, at start).
     pub fn set_rest(&self, address: SocketAddr, endpoint: String, stop: Box<dyn FnOnce() + Send>) {
-        let _ = self.rest_address.set(address);
         let _ = self.endpoint.set(endpoint);
-        lock(&self.services).rest_stop = Some(stop);
+        let mut services = lock(&self.services);
+        services.rest_address = Some(address);
+        services.rest_stop = Some(stop);
     }
 
     /// Records the bootstrapped global stores and the thread keeping them

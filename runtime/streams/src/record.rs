@@ -9,13 +9,11 @@
 
 use std::any::Any;
 
-use bytes::Bytes;
-
 use crate::error::{Result, StreamsError};
 
 /// Record headers in order, as `(name, value)`; a `None` value is a header with a null value
-/// (Kafka's `Headers`).
-pub type Headers = Vec<(String, Option<Bytes>)>;
+/// (Kafka's `Headers`; the same type the record cache keeps with an entry).
+pub use rill_state::Headers;
 
 /// A record as processors see it.
 #[derive(Debug, Clone, PartialEq)]

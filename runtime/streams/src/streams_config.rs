@@ -193,12 +193,13 @@ impl StreamsConfig {
     /// under each of `prefixes` in order (the general one first, e.g.
     /// `consumer.` before `restore.consumer.`), prefix removed.
     fn user_settings(&self, kind: ClientKind, prefixes: &[&str]) -> ClientConfig {
-        let mut c = ClientConfig::new();
-        for (k, v) in &self.client_overrides {
-            if !CLIENT_PREFIXES.iter().any(|p| k.starts_with(p)) && kind.knows(k) {
-                c.insert(k.clone(), v.clone());
-            }
-        }
+        let unprefixed: ClientConfig = self
+            .client_overrides
+            .iter()
+            .filter(|(k, _)| !CLIENT_PREFIXES.iter().any(|p| k.starts_with(p)))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let mut c = unprefixed.for_client(kind);
         for prefix in prefixes {
             for (k, v) in &self.client_overrides {
                 if let Some(rest) = k.strip_prefix(prefix) {
@@ -206,6 +207,20 @@ impl StreamsConfig {
                 }
             }
         }
+        c
+    }
+
+    /// A consumer without a group (restore, global): the application's
+    /// `consumer.` settings and then the ones under `prefix`, with what the
+    /// runtime relies on put back (no group, no auto-commit).
+    fn groupless_consumer(&self, prefix: &str, client_id: String) -> ClientConfig {
+        let mut c = ClientConfig::new().set("bootstrap.servers", self.bootstrap_servers.clone());
+        c.merge(&self.user_settings(ClientKind::Consumer, &["consumer.", prefix]));
+        for k in ["group.id", "group.instance.id"] {
+            c.remove(k);
+        }
+        c.insert("client.id", client_id);
+        c.insert("enable.auto.commit", "false");
         c
     }
 
@@ -254,22 +269,25 @@ impl StreamsConfig {
                 "max.poll.interval.ms",
                 self.max_poll_interval_ms.to_string(),
             );
+        c.merge(&self.user_settings(ClientKind::Consumer, &["consumer.", "main.consumer."]));
+        // Not the user's to set (Kafka Streams ignores them too, see
+        // `parse`): the group is the application, offsets are committed by
+        // the runtime after processing, each thread is its own static member.
+        c.insert("group.id", self.application_id.clone());
+        c.insert("enable.auto.commit", "false");
+        c.remove("group.instance.id");
         if let Some(id) = &self.group_instance_id {
             c.insert("group.instance.id", instance_id_for_thread(id, thread));
         }
-        c.merge(&self.user_settings(ClientKind::Consumer, &["consumer.", "main.consumer."]));
         c
     }
 
     /// The restore consumer of stream thread `n` (no group).
     pub fn restore_consumer_config(&self, client_id: &str, thread: usize) -> ClientConfig {
-        let mut c = self.client_config(ClientKind::Consumer);
-        c.merge(&self.user_settings(ClientKind::Consumer, &["restore.consumer."]));
-        c.insert(
-            "client.id",
+        let mut c = self.groupless_consumer(
+            "restore.consumer.",
             format!("{client_id}-StreamThread-{thread}-restore-consumer"),
         );
-        c.insert("enable.auto.commit", "false");
         c.insert("max.poll.records", self.restore_batch_size.to_string());
         c
     }
@@ -277,11 +295,7 @@ impl StreamsConfig {
     /// The global stream thread's consumer (no group; it assigns itself
     /// every partition of the global tables' topics).
     pub fn global_consumer_config(&self, client_id: &str) -> ClientConfig {
-        let mut c = self.client_config(ClientKind::Consumer);
-        c.merge(&self.user_settings(ClientKind::Consumer, &["global.consumer."]));
-        c.insert("client.id", format!("{client_id}-global-consumer"));
-        c.insert("enable.auto.commit", "false");
-        c
+        self.groupless_consumer("global.consumer.", format!("{client_id}-global-consumer"))
     }
 
     /// The producer of stream thread `thread` (from 1): client id
@@ -399,6 +413,18 @@ impl StreamsConfigBuilder {
 
     /// Merges the layers and validates every key and value.
     pub fn build(self) -> Result<StreamsConfig> {
+        parse(self.merged()?)
+    }
+
+    /// The value `key` has once the layers are merged, before validation
+    /// (empty counts as unset): e.g. whether the user named a cluster
+    /// anywhere, file, environment or command line.
+    pub fn peek(&self, key: &str) -> Result<Option<String>> {
+        Ok(self.merged()?.remove(key).filter(|v| !v.is_empty()))
+    }
+
+    /// Every layer merged into dotted keys.
+    fn merged(&self) -> Result<BTreeMap<String, String>> {
         let cfg_err =
             |e: config::ConfigError| StreamsError::config("(configuration)", "", e.to_string());
         // Code-set values go in as a source (set_override would win over
@@ -461,7 +487,7 @@ impl StreamsConfigBuilder {
         for (k, v) in tree {
             flatten(&k, v, &mut flat)?;
         }
-        parse(flat)
+        Ok(flat)
     }
 }
 
@@ -474,6 +500,18 @@ impl Source for MapSource {
     }
     fn collect(&self) -> std::result::Result<Map<String, Value>, config::ConfigError> {
         Ok(self.0.clone())
+    }
+}
+
+/// Consumer keys the runtime sets itself; a value for one (a shared
+/// properties file often has `group.id`) is ignored with a warning, as
+/// Kafka Streams does.
+const RUNTIME_OWNED: &[&str] = &["group.id", "enable.auto.commit"];
+
+fn runtime_owned_reason(key: &str) -> &'static str {
+    match key {
+        "group.id" => "a Kafka Streams app's consumer group is its application.id",
+        _ => "the runtime commits offsets itself, after processing (at-least-once)",
     }
 }
 
@@ -492,6 +530,10 @@ fn parse(mut flat: BTreeMap<String, String>) -> Result<StreamsConfig> {
                 "admin." => ClientKind::Admin,
                 _ => ClientKind::Consumer,
             };
+            if kind == ClientKind::Consumer && RUNTIME_OWNED.contains(&rest) {
+                tracing::warn!("{k}={v} is ignored: {}", runtime_owned_reason(rest));
+                continue;
+            }
             if !kind.knows(rest) {
                 return Err(StreamsError::config(
                     k,
@@ -499,6 +541,9 @@ fn parse(mut flat: BTreeMap<String, String>) -> Result<StreamsConfig> {
                     format!("{rest} is not a {kind:?} configuration key").to_lowercase(),
                 ));
             }
+        } else if RUNTIME_OWNED.contains(&k.as_str()) {
+            tracing::warn!("{k}={v} is ignored: {}", runtime_owned_reason(k));
+            continue;
         } else if !ClientKind::ALL.iter().any(|c| c.knows(k)) {
             return Err(StreamsError::config(
                 k,
@@ -824,6 +869,38 @@ mod tests {
             c.client_config(ClientKind::Admin).get("bootstrap.servers"),
             Some("127.0.0.1:9092")
         );
+        // Prefixed settings win over unprefixed ones, for every consumer.
+        let c = base()
+            .set("request.timeout.ms", 20_000)
+            .set("consumer.request.timeout.ms", 60_000)
+            .set("global.consumer.request.timeout.ms", 90_000)
+            .build()
+            .unwrap();
+        for (name, consumer) in [
+            ("main", c.consumer_config("cid", 1)),
+            ("restore", c.restore_consumer_config("cid", 1)),
+        ] {
+            assert_eq!(consumer.get("request.timeout.ms"), Some("60000"), "{name}");
+        }
+        assert_eq!(
+            c.global_consumer_config("cid").get("request.timeout.ms"),
+            Some("90000")
+        );
+        // What the runtime relies on is not the user's to set: a shared
+        // properties file's group.id or auto-commit is ignored (warned), and
+        // the group-less consumers never get a group.
+        let c = base()
+            .set("group.id", "someone-elses")
+            .set("enable.auto.commit", "true")
+            .set("consumer.group.id", "x")
+            .build()
+            .unwrap();
+        let main = c.consumer_config("cid", 1);
+        assert_eq!(main.get("group.id"), Some("app"));
+        assert_eq!(main.get("enable.auto.commit"), Some("false"));
+        let restore = c.restore_consumer_config("cid", 1);
+        assert_eq!(restore.get("group.id"), None);
+        assert_eq!(restore.get("enable.auto.commit"), Some("false"));
         // A key no client knows, or one under the wrong client's prefix,
         // fails the build with the key named.
         let e = base().set("linger.mss", 3).build().unwrap_err().to_string();

@@ -21,14 +21,6 @@ use crate::processor_context::PunctuationType;
 use crate::task_manager::{now_ms, Running};
 use crate::thread_state::ThreadShared;
 
-/// What one process phase did.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Processed {
-    pub records: usize,
-    /// A processor asked for a commit (`context.commit()`).
-    pub commit_requested: bool,
-}
-
 /// Runs tasks for one stream thread.
 pub(crate) struct TaskExecutor {
     /// Records per round over all tasks.
@@ -46,15 +38,16 @@ impl TaskExecutor {
     }
 
     /// Processes up to the budget over the tasks ready to process; `lag`
-    /// gives each assigned partition's fetched lag.
+    /// gives each assigned partition's fetched lag. Whether a processor
+    /// asked for a commit (`context.commit()`).
     pub fn process(
         &self,
         running: Running<'_>,
         lag: &dyn Fn(&TopicPartition) -> Option<i64>,
         shared: &ThreadShared,
-    ) -> Result<Processed> {
+    ) -> Result<bool> {
         let Running { tasks, collector } = running;
-        let mut done = Processed::default();
+        let mut commit_requested = false;
         let now = now_ms();
         let per_task = (self.budget / tasks.len().max(1)).max(1);
         for t in tasks.values_mut() {
@@ -70,15 +63,14 @@ impl TaskExecutor {
                 shared.dropped_records.fetch_add(dropped, Ordering::Relaxed);
             }
             let n = r?;
-            done.records += n;
             shared
                 .metrics
                 .processed
                 .fetch_add(n as u64, Ordering::Relaxed);
-            done.commit_requested |= std::mem::take(&mut t.task.shared.commit_requested);
+            commit_requested |= std::mem::take(&mut t.task.shared.commit_requested);
             collector.send(t.task.take_out())?;
         }
-        Ok(done)
+        Ok(commit_requested)
     }
 
     /// Runs every task's due wall-clock punctuations.

@@ -249,10 +249,10 @@ impl StreamThread {
     fn process(&self, tm: &mut TaskManager) -> Result<()> {
         let consumer = &self.consumer;
         let lag = |tp: &TopicPartition| consumer.lag(tp);
-        let done = self
+        let commit_requested = self
             .executor
             .process(tm.running(), &lag, &self.ctx.shared)?;
-        if done.commit_requested {
+        if commit_requested {
             tm.request_commit();
         }
         Ok(())

@@ -30,7 +30,9 @@ use bytes::{BufMut, Bytes, BytesMut};
 pub(crate) use rill_state::session::{parse_session_key, session_key, SESSION_KEY_SUFFIX};
 #[cfg(test)]
 use rill_state::window::segment_interval_ms;
-pub(crate) use rill_state::window::{store_key, store_key_start, SegmentSweep, WINDOW_KEY_SUFFIX};
+pub(crate) use rill_state::window::{
+    store_key, store_key_key, store_key_start, SegmentSweep, WINDOW_KEY_SUFFIX,
+};
 
 use crate::error::StreamsError;
 use crate::serdes::{Serde, Serdes, SharedSerde};
@@ -236,15 +238,13 @@ impl<K: Send + Sync + 'static> Serde<Windowed<K>> for WindowStoreKeySerde<K> {
     }
     fn deserialize(&self, topic: &str, data: Option<&[u8]>) -> Result<Windowed<K>, String> {
         let d = data.ok_or("a window store key is never null")?;
-        let start = store_key_start(d).ok_or_else(|| {
-            format!(
+        let (Some(k), Some(start)) = (store_key_key(d), store_key_start(d)) else {
+            return Err(format!(
                 "a window store key needs at least {WINDOW_KEY_SUFFIX} bytes, got {}",
                 d.len()
-            )
-        })?;
-        let key = self
-            .inner
-            .deserialize(topic, Some(&d[..d.len() - WINDOW_KEY_SUFFIX]))?;
+            ));
+        };
+        let key = self.inner.deserialize(topic, Some(k))?;
         Ok(Windowed::new(
             key,
             Window::new(start, start.saturating_add(self.size_ms)),
