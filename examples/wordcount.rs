@@ -99,41 +99,16 @@ fn topology() -> rill_streams::Result<Topology> {
     builder.build()
 }
 
-/// Errors end the app with one line on stderr (their `Display`), exit code 1.
 fn main() -> std::process::ExitCode {
-    match run() {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("wordcount: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    rill_examples::run_app("wordcount", run)
 }
 
-fn run() -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .init();
+fn run() -> Result<(), rill_examples::Error> {
     let args = Args::parse();
 
     // The embedded broker runs on its own tokio runtime for as long as main.
     let rt = tokio::runtime::Runtime::new()?;
-    let (_cluster, bootstrap) = match args.connection.bootstrap()? {
-        Some(b) => (None, b),
-        None => {
-            let cluster = rt.block_on(
-                rill_broker::EmbeddedCluster::builder()
-                    .in_memory()
-                    .config(|c| c.group_initial_rebalance_delay_ms = 0)
-                    .start(),
-            )?;
-            let b = cluster.bootstrap_servers();
-            println!("embedded broker at {b}");
-            (Some(cluster), b)
-        }
-    };
+    let (_cluster, bootstrap) = args.connection.cluster(&rt)?;
 
     // The app's defaults < --config FILE < RILL_ env < --set < flags.
     let temp_state = std::env::temp_dir().join(format!("rill-wordcount-{}", std::process::id()));

@@ -16,7 +16,9 @@
 //! ([`StreamsConfig::client_config`]).
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
+use rill_broker::EmbeddedCluster;
 use rill_client::parse_key_value;
 use rill_streams::{StreamsConfig, StreamsConfigBuilder};
 
@@ -40,8 +42,26 @@ pub fn parse_set(arg: &str) -> Result<(String, String), String> {
         .map_err(|_| format!("{arg:?} is not KEY=VALUE (e.g. --set num.stream.threads=4)"))
 }
 
-/// Why the connection settings could not be used: one readable sentence.
+/// Why an app stopped: one readable sentence.
 pub type Error = Box<dyn std::error::Error>;
+
+/// Runs an app's `main`: logs at `warn` unless `RUST_LOG` says otherwise;
+/// an error ends it with one line on stderr (its `Display`, never a
+/// `Debug` struct) and exit code 1.
+pub fn run_app(name: &str, run: impl FnOnce() -> Result<(), Error>) -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .init();
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
 
 impl Connection {
     /// The bootstrap servers the user gave anywhere (flag, `--set`, the
@@ -49,6 +69,27 @@ impl Connection {
     /// means: start the embedded broker.
     pub fn bootstrap(&self) -> Result<Option<String>, Error> {
         Ok(self.streams_config(&[], &[]).peek("bootstrap.servers")?)
+    }
+
+    /// The cluster to use: the one the user named, else an embedded broker
+    /// started on `rt` (in memory, no initial rebalance delay), kept alive
+    /// by the returned handle. Its bootstrap servers.
+    pub fn cluster(
+        &self,
+        rt: &tokio::runtime::Runtime,
+    ) -> Result<(Option<EmbeddedCluster>, String), Error> {
+        if let Some(b) = self.bootstrap()? {
+            return Ok((None, b));
+        }
+        let cluster = rt.block_on(
+            EmbeddedCluster::builder()
+                .in_memory()
+                .config(|c| c.group_initial_rebalance_delay_ms = 0)
+                .start(),
+        )?;
+        let b = cluster.bootstrap_servers();
+        println!("embedded broker at {b}");
+        Ok((Some(cluster), b))
     }
 
     /// The application's configuration: `defaults` (the app's own) < the

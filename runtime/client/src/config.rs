@@ -302,6 +302,18 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// Reads `cfg` with `read`, then fails on the first key it did not read.
+fn read_all<T>(
+    cfg: &ClientConfig,
+    client: &'static str,
+    read: impl FnOnce(&mut Reader<'_>) -> Result<T>,
+) -> Result<T> {
+    let mut r = Reader::new(cfg, client);
+    let out = read(&mut r)?;
+    r.finish()?;
+    Ok(out)
+}
+
 /// Settings every client shares (Kafka's `CommonClientConfigs`).
 #[derive(Debug, Clone)]
 pub struct CommonConfig {
@@ -484,10 +496,7 @@ impl ProducerConfig {
     /// `delivery.timeout.ms` below `linger.ms` + `request.timeout.ms`, or settings that
     /// conflict with an explicit `enable.idempotence=true`.
     pub fn from_config(cfg: &ClientConfig) -> Result<Self> {
-        let mut r = Reader::new(cfg, "producer");
-        let out = Self::read(&mut r)?;
-        r.finish()?;
-        Ok(out)
+        read_all(cfg, "producer", Self::read)
     }
 
     /// Reads every key the producer knows, recording each in `r`.
@@ -690,10 +699,7 @@ impl ConsumerConfig {
     /// `heartbeat.interval.ms` not below `session.timeout.ms`, or a key the chosen
     /// `group.protocol` does not allow.
     pub fn from_config(cfg: &ClientConfig) -> Result<Self> {
-        let mut r = Reader::new(cfg, "consumer");
-        let out = Self::read(&mut r)?;
-        r.finish()?;
-        Ok(out)
+        read_all(cfg, "consumer", Self::read)
     }
 
     /// Reads every key the consumer knows, recording each in `r`.
@@ -847,10 +853,7 @@ impl AdminConfig {
     /// Fails with [`Error::Config`] on a missing or malformed `bootstrap.servers`, an
     /// unknown or non-admin key, or a bad value.
     pub fn from_config(cfg: &ClientConfig) -> Result<Self> {
-        let mut r = Reader::new(cfg, "admin");
-        let out = Self::read(&mut r)?;
-        r.finish()?;
-        Ok(out)
+        read_all(cfg, "admin", Self::read)
     }
 
     /// Reads every key the admin knows, recording each in `r`.
