@@ -11,6 +11,20 @@
 //!   (at-least-once);
 //! - store writes queue their changelog records, which leave the task with
 //!   its sink records (`TaskShared::out`) after each input record.
+//!
+//! Lifecycle (Kafka's `Task.State`, `TaskState`, driven by the task
+//! manager):
+//!
+//! ```text
+//!   Created ──► Restoring ──► Running ──► Suspended ──► Closed
+//!      │            │                      │    ▲
+//!      │            └──────────────────────┼────┤ (revoked while restoring)
+//!      └───────────────────────────────────┼────┘
+//!                   Restoring ◄────────────┘      (given back: resumed)
+//! ```
+//!
+//! A task is closed only once suspended (Kafka suspends before a clean or
+//! dirty close alike).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -28,18 +42,8 @@ use crate::task_id::TaskId;
 use crate::timestamp::SharedExtractor;
 use crate::topology::{NodeKind, Topology};
 
-/// Kafka's `Task.State`, for active tasks:
-///
-/// ```text
-///   Created ──► Restoring ──► Running ──► Suspended ──► Closed
-///      │            │                      │    ▲
-///      │            └──────────────────────┼────┤ (revoked while restoring)
-///      └───────────────────────────────────┼────┘
-///                   Restoring ◄────────────┘      (given back: resumed)
-/// ```
-///
-/// A task is closed only once suspended (Kafka suspends before a clean or
-/// dirty close alike).
+/// Kafka's `Task.State`, for active tasks (the diagram is in the module
+/// header).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum TaskState {
     Created,
