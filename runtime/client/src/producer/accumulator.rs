@@ -438,22 +438,23 @@ impl Accumulator {
         b.outcome.complete(result);
     }
 
+    /// An in-flight batch whose last attempt failed with a retriable error
+    /// after its delivery deadline: it fails as expired (Kafka's
+    /// `TimeoutException: Expiring N record(s) for <partition>`), naming
+    /// its partition and the last error, not with the bare connection or
+    /// broker error.
+    pub fn finish_expired(&mut self, b: &ProducerBatch, delivery_timeout: Duration, last: &Error) {
+        let e = expiry(b, delivery_timeout, Some(last));
+        self.finish(b, Err(e));
+    }
+
     /// A batch expired before it was sent.
     pub fn expire(&mut self, b: &ProducerBatch, delivery_timeout: Duration) {
-        let age = b.created.elapsed().as_millis();
         if b.sent && self.idempotent {
             self.reset_producer = true;
         }
         self.release(b);
-        b.outcome.complete(Err(Error::Timeout {
-            what: format!(
-                "expiring {} record(s) for {}: {age} ms has passed since batch creation (delivery.timeout.ms {})",
-                b.builder.record_count(),
-                b.tp,
-                delivery_timeout.as_millis()
-            ),
-            timeout_ms: delivery_timeout.as_millis() as u64,
-        }));
+        b.outcome.complete(Err(expiry(b, delivery_timeout, None)));
     }
 
     /// Puts a batch back at the front of its queue to be retried.
@@ -577,5 +578,22 @@ mod tests {
         assert!(drain_once(&mut acc, &cfg).is_empty());
         acc.finish(&first[0], Ok((0, -1)));
         assert_eq!(drain_once(&mut acc, &cfg).len(), 1);
+    }
+}
+
+/// The error of a batch past `delivery.timeout.ms`.
+fn expiry(b: &ProducerBatch, delivery_timeout: Duration, last: Option<&Error>) -> Error {
+    let age = b.created.elapsed().as_millis();
+    let last = last
+        .map(|e| format!("; last error: {e}"))
+        .unwrap_or_default();
+    Error::Timeout {
+        what: format!(
+            "expiring {} record(s) for {}: {age} ms has passed since batch creation (delivery.timeout.ms {}){last}",
+            b.builder.record_count(),
+            b.tp,
+            delivery_timeout.as_millis()
+        ),
+        timeout_ms: delivery_timeout.as_millis() as u64,
     }
 }

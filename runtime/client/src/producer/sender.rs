@@ -178,12 +178,12 @@ fn retry_or_fail(inner: &Inner, b: ProducerBatch, e: Error) {
     // producer id the sender takes next (KIP-360's epoch bump).
     let behind_a_retry = e.code() == Some(ErrorCode::OutOfOrderSequenceNumber)
         && (acc.has_earlier_unfinished(&b) || acc.reset_producer);
-    if (e.is_retriable() || behind_a_retry)
-        && b.attempts < cfg.retries
-        && Instant::now() < b.deadline
-    {
+    let retriable = e.is_retriable() || behind_a_retry;
+    if retriable && b.attempts < cfg.retries && Instant::now() < b.deadline {
         debug!(partition = %b.tp, attempt = b.attempts + 1, error = %e, "retrying batch");
         acc.requeue(b, cfg.common.retry_backoff);
+    } else if retriable && Instant::now() >= b.deadline {
+        acc.finish_expired(&b, cfg.delivery_timeout, &e);
     } else {
         acc.finish(&b, Err(e));
     }
