@@ -505,6 +505,23 @@ impl Accumulator {
     }
 }
 
+/// The error of a batch past `delivery.timeout.ms`.
+fn expiry(b: &ProducerBatch, delivery_timeout: Duration, last: Option<&Error>) -> Error {
+    let age = b.created.elapsed().as_millis();
+    let last = last
+        .map(|e| format!("; last error: {e}"))
+        .unwrap_or_default();
+    Error::Timeout {
+        what: format!(
+            "expiring {} record(s) for {}: {age} ms has passed since batch creation (delivery.timeout.ms {}){last}",
+            b.builder.record_count(),
+            b.tp,
+            delivery_timeout.as_millis()
+        ),
+        timeout_ms: delivery_timeout.as_millis() as u64,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -578,22 +595,5 @@ mod tests {
         assert!(drain_once(&mut acc, &cfg).is_empty());
         acc.finish(&first[0], Ok((0, -1)));
         assert_eq!(drain_once(&mut acc, &cfg).len(), 1);
-    }
-}
-
-/// The error of a batch past `delivery.timeout.ms`.
-fn expiry(b: &ProducerBatch, delivery_timeout: Duration, last: Option<&Error>) -> Error {
-    let age = b.created.elapsed().as_millis();
-    let last = last
-        .map(|e| format!("; last error: {e}"))
-        .unwrap_or_default();
-    Error::Timeout {
-        what: format!(
-            "expiring {} record(s) for {}: {age} ms has passed since batch creation (delivery.timeout.ms {}){last}",
-            b.builder.record_count(),
-            b.tp,
-            delivery_timeout.as_millis()
-        ),
-        timeout_ms: delivery_timeout.as_millis() as u64,
     }
 }
