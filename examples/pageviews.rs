@@ -102,7 +102,7 @@ fn run() -> Result<(), rill_examples::Error> {
     let args = Args::parse();
     let rt = tokio::runtime::Runtime::new()?;
     let (_cluster, bootstrap) = args.connection.cluster(&rt)?;
-    // The app's defaults < --config FILE < RILL_ env < --set < flags.
+    // The app's defaults < --config FILE < RILL_CONFIG_* env < --set < flags.
     let state_dir = std::env::temp_dir().join(format!("rill-pageviews-{}", std::process::id()));
     let defaults = [
         ("application.id", "rill-pageviews".to_string()),
@@ -121,11 +121,9 @@ fn run() -> Result<(), rill_examples::Error> {
     let application_id = cfg.application_id.clone();
     let remove_state = cfg.state_dir == state_dir;
     let admin = Admin::new(&cfg.client_config(ClientKind::Admin))?;
-    for t in [USERS, VIEWS, OUTPUT] {
-        if !admin.list_topics()?.iter().any(|x| x == t) {
-            admin.create_topic(NewTopic::new(t, PARTITIONS, -1))?;
-        }
-    }
+    // Creates what is missing; another instance starting at the same time
+    // may create a topic first, which is fine when its partitions match.
+    admin.ensure_topics(&[USERS, VIEWS, OUTPUT].map(|t| NewTopic::new(t, PARTITIONS, -1)))?;
 
     // Event time starts at a window boundary a little in the past.
     let now = std::time::SystemTime::now()

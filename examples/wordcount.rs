@@ -110,7 +110,7 @@ fn run() -> Result<(), rill_examples::Error> {
     let rt = tokio::runtime::Runtime::new()?;
     let (_cluster, bootstrap) = args.connection.cluster(&rt)?;
 
-    // The app's defaults < --config FILE < RILL_ env < --set < flags.
+    // The app's defaults < --config FILE < RILL_CONFIG_* env < --set < flags.
     let temp_state = std::env::temp_dir().join(format!("rill-wordcount-{}", std::process::id()));
     let defaults = [
         ("application.id", "rill-wordcount".to_string()),
@@ -136,11 +136,9 @@ fn run() -> Result<(), rill_examples::Error> {
     let remove_state = state_dir == temp_state;
 
     let admin = Admin::new(&cfg.client_config(ClientKind::Admin))?;
-    for t in [INPUT, OUTPUT] {
-        if !admin.list_topics()?.iter().any(|x| x == t) {
-            admin.create_topic(NewTopic::new(t, PARTITIONS, -1))?;
-        }
-    }
+    // Creates what is missing; another instance starting at the same time
+    // may create a topic first, which is fine when its partitions match.
+    admin.ensure_topics(&[INPUT, OUTPUT].map(|t| NewTopic::new(t, PARTITIONS, -1)))?;
 
     let producer = Producer::new(&cfg.client_config(ClientKind::Producer))?;
     let mut expected: BTreeMap<String, i64> = BTreeMap::new();

@@ -8,7 +8,7 @@
 //! - `--set KEY=VALUE`, repeatable: one property, over the file.
 //! - `--bootstrap-server HOST:PORT`: the cluster, over both.
 //!
-//! Layers, lowest first: the app's defaults < the file < `RILL_…`
+//! Layers, lowest first: the app's defaults < the file < `RILL_CONFIG_…`
 //! environment variables < `--set` < the app's own flags. With no
 //! `bootstrap.servers` anywhere the app starts Rill's embedded broker.
 //! The app's own clients (its producer of input, its reader of output)
@@ -93,7 +93,7 @@ impl Connection {
     }
 
     /// The application's configuration: `defaults` (the app's own) < the
-    /// file < `RILL_` environment < `--set` < `flags` (only the flags the
+    /// file < `RILL_CONFIG_` environment < `--set` < `flags` (only the flags the
     /// user gave); [`StreamsConfigBuilder::build`] validates every key.
     pub fn streams_config(
         &self,

@@ -905,6 +905,53 @@ pub fn client_bad_input(bootstrap: &str) {
         .unwrap();
 }
 
+/// Processes that start together and create the same topics (two
+/// word-count instances; issue 17) all succeed: `Admin::ensure_topics`
+/// treats TOPIC_ALREADY_EXISTS as success when the partitions match, and
+/// refuses a mismatch naming the topic and both counts. Check-then-create
+/// (list, then create what is missing), which the examples did, lost this
+/// race about one start in five.
+pub fn client_racing_topic_creators_all_succeed(bootstrap: &str) {
+    const ROUNDS: usize = 8;
+    const CREATORS: usize = 3;
+    for _ in 0..ROUNDS {
+        let topics = [unique_topic("race-a"), unique_topic("race-b")];
+        let barrier = std::sync::Barrier::new(CREATORS);
+        let created: Vec<BTreeMap<String, bool>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..CREATORS)
+                .map(|_| {
+                    let admin = admin(bootstrap);
+                    let (barrier, topics) = (&barrier, &topics);
+                    s.spawn(move || {
+                        let wanted: Vec<NewTopic> =
+                            topics.iter().map(|t| NewTopic::new(t, 3, 1)).collect();
+                        barrier.wait();
+                        admin
+                            .ensure_topics(&wanted)
+                            .unwrap_or_else(|e| panic!("a racing creator failed: {e}"))
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for t in &topics {
+            let creators = created.iter().filter(|c| c[t]).count();
+            assert_eq!(creators, 1, "{t}: {created:?}");
+        }
+    }
+    let topic = unique_topic("race-mismatch");
+    let a = admin(bootstrap);
+    a.ensure_topics(&[NewTopic::new(&topic, 2, 1)]).unwrap();
+    match a.ensure_topics(&[NewTopic::new(&topic, 3, 1)]) {
+        Err(rill_client::Error::TopicMismatch {
+            topic: t,
+            existing: 2,
+            wanted: 3,
+        }) => assert_eq!(t, topic),
+        other => panic!("expected a partition mismatch, got {other:?}"),
+    }
+}
+
 /// The admin client: topics, partitions, cluster, groups, offsets, records.
 pub fn client_admin_operations(bootstrap: &str) {
     let admin = admin(bootstrap);
@@ -1177,6 +1224,7 @@ pub fn client_producer_and_consumer_controls(bootstrap: &str) {
 macro_rules! for_each_client_scenario {
     ($m:ident) => {
         $m!(
+            client_racing_topic_creators_all_succeed,
             client_round_trip_every_codec,
             client_idempotent_retry_has_no_duplicates,
             client_group_rebalances_and_resumes,

@@ -430,13 +430,12 @@ struct RestApp {
 
 impl RestApp {
     fn start(s: &Setup, state_dir: &Path, instance: &str) -> Self {
-        let mut child = std::process::Command::new(crate::streams_scenarios::app_binary())
-            .args(["--bootstrap", &s.bootstrap, "--application-id", &s.app])
-            .args(["--input", &s.input, "--output", &s.output])
-            .args(["--topology", "wordcount"])
-            .args(["--state-dir", &state_dir.display().to_string()])
-            .args(["--group-instance-id", instance, "--threads", "2"])
-            .args(["--application-server", "127.0.0.1:0"])
+        Self::start_with(s, state_dir, instance, &[])
+    }
+
+    /// Starts the app with extra environment variables.
+    fn start_with(s: &Setup, state_dir: &Path, instance: &str, env: &[(&str, &str)]) -> Self {
+        let mut child = Self::command(s, state_dir, instance, env)
             .stdout(std::process::Stdio::piped())
             .spawn()
             .expect("app starts");
@@ -461,6 +460,24 @@ impl RestApp {
             child,
             rest: rest.trim_start_matches("REST ").to_string(),
         }
+    }
+
+    /// The app's command line: the word count, 2 threads, REST on any port.
+    fn command(
+        s: &Setup,
+        state_dir: &Path,
+        instance: &str,
+        env: &[(&str, &str)],
+    ) -> std::process::Command {
+        let mut cmd = std::process::Command::new(crate::streams_scenarios::app_binary());
+        cmd.args(["--bootstrap", &s.bootstrap, "--application-id", &s.app])
+            .args(["--input", &s.input, "--output", &s.output])
+            .args(["--topology", "wordcount"])
+            .args(["--state-dir", &state_dir.display().to_string()])
+            .args(["--group-instance-id", instance, "--threads", "2"])
+            .args(["--application-server", "127.0.0.1:0"])
+            .envs(env.iter().copied());
+        cmd
     }
 
     fn kill_9(&mut self) {
@@ -572,6 +589,36 @@ pub fn tools_read_kafka_properties_files(bootstrap: &str) {
     let o = rill(&["topics", "list", "--set", "nonsense"]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("nonsense"));
+    // --if-not-exists (kafka-topics'): an existing topic with the same
+    // partition count is success, another count is refused naming both.
+    let again = crate::unique_topic("props-again");
+    let create = |partitions: &str| {
+        rill(&[
+            "topics",
+            "create",
+            "--bootstrap-server",
+            bootstrap,
+            "--topic",
+            &again,
+            "--partitions",
+            partitions,
+            "--if-not-exists",
+        ])
+    };
+    let first = create("2");
+    assert!(first.status.success(), "{first:?}");
+    let o = create("2");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && out.contains("exists already"),
+        "{o:?}"
+    );
+    let o = create("3");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains(&again) && err.contains("2 partitions"),
+        "{o:?}"
+    );
 }
 
 /// kill -9 one of two instances (separate processes), then
@@ -683,6 +730,54 @@ pub fn streams_cli_removes_offline_members(bootstrap: &str) {
         assert!(inst_out.contains(id.as_str()), "{inst_out}");
     }
     drop(a);
+}
+
+/// Only `RILL_CONFIG_*` variables are configuration (issue 17): an app
+/// starts with `RILL_LOG` and `RILL_REST_TOKEN` set (the first stopped
+/// every app with "unknown configuration key" when every `RILL_*` variable
+/// was read as one), `RILL_CONFIG_NUM_STREAM_THREADS=3` gives it three
+/// threads, and a misspelt `RILL_CONFIG_` key stops it at once with an
+/// error that names the variable.
+pub fn streams_config_from_environment(bootstrap: &str) {
+    let s = Setup::new(bootstrap, "envcfg");
+    let dir = tempfile::tempdir().unwrap();
+    let id = format!("{}-a", s.app);
+    let app = RestApp::start_with(
+        &s,
+        dir.path(),
+        &id,
+        &[
+            ("RILL_LOG", "warn"),
+            ("RILL_REST_TOKEN", "not-a-config-key"),
+            ("RILL_CONFIG_NUM_STREAM_THREADS", "3"),
+        ],
+    );
+    let url = format!("http://{}/v1/instances", app.rest);
+    let (status, view) = get(&url, None);
+    assert_eq!(status, 200, "{view:#}");
+    let ids: BTreeSet<String> = partitions_by_instance_id(&view, &s.input)
+        .into_keys()
+        .collect();
+    assert_eq!(ids, expected_ids(&id, 3), "{view:#}");
+    drop(app);
+
+    let started = Instant::now();
+    let out = RestApp::command(
+        &s,
+        dir.path(),
+        &id,
+        &[("RILL_CONFIG_NUM_STREAM_THREAD", "3")],
+    )
+    .output()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("num.stream.thread")
+            && stderr.contains("environment variable RILL_CONFIG_NUM_STREAM_THREAD"),
+        "{stderr}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
 }
 
 /// The dashboard renders the live group in headless Chromium (interop

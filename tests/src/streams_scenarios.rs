@@ -23,8 +23,8 @@ use crate::unique_topic;
 // The operator scenarios (REST, CLI) run through the same macro.
 pub use crate::operator_scenarios::{
     dashboard_renders_live_group, streams_cli_removes_offline_members,
-    streams_rest_metadata_and_queries, streams_rest_shutdown_leaves_group,
-    tools_read_kafka_properties_files,
+    streams_config_from_environment, streams_rest_metadata_and_queries,
+    streams_rest_shutdown_leaves_group, tools_read_kafka_properties_files,
 };
 // The DSL scenarios (tables, joins, windows) too.
 pub use crate::dsl_scenarios::{
@@ -1156,6 +1156,7 @@ macro_rules! for_each_streams_scenario {
             streams_rest_metadata_and_queries => streams_rest_metadata_and_queries(),
             streams_rest_shutdown_leaves_group => streams_rest_shutdown_leaves_group(),
             streams_cli_removes_offline_members => streams_cli_removes_offline_members(),
+            streams_config_from_environment => streams_config_from_environment(),
             tools_read_kafka_properties_files => tools_read_kafka_properties_files(),
             streams_roll_static_clean => streams_roll_static_clean(Runtime::Rill),
             streams_roll_static_stateful => streams_roll_static_stateful(Runtime::Rill),

@@ -551,6 +551,11 @@ pub enum TopicsCommand {
         /// A topic config key=value (repeatable).
         #[arg(long = "config")]
         configs: Vec<String>,
+        /// Succeed when the topic exists already with this partition count
+        /// (kafka-topics' --if-not-exists; safe when several processes
+        /// create it at once).
+        #[arg(long)]
+        if_not_exists: bool,
     },
     Describe {
         /// The cluster (`bootstrap.servers`; or in --command-config).
@@ -600,6 +605,7 @@ pub fn topics(cmd: TopicsCommand) -> CliResult {
             partitions,
             replication_factor,
             configs,
+            if_not_exists,
         } => {
             let mut nt = NewTopic::new(&topic, partitions, replication_factor);
             for c in &configs {
@@ -609,8 +615,19 @@ pub fn topics(cmd: TopicsCommand) -> CliResult {
                 nt = nt.config(k, v);
             }
             let pb = spinner(format!("creating {topic}"));
-            let r = settings
-                .admin(bootstrap_server.as_deref())?
+            let admin = settings.admin(bootstrap_server.as_deref())?;
+            if if_not_exists {
+                let r = admin.ensure_topics(&[nt]);
+                pb.finish_and_clear();
+                let created = r.map_err(|e| format!("creating topic {topic}: {e}"))?;
+                if created.get(&topic) == Some(&true) {
+                    println!("created topic {topic} with {partitions} partitions");
+                } else {
+                    println!("topic {topic} exists already");
+                }
+                return Ok(());
+            }
+            let r = admin
                 .create_topics(&[nt])
                 .map_err(|e| format!("creating topic {topic}: {e}"));
             pb.finish_and_clear();

@@ -242,6 +242,51 @@ impl Admin {
             })
     }
 
+    /// Makes sure `topics` exist with their partition counts: creates the
+    /// missing ones and accepts one that exists already, created before or
+    /// by a racing process (`TOPIC_ALREADY_EXISTS`), when its partition
+    /// count matches ([`Error::TopicMismatch`] otherwise). Returns, per
+    /// topic, whether this call created it. Check-then-create is not
+    /// enough: two processes starting together both see the topic missing
+    /// and one of them gets `TOPIC_ALREADY_EXISTS`.
+    pub fn ensure_topics(&self, topics: &[NewTopic]) -> Result<BTreeMap<String, bool>> {
+        let mut created = BTreeMap::new();
+        let mut existing = Vec::new();
+        for (name, r) in self.create_topics(topics)? {
+            match r {
+                Ok(()) => {
+                    created.insert(name, true);
+                }
+                Err(e) if e.code() == Some(ErrorCode::TopicAlreadyExists) => existing.push(name),
+                Err(e) => return Err(e),
+            }
+        }
+        for name in existing {
+            // The racing creator's topic may not be in this broker's
+            // metadata yet (KRaft propagates it asynchronously): wait for
+            // it as create_topics waits for its own.
+            let t = self.run("Admin::ensure_topics", async {
+                self.cluster
+                    .wait_for_topic(&name, false, self.timeout)
+                    .await
+            })?;
+            let wanted = topics
+                .iter()
+                .find(|n| n.name == t.name)
+                .map_or(0, |n| n.partitions);
+            // -1: the broker's default count, which any count matches.
+            if wanted > 0 && t.partitions.len() != wanted as usize {
+                return Err(Error::TopicMismatch {
+                    topic: t.name,
+                    existing: t.partitions.len(),
+                    wanted,
+                });
+            }
+            created.insert(t.name, false);
+        }
+        Ok(created)
+    }
+
     /// Deletes topics by name; one outcome per topic.
     pub fn delete_topics(&self, names: &[&str]) -> Result<BTreeMap<String, Result<()>>> {
         self.run("Admin::delete_topics", async {

@@ -115,6 +115,17 @@ pub enum Error {
         /// characters, or a character other than ASCII letters, digits, `.`, `_`, `-`.
         reason: String,
     },
+    /// A topic that exists with another partition count than the one asked
+    /// for ([`Admin::ensure_topics`](crate::Admin::ensure_topics)).
+    #[error("topic {topic} already exists with {existing} partitions, not the {wanted} asked for; delete it or use its partition count")]
+    TopicMismatch {
+        /// The topic.
+        topic: String,
+        /// Its partition count in the cluster.
+        existing: usize,
+        /// The partition count asked for.
+        wanted: i32,
+    },
     /// A partition outside the topic.
     #[error(
         "partition {partition} of topic {topic} does not exist (the topic has {count} partitions)"

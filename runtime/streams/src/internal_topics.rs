@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use rill_client::admin::NewTopic;
-use rill_client::{Admin, ErrorCode};
+use rill_client::Admin;
 
 use crate::error::{Result, StreamsError};
 use crate::state_manager::changelog_topic;
@@ -171,23 +171,11 @@ pub(crate) fn prepare_topics(
         }
     }
     if !create.is_empty() {
-        let results = admin
-            .create_topics(&create)
+        // Another instance may create some of them first; ensure_topics
+        // accepts those only when their partition counts match.
+        admin
+            .ensure_topics(&create)
             .map_err(|e| StreamsError::client("creating internal topics", e))?;
-        for (name, r) in results {
-            match r {
-                // Another instance created it first: what it made was
-                // checked against the same topology.
-                Err(e) if e.code() == Some(ErrorCode::TopicAlreadyExists) => {}
-                Err(e) => {
-                    return Err(StreamsError::client(
-                        format!("creating internal topic {name}"),
-                        e,
-                    ))
-                }
-                Ok(()) => {}
-            }
-        }
     }
     Ok(())
 }

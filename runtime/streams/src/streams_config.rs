@@ -4,10 +4,13 @@
 //! Layers, lowest first: built-in defaults (Kafka Streams' own, see
 //! [`DEFAULTS`]) < values set in code ([`StreamsConfigBuilder::set`]) < a
 //! Kafka properties file or a TOML file (`--config FILE`) < environment
-//! variables with the `RILL_` prefix (`RILL_NUM_STREAM_THREADS=4` is
-//! `num.stream.threads`; `_` separates key parts, as every Kafka key is
-//! dotted lower case) < command-line overrides
-//! ([`StreamsConfigBuilder::set_override`]: `--set key=value` and flags).
+//! variables with the `RILL_CONFIG_` prefix ([`ENV_PREFIX`];
+//! `RILL_CONFIG_NUM_STREAM_THREADS=4` is `num.stream.threads`: `_`
+//! separates key parts, as every Kafka key is dotted lower case; other
+//! variables, `RILL_LOG` or `RILL_REST_TOKEN` included, are never read as
+//! keys) < command-line overrides ([`StreamsConfigBuilder::set_override`]:
+//! `--set key=value` and flags). A refused value names where it was set
+//! (the file, the environment variable or the command line).
 //!
 //! Invariant: every key is a Kafka Streams key Rill implements, a client
 //! key (unprefixed: it reaches every client that knows it, as in Kafka
@@ -21,7 +24,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use config::{Config, Environment, File, FileFormat, Map, Source, Value};
+use config::{Config, File, FileFormat, Map, Source, Value};
 use rill_client::{ClientConfig, ClientKind};
 use rill_state::StoreBackend;
 
@@ -179,11 +182,14 @@ impl StreamsConfig {
             .unwrap_or_else(|| std::sync::Arc::new(crate::timestamp::FailOnInvalidTimestamp))
     }
 
-    /// A builder over Kafka Streams' defaults that also reads `RILL_`-prefixed environment
-    /// variables; [`StreamsConfigBuilder::build`] validates.
+    /// A builder over Kafka Streams' defaults that also reads
+    /// `RILL_CONFIG_`-prefixed environment variables
+    /// (`RILL_CONFIG_NUM_STREAM_THREADS=4` sets `num.stream.threads`; other
+    /// variables, `RILL_LOG` included, are not configuration);
+    /// [`StreamsConfigBuilder::build`] validates.
     pub fn builder() -> StreamsConfigBuilder {
         StreamsConfigBuilder {
-            env_prefix: Some("RILL".into()),
+            env_prefix: Some(ENV_PREFIX.into()),
             ..Default::default()
         }
     }
@@ -350,8 +356,55 @@ impl Source for PropertiesFile {
     }
 }
 
-/// Flattens the merged tree back into dotted keys.
-fn flatten(prefix: &str, v: Value, out: &mut BTreeMap<String, String>) -> Result<()> {
+/// The environment layer's prefix: `RILL_CONFIG_<KEY>` with `.` written as
+/// `_` sets `<key>`. A prefix of its own, because other `RILL_` variables
+/// (`RILL_LOG`, `RILL_REST_TOKEN`, ...) are not configuration keys.
+pub const ENV_PREFIX: &str = "RILL_CONFIG";
+
+/// The environment layer: every `<prefix>_<KEY>` variable as `<key>`
+/// (lower case, `_` → `.`), each value's origin naming its variable so a
+/// refused value says where it came from. Variables outside the prefix are
+/// not read; one that is not Unicode is refused, naming it.
+#[derive(Debug, Clone)]
+struct EnvSource {
+    prefix: String,
+}
+
+impl Source for EnvSource {
+    fn clone_into_box(&self) -> Box<dyn Source + Send + Sync> {
+        Box::new(self.clone())
+    }
+    fn collect(&self) -> std::result::Result<Map<String, Value>, config::ConfigError> {
+        let lead = format!("{}_", self.prefix);
+        let mut out = Map::new();
+        for (name, value) in std::env::vars_os() {
+            let Some(name) = name.to_str() else { continue };
+            let Some(rest) = name.strip_prefix(&lead) else {
+                continue;
+            };
+            let value = value.into_string().map_err(|_| {
+                config::ConfigError::Message(format!(
+                    "environment variable {name} is not valid Unicode"
+                ))
+            })?;
+            let origin = format!("environment variable {name}");
+            out.insert(
+                rest.to_ascii_lowercase().replace('_', "."),
+                Value::new(Some(&origin), value),
+            );
+        }
+        Ok(out)
+    }
+}
+
+/// Flattens the merged tree back into dotted keys, noting each value's
+/// origin (file, environment variable, command line) for error messages.
+fn flatten(
+    prefix: &str,
+    v: Value,
+    out: &mut BTreeMap<String, String>,
+    origins: &mut BTreeMap<String, String>,
+) -> Result<()> {
     let key = prefix.to_string();
     match v.kind {
         config::ValueKind::Table(t) => {
@@ -361,7 +414,7 @@ fn flatten(prefix: &str, v: Value, out: &mut BTreeMap<String, String>) -> Result
                 } else {
                     format!("{prefix}.{k}")
                 };
-                flatten(&full, v, out)?;
+                flatten(&full, v, out, origins)?;
             }
         }
         config::ValueKind::Array(_) => {
@@ -373,6 +426,9 @@ fn flatten(prefix: &str, v: Value, out: &mut BTreeMap<String, String>) -> Result
         }
         config::ValueKind::Nil => {}
         _ => {
+            if let Some(origin) = v.origin() {
+                origins.insert(key.clone(), origin.to_string());
+            }
             let s = v
                 .into_string()
                 .map_err(|e| StreamsError::config(&key, "", e.to_string()))?;
@@ -413,18 +469,31 @@ impl StreamsConfigBuilder {
 
     /// Merges the layers and validates every key and value.
     pub fn build(self) -> Result<StreamsConfig> {
-        parse(self.merged()?)
+        let (flat, origins) = self.merged()?;
+        parse(flat).map_err(|e| match e {
+            StreamsError::Config { key, value, reason } => match origins.get(&key) {
+                // Values set in code need no pointer; the others say
+                // which file, variable or flag to fix.
+                Some(origin) if origin != "code" => StreamsError::Config {
+                    key,
+                    value,
+                    reason: format!("{reason} (set by {origin})"),
+                },
+                _ => StreamsError::Config { key, value, reason },
+            },
+            other => other,
+        })
     }
 
     /// The value `key` has once the layers are merged, before validation
     /// (empty counts as unset): e.g. whether the user named a cluster
     /// anywhere, file, environment or command line.
     pub fn peek(&self, key: &str) -> Result<Option<String>> {
-        Ok(self.merged()?.remove(key).filter(|v| !v.is_empty()))
+        Ok(self.merged()?.0.remove(key).filter(|v| !v.is_empty()))
     }
 
-    /// Every layer merged into dotted keys.
-    fn merged(&self) -> Result<BTreeMap<String, String>> {
+    /// Every layer merged into dotted keys, and where each value came from.
+    fn merged(&self) -> Result<(BTreeMap<String, String>, BTreeMap<String, String>)> {
         let cfg_err =
             |e: config::ConfigError| StreamsError::config("(configuration)", "", e.to_string());
         // Code-set values go in as a source (set_override would win over
@@ -464,11 +533,9 @@ impl StreamsConfigBuilder {
             }
         }
         if let Some(prefix) = &self.env_prefix {
-            b = b.add_source(
-                Environment::with_prefix(prefix)
-                    .prefix_separator("_")
-                    .separator("_"),
-            );
+            b = b.add_source(EnvSource {
+                prefix: prefix.clone(),
+            });
         }
         let overrides: Map<String, Value> = self
             .overrides
@@ -476,18 +543,18 @@ impl StreamsConfigBuilder {
             .map(|(k, v)| {
                 (
                     k.clone(),
-                    Value::new(Some(&"command line".to_string()), v.clone()),
+                    Value::new(Some(&"the command line".to_string()), v.clone()),
                 )
             })
             .collect();
         b = b.add_source(MapSource(overrides));
         let merged = b.build().map_err(cfg_err)?;
         let tree = merged.collect().map_err(cfg_err)?;
-        let mut flat = BTreeMap::new();
+        let (mut flat, mut origins) = (BTreeMap::new(), BTreeMap::new());
         for (k, v) in tree {
-            flatten(&k, v, &mut flat)?;
+            flatten(&k, v, &mut flat, &mut origins)?;
         }
-        Ok(flat)
+        Ok((flat, origins))
     }
 }
 
@@ -821,6 +888,34 @@ mod tests {
         // SAFETY: as above.
         unsafe { std::env::remove_var("RILL_CONFIG_TEST_NUM_STREAM_THREADS") };
         assert_eq!(c.num_stream_threads, 5);
+        // A refused value names the variable it came from; variables
+        // outside the prefix are not read.
+        // SAFETY: as above.
+        unsafe {
+            std::env::set_var("RILL_CONFIG_TEST_NUM_STREAM_THREAD", "5");
+            std::env::set_var("RILL_CONFIG_TESTX_NOT_A_KEY", "1");
+        }
+        let e = base()
+            .env_prefix(Some("RILL_CONFIG_TEST"))
+            .build()
+            .unwrap_err()
+            .to_string();
+        // SAFETY: as above.
+        unsafe {
+            std::env::remove_var("RILL_CONFIG_TEST_NUM_STREAM_THREAD");
+            std::env::remove_var("RILL_CONFIG_TESTX_NOT_A_KEY");
+        }
+        assert!(
+            e.contains("num.stream.thread=")
+                && e.contains("environment variable RILL_CONFIG_TEST_NUM_STREAM_THREAD"),
+            "{e}"
+        );
+        assert!(!e.contains("not.a.key"), "{e}");
+        // ... and a file's key names the file.
+        let bad = dir.path().join("bad.properties");
+        std::fs::write(&bad, "num.stream.thread=3\n").unwrap();
+        let e = base().file(&bad).build().unwrap_err().to_string();
+        assert!(e.contains(&bad.display().to_string()), "{e}");
         // Command-line overrides (`--set`, flags) win over the file.
         let c = base()
             .file(&props)

@@ -13,7 +13,9 @@
 //! Prints `RUNNING` on stdout once the application is Running, then runs
 //! until SIGTERM / SIGINT (clean close: static members stay in the group),
 //! until a REST shutdown stops it, or until it is killed.
-//! `RILL_APP_CONFIG=k=v,k2=v2` sets any Rill config key (bench experiments).
+//! `RILL_APP_CONFIG=k=v,k2=v2` sets any Rill config key (bench experiments);
+//! `RILL_CONFIG_<KEY>` variables are read as in every app (a refused one
+//! exits 2 with the error on stderr).
 //! `--cache-bytes N` sets `statestore.cache.max.bytes` (default 10 MiB, 0:
 //! every count update reaches the output).
 //! `--application-server HOST:PORT` (port 0: any) starts the REST server
@@ -201,8 +203,8 @@ fn main() {
             std::process::exit(2);
         }
     }
+    // The environment layer as every app has it (`RILL_CONFIG_*`).
     let mut cfg = StreamsConfig::builder()
-        .env_prefix(None)
         .set("application.id", need("--application-id"))
         .set("bootstrap.servers", need("--bootstrap"))
         .set("state.dir", need("--state-dir"))
@@ -237,8 +239,11 @@ fn main() {
     if let Some(t) = arg("--rest-token") {
         cfg = cfg.set("rest.admin.token", t);
     }
-    let streams =
-        KafkaStreams::new(b.build().expect("topology"), cfg.build().expect("config")).expect("app");
+    let cfg = cfg.build().unwrap_or_else(|e| {
+        eprintln!("rill-streams-app: {e}");
+        std::process::exit(2)
+    });
+    let streams = KafkaStreams::new(b.build().expect("topology"), cfg).expect("app");
     // The rolling-restart harness reads how much each restart restored.
     streams.set_global_state_restore_listener(PrintRestored);
     install_signals();
