@@ -98,6 +98,14 @@ impl Metadata {
 
 type Slot = Arc<tokio::sync::Mutex<Option<Arc<Connection>>>>;
 
+/// Slot keys from here up hold coordinator connections: broker `n`'s is
+/// `i32::MAX - n`, the Java client's numbering. Broker ids are below it.
+const COORDINATOR_SLOTS: i32 = i32::MAX / 2;
+
+fn coordinator_slot(node: i32) -> i32 {
+    i32::MAX - node
+}
+
 /// Connections and metadata shared by one client's parts.
 pub struct Cluster {
     pub cfg: CommonConfig,
@@ -196,7 +204,32 @@ impl Cluster {
         self.connect_slot(node, &addr).await
     }
 
+    /// A connection of its own to broker `node` for group-coordinator
+    /// traffic (join, sync, heartbeat, offset commit and fetch), as the Java
+    /// client keeps one. A broker answers one connection's requests in
+    /// order, so on the connection the fetcher uses a commit would wait
+    /// behind the fetch long-poll (`fetch.max.wait.ms`, 500 ms): an idle
+    /// app's synchronous commit took 222–307 ms that way (issue 17).
+    pub async fn coordinator_connection(&self, node: i32) -> Result<Arc<Connection>> {
+        let addr = match self.metadata().brokers.get(&node) {
+            Some(b) => b.addr(),
+            None => {
+                return Err(Error::Connection {
+                    broker: format!("broker {node}"),
+                    reason: "not in the cluster metadata".into(),
+                })
+            }
+        };
+        self.connect_slot(coordinator_slot(node), &addr).await
+    }
+
     async fn connect_slot(&self, node: i32, addr: &str) -> Result<Arc<Connection>> {
+        // The connection names the broker, not the coordinator slot.
+        let broker_id = if node >= COORDINATOR_SLOTS {
+            i32::MAX - node
+        } else {
+            node
+        };
         let slot = self.slot(node);
         let mut guard = slot.lock().await;
         if let Some(c) = guard.as_ref().filter(|c| c.is_healthy() && c.addr == addr) {
@@ -205,7 +238,7 @@ impl Cluster {
         if let Some(wait) = self.backoff_for(node) {
             tokio::time::sleep(wait).await;
         }
-        match Connection::connect(node, addr, self.settings.clone()).await {
+        match Connection::connect(broker_id, addr, self.settings.clone()).await {
             Ok(c) => {
                 self.record_failure(node, true);
                 let c = Arc::new(c);
@@ -226,13 +259,15 @@ impl Cluster {
         let deadline = Instant::now() + self.cfg.default_api_timeout;
         let mut last = String::from("no attempt");
         loop {
-            // Healthy connections we already have.
+            // Healthy connections we already have (not the coordinator
+            // ones: they stay free for group traffic).
             let slots: Vec<Slot> = self
                 .slots
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .values()
-                .cloned()
+                .iter()
+                .filter(|(k, _)| **k < COORDINATOR_SLOTS)
+                .map(|(_, s)| s.clone())
                 .collect();
             for s in slots {
                 if let Ok(g) = s.try_lock() {

@@ -36,10 +36,11 @@ pub fn topic_name(s: &str) -> TopicName {
     TopicName(sb(s))
 }
 
-/// A connection to a group's coordinator.
+/// A connection to a group's coordinator, its own (not the one fetches
+/// wait on; see [`Cluster::coordinator_connection`]).
 pub async fn coordinator(cluster: &Cluster, group: &str) -> Result<Arc<Connection>> {
     let node = cluster.group_coordinator(group).await?;
-    match cluster.connection(node).await {
+    match cluster.coordinator_connection(node).await {
         Ok(c) => Ok(c),
         Err(e) => {
             cluster.forget_coordinator(group);
