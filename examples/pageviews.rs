@@ -176,6 +176,7 @@ fn run() -> Result<(), rill_examples::Error> {
     let topology = topology()?;
     println!("{}", topology.describe());
     let streams = KafkaStreams::new(topology, cfg)?;
+    streams.set_global_state_restore_listener(rill_examples::RestoreProgress::default());
     let started = Instant::now();
     streams.start()?;
     let repartition = format!("{application_id}-views-by-region-repartition");

@@ -50,6 +50,8 @@ pub type Error = Box<dyn std::error::Error>;
 /// `Debug` struct) and exit code 1.
 pub fn run_app(name: &str, run: impl FnOnce() -> Result<(), Error>) -> ExitCode {
     tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
         )
@@ -65,7 +67,7 @@ pub fn run_app(name: &str, run: impl FnOnce() -> Result<(), Error>) -> ExitCode 
 
 impl Connection {
     /// The bootstrap servers the user gave anywhere (flag, `--set`, the
-    /// file, `RILL_BOOTSTRAP_SERVERS`), read from the merged layers; `None`
+    /// file, `RILL_CONFIG_BOOTSTRAP_SERVERS`), read from the merged layers; `None`
     /// means: start the embedded broker.
     pub fn bootstrap(&self) -> Result<Option<String>, Error> {
         Ok(self.streams_config(&[], &[]).peek("bootstrap.servers")?)
@@ -117,6 +119,65 @@ impl Connection {
             b = b.set_override(*k, v);
         }
         b
+    }
+}
+
+/// Prints state restoration as it goes (the examples log only warnings, so
+/// a long restore would otherwise print nothing): a line when a changelog
+/// partition starts restoring, one at most every 2 s with the progress, and
+/// one when it is done.
+pub struct RestoreProgress {
+    last: std::sync::Mutex<std::time::Instant>,
+    remaining: std::sync::Mutex<std::collections::BTreeMap<String, (i64, i64)>>,
+}
+
+impl Default for RestoreProgress {
+    fn default() -> Self {
+        Self {
+            last: std::sync::Mutex::new(std::time::Instant::now()),
+            remaining: Default::default(),
+        }
+    }
+}
+
+impl rill_streams::StateRestoreListener for RestoreProgress {
+    fn on_restore_start(
+        &self,
+        tp: &rill_client::TopicPartition,
+        store: &str,
+        start: i64,
+        end: i64,
+    ) {
+        println!("restoring store {store} from {tp}: {} records", end - start);
+        self.remaining
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(tp.to_string(), (start, end));
+    }
+
+    fn on_batch_restored(&self, tp: &rill_client::TopicPartition, store: &str, at: i64, _: u64) {
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        if last.elapsed() < std::time::Duration::from_secs(2) {
+            return;
+        }
+        *last = std::time::Instant::now();
+        if let Some((start, end)) = self
+            .remaining
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&tp.to_string())
+        {
+            let done = (at + 1 - start).max(0);
+            let total = (end - start).max(1);
+            println!(
+                "restoring store {store} from {tp}: {done} of {total} records ({}%)",
+                done * 100 / total
+            );
+        }
+    }
+
+    fn on_restore_end(&self, tp: &rill_client::TopicPartition, store: &str, total: u64) {
+        println!("restored store {store} from {tp}: {total} records");
     }
 }
 

@@ -324,6 +324,36 @@ pub fn streams_rest_metadata_and_queries(bootstrap: &str) {
         r#"{"leave_group": "yes"}"#,
     );
     assert_eq!(st, 400, "{ans:#}");
+    // The scheme is case-insensitive: `bearer` reaches the body check.
+    let (st, ans) = answer(
+        "POST",
+        "shutdown",
+        http()
+            .post(&format!("{}/v1/shutdown", base(&a)))
+            .set("Authorization", "bearer secret-a")
+            .send_string(r#"{"leave_group": "yes"}"#),
+    );
+    assert_eq!(st, 400, "{ans:#}");
+    // Errors from routing and extractors are JSON too: a wrong method
+    // (405, with Allow), a key that is not UTF-8 (400).
+    let (st, ans) = answer(
+        "DELETE",
+        "instances",
+        http()
+            .request("DELETE", &format!("{}/v1/instances", base(&a)))
+            .call(),
+    );
+    assert_eq!(st, 405, "{ans:#}");
+    assert!(
+        ans["error"].is_string() && ans["reason"].is_string(),
+        "{ans:#}"
+    );
+    let (st, ans) = get(&format!("{}/v1/stores/counts/keys/%FF", base(&a)), None);
+    assert!(st == 400 || st == 404, "{st} {ans:#}");
+    assert!(
+        ans["error"].is_string() && ans["reason"].is_string(),
+        "{ans:#}"
+    );
     assert_eq!((a.state(), b.state()), (State::Running, State::Running));
     assert!(a.close());
     assert!(b.close());
@@ -480,6 +510,12 @@ impl RestApp {
         cmd
     }
 
+    /// SIGTERM and wait: a clean close, the static members stay in the group.
+    fn stop(&mut self) {
+        crate::send_signal(self.child.id(), libc::SIGTERM);
+        let _ = self.child.wait();
+    }
+
     fn kill_9(&mut self) {
         crate::send_signal(self.child.id(), libc::SIGKILL);
         let _ = self.child.wait();
@@ -589,6 +625,23 @@ pub fn tools_read_kafka_properties_files(bootstrap: &str) {
     let o = rill(&["topics", "list", "--set", "nonsense"]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("nonsense"));
+    // Nothing listens at the address: one sentence naming it, in seconds
+    // (it used to hang for 61 s and print a Debug struct).
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let started = Instant::now();
+    let o = rill(&["topics", "list", "--bootstrap-server", &dead]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains(&dead) && err.contains("refused"), "{err}");
+    assert!(!err.contains('{'), "a Debug struct: {err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
     // --if-not-exists (kafka-topics'): an existing topic with the same
     // partition count is success, another count is refused naming both.
     let again = crate::unique_topic("props-again");
@@ -621,10 +674,17 @@ pub fn tools_read_kafka_properties_files(bootstrap: &str) {
     );
 }
 
-/// kill -9 one of two instances (separate processes), then
-/// `rill groups remove-members --from-url <survivor> --offline-only`: the
-/// dead instance's static members go at once and the survivor takes its
-/// partitions; the survivor's members are untouched (same member ids).
+/// `rill groups remove-members --from-url` never hits a live member
+/// (issue 17). Two instances a and b (separate processes, static):
+/// 1. b restarts at a new address (SIGTERM, same `group.instance.id`, a new
+///    REST port). Static membership keeps the group stable, so a's
+///    metadata still lists b's old address; `--offline-only` must keep b's
+///    members anyway (the group has new member ids for them), and the
+///    metadata must come to show b's new address.
+/// 2. Without `--offline-only`, a removal from a's URL would include a's
+///    own members: refused, non-zero, nothing removed.
+/// 3. kill -9 b: `--offline-only` removes exactly b's members at once and
+///    a takes its partitions; a's members are untouched (same member ids).
 pub fn streams_cli_removes_offline_members(bootstrap: &str) {
     let s = Setup::new(bootstrap, "offline");
     let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
@@ -645,8 +705,59 @@ pub fn streams_cli_removes_offline_members(bootstrap: &str) {
         }),
         "group never settled"
     );
+    let remove_members = |extra: &[&str]| {
+        std::process::Command::new(rill_binary())
+            .args(["groups", "remove-members", "--bootstrap-server", bootstrap])
+            .args(["--from-url", &url_a])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    // 1. b comes back at a new address.
+    let old_b = b.rest.clone();
+    b.stop();
+    b = RestApp::start(&s, d2.path(), &ib);
+    assert_ne!(b.rest, old_b, "the restarted instance got the same port");
+    let dry = remove_members(&["--offline-only", "--dry-run"]);
+    let dry_out = String::from_utf8_lossy(&dry.stdout);
+    assert!(
+        dry.status.success(),
+        "{dry_out}{}",
+        String::from_utf8_lossy(&dry.stderr)
+    );
+    assert!(
+        !dry_out.contains("would remove"),
+        "live members listed for removal after a restart at a new address: {dry_out}"
+    );
+    // Every instance's metadata comes to show b's new address.
+    let moved = wait_until(Duration::from_secs(60), || {
+        let (_, view) = get(&format!("{url_a}/v1/instances"), None);
+        view["instances"]
+            .as_array()
+            .is_some_and(|is| is.iter().any(|i| i["endpoint"] == b.rest.as_str()))
+    });
+    assert!(
+        moved,
+        "a's metadata never showed b at {}: {:#}",
+        b.rest,
+        get(&format!("{url_a}/v1/instances"), None).1
+    );
+    // 2. A removal that includes the answering instance is refused.
     let before = group_members(bootstrap, &s.app);
+    let refused = remove_members(&[]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{refused:?}");
+    assert!(
+        err.contains("refusing") && err.contains(&format!("{ia}-thread-1")),
+        "{err}"
+    );
+    assert_eq!(
+        group_members(bootstrap, &s.app),
+        before,
+        "a refusal removed members"
+    );
     assert_eq!(before.keys().cloned().collect::<BTreeSet<_>>(), all);
+    // 3. b dies.
     b.kill_9();
     // Static members of a killed process stay until the session timeout
     // (30 s here); the CLI removes them now.
@@ -665,7 +776,13 @@ pub fn streams_cli_removes_offline_members(bootstrap: &str) {
         assert!(dry_out.contains(&format!("would remove {id}")), "{dry_out}");
     }
     for id in expected_ids(&ia, 2) {
-        assert!(!dry_out.contains(&id), "live member listed: {dry_out}");
+        assert!(
+            !dry_out.contains(&format!("would remove {id}"))
+                && dry_out.contains(&format!(
+                    "keeping {id}: it is a thread of the instance that answered"
+                )),
+            "live member listed: {dry_out}"
+        );
     }
     assert_eq!(
         group_members(bootstrap, &s.app),
@@ -729,6 +846,25 @@ pub fn streams_cli_removes_offline_members(bootstrap: &str) {
     for id in &survivors {
         assert!(inst_out.contains(id.as_str()), "{inst_out}");
     }
+    // It fits a terminal; --wide has the member ids.
+    assert!(
+        inst_out.lines().all(|l| l.chars().count() <= 100),
+        "wider than 100 columns:\n{inst_out}"
+    );
+    let wide = std::process::Command::new(rill_binary())
+        .args(["instances", "--wide", "--url", &url_a])
+        .output()
+        .unwrap();
+    let wide_out = String::from_utf8_lossy(&wide.stdout);
+    assert!(wide_out.contains("MEMBER ID"), "{wide_out}");
+    // A refused connection is one sentence naming the URL once.
+    let dead = std::process::Command::new(rill_binary())
+        .args(["instances", "--url", "http://127.0.0.1:1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&dead.stderr);
+    assert!(!dead.status.success());
+    assert_eq!(err.matches("127.0.0.1:1").count(), 1, "{err}");
     drop(a);
 }
 

@@ -33,9 +33,24 @@ pub struct Broker {
 }
 
 impl Broker {
-    /// Loads metadata and opens every partition log (recovering them).
+    /// Loads metadata and opens every partition log (recovering them). An
+    /// I/O failure names the data directory (a read-only or full disk
+    /// otherwise shows as a bare "Read-only file system").
     pub fn open(config: BrokerConfig) -> io::Result<Arc<Self>> {
-        config.validate().map_err(io::Error::other)?;
+        let data_dir = config.data_dir.clone();
+        Self::open_in(config).map_err(|e| match data_dir {
+            Some(d) if e.kind() != io::ErrorKind::InvalidInput => io::Error::new(
+                e.kind(),
+                format!("broker data directory {}: {e}", d.display()),
+            ),
+            _ => e,
+        })
+    }
+
+    fn open_in(config: BrokerConfig) -> io::Result<Arc<Self>> {
+        config
+            .validate()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         if let Some(d) = &config.data_dir {
             std::fs::create_dir_all(d)?;
         }

@@ -11,6 +11,11 @@
 //!   handler is caught, logged and closes that connection only.
 //! - Stopping a node closes its listener and every connection it accepted,
 //!   including ones parked in a long-polling fetch.
+//! - A request must arrive whole within `PARTIAL_REQUEST_TIMEOUT` of its
+//!   first byte, or the connection is closed: a client that sends part of
+//!   a large frame and stalls (or trickles it) would otherwise hold up to
+//!   `socket.request.max.bytes` of buffer for as long as it stays
+//!   connected.
 
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
@@ -115,10 +120,16 @@ async fn serve(
     let mut inbuf = BytesMut::with_capacity(64 * 1024);
     let mut outbuf = BytesMut::with_capacity(64 * 1024);
     let client_host = peer.ip().to_string();
+    // When the buffered partial request started arriving.
+    let mut partial_since: Option<tokio::time::Instant> = None;
     loop {
+        let mut progressed = false;
         loop {
             let frame = match decoder.decode(&mut inbuf) {
-                Ok(Some(f)) => f,
+                Ok(Some(f)) => {
+                    progressed = true;
+                    f
+                }
                 Ok(None) => break,
                 Err(e) => {
                     warn!(%peer, error = %e, "closing connection: bad frame");
@@ -217,8 +228,25 @@ async fn serve(
         if !outbuf.is_empty() && write_out(&mut stream, &mut outbuf).await.is_err() {
             return;
         }
+        // The clock runs from the first byte of the request still
+        // incomplete: a connection that completes requests keeps going.
+        partial_since = match (inbuf.is_empty(), progressed, partial_since) {
+            (true, _, _) => None,
+            (false, false, Some(t)) => Some(t),
+            (false, _, _) => Some(tokio::time::Instant::now()),
+        };
+        let partial_deadline = partial_since.map(|t| t + PARTIAL_REQUEST_TIMEOUT);
         tokio::select! {
             _ = shutdown.changed() => return,
+            _ = async {
+                match partial_deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                warn!(%peer, buffered = inbuf.len(), "closing connection: a request did not arrive whole within {} s", PARTIAL_REQUEST_TIMEOUT.as_secs());
+                return;
+            }
             read = stream.read_buf(&mut inbuf) => match read {
                 Ok(0) => return,
                 Ok(_) => {}
@@ -230,6 +258,9 @@ async fn serve(
         }
     }
 }
+
+/// How long a request may take to arrive once its first byte has.
+const PARTIAL_REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 async fn write_out(stream: &mut TcpStream, out: &mut BytesMut) -> std::io::Result<()> {
     stream.write_all(out).await?;

@@ -11,6 +11,7 @@
 //! one down, and batch-remove offline static members (KIP-345).
 
 mod broker_cmd;
+mod offline;
 mod ops;
 mod settings;
 
@@ -62,6 +63,8 @@ fn main() -> std::process::ExitCode {
     };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal, not in log files.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("RILL_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),

@@ -6,13 +6,16 @@
 //! against any Kafka-compatible cluster. `groups remove-members` is KIP-345's
 //! batch removal of static members by `group.instance.id` (one LeaveGroup
 //! v3+ carrying every id), with `--from-url` taking the ids from an
-//! instance's metadata and `--offline-only` keeping only instances whose
-//! REST endpoint no longer answers.
+//! instance's metadata and `--offline-only` keeping only the members
+//! proven offline (see `offline`: probes, the answering instance, member
+//! ids in DescribeGroups); without `--offline-only` a `--from-url` removal
+//! that would hit a live member is refused.
 //!
 //! Every failure names what failed and the process exits non-zero.
 
 use std::time::{Duration, Instant};
 
+use crate::offline;
 use crate::settings::{CommandConfig, REST_TOKEN};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -47,7 +50,19 @@ fn get_json(url: &str, token: Option<&str>) -> Result<Value, String> {
             "{url} answered {code}: {}",
             r.into_string().unwrap_or_default()
         )),
-        Err(e) => Err(format!("{url}: {e}")),
+        Err(e) => Err(format!("{url}: {}", transport_reason(&e))),
+    }
+}
+
+/// Why a request got no HTTP answer, without the URL (ureq's own message
+/// repeats it, and every caller names the URL already).
+fn transport_reason(e: &ureq::Error) -> String {
+    match e {
+        ureq::Error::Status(code, _) => format!("answered {code}"),
+        ureq::Error::Transport(t) => match t.message() {
+            Some(m) => format!("{} ({m})", t.kind()).to_lowercase(),
+            None => t.kind().to_string().to_lowercase(),
+        },
     }
 }
 
@@ -128,6 +143,10 @@ pub struct InstancesArgs {
     /// Print the JSON answer instead of a table.
     #[arg(long)]
     json: bool,
+    /// Every column (member ids, reachability, each partition), wider than
+    /// a terminal.
+    #[arg(long)]
+    wide: bool,
 }
 
 pub fn instances(a: InstancesArgs) -> CliResult {
@@ -154,31 +173,66 @@ pub fn instances(a: InstancesArgs) -> CliResult {
             None => "?",
         };
         for t in i["threads"].as_array().into_iter().flatten() {
-            rows.push(vec![
-                s(&i["endpoint"]),
-                s(&i["state"]),
-                reach.to_string(),
-                s(&t["thread_name"]),
-                s(&t["group_instance_id"]),
-                s(&t["member_id"]),
-                s(&t["thread_state"]),
-                partitions(&t["partitions"]),
-            ]);
+            if a.wide {
+                rows.push(vec![
+                    s(&i["endpoint"]),
+                    s(&i["state"]),
+                    reach.to_string(),
+                    s(&t["thread_name"]),
+                    s(&t["group_instance_id"]),
+                    s(&t["member_id"]),
+                    s(&t["thread_state"]),
+                    partitions(&t["partitions"]),
+                ]);
+            } else {
+                // Fits 100 columns: the thread by its number, the
+                // partitions by count; --wide and --json have the rest.
+                let name = s(&t["thread_name"]);
+                let thread = name
+                    .rsplit_once("StreamThread-")
+                    .map_or(name.clone(), |(_, n)| n.to_string());
+                let state = match (s(&i["state"]), reach) {
+                    (st, "unreachable") => format!("{st} (unreachable)"),
+                    (st, _) => st,
+                };
+                rows.push(vec![
+                    s(&i["endpoint"]),
+                    state,
+                    thread,
+                    s(&t["group_instance_id"]),
+                    s(&t["thread_state"]),
+                    t["partitions"].as_array().map_or(0, Vec::len).to_string(),
+                ]);
+            }
         }
     }
-    table(
-        &[
-            "ENDPOINT",
-            "STATE",
-            "REACHABLE",
-            "THREAD",
-            "GROUP.INSTANCE.ID",
-            "MEMBER ID",
-            "THREAD STATE",
-            "PARTITIONS",
-        ],
-        &rows,
-    );
+    if a.wide {
+        table(
+            &[
+                "ENDPOINT",
+                "STATE",
+                "REACHABLE",
+                "THREAD",
+                "GROUP.INSTANCE.ID",
+                "MEMBER ID",
+                "THREAD STATE",
+                "PARTITIONS",
+            ],
+            &rows,
+        );
+    } else {
+        table(
+            &[
+                "ENDPOINT",
+                "STATE",
+                "THREAD",
+                "GROUP.INSTANCE.ID",
+                "THREAD STATE",
+                "PARTITIONS",
+            ],
+            &rows,
+        );
+    }
     Ok(())
 }
 
@@ -224,7 +278,7 @@ pub fn shutdown(a: ShutdownArgs) -> CliResult {
                 r.into_string().unwrap_or_default()
             ))
         }
-        Err(e) => return Err(format!("{url}: {e}")),
+        Err(e) => return Err(format!("{url}: {}", transport_reason(&e))),
     };
     println!(
         "shutting down process {} (leave_group: {}, members {})",
@@ -269,6 +323,7 @@ pub struct GroupsListArgs {
     bootstrap_server: Option<String>,
     #[command(flatten)]
     settings: CommandConfig,
+    /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
 }
@@ -283,6 +338,7 @@ pub struct GroupsDescribeArgs {
     /// The group (default: every group).
     #[arg(long)]
     group: Option<String>,
+    /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
 }
@@ -447,63 +503,110 @@ fn groups_describe(a: GroupsDescribeArgs) -> CliResult {
 }
 
 fn remove_members(a: RemoveMembersArgs) -> CliResult {
-    let (group, ids) = match &a.from_url {
+    let admin = a.settings.admin(a.bootstrap_server.as_deref())?;
+    let (group, targets): (String, Vec<(String, Option<String>)>) = match &a.from_url {
         None => (
             a.group
                 .clone()
                 .ok_or("--group is required with --instance-id")?,
-            a.instance_ids.clone(),
+            a.instance_ids.iter().map(|i| (i.clone(), None)).collect(),
         ),
         Some(url) => {
+            let token = a.settings.token(a.token.as_deref())?;
             let view = get_json(
                 &format!("{}/v1/instances?probe=false", base_url(url)),
-                a.settings.token(a.token.as_deref())?.as_deref(),
+                token.as_deref(),
             )?;
             let app = s(&view["application_id"]);
             let group = a.group.clone().unwrap_or(app);
-            let mut ids = Vec::new();
-            let instances = view["instances"].as_array().cloned().unwrap_or_default();
-            let pb = spinner(format!("checking {} instances", instances.len()));
-            for i in &instances {
-                let endpoint = i["endpoint"].as_str();
-                if a.offline_only {
-                    // The instance that answered is online by definition.
-                    let online =
-                        i["local"].as_bool() == Some(true) || endpoint.is_some_and(answers);
-                    if online {
-                        continue;
-                    }
-                }
-                for t in i["threads"].as_array().into_iter().flatten() {
-                    if let Some(id) = t["group_instance_id"].as_str() {
-                        ids.push(id.to_string());
-                    }
+            let listed = offline::listed(&view);
+            let endpoints: std::collections::BTreeSet<String> = listed
+                .iter()
+                .filter(|l| !l.local)
+                .filter_map(|l| l.endpoint.clone())
+                .collect();
+            let pb = spinner(format!("checking {} instances", endpoints.len()));
+            let probes: std::collections::BTreeMap<String, offline::Probe> =
+                std::thread::scope(|sc| {
+                    let handles: Vec<_> = endpoints
+                        .iter()
+                        .map(|e| {
+                            let token = token.as_deref();
+                            sc.spawn(move || (e.clone(), offline::probe(e, token)))
+                        })
+                        .collect();
+                    handles.into_iter().filter_map(|h| h.join().ok()).collect()
+                });
+            let described = admin
+                .describe_groups(&[&group])
+                .map_err(|e| format!("describing group {group}: {e}"))?
+                .remove(&group)
+                .unwrap_or_else(|| Err(rill_client::Error::IllegalState("no answer".into())))
+                .map_err(|e| format!("describing group {group}: {e}"))?;
+            let current: std::collections::BTreeMap<String, String> = described
+                .members
+                .into_iter()
+                .filter_map(|m| m.group_instance_id.map(|i| (i, m.member_id)))
+                .collect();
+            let plan = offline::plan(
+                &listed,
+                &probes,
+                &current,
+                view["generation"].as_i64().unwrap_or(-1),
+            );
+            pb.finish_and_clear();
+            if !a.offline_only {
+                // Every listed id was asked for: refuse if any is live.
+                let live: Vec<String> = plan
+                    .keep
+                    .iter()
+                    .filter(|(_, why)| why.is_live())
+                    .map(|(id, why)| format!("{id} ({why})"))
+                    .collect();
+                if !live.is_empty() {
+                    return Err(format!(
+                        "refusing to remove members of group {group} that are alive: {}; nothing was removed (--offline-only removes only the offline ones)",
+                        live.join("; ")
+                    ));
                 }
             }
-            pb.finish_and_clear();
-            (group, ids)
+            for (id, why) in &plan.keep {
+                println!("keeping {id}: {why}");
+            }
+            let targets = plan
+                .remove
+                .into_iter()
+                .map(|(id, member)| (id, Some(member)))
+                .collect();
+            (group, targets)
         }
     };
-    if ids.is_empty() {
+    if targets.is_empty() {
         println!("no members to remove from group {group}");
         return Ok(());
     }
     if a.dry_run {
-        for id in &ids {
+        for (id, _) in &targets {
             println!("would remove {id} from group {group}");
         }
         return Ok(());
     }
-    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
-    let results = a
-        .settings
-        .admin(a.bootstrap_server.as_deref())?
-        .remove_members_from_group(&group, &refs)
-        .map_err(|e| format!("removing {ids:?} from group {group}: {e}"))?;
+    let refs: Vec<(&str, Option<&str>)> = targets
+        .iter()
+        .map(|(id, m)| (id.as_str(), m.as_deref()))
+        .collect();
+    let ids: Vec<&str> = refs.iter().map(|(id, _)| *id).collect();
+    let results = admin
+        .remove_static_members(&group, &refs)
+        .map_err(|e| format!("removing {} from group {group}: {e}", ids.join(", ")))?;
     let mut failed = 0;
     for id in &ids {
-        match results.get(id) {
+        match results.get(*id) {
             Some(Ok(())) => println!("removed {id} from group {group}"),
+            Some(Err(e)) if e.code() == Some(rill_client::ErrorCode::FencedInstanceId) => {
+                failed += 1;
+                println!("FAILED {id}: it rejoined the group during the check, so it was kept");
+            }
             Some(Err(e)) => {
                 failed += 1;
                 println!("FAILED {id}: {e}");
@@ -528,6 +631,7 @@ fn remove_members(a: RemoveMembersArgs) -> CliResult {
 
 #[derive(Subcommand, Debug)]
 pub enum TopicsCommand {
+    /// List the topics (internal ones left out).
     List {
         /// The cluster (`bootstrap.servers`; or in --command-config).
         #[arg(long)]
@@ -535,14 +639,17 @@ pub enum TopicsCommand {
         #[command(flatten)]
         settings: CommandConfig,
     },
+    /// Create a topic (Kafka's kafka-topics --create).
     Create {
         /// The cluster (`bootstrap.servers`; or in --command-config).
         #[arg(long)]
         bootstrap_server: Option<String>,
         #[command(flatten)]
         settings: CommandConfig,
+        /// The topic's name.
         #[arg(long)]
         topic: String,
+        /// How many partitions it gets.
         #[arg(long, default_value_t = 1)]
         partitions: i32,
         /// -1: the broker's default.
@@ -557,14 +664,17 @@ pub enum TopicsCommand {
         #[arg(long)]
         if_not_exists: bool,
     },
+    /// Partitions, leaders, replicas and ISR of topics.
     Describe {
         /// The cluster (`bootstrap.servers`; or in --command-config).
         #[arg(long)]
         bootstrap_server: Option<String>,
         #[command(flatten)]
         settings: CommandConfig,
+        /// A topic to describe (repeatable; none: every topic).
         #[arg(long)]
         topic: Vec<String>,
+        /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
@@ -575,6 +685,7 @@ pub enum TopicsCommand {
         bootstrap_server: Option<String>,
         #[command(flatten)]
         settings: CommandConfig,
+        /// The topic to grow.
         #[arg(long)]
         topic: String,
         /// The new total.

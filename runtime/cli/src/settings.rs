@@ -43,6 +43,11 @@ pub struct CommandConfig {
     /// One property over the file (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE", value_parser = parse_set)]
     pub set: Vec<(String, String)>,
+    /// How long a cluster call may take in all, in milliseconds
+    /// (`default.api.timeout.ms`, 60000 unless set; a bootstrap server that
+    /// refuses connections fails within 3 s either way).
+    #[arg(long = "timeout", value_name = "MS")]
+    pub timeout_ms: Option<u64>,
 }
 
 impl CommandConfig {
@@ -77,6 +82,9 @@ impl CommandConfig {
         if let Some(b) = bootstrap {
             props.insert("bootstrap.servers", b);
         }
+        if let Some(ms) = self.timeout_ms {
+            props.insert("default.api.timeout.ms", ms.to_string());
+        }
         let Some(servers) = props.get("bootstrap.servers").map(str::to_string) else {
             return Err("no cluster given: pass --bootstrap-server HOST:PORT or set bootstrap.servers in --command-config".into());
         };
@@ -109,6 +117,7 @@ mod tests {
         let c = CommandConfig {
             file: Some(file.clone()),
             set: vec![("request.timeout.ms".into(), "2000".into())],
+            timeout_ms: None,
         };
         let props = c.properties().unwrap();
         assert_eq!(props.get("request.timeout.ms"), Some("2000"));

@@ -821,7 +821,22 @@ impl Admin {
         group: &str,
         instance_ids: &[&str],
     ) -> Result<BTreeMap<String, Result<()>>> {
-        if instance_ids.is_empty() {
+        let members: Vec<(&str, Option<&str>)> = instance_ids.iter().map(|i| (*i, None)).collect();
+        self.remove_static_members(group, &members)
+    }
+
+    /// Like [`remove_members_from_group`](Self::remove_members_from_group),
+    /// but each instance id may name the member id it is expected to have:
+    /// the coordinator then refuses the removal with FENCED_INSTANCE_ID if
+    /// the instance has rejoined since (its member id changed), so a
+    /// member that came back between a check and the removal is never
+    /// removed.
+    pub fn remove_static_members(
+        &self,
+        group: &str,
+        members: &[(&str, Option<&str>)],
+    ) -> Result<BTreeMap<String, Result<()>>> {
+        if members.is_empty() {
             return Ok(BTreeMap::new());
         }
         self.run("Admin::remove_members_from_group", async {
@@ -829,11 +844,11 @@ impl Admin {
                 let req = LeaveGroupRequest::default()
                     .with_group_id(GroupId(sb(group)))
                     .with_members(
-                        instance_ids
+                        members
                             .iter()
-                            .map(|i| {
+                            .map(|(i, member_id)| {
                                 MemberIdentity::default()
-                                    .with_member_id(sb(""))
+                                    .with_member_id(sb(member_id.unwrap_or("")))
                                     .with_group_instance_id(Some(sb(i)))
                                     .with_reason(Some(sb("removed by the admin client (KIP-345)")))
                             })

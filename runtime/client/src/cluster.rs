@@ -98,6 +98,12 @@ impl Metadata {
 
 type Slot = Arc<tokio::sync::Mutex<Option<Arc<Connection>>>>;
 
+/// How long every bootstrap address may refuse connections, with no broker
+/// ever reached, before the client gives up (instead of retrying until
+/// `default.api.timeout.ms`, 60 s): a refusal means nothing listens there,
+/// and a broker that is starting up begins accepting within this.
+const REFUSED_GRACE: Duration = Duration::from_secs(3);
+
 /// Slot keys from here up hold coordinator connections: broker `n`'s is
 /// `i32::MAX - n`, the Java client's numbering. Broker ids are below it.
 const COORDINATOR_SLOTS: i32 = i32::MAX / 2;
@@ -258,6 +264,10 @@ impl Cluster {
     pub async fn any_connection(&self) -> Result<Arc<Connection>> {
         let deadline = Instant::now() + self.cfg.default_api_timeout;
         let mut last = String::from("no attempt");
+        // Since when every bootstrap address has refused, while no broker
+        // was ever known (see `REFUSED_GRACE`).
+        let mut refused_since: Option<Instant> = None;
+        let mut warned = false;
         loop {
             // Healthy connections we already have (not the coordinator
             // ones: they stay free for group traffic).
@@ -283,11 +293,34 @@ impl Cluster {
                     Err(e) => last = e.to_string(),
                 }
             }
+            let mut all_refused = self.metadata().brokers.is_empty();
             for (i, addr) in self.cfg.bootstrap_servers.iter().enumerate() {
                 match self.connect_slot(-1 - i as i32, addr).await {
                     Ok(c) => return Ok(c),
-                    Err(e) => last = e.to_string(),
+                    Err(e) => {
+                        all_refused &= matches!(e, Error::ConnectionRefused { .. });
+                        last = e.to_string();
+                    }
                 }
+            }
+            if all_refused {
+                let since = *refused_since.get_or_insert_with(Instant::now);
+                if !warned {
+                    warned = true;
+                    tracing::warn!(
+                        "waiting for a bootstrap server to accept connections: [{}] refused; giving up after {} ms",
+                        self.cfg.bootstrap_servers.join(", "),
+                        REFUSED_GRACE.min(self.cfg.default_api_timeout).as_millis()
+                    );
+                }
+                if since.elapsed() >= REFUSED_GRACE || Instant::now() >= deadline {
+                    return Err(Error::BootstrapRefused {
+                        servers: self.cfg.bootstrap_servers.join(", "),
+                        waited_ms: since.elapsed().as_millis() as u64,
+                    });
+                }
+            } else {
+                refused_since = None;
             }
             if Instant::now() >= deadline {
                 return Err(Error::Bootstrap {

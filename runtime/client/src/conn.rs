@@ -97,9 +97,14 @@ impl Connection {
                     settings.connect_timeout.as_millis()
                 ),
             })?
-            .map_err(|e| Error::Connection {
-                broker: broker.clone(),
-                reason: e.to_string(),
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::ConnectionRefused => Error::ConnectionRefused {
+                    broker: broker.clone(),
+                },
+                _ => Error::Connection {
+                    broker: broker.clone(),
+                    reason: e.to_string(),
+                },
             })?;
         let _ = stream.set_nodelay(true);
         let (read, write) = stream.into_split();

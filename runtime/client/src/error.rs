@@ -36,6 +36,24 @@ pub enum Error {
         /// Message of the last connection error seen before giving up.
         last: String,
     },
+    /// Every bootstrap server refused the connection for a few seconds
+    /// and no broker was ever reached: nothing listens at those addresses
+    /// (wrong `bootstrap.servers`, or the cluster is down). Reported fast
+    /// instead of after `default.api.timeout.ms`.
+    #[error("every bootstrap server refused the connection for {waited_ms} ms: [{servers}] (is the cluster running, and is bootstrap.servers right?)")]
+    BootstrapRefused {
+        /// The `bootstrap.servers` addresses tried, comma-separated.
+        servers: String,
+        /// How long they kept refusing, in ms.
+        waited_ms: u64,
+    },
+    /// The broker at this address refused the TCP connection (nothing
+    /// listens there right now). Retriable: a restarting broker does this.
+    #[error("connection to {broker} refused")]
+    ConnectionRefused {
+        /// Which endpoint, as in [`Error::Connection`].
+        broker: String,
+    },
     /// A connection could not be made, or broke.
     #[error("connection to {broker} failed: {reason}")]
     Connection {
@@ -248,7 +266,9 @@ impl Error {
     /// Worth retrying after a metadata refresh or a backoff (Kafka's `RetriableException`).
     pub fn is_retriable(&self) -> bool {
         match self {
-            Error::Connection { .. } | Error::RequestTimeout { .. } => true,
+            Error::Connection { .. }
+            | Error::ConnectionRefused { .. }
+            | Error::RequestTimeout { .. } => true,
             Error::Broker { code, .. } => is_retriable_code(*code),
             _ => false,
         }

@@ -58,7 +58,12 @@ pub fn is_coordinator_error(e: &Error) -> bool {
             ErrorCode::CoordinatorLoadInProgress,
         ]
         .contains(&c),
-        None => matches!(e, Error::Connection { .. } | Error::RequestTimeout { .. }),
+        None => matches!(
+            e,
+            Error::Connection { .. }
+                | Error::ConnectionRefused { .. }
+                | Error::RequestTimeout { .. }
+        ),
     }
 }
 

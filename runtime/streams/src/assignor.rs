@@ -46,6 +46,12 @@ pub struct SubscriptionInfo {
     /// An instance's uncaught-error handler chose shutdown-application (KIP-671).
     #[serde(default)]
     pub shutdown_requested: bool,
+    /// Bumped when this member asks for a rebalance only to refresh the
+    /// group's metadata (its endpoint moved): a follower that rejoins with
+    /// unchanged subscription bytes gets the old assignment back without a
+    /// rebalance, in Kafka's classic protocol.
+    #[serde(default)]
+    pub metadata_refresh: u32,
 }
 
 /// One member in the leader's answer.

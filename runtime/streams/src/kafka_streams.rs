@@ -146,12 +146,13 @@ impl KafkaStreams {
         // they advertise carries the real port (`application.server` may
         // say port 0 in tests).
         let config = app.config();
-        if let Some(listen) = config
-            .rest_listen
-            .as_ref()
-            .or(config.application_server.as_ref())
-        {
-            let server = RestServer::start(app.clone(), listen)?;
+        let listen = match (&config.rest_listen, &config.application_server) {
+            (Some(l), _) => Some(("rest.listen", l)),
+            (None, Some(a)) => Some(("application.server", a)),
+            (None, None) => None,
+        };
+        if let Some((key, listen)) = listen {
+            let server = RestServer::start(app.clone(), key, listen)?;
             let addr = server.local_addr();
             let advertised = match &config.application_server {
                 Some(a) => match a.rsplit_once(':') {

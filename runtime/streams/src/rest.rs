@@ -48,10 +48,15 @@ pub(crate) struct RestServer {
 }
 
 impl RestServer {
-    /// Binds `listen` (host:port, port 0 picks one) and serves in the background.
-    pub(crate) fn start(inner: Arc<App>, listen: &str) -> Result<Self> {
+    /// Binds `listen` (host:port, port 0 picks one; `key` is the setting
+    /// it came from, for the error) and serves in the background.
+    pub(crate) fn start(inner: Arc<App>, key: &str, listen: &str) -> Result<Self> {
         let bind_err = |e: std::io::Error| {
-            StreamsError::config("rest.listen", listen, format!("cannot listen there: {e}"))
+            StreamsError::config(
+                key,
+                listen,
+                format!("the REST server cannot listen there: {e}"),
+            )
         };
         let std_listener = std::net::TcpListener::bind(listen).map_err(bind_err)?;
         std_listener.set_nonblocking(true).map_err(bind_err)?;
@@ -111,6 +116,7 @@ fn router(inner: Arc<App>) -> Router {
                 "no such endpoint; see GET /v1/openapi.json",
             )
         })
+        .layer(axum::middleware::map_response(json_errors))
         .with_state(inner)
 }
 
@@ -142,7 +148,7 @@ fn authorize(
     let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        .and_then(bearer_token);
     let unauthorized = |reason: &str| {
         let mut r = error(StatusCode::UNAUTHORIZED, "unauthorized", reason);
         r.headers_mut().insert(
@@ -160,6 +166,59 @@ fn authorize(
         }
         Some(_) => Ok(()),
     }
+}
+
+/// The token of an `Authorization: Bearer <token>` value; the scheme is
+/// case-insensitive (RFC 9110 §11.1), so `bearer` and `BEARER` work too.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
+}
+
+/// Gives every error axum or its extractors produce without a JSON body
+/// (405 method not allowed, a path that does not decode as UTF-8, a bad
+/// query string, ...) the same `{"error", "reason"}` shape as the
+/// handlers' own. (A URI over hyper's 65,534 bytes or oversized headers
+/// are refused by hyper's HTTP/1 parser with an empty 414 / 431 before any
+/// of this runs; docs/operations.md says so.)
+async fn json_errors(resp: Response) -> Response {
+    let status = resp.status();
+    let is_json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    let text = axum::body::to_bytes(body, 64 * 1024)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
+    let reason = if text.is_empty() {
+        status
+            .canonical_reason()
+            .unwrap_or("request refused")
+            .to_string()
+    } else {
+        text
+    };
+    let label = status
+        .canonical_reason()
+        .unwrap_or("error")
+        .to_ascii_lowercase();
+    let mut out = error(status, &label, reason);
+    // Keep what the client needs (Allow on 405, WWW-Authenticate on 401).
+    for (name, value) in parts.headers.iter() {
+        if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
+            out.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    out
 }
 
 /// Compares without leaking where the first difference is.
@@ -564,6 +623,15 @@ mod tests {
         assert!(decode_key("x", Some("base64"))
             .unwrap_err()
             .contains("key_format"));
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        assert_eq!(bearer_token("Bearer t0k"), Some("t0k"));
+        assert_eq!(bearer_token("bearer t0k"), Some("t0k"));
+        assert_eq!(bearer_token("BEARER  t0k "), Some("t0k"));
+        assert_eq!(bearer_token("Basic dXNlcjpwYXNz"), None);
+        assert_eq!(bearer_token("Bearer "), None);
     }
 
     #[test]

@@ -90,7 +90,14 @@ struct StreamThread {
     executor: TaskExecutor,
     next_commit: Instant,
     next_lag_refresh: Instant,
+    /// Metadata refreshes asked for so far, and the generation of the last.
+    metadata_refreshes: u32,
+    refreshed_generation: Option<i32>,
 }
+
+/// Rejoins a thread may ask for to correct the group's view of its
+/// instance (see `maybe_refresh_metadata`).
+const MAX_METADATA_REFRESHES: u32 = 3;
 
 impl StreamThread {
     fn new(ctx: Arc<ThreadContext>) -> Result<Self> {
@@ -118,6 +125,8 @@ impl StreamThread {
             executor: TaskExecutor::new(PROCESS_BUDGET, ctx.config.max_task_idle_ms),
             next_commit: Instant::now() + ctx.config.commit_interval,
             next_lag_refresh: Instant::now(),
+            metadata_refreshes: 0,
+            refreshed_generation: None,
             ctx,
             consumer,
             tasks,
@@ -241,7 +250,57 @@ impl StreamThread {
                 self.ctx.name
             )));
         }
-        Ok(false)
+        self.maybe_refresh_metadata()
+    }
+
+    /// A static member that restarts keeps its assignment without a
+    /// rebalance (KIP-345), and with it the group's view of the instance as
+    /// the leader last wrote it: after a restart at a new
+    /// `application.server`, every instance would go on advertising the
+    /// old address (interactive queries forwarded there fail, and an
+    /// offline check probes the wrong place). When the assignment shows
+    /// this thread's instance at another endpoint or process than its own,
+    /// the thread rejoins once with changed subscription bytes, so the
+    /// leader reassigns (the same tasks: the assignor is sticky by
+    /// instance id) and every instance gets the current view. Bounded: at
+    /// most `MAX_METADATA_REFRESHES` per thread, one per generation.
+    fn maybe_refresh_metadata(&mut self) -> Result<bool> {
+        let Some(instance_id) = self.ctx.instance_id() else {
+            return Ok(false);
+        };
+        let mut local = lock(&self.ctx.shared.local);
+        let generation = local.generation;
+        let stale = local.assignment.as_ref().and_then(|a| {
+            a.members
+                .iter()
+                .find(|m| m.instance_id.as_deref() == Some(instance_id.as_str()))
+                .filter(|m| {
+                    m.endpoint != local.subscription.endpoint
+                        || m.process_id != local.subscription.process_id
+                })
+                .map(|m| m.endpoint.clone())
+        });
+        let Some(advertised) = stale else {
+            return Ok(false);
+        };
+        if self.metadata_refreshes >= MAX_METADATA_REFRESHES
+            || self.refreshed_generation == Some(generation)
+        {
+            return Ok(false);
+        }
+        self.metadata_refreshes += 1;
+        self.refreshed_generation = Some(generation);
+        local.subscription.metadata_refresh += 1;
+        info!(
+            "the group's metadata shows {instance_id} at {} (generation {generation}), this instance is at {}: rejoining so every instance learns it",
+            advertised.as_deref().unwrap_or("no endpoint"),
+            local.subscription.endpoint.as_deref().unwrap_or("no endpoint"),
+        );
+        drop(local);
+        self.consumer
+            .enforce_rebalance()
+            .map_err(|e| StreamsError::client("refreshing the group's metadata", e))?;
+        Ok(true)
     }
 
     /// The process phase: the executor runs the ready tasks, each reading

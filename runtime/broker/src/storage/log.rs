@@ -136,6 +136,32 @@ fn io_err(tp: &str, e: io::Error) -> AppendError {
     )
 }
 
+/// Whether the broker is in a disk-full episode: set by the first append
+/// that fails for lack of space (which logs it, naming the directory),
+/// cleared by the next append that succeeds (which logs the recovery).
+/// Clients only see KAFKA_STORAGE_ERROR, so without this log an operator
+/// would see nothing but client timeouts.
+static DISK_FULL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+impl PartitionLog {
+    /// [`io_err`], logging the start of a disk-full episode once.
+    fn append_io_err(&self, tp: &str, e: io::Error) -> AppendError {
+        if e.kind() == io::ErrorKind::StorageFull
+            && !DISK_FULL.swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            let dir = self
+                .dir
+                .as_ref()
+                .map_or_else(|| "(in memory)".to_string(), |d| d.display().to_string());
+            tracing::error!(
+                partition = tp,
+                "disk full: writing {dir} failed ({e}); produce requests fail with KAFKA_STORAGE_ERROR until space is freed"
+            );
+        }
+        io_err(tp, e)
+    }
+}
+
 impl PartitionLog {
     /// An empty in-memory log.
     pub fn in_memory(topic: &str, partition: i32, settings: Arc<LogSettings>, now_ms: i64) -> Self {
@@ -269,7 +295,9 @@ impl PartitionLog {
         {
             let inner = log.lock();
             log.write_checkpoint(&inner)?;
-            info!(partition = %tp, log_start = inner.log_start_offset, log_end = inner.next_offset,
+            // One line per partition (50 for __consumer_offsets alone) is
+            // debug detail; the broker logs one summary at info.
+            debug!(partition = %tp, log_start = inner.log_start_offset, log_end = inner.next_offset,
                   segments = inner.segments.len(), producers = inner.producers.len(), "loaded log");
         }
         Ok(log)
@@ -354,7 +382,8 @@ impl PartitionLog {
             })?;
         }
         if self.should_roll(&inner, batch.len(), h.last_offset_delta, now_ms) {
-            self.roll(&mut inner, now_ms).map_err(|e| io_err(&tp, e))?;
+            self.roll(&mut inner, now_ms)
+                .map_err(|e| self.append_io_err(&tp, e))?;
         }
         records::set_base_offset(&mut batch, base_offset);
         records::set_partition_leader_epoch(&mut batch, leader_epoch);
@@ -372,7 +401,10 @@ impl PartitionLog {
             .expect("a log always has a segment");
         active
             .append(&batch, &stamped, interval, now_ms)
-            .map_err(|e| io_err(&tp, e))?;
+            .map_err(|e| self.append_io_err(&tp, e))?;
+        if DISK_FULL.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            info!(partition = %tp, "appends succeed again: the disk-full episode is over");
+        }
         inner.next_offset = stamped.next_offset();
         inner.producers.record(&stamped);
         note_epoch(&mut inner.epochs, leader_epoch, base_offset);
@@ -381,7 +413,7 @@ impl PartitionLog {
             || now_ms.saturating_sub(inner.last_flush_ms) >= settings.flush_ms
         {
             let active = inner.segments.values().next_back().unwrap();
-            active.fsync().map_err(|e| io_err(&tp, e))?;
+            active.fsync().map_err(|e| self.append_io_err(&tp, e))?;
             inner.unflushed_messages = 0;
             inner.last_flush_ms = now_ms;
         }
