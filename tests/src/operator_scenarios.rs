@@ -303,9 +303,41 @@ pub fn streams_rest_metadata_and_queries(bootstrap: &str) {
         "rill_streams_rebalances_total{",
         "rill_streams_commit_latency_max_seconds{",
         "rill_streams_restore_records_total{",
+        // A histogram with _count and _sum, not a counter named _sum.
+        "# TYPE rill_streams_commit_latency_seconds histogram",
+        "rill_streams_commit_latency_seconds_count{",
+        "rill_streams_commit_latency_seconds_sum{",
+        "rill_streams_commit_latency_seconds_bucket{",
+        "process_resident_memory_bytes ",
+        "process_cpu_seconds_total ",
+        "rill_streams_build_info{version=",
+        "rill_streams_state{application_id=",
     ] {
         assert!(metrics.contains(family), "{family} missing:\n{metrics}");
     }
+    // Stable thread labels (no per-process client id), and one 0/1 series
+    // per application state with exactly one 1.
+    assert!(metrics.contains("thread=\"StreamThread-1\""), "{metrics}");
+    assert!(
+        metrics
+            .split("thread=\"")
+            .skip(1)
+            .all(|rest| rest.starts_with("StreamThread-")),
+        "{metrics}"
+    );
+    let states: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("rill_streams_state{"))
+        .collect();
+    assert_eq!(states.len(), 7, "{metrics}");
+    assert_eq!(
+        states
+            .iter()
+            .filter(|l| l.ends_with(" 1") || l.ends_with(" 1.0"))
+            .count(),
+        1,
+        "{metrics}"
+    );
     let (st, doc) = get(&format!("{}/v1/openapi.json", base(&a)), None);
     assert_eq!(st, 200);
     assert!(doc["paths"]["/v1/shutdown"]["post"].is_object());
@@ -389,6 +421,13 @@ pub fn streams_rest_shutdown_leaves_group(bootstrap: &str) {
     assert_eq!(st, 401, "reads need the token on a");
     let (st, _) = get(&format!("{}/v1/instances", base(&a)), Some("nope"));
     assert_eq!(st, 401);
+    // The dashboard page holds no data, so it loads without the token (its
+    // own requests then ask for it); the data stays behind the token.
+    let page = http().get(&format!("{}/", base(&a))).call().unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.into_string().unwrap().contains("rill-token"));
+    let (st, _) = get(&format!("{}/v1/lag", base(&a)), None);
+    assert_eq!(st, 401, "group lag needs the token on a");
     let (st, _) = get(&format!("{}/v1/instances", base(&b)), None);
     assert_eq!(st, 200, "reads are open on b");
     let all: BTreeSet<String> = expected_ids(&ia, 2)
@@ -713,6 +752,18 @@ pub fn streams_cli_removes_offline_members(bootstrap: &str) {
             .output()
             .unwrap()
     };
+    // `groups describe --from-url` shows the generation classic
+    // DescribeGroups does not report.
+    let described = std::process::Command::new(rill_binary())
+        .args(["groups", "describe", "--bootstrap-server", bootstrap])
+        .args(["--group", &s.app, "--from-url", &url_a])
+        .output()
+        .unwrap();
+    let described_out = String::from_utf8_lossy(&described.stdout);
+    assert!(
+        described.status.success() && !described_out.contains("generation n/a"),
+        "{described:?}"
+    );
     // 1. b comes back at a new address.
     let old_b = b.rest.clone();
     b.stop();
@@ -922,16 +973,37 @@ pub fn dashboard_renders_live_group(bootstrap: &str) {
     let chromium = crate::tools::chromium().expect("chromium installs");
     let s = Setup::new(bootstrap, "dash");
     let dir = tempfile::tempdir().unwrap();
+    let dir_b = tempfile::tempdir().unwrap();
     let inst = format!("{}-dash", s.app);
-    s.produce(&lines(0, 20), &mut BTreeMap::new());
+    let inst_b = format!("{}-gone", s.app);
+    let mut expected = BTreeMap::new();
+    s.produce(&lines(0, 20), &mut expected);
     let app = start(
         wordcount(&s.input, &s.output, StoreBackend::InMemory),
         rest_config(&s, dir.path(), &inst, None),
     );
+    // A second instance that stops: its static members stay in the group
+    // (until the session timeout), so its partitions stall and its address
+    // stops answering.
+    let b = start(
+        wordcount(&s.input, &s.output, StoreBackend::InMemory),
+        rest_config(&s, dir_b.path(), &inst_b, None),
+    );
+    let settled = wait_until(Duration::from_secs(60), || {
+        let (_, view) = get(&format!("{}/v1/instances", base(&app)), None);
+        partitions_by_instance_id(&view, &s.input).len() == 4
+    });
+    assert!(settled, "the two instances never shared the input");
+    let b_ids = expected_ids(&inst_b, 2);
+    assert!(b.close());
+    // Input for every partition after b stopped: b's stay behind.
+    s.produce(&lines(20, 200), &mut expected);
     let generation = app
         .latest_assignment()
         .map(|a| a.generation)
         .expect("assigned");
+    let (st, lag) = get(&format!("{}/v1/lag", base(&app)), None);
+    assert_eq!(st, 200, "GET /v1/lag: {lag:#}");
     let profile = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(chromium)
         .args([
@@ -967,5 +1039,64 @@ pub fn dashboard_renders_live_group(bootstrap: &str) {
         dom.contains(&format!("{}-", s.input)),
         "partitions not rendered:\n{dom}"
     );
+    // Group-wide lag: every input partition, and the stopped instance's
+    // partitions behind (their lag comes from committed vs end offsets,
+    // which no thread of this instance fetches).
+    for p in 0..PARTITIONS {
+        assert!(
+            dom.contains(&format!("data-lag-partition=\"{}-{p}\"", s.input)),
+            "partition {p} missing from the group lag:\n{dom}"
+        );
+    }
+    let stalled = dom
+        .split("<tr data-lag-partition=")
+        .skip(1)
+        .filter(|row| {
+            b_ids
+                .iter()
+                .any(|id| row.contains(&format!("data-owner=\"{id}\"")))
+        })
+        .filter(|row| !row.contains("data-lag=\"0\""))
+        .count();
+    assert!(
+        stalled > 0,
+        "no lag shown for the stopped instance's partitions:\n{dom}"
+    );
+    // The stopped instance: unreachable, for how long, and what to run.
+    assert!(
+        dom.contains("unreachable, down for") && dom.contains("data-down-seconds="),
+        "no downtime for the stopped instance:\n{dom}"
+    );
+    assert!(
+        dom.contains("rill groups remove-members") && dom.contains("--offline-only"),
+        "no removal command:\n{dom}"
+    );
+    // Time ticks in UTC and generation ticks on the timeline.
+    assert!(
+        dom.contains("time (UTC)") && dom.contains("class=\"gen-tick\""),
+        "timeline axes missing:\n{dom}"
+    );
+    // `RILL_DASHBOARD_SCREENSHOT=<file.png>` also saves what the page looks
+    // like (docs/img/dashboard.png was made so).
+    if let Some(png) = std::env::var_os("RILL_DASHBOARD_SCREENSHOT") {
+        let shot = std::process::Command::new(crate::tools::chromium().expect("chromium"))
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--virtual-time-budget=10000",
+                "--window-size=1100,1400",
+            ])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .arg(format!(
+                "--screenshot={}",
+                std::path::Path::new(&png).display()
+            ))
+            .arg(format!("{}/", base(&app)))
+            .output()
+            .expect("chromium runs");
+        assert!(shot.status.success(), "{shot:?}");
+    }
     assert!(app.close());
 }

@@ -341,6 +341,13 @@ pub struct GroupsDescribeArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// A Rill instance's REST address: its metadata gives the generation
+    /// that classic DescribeGroups does not report.
+    #[arg(long)]
+    from_url: Option<String>,
+    /// Bearer token for that REST read, if required.
+    #[arg(long, env = "RILL_REST_TOKEN")]
+    token: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -427,6 +434,19 @@ fn groups_describe(a: GroupsDescribeArgs) -> CliResult {
     let described = admin
         .describe_groups(&refs)
         .map_err(|e| format!("describing groups {names:?}: {e}"))?;
+    // The application's generation as its own metadata knows it.
+    let rest_generation: Option<(String, i64)> = match &a.from_url {
+        Some(url) => {
+            let view = get_json(
+                &format!("{}/v1/instances?probe=false", base_url(url)),
+                a.settings.token(a.token.as_deref())?.as_deref(),
+            )?;
+            view["generation"]
+                .as_i64()
+                .map(|g| (s(&view["application_id"]), g))
+        }
+        None => None,
+    };
     let mut out = Vec::new();
     let mut failed = Vec::new();
     for (name, d) in described {
@@ -459,7 +479,12 @@ fn groups_describe(a: GroupsDescribeArgs) -> CliResult {
             let generation = match (d.consumer_protocol, d.generation) {
                 (true, e) => format!("epoch {e}"),
                 (false, g) if g >= 0 => format!("generation {g}"),
-                (false, _) => "generation n/a (classic DescribeGroups does not report it)".into(),
+                (false, _) => match &rest_generation {
+                    Some((app, g)) if *app == d.group_id => {
+                        format!("generation {g} (from the app's metadata)")
+                    }
+                    _ => "generation n/a (classic DescribeGroups does not report it; --from-url reads it from a Rill app)".into(),
+                },
             };
             println!(
                 "group {}  state {}  {generation}  protocol {}",

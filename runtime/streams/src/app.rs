@@ -63,6 +63,17 @@ pub enum State {
 }
 
 impl State {
+    /// Every state, in lifecycle order (the `/metrics` 0/1 series).
+    pub const ALL: [State; 7] = [
+        State::Created,
+        State::Rebalancing,
+        State::Running,
+        State::PendingShutdown,
+        State::NotRunning,
+        State::PendingError,
+        State::Error,
+    ];
+
     /// Kafka's allowed transitions.
     pub fn can_become(self, next: State) -> bool {
         use State::*;
@@ -174,6 +185,8 @@ pub(crate) struct App {
     renderers: Mutex<BTreeMap<String, Arc<ValueRenderer>>>,
     threads: Mutex<Vec<ThreadHandle>>,
     services: Mutex<Services>,
+    /// Process id → when probes first found that instance unreachable.
+    unreachable_since: Mutex<BTreeMap<String, i64>>,
 }
 
 impl App {
@@ -199,7 +212,13 @@ impl App {
             renderers: Mutex::default(),
             threads: Mutex::default(),
             services: Mutex::default(),
+            unreachable_since: Mutex::default(),
         }
+    }
+
+    /// When each instance probes found unreachable was first found so.
+    pub fn unreachable_since(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, i64>> {
+        lock(&self.unreachable_since)
     }
 
     pub fn config(&self) -> &StreamsConfig {

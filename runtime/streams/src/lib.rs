@@ -57,6 +57,7 @@ mod global;
 mod internal_topics;
 mod kafka_streams;
 mod metadata;
+mod metrics;
 mod processor;
 mod processor_context;
 mod queries;
@@ -89,8 +90,8 @@ pub use kafka_streams::{
     CloseOptions, KafkaStreams, State, StreamThreadExceptionResponse, ThreadMetadata,
 };
 pub use metadata::{
-    ApplicationMetadata, KeyQueryMetadata, PartitionRef, RebalanceEvent, StoreQueryError,
-    StreamThreadMetadata, StreamsMetadata,
+    ApplicationMetadata, KeyQueryMetadata, PartitionLag, PartitionRef, RebalanceEvent,
+    StoreQueryError, StreamThreadMetadata, StreamsMetadata,
 };
 pub use processor::{
     Headers, Processor, ProcessorContext, PunctuationType, Record, RecordMetadata, ScheduleId,

@@ -59,6 +59,11 @@ pub struct StreamsMetadata {
     /// For another instance: whether its REST endpoint answered just now
     /// (filled by the REST layer; `None` when not asked).
     pub reachable: Option<bool>,
+    /// For another instance: since when (ms since the Unix epoch) probes
+    /// have found it unreachable, as this instance saw it; `None` when it
+    /// answered or was not probed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unreachable_since_ms: Option<i64>,
     /// State stores of the tasks the instance runs.
     pub stores: Vec<String>,
     /// The instance's stream threads; sorted by name in [`ApplicationMetadata`].
@@ -74,6 +79,27 @@ pub struct ApplicationMetadata {
     pub generation: i32,
     /// Every instance in the assignment, this one included, sorted by endpoint then process id.
     pub instances: Vec<StreamsMetadata>,
+}
+
+/// One input partition's lag for the whole group, from the group's
+/// committed offset and the partition's end offset (so a dead instance's
+/// stalled partitions show too, unlike the threads' own `records-lag`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionLag {
+    /// Topic name.
+    pub topic: String,
+    /// Partition number.
+    pub partition: i32,
+    /// The group's committed offset; `None` before the first commit.
+    pub committed: Option<i64>,
+    /// The partition's end offset (high watermark).
+    pub end: i64,
+    /// `end - committed` (`end` when nothing is committed).
+    pub lag: i64,
+    /// `group.instance.id` of the thread the assignment gives it to.
+    pub owner: Option<String>,
+    /// That thread's instance's endpoint.
+    pub owner_endpoint: Option<String>,
 }
 
 /// Where a key of a store lives (Kafka's `KeyQueryMetadata`).

@@ -22,11 +22,12 @@ use rill_client::producer::partition_for_key;
 use crate::app::App;
 use crate::assignor::AssignmentInfo;
 use crate::metadata::{
-    to_refs, ApplicationMetadata, KeyQueryMetadata, RebalanceEvent, StoreQueryError,
+    to_refs, ApplicationMetadata, KeyQueryMetadata, PartitionLag, RebalanceEvent, StoreQueryError,
     StreamThreadMetadata, StreamsMetadata,
 };
+use crate::metrics::{Sample, ThreadSample};
 use crate::task_id::TaskId;
-use crate::thread_state::{lock, ThreadMetrics};
+use crate::thread_state::lock;
 
 impl App {
     fn stores_of_tasks<'a>(&self, tasks: impl Iterator<Item = &'a String>) -> Vec<String> {
@@ -74,6 +75,7 @@ impl App {
             local: true,
             state: Some(format!("{:?}", self.state())),
             reachable: None,
+            unreachable_since_ms: None,
             stores: self.stores_of_tasks(threads.iter().flat_map(|t| t.active_tasks.iter())),
             threads,
         }
@@ -109,6 +111,7 @@ impl App {
                     local: false,
                     state: None,
                     reachable: None,
+                    unreachable_since_ms: None,
                     stores: Vec::new(),
                     threads: Vec::new(),
                 });
@@ -144,6 +147,59 @@ impl App {
             generation: assignment.generation,
             instances,
         }
+    }
+
+    /// Every assigned input partition's lag for the whole group: the
+    /// group's committed offsets and the end offsets, from the brokers
+    /// (blocking: call it off the tokio workers).
+    pub(crate) fn group_lag(&self) -> rill_client::Result<Vec<PartitionLag>> {
+        let view = self.all_metadata();
+        let mut owners: BTreeMap<(String, i32), (Option<String>, Option<String>)> = BTreeMap::new();
+        for i in &view.instances {
+            for t in &i.threads {
+                for p in &t.partitions {
+                    owners.insert(
+                        (p.topic.clone(), p.partition),
+                        (t.group_instance_id.clone(), i.endpoint.clone()),
+                    );
+                }
+            }
+        }
+        let wanted: BTreeMap<rill_client::TopicPartition, rill_client::OffsetSpec> = owners
+            .keys()
+            .map(|(t, p)| {
+                (
+                    rill_client::TopicPartition::new(t.clone(), *p),
+                    rill_client::OffsetSpec::Latest,
+                )
+            })
+            .collect();
+        if wanted.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ends = self.admin().list_offsets(&wanted)?;
+        let committed = self
+            .admin()
+            .list_consumer_group_offsets(&self.config().application_id)?;
+        Ok(ends
+            .into_iter()
+            .map(|(tp, end)| {
+                let c = committed.get(&tp).map(|o| o.offset);
+                let (owner, owner_endpoint) = owners
+                    .get(&(tp.topic.clone(), tp.partition))
+                    .cloned()
+                    .unwrap_or_default();
+                PartitionLag {
+                    lag: (end.offset - c.unwrap_or(0)).max(0),
+                    topic: tp.topic,
+                    partition: tp.partition,
+                    committed: c,
+                    end: end.offset,
+                    owner,
+                    owner_endpoint,
+                }
+            })
+            .collect())
     }
 
     /// The sub-topology holding `store`, and its partition count (from the
@@ -249,115 +305,35 @@ impl App {
     /// Prometheus text exposition of the instance's metrics (names follow
     /// Kafka Streams' metric names where one exists).
     pub(crate) fn prometheus(&self) -> String {
-        use std::fmt::Write;
-        let threads = self.threads();
-        let app = &self.config().application_id;
-        let mut out = String::new();
-        let mut family = |name: &str, kind: &str, help: &str, rows: Vec<(String, String)>| {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} {kind}");
-            for (labels, v) in rows {
-                let _ = writeln!(out, "{name}{{application_id=\"{app}\",{labels}}} {v}");
-            }
-        };
-        let per_thread = |f: &dyn Fn(&ThreadMetrics) -> String| -> Vec<(String, String)> {
-            threads
+        let threads = self
+            .threads()
+            .into_iter()
+            .map(|t| {
+                let m = &t.shared.metrics;
+                let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+                ThreadSample {
+                    // Stable across restarts, unlike the name's client id.
+                    thread: format!("StreamThread-{}", t.index),
+                    processed: load(&m.processed),
+                    dropped: t.shared.dropped_records.load(Ordering::Relaxed),
+                    rebalances: load(&m.rebalances),
+                    commits: load(&m.commits),
+                    commit_max_seconds: load(&m.commit_ns_max) as f64 / 1e9,
+                    commit_latency: m.commit_latency.0.clone(),
+                    restored: load(&m.restored),
+                    restore_remaining: load(&m.restore_remaining),
+                    lags: lock(&m.lags).clone(),
+                }
+            })
+            .collect();
+        crate::metrics::encode(Sample {
+            application_id: self.config().application_id.clone(),
+            state: format!("{:?}", self.state()),
+            states: crate::app::State::ALL
                 .iter()
-                .map(|t| (format!("thread=\"{}\"", t.name), f(&t.shared.metrics)))
-                .collect()
-        };
-        let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed).to_string();
-        family(
-            "rill_streams_process_total",
-            "counter",
-            "Records processed by the thread's tasks (Kafka's process-total).",
-            per_thread(&|m| load(&m.processed)),
-        );
-        family(
-            "rill_streams_dropped_records_total",
-            "counter",
-            "Records dropped by the deserialization handler or as late for a closed window (Kafka's dropped-records-total).",
-            threads
-                .iter()
-                .map(|t| {
-                    (
-                        format!("thread=\"{}\"", t.name),
-                        t.shared.dropped_records.load(Ordering::Relaxed).to_string(),
-                    )
-                })
+                .map(|s| format!("{s:?}"))
                 .collect(),
-        );
-        family(
-            "rill_streams_rebalances_total",
-            "counter",
-            "Assignments the thread received.",
-            per_thread(&|m| load(&m.rebalances)),
-        );
-        family(
-            "rill_streams_commit_total",
-            "counter",
-            "Commits (flush stores, flush producer, commit offsets).",
-            per_thread(&|m| load(&m.commits)),
-        );
-        family(
-            "rill_streams_commit_latency_seconds_sum",
-            "counter",
-            "Total time spent committing.",
-            per_thread(&|m| {
-                format!(
-                    "{:.6}",
-                    m.commit_ns_total.load(Ordering::Relaxed) as f64 / 1e9
-                )
-            }),
-        );
-        family(
-            "rill_streams_commit_latency_max_seconds",
-            "gauge",
-            "Longest commit so far (Kafka's commit-latency-max).",
-            per_thread(&|m| {
-                format!(
-                    "{:.6}",
-                    m.commit_ns_max.load(Ordering::Relaxed) as f64 / 1e9
-                )
-            }),
-        );
-        family(
-            "rill_streams_restore_records_total",
-            "counter",
-            "Changelog records restored into stores.",
-            per_thread(&|m| load(&m.restored)),
-        );
-        family(
-            "rill_streams_restore_remaining_records",
-            "gauge",
-            "Changelog records left to restore (Kafka's restore-remaining-records-total).",
-            per_thread(&|m| load(&m.restore_remaining)),
-        );
-        let mut lag_rows = Vec::new();
-        for t in threads.iter() {
-            for (topic, p, lag) in lock(&t.shared.metrics.lags).iter() {
-                lag_rows.push((
-                    format!("thread=\"{}\",topic=\"{topic}\",partition=\"{p}\"", t.name),
-                    lag.to_string(),
-                ));
-            }
-        }
-        family(
-            "rill_streams_records_lag",
-            "gauge",
-            "Records between the consumer's position and the partition's high watermark (Kafka's records-lag).",
-            lag_rows,
-        );
-        let state = format!("{:?}", self.state());
-        let _ = writeln!(
-            out,
-            "# HELP rill_streams_state The application state (1 for the current one)."
-        );
-        let _ = writeln!(out, "# TYPE rill_streams_state gauge");
-        let _ = writeln!(
-            out,
-            "rill_streams_state{{application_id=\"{app}\",state=\"{state}\"}} 1"
-        );
-        out
+            threads,
+        })
     }
 }

@@ -107,6 +107,7 @@ fn router(inner: Arc<App>) -> Router {
         .route("/v1/instances", get(instances))
         .route("/v1/instances/self", get(instance_self))
         .route("/v1/history", get(history))
+        .route("/v1/lag", get(group_lag))
         .route("/v1/stores/{store}/keys/{key}", get(store_key))
         .route("/v1/shutdown", post(shutdown))
         .fallback(|| async {
@@ -229,10 +230,10 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-async fn dashboard(State(inner): State<Shared>, headers: HeaderMap) -> Response {
-    if let Err(r) = authorize(&inner, &headers, false) {
-        return *r;
-    }
+/// The dashboard page itself is static (no data), so it is served
+/// without a token; with `rest.read.requires.token` its own requests carry
+/// the token the user types into it (kept in the tab's sessionStorage).
+async fn dashboard() -> Response {
     (
         [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
         DASHBOARD,
@@ -265,7 +266,7 @@ async fn metrics(State(inner): State<Shared>, headers: HeaderMap) -> Response {
         return *r;
     }
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
         inner.prometheus(),
     )
         .into_response()
@@ -327,6 +328,21 @@ async fn instances(
                     s.spawn(move || probe_instance(i, auth.as_deref()));
                 }
             });
+            // How long each unreachable instance has been down, as seen
+            // from here (the dashboard shows it with the removal command).
+            let now = crate::task_manager::now_ms();
+            let mut since = inner.unreachable_since();
+            since.retain(|pid, _| {
+                view.instances
+                    .iter()
+                    .any(|i| &i.process_id == pid && i.reachable == Some(false))
+            });
+            for i in view.instances.iter_mut() {
+                if i.reachable == Some(false) {
+                    i.unreachable_since_ms =
+                        Some(*since.entry(i.process_id.clone()).or_insert(now));
+                }
+            }
         }
         view
     })
@@ -361,6 +377,35 @@ fn probe_instance(i: &mut StreamsMetadata, auth: Option<&str>) {
         if let Some(l) = live.threads.iter().find(|l| l.thread_name == t.thread_name) {
             t.thread_state = l.thread_state.clone();
         }
+    }
+}
+
+/// Lag per input partition for the whole group (committed vs end offsets).
+async fn group_lag(State(inner): State<Shared>, headers: HeaderMap) -> Response {
+    if let Err(r) = authorize(&inner, &headers, false) {
+        return *r;
+    }
+    let app = inner.clone();
+    // The admin client's blocking calls refuse tokio threads (blocking
+    // pool included): ask from a plain thread.
+    let lag = tokio::task::spawn_blocking(move || {
+        std::thread::spawn(move || app.group_lag())
+            .join()
+            .map_err(|_| "reading the group's lag panicked".to_string())
+    })
+    .await;
+    match lag.map_err(|e| e.to_string()).and_then(|r| r) {
+        Ok(Ok(rows)) => Json(json!({
+            "application_id": inner.config().application_id,
+            "partitions": rows,
+        }))
+        .into_response(),
+        Ok(Err(e)) => error(
+            StatusCode::BAD_GATEWAY,
+            "cluster unavailable",
+            format!("reading offsets from the cluster: {e}"),
+        ),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, "internal", e),
     }
 }
 

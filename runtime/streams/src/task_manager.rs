@@ -437,6 +437,7 @@ impl TaskManager {
         m.commits.fetch_add(1, Ordering::Relaxed);
         m.commit_ns_total.fetch_add(ns, Ordering::Relaxed);
         m.commit_ns_max.fetch_max(ns, Ordering::Relaxed);
+        m.commit_latency.0.observe(ns as f64 / 1e9);
         r
     }
 

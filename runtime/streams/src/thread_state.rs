@@ -120,6 +120,16 @@ pub(crate) struct ThreadShared {
     pub on_change: Box<dyn Fn() + Send + Sync>,
 }
 
+/// The commit-latency histogram, with a `Default` for [`ThreadMetrics`].
+#[derive(Debug, Clone)]
+pub(crate) struct CommitLatency(pub prometheus_client::metrics::histogram::Histogram);
+
+impl Default for CommitLatency {
+    fn default() -> Self {
+        Self(crate::metrics::commit_latency_histogram())
+    }
+}
+
 /// Counters behind `GET /metrics` (Kafka Streams' thread-level metrics).
 #[derive(Default)]
 pub(crate) struct ThreadMetrics {
@@ -128,6 +138,8 @@ pub(crate) struct ThreadMetrics {
     pub commits: AtomicU64,
     pub commit_ns_total: AtomicU64,
     pub commit_ns_max: AtomicU64,
+    /// Every commit's duration, in seconds (the `/metrics` histogram).
+    pub commit_latency: CommitLatency,
     pub restored: AtomicU64,
     pub restore_remaining: AtomicU64,
     /// (topic, partition, lag) as of the last refresh.
