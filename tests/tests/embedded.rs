@@ -323,6 +323,60 @@ mod embedded_only {
             .unwrap();
         std::thread::sleep(Duration::from_millis(10));
     }
+
+    /// A client that sends part of a frame and stalls is disconnected after
+    /// the request read timeout instead of holding its buffer until it
+    /// leaves (issue 17: 10 × 4 MiB partial frames held 40 MB); a client
+    /// that keeps completing requests is not.
+    #[test]
+    fn a_stalled_partial_request_is_dropped_after_the_read_timeout() {
+        let cluster = Embedded::start(
+            EmbeddedCluster::builder().config(|c| c.request_read_timeout = Duration::from_secs(1)),
+        );
+        let mut stalled = Conn::connect(&cluster.bootstrap()).unwrap();
+        let mut frame = 1_000_000i32.to_be_bytes().to_vec();
+        frame.extend_from_slice(&[0u8; 100]);
+        stalled.send_raw(&frame).unwrap();
+        let started = std::time::Instant::now();
+        assert!(stalled.is_closed_by_peer());
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_millis(800) && waited < Duration::from_secs(8),
+            "closed after {waited:?}"
+        );
+        // A busy but healthy client outlives the timeout.
+        let mut c = Client::new(&cluster.bootstrap()).unwrap();
+        let topic = unique_topic("readtimeout");
+        assert_eq!(c.create_topic(&topic, 1, 1, &[]).unwrap().0, 0);
+        let until = std::time::Instant::now() + Duration::from_millis(2_500);
+        while std::time::Instant::now() < until {
+            c.produce(&topic, 0, &[("k", "v")], Compression::None)
+                .unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// A data directory the broker cannot use is named in the error (a
+    /// read-only or full disk said only "Read-only file system").
+    #[test]
+    fn a_bad_data_directory_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("not-a-dir");
+        std::fs::write(&file, b"x").unwrap();
+        let bad = file.join("data");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let e = rt
+            .block_on(EmbeddedCluster::builder().data_dir(&bad).start())
+            .err()
+            .expect("a data directory under a file cannot work");
+        assert!(
+            e.to_string().contains(&bad.display().to_string()),
+            "the error does not name the directory: {e}"
+        );
+    }
 }
 
 /// Coordinator durability: a stable static group survives a broker restart

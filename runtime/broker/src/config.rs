@@ -415,6 +415,10 @@ pub struct BrokerConfig {
     pub default_replication_factor: i16,
     /// `socket.request.max.bytes`.
     pub socket_request_max_bytes: usize,
+    /// How long a request may take to arrive once its first byte has (30 s;
+    /// no Kafka key: Kafka relies on `connections.max.idle.ms`, which a
+    /// client that trickles a huge frame never triggers).
+    pub request_read_timeout: Duration,
     /// `log.retention.check.interval.ms` (also drives compaction and rolls by age).
     pub log_maintenance_interval: Duration,
     /// Broker-level defaults for topic configs (`log.*` settings by topic key).
@@ -451,6 +455,7 @@ impl Default for BrokerConfig {
             default_partitions: 1,
             default_replication_factor: 1,
             socket_request_max_bytes: rill_protocol::frame::DEFAULT_MAX_FRAME_BYTES,
+            request_read_timeout: Duration::from_secs(30),
             log_maintenance_interval: Duration::from_secs(300),
             topic_defaults: BTreeMap::new(),
             offsets_topic_partitions: 50,

@@ -11,8 +11,8 @@
 //!   handler is caught, logged and closes that connection only.
 //! - Stopping a node closes its listener and every connection it accepted,
 //!   including ones parked in a long-polling fetch.
-//! - A request must arrive whole within `PARTIAL_REQUEST_TIMEOUT` of its
-//!   first byte, or the connection is closed: a client that sends part of
+//! - A request must arrive whole within `request_read_timeout` (30 s) of
+//!   its first byte, or the connection is closed: a client that sends part of
 //!   a large frame and stalls (or trickles it) would otherwise hold up to
 //!   `socket.request.max.bytes` of buffer for as long as it stays
 //!   connected.
@@ -235,7 +235,8 @@ async fn serve(
             (false, false, Some(t)) => Some(t),
             (false, _, _) => Some(tokio::time::Instant::now()),
         };
-        let partial_deadline = partial_since.map(|t| t + PARTIAL_REQUEST_TIMEOUT);
+        let read_timeout = broker.config.request_read_timeout;
+        let partial_deadline = partial_since.map(|t| t + read_timeout);
         tokio::select! {
             _ = shutdown.changed() => return,
             _ = async {
@@ -244,7 +245,7 @@ async fn serve(
                     None => std::future::pending().await,
                 }
             } => {
-                warn!(%peer, buffered = inbuf.len(), "closing connection: a request did not arrive whole within {} s", PARTIAL_REQUEST_TIMEOUT.as_secs());
+                warn!(%peer, buffered = inbuf.len(), "closing connection: a request did not arrive whole within {} ms", read_timeout.as_millis());
                 return;
             }
             read = stream.read_buf(&mut inbuf) => match read {
@@ -258,9 +259,6 @@ async fn serve(
         }
     }
 }
-
-/// How long a request may take to arrive once its first byte has.
-const PARTIAL_REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 async fn write_out(stream: &mut TcpStream, out: &mut BytesMut) -> std::io::Result<()> {
     stream.write_all(out).await?;

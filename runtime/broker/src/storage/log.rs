@@ -143,12 +143,22 @@ fn io_err(tp: &str, e: io::Error) -> AppendError {
 /// would see nothing but client timeouts.
 static DISK_FULL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// Whether the failure `kind` starts a disk-full episode on `flag` (true
+/// once per episode: the caller logs it).
+pub(super) fn disk_full_starts(flag: &std::sync::atomic::AtomicBool, kind: io::ErrorKind) -> bool {
+    kind == io::ErrorKind::StorageFull && !flag.swap(true, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Whether a successful append ends a disk-full episode on `flag`.
+pub(super) fn disk_full_ends(flag: &std::sync::atomic::AtomicBool) -> bool {
+    flag.load(std::sync::atomic::Ordering::Relaxed)
+        && flag.swap(false, std::sync::atomic::Ordering::Relaxed)
+}
+
 impl PartitionLog {
     /// [`io_err`], logging the start of a disk-full episode once.
     fn append_io_err(&self, tp: &str, e: io::Error) -> AppendError {
-        if e.kind() == io::ErrorKind::StorageFull
-            && !DISK_FULL.swap(true, std::sync::atomic::Ordering::Relaxed)
-        {
+        if disk_full_starts(&DISK_FULL, e.kind()) {
             let dir = self
                 .dir
                 .as_ref()
@@ -402,7 +412,7 @@ impl PartitionLog {
         active
             .append(&batch, &stamped, interval, now_ms)
             .map_err(|e| self.append_io_err(&tp, e))?;
-        if DISK_FULL.swap(false, std::sync::atomic::Ordering::Relaxed) {
+        if disk_full_ends(&DISK_FULL) {
             info!(partition = %tp, "appends succeed again: the disk-full episode is over");
         }
         inner.next_offset = stamped.next_offset();

@@ -414,3 +414,21 @@ fn compression_type_recompresses_batches() {
             .duplicate
     );
 }
+
+/// A disk-full failure starts an episode once (one log line however many
+/// appends fail); another I/O error starts none; a successful append ends
+/// it (its own line).
+#[test]
+fn disk_full_is_one_episode_until_an_append_succeeds() {
+    use super::log::{disk_full_ends, disk_full_starts};
+    use std::io::ErrorKind;
+    use std::sync::atomic::AtomicBool;
+    let flag = AtomicBool::new(false);
+    assert!(!disk_full_starts(&flag, ErrorKind::Other));
+    assert!(!disk_full_ends(&flag));
+    assert!(disk_full_starts(&flag, ErrorKind::StorageFull));
+    assert!(!disk_full_starts(&flag, ErrorKind::StorageFull));
+    assert!(disk_full_ends(&flag));
+    assert!(!disk_full_ends(&flag));
+    assert!(disk_full_starts(&flag, ErrorKind::StorageFull));
+}
