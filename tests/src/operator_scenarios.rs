@@ -1005,19 +1005,24 @@ pub fn dashboard_renders_live_group(bootstrap: &str) {
     let (st, lag) = get(&format!("{}/v1/lag", base(&app)), None);
     assert_eq!(st, 200, "GET /v1/lag: {lag:#}");
     let profile = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(chromium)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--virtual-time-budget=10000",
-        ])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
-        .arg("--dump-dom")
-        .arg(format!("{}/", base(&app)))
-        .output()
-        .expect("chromium runs");
+    // Headless Chromium on the page, the page's scripts given 10 s.
+    let page = |what: &str| {
+        std::process::Command::new(&chromium)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--virtual-time-budget=10000",
+                "--window-size=1100,1400",
+            ])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .arg(what)
+            .arg(format!("{}/", base(&app)))
+            .output()
+            .expect("chromium runs")
+    };
+    let out = page("--dump-dom");
     let dom = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -1079,23 +1084,10 @@ pub fn dashboard_renders_live_group(bootstrap: &str) {
     // `RILL_DASHBOARD_SCREENSHOT=<file.png>` also saves what the page looks
     // like (docs/img/dashboard.png was made so).
     if let Some(png) = std::env::var_os("RILL_DASHBOARD_SCREENSHOT") {
-        let shot = std::process::Command::new(crate::tools::chromium().expect("chromium"))
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-dev-shm-usage",
-                "--virtual-time-budget=10000",
-                "--window-size=1100,1400",
-            ])
-            .arg(format!("--user-data-dir={}", profile.path().display()))
-            .arg(format!(
-                "--screenshot={}",
-                std::path::Path::new(&png).display()
-            ))
-            .arg(format!("{}/", base(&app)))
-            .output()
-            .expect("chromium runs");
+        let shot = page(&format!(
+            "--screenshot={}",
+            std::path::Path::new(&png).display()
+        ));
         assert!(shot.status.success(), "{shot:?}");
     }
     assert!(app.close());

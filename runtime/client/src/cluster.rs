@@ -196,17 +196,20 @@ impl Cluster {
         }
     }
 
+    /// A broker's address from the metadata.
+    fn broker_addr(&self, node: i32) -> Result<String> {
+        match self.metadata().brokers.get(&node) {
+            Some(b) => Ok(b.addr()),
+            None => Err(Error::Connection {
+                broker: format!("broker {node}"),
+                reason: "not in the cluster metadata".into(),
+            }),
+        }
+    }
+
     /// A live connection to a broker node (connecting if needed).
     pub async fn connection(&self, node: i32) -> Result<Arc<Connection>> {
-        let addr = match self.metadata().brokers.get(&node) {
-            Some(b) => b.addr(),
-            None => {
-                return Err(Error::Connection {
-                    broker: format!("broker {node}"),
-                    reason: "not in the cluster metadata".into(),
-                })
-            }
-        };
+        let addr = self.broker_addr(node)?;
         self.connect_slot(node, &addr).await
     }
 
@@ -217,15 +220,7 @@ impl Cluster {
     /// behind the fetch long-poll (`fetch.max.wait.ms`, 500 ms): an idle
     /// app's synchronous commit took 222–307 ms that way (issue 17).
     pub async fn coordinator_connection(&self, node: i32) -> Result<Arc<Connection>> {
-        let addr = match self.metadata().brokers.get(&node) {
-            Some(b) => b.addr(),
-            None => {
-                return Err(Error::Connection {
-                    broker: format!("broker {node}"),
-                    reason: "not in the cluster metadata".into(),
-                })
-            }
-        };
+        let addr = self.broker_addr(node)?;
         self.connect_slot(coordinator_slot(node), &addr).await
     }
 
