@@ -435,7 +435,6 @@ impl TaskManager {
         let ns = started.elapsed().as_nanos() as u64;
         let m = &self.ctx.shared.metrics;
         m.commits.fetch_add(1, Ordering::Relaxed);
-        m.commit_ns_total.fetch_add(ns, Ordering::Relaxed);
         m.commit_ns_max.fetch_max(ns, Ordering::Relaxed);
         m.commit_latency.0.observe(ns as f64 / 1e9);
         r

@@ -136,7 +136,6 @@ pub(crate) struct ThreadMetrics {
     pub processed: AtomicU64,
     pub rebalances: AtomicU64,
     pub commits: AtomicU64,
-    pub commit_ns_total: AtomicU64,
     pub commit_ns_max: AtomicU64,
     /// Every commit's duration, in seconds (the `/metrics` histogram).
     pub commit_latency: CommitLatency,
