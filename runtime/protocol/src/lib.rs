@@ -15,6 +15,8 @@
 //!   offset/epoch stamping, and encode/decode with every compression codec
 //!   `kafka-protocol` offers (gzip, snappy, lz4, zstd).
 //! - [`error`]: Kafka's error-code enum.
+//! - [`sasl`]: SASL PLAIN, SCRAM-SHA-256/512 and OAUTHBEARER messages for both
+//!   sides of SaslAuthenticate.
 //! - [`alloc`]: a global allocator that turns hostile array lengths into decode
 //!   errors instead of process aborts.
 //!
@@ -52,6 +54,7 @@ pub mod error;
 pub mod frame;
 pub mod message;
 pub mod records;
+pub mod sasl;
 
 pub use error::{ErrorCode, ErrorCodeExt};
 pub use kafka_protocol;
