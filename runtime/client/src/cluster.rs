@@ -133,6 +133,7 @@ impl Cluster {
             connect_timeout: cfg.socket_connection_setup_timeout,
             request_timeout: cfg.request_timeout,
             max_response_bytes: cfg.max_response_bytes,
+            security: cfg.security.clone(),
         };
         Arc::new(Self {
             cfg,
@@ -242,7 +243,6 @@ impl Cluster {
         match Connection::connect(broker_id, addr, self.settings.clone()).await {
             Ok(c) => {
                 self.record_failure(node, true);
-                let c = Arc::new(c);
                 *guard = Some(c.clone());
                 Ok(c)
             }
@@ -285,6 +285,8 @@ impl Cluster {
             for node in brokers {
                 match self.connection(node).await {
                     Ok(c) => return Ok(c),
+                    // A refused login or certificate will not change on retry.
+                    Err(e) if e.is_security_failure() => return Err(e),
                     Err(e) => last = e.to_string(),
                 }
             }
@@ -292,6 +294,7 @@ impl Cluster {
             for (i, addr) in self.cfg.bootstrap_servers.iter().enumerate() {
                 match self.connect_slot(-1 - i as i32, addr).await {
                     Ok(c) => return Ok(c),
+                    Err(e) if e.is_security_failure() => return Err(e),
                     Err(e) => {
                         all_refused &= matches!(e, Error::ConnectionRefused { .. });
                         last = e.to_string();

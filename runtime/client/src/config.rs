@@ -22,10 +22,26 @@ use rill_protocol::records::Compression;
 
 use crate::error::{Error, Result};
 
-/// Kafka client properties.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// Kafka client properties. `Debug` prints secret values (passwords, keys,
+/// JAAS lines) as `[hidden]`.
+#[derive(Clone, Default, PartialEq)]
 pub struct ClientConfig {
     entries: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map()
+            .entries(self.entries.iter().map(|(k, v)| {
+                let shown = if crate::security::is_secret_key(k) {
+                    crate::security::HIDDEN
+                } else {
+                    v.as_str()
+                };
+                (k, shown)
+            }))
+            .finish()
+    }
 }
 
 impl ClientConfig {
@@ -302,6 +318,12 @@ impl<'a> Reader<'a> {
     }
 }
 
+impl crate::security::Props for Reader<'_> {
+    fn get(&mut self, key: &'static str) -> Option<String> {
+        self.raw(key).map(str::to_string)
+    }
+}
+
 /// Reads `cfg` with `read`, then fails on the first key it did not read.
 fn read_all<T>(
     cfg: &ClientConfig,
@@ -348,6 +370,8 @@ pub struct CommonConfig {
     pub default_api_timeout: Duration,
     /// Largest response frame accepted from a broker.
     pub max_response_bytes: usize,
+    /// `security.protocol` with its `ssl.*` and `sasl.*` settings.
+    pub security: crate::security::SecurityConfig,
 }
 
 impl CommonConfig {
@@ -375,7 +399,6 @@ impl CommonConfig {
         let client_id = r.string("client.id", "");
         // Java-only settings accepted so shared property files work.
         for k in [
-            "security.protocol",
             "client.dns.lookup",
             "connections.max.idle.ms",
             "send.buffer.bytes",
@@ -389,15 +412,7 @@ impl CommonConfig {
         ] {
             r.accept(k);
         }
-        if let Some(p) = r.raw("security.protocol") {
-            if !p.eq_ignore_ascii_case("PLAINTEXT") {
-                return Err(Error::config(
-                    "security.protocol",
-                    p,
-                    "only PLAINTEXT is supported",
-                ));
-            }
-        }
+        let security = crate::security::read(r)?;
         Ok(Self {
             bootstrap_servers: servers,
             client_id,
@@ -416,6 +431,7 @@ impl CommonConfig {
                 1024,
                 i32::MAX as usize,
             )?,
+            security,
         })
     }
 }

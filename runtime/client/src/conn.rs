@@ -13,6 +13,17 @@
 //! - ApiVersions is the first request (KIP-511 header v0 answer); every later
 //!   request uses the highest version both sides support, within the range
 //!   the caller can handle.
+//! - Security (`security.protocol`): the TLS handshake (rustls) runs before
+//!   any Kafka frame, under `socket.connection.setup.timeout.ms`; SASL runs
+//!   after ApiVersions and before the connection is handed out, as
+//!   SaslHandshake v1 + SaslAuthenticate. A refused login or certificate is
+//!   a typed error ([`Error::Authentication`], [`Error::Tls`]), never retried.
+//! - Re-authentication (KIP-368): when the broker returns a session
+//!   lifetime, a task re-authenticates at 85–95 % of it (Kafka's window) on
+//!   the same connection. It holds the write lock for the whole exchange, so
+//!   no request is written between SaslHandshake and the last
+//!   SaslAuthenticate; requests already written are answered first (a broker
+//!   answers a connection's requests in order) and are not dropped.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -23,13 +34,13 @@ use bytes::{Bytes, BytesMut};
 use rill_protocol::kafka_protocol::messages::{ApiVersionsRequest, RequestHeader};
 use rill_protocol::message::{decode_response, encode_request_frame, peek_correlation_id};
 use rill_protocol::{ApiKey, RequestKind, ResponseKind, StrBytes};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
 use crate::error::{Error, Result};
+use crate::security::SecurityConfig;
 
 /// Where a connection goes and how it behaves.
 #[derive(Debug, Clone)]
@@ -38,7 +49,11 @@ pub struct ConnectionSettings {
     pub connect_timeout: Duration,
     pub request_timeout: Duration,
     pub max_response_bytes: usize,
+    pub security: SecurityConfig,
 }
+
+type Writer = Box<dyn AsyncWrite + Send + Unpin>;
+type Reader = Box<dyn AsyncRead + Send + Unpin>;
 
 type Waiter = oneshot::Sender<Result<Bytes>>;
 
@@ -60,17 +75,22 @@ pub struct Connection {
     pub node_id: i32,
     pub addr: String,
     settings: ConnectionSettings,
-    writer: tokio::sync::Mutex<OwnedWriteHalf>,
+    writer: tokio::sync::Mutex<Writer>,
     shared: Arc<Mutex<Shared>>,
     next_correlation_id: AtomicI32,
     /// The broker's supported version range per API key.
     versions: HashMap<i16, (i16, i16)>,
     reader: tokio::task::JoinHandle<()>,
+    /// The KIP-368 re-authentication task, when the broker set a lifetime.
+    reauth: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Drop for Connection {
     fn drop(&mut self) {
         self.reader.abort();
+        if let Some(t) = self.reauth.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            t.abort();
+        }
     }
 }
 
@@ -85,8 +105,12 @@ fn lock(m: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
 }
 
 impl Connection {
-    /// Connects and negotiates API versions.
-    pub async fn connect(node_id: i32, addr: &str, settings: ConnectionSettings) -> Result<Self> {
+    /// Connects, negotiates API versions and authenticates.
+    pub async fn connect(
+        node_id: i32,
+        addr: &str,
+        settings: ConnectionSettings,
+    ) -> Result<Arc<Self>> {
         let broker = describe(node_id, addr);
         let stream = tokio::time::timeout(settings.connect_timeout, TcpStream::connect(addr))
             .await
@@ -107,7 +131,17 @@ impl Connection {
                 },
             })?;
         let _ = stream.set_nodelay(true);
-        let (read, write) = stream.into_split();
+        let (read, write): (Reader, Writer) = match &settings.security.tls {
+            Some(tls) => {
+                let tls = crate::tls::handshake(stream, addr, tls.clone(), &broker, settings.connect_timeout).await?;
+                let (r, w) = tokio::io::split(tls);
+                (Box::new(r), Box::new(w))
+            }
+            None => {
+                let (r, w) = stream.into_split();
+                (Box::new(r), Box::new(w))
+            }
+        };
         let shared = Arc::new(Mutex::new(Shared {
             pending: HashMap::new(),
             poisoned: None,
@@ -127,8 +161,20 @@ impl Connection {
             next_correlation_id: AtomicI32::new(0),
             versions: HashMap::new(),
             reader,
+            reauth: Mutex::new(None),
         };
         conn.versions = conn.negotiate().await?;
+        let conn = Arc::new(conn);
+        if let Some(sasl) = conn.settings.security.sasl.clone() {
+            let lifetime = {
+                let mut w = conn.writer.lock().await;
+                crate::sasl::authenticate(&conn, &mut w, &sasl).await?
+            };
+            if let Some(lifetime) = lifetime {
+                let task = tokio::spawn(crate::sasl::reauthenticate_loop(Arc::downgrade(&conn), sasl, lifetime));
+                *conn.reauth.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
+            }
+        }
         Ok(conn)
     }
 
@@ -306,7 +352,7 @@ impl Connection {
             })
         };
         let mut w = self.writer.lock().await;
-        if let Err(e) = w.write_all(&buf).await {
+        if let Err(e) = write_flush(&mut w, &buf).await {
             drop(w);
             let err = Error::Connection {
                 broker: self.broker(),
@@ -316,6 +362,53 @@ impl Connection {
             return Err(err);
         }
         Ok(rx)
+    }
+
+    /// Sends a request on a writer the caller already holds (the SASL
+    /// exchange keeps the lock from SaslHandshake to the last
+    /// SaslAuthenticate) and waits for its answer.
+    pub(crate) async fn send_locked(
+        &self,
+        w: &mut Writer,
+        api: ApiKey,
+        version: i16,
+        body: RequestKind,
+    ) -> Result<ResponseKind> {
+        let correlation_id = self.next_correlation_id.fetch_add(1, Ordering::Relaxed) & i32::MAX;
+        let header = RequestHeader::default()
+            .with_request_api_key(api as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation_id)
+            .with_client_id(Some(StrBytes::from_string(self.settings.client_id.clone())));
+        let mut buf = BytesMut::new();
+        encode_request_frame(&mut buf, &header, &body).map_err(|e| Error::Protocol {
+            broker: self.broker(),
+            reason: e.to_string(),
+        })?;
+        let rx = {
+            let mut s = lock(&self.shared);
+            if let Some(e) = &s.poisoned {
+                return Err(e.clone());
+            }
+            let (tx, rx) = oneshot::channel();
+            s.pending.insert(correlation_id, tx);
+            rx
+        };
+        if let Err(e) = write_flush(w, &buf).await {
+            let err = Error::Connection {
+                broker: self.broker(),
+                reason: format!("writing {api:?}: {e}"),
+            };
+            self.poison(err.clone());
+            return Err(err);
+        }
+        self.answer(PendingAnswer { api, version, rx }, self.settings.request_timeout)
+            .await
+    }
+
+    /// The writer, for an exchange that must not interleave with requests.
+    pub(crate) async fn lock_writer(&self) -> tokio::sync::MutexGuard<'_, Writer> {
+        self.writer.lock().await
     }
 
     fn poison_error(&self) -> Error {
@@ -341,12 +434,24 @@ impl Connection {
     }
 }
 
+/// Writes a whole frame and flushes it (TLS buffers records until flushed).
+async fn write_flush(w: &mut Writer, buf: &[u8]) -> std::io::Result<()> {
+    w.write_all(buf).await?;
+    w.flush().await
+}
+
 fn describe(node_id: i32, addr: &str) -> String {
     if node_id < 0 {
         format!("bootstrap server {addr}")
     } else {
         format!("broker {node_id} ({addr})")
     }
+}
+
+/// A TLS record header (handshake or alert, TLS 1.0–1.3) where a Kafka
+/// size prefix was expected: a PLAINTEXT client talking to a TLS listener.
+fn looks_like_tls(head: &[u8; 4]) -> bool {
+    matches!(head[0], 0x15 | 0x16) && head[1] == 0x03 && head[2] <= 0x04
 }
 
 fn poison(shared: &Mutex<Shared>, e: Error) {
@@ -361,7 +466,7 @@ fn poison(shared: &Mutex<Shared>, e: Error) {
 }
 
 async fn read_loop(
-    mut read: tokio::net::tcp::OwnedReadHalf,
+    mut read: Reader,
     shared: Arc<Mutex<Shared>>,
     broker: String,
     max_frame: usize,
@@ -379,6 +484,12 @@ async fn read_loop(
             };
         }
         let len = i32::from_be_bytes(size);
+        if looks_like_tls(&size) {
+            break Error::Tls {
+                broker: broker.clone(),
+                reason: "the broker answered with TLS: this listener is SSL or SASL_SSL, set security.protocol to match".into(),
+            };
+        }
         if len < 4 || len as usize > max_frame {
             break Error::Protocol {
                 broker: broker.clone(),

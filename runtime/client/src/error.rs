@@ -205,6 +205,29 @@ pub enum Error {
         /// The broker error behind the refusal and what it means for the partitions.
         reason: String,
     },
+    /// The TLS handshake with a broker failed (Kafka's
+    /// `SslAuthenticationException`): untrusted or expired certificate,
+    /// host name mismatch, a refused client certificate, or a listener that
+    /// does not speak TLS. Not retried: the settings must change.
+    #[error("TLS with {broker} failed: {reason}")]
+    Tls {
+        /// Which endpoint, as in [`Error::Connection`].
+        broker: String,
+        /// What failed, and which setting to look at.
+        reason: String,
+    },
+    /// SASL authentication with a broker failed (Kafka's
+    /// `SaslAuthenticationException`): wrong user or password, a mechanism
+    /// the broker does not enable, an expired token. Not retried.
+    #[error("SASL {mechanism} authentication with {broker} failed: {reason}")]
+    Authentication {
+        /// Which endpoint, as in [`Error::Connection`].
+        broker: String,
+        /// `sasl.mechanism`.
+        mechanism: String,
+        /// The broker's reason, or what the client found wrong.
+        reason: String,
+    },
     /// A call that does not fit the client's state.
     #[error("illegal state: {0}")]
     IllegalState(String),
@@ -228,7 +251,14 @@ impl Error {
 
     /// An [`Error::Config`] for property `key` set to `value`, with `reason`
     /// saying what was wrong or expected.
+    /// The value of a secret key (password, private key, JAAS line) is
+    /// replaced by `[hidden]`.
     pub fn config(key: &str, value: &str, reason: impl Into<String>) -> Self {
+        let value = if crate::security::is_secret_key(key) {
+            crate::security::HIDDEN
+        } else {
+            value
+        };
         Error::Config {
             key: key.to_string(),
             value: value.to_string(),
@@ -274,10 +304,17 @@ impl Error {
         }
     }
 
+    /// A TLS or SASL failure: the settings (or the broker's) must change;
+    /// retrying the same connection would fail the same way.
+    pub fn is_security_failure(&self) -> bool {
+        matches!(self, Error::Tls { .. } | Error::Authentication { .. })
+    }
+
     /// The client cannot continue (fencing).
     pub fn is_fatal(&self) -> bool {
         match self {
             Error::FencedInstanceId { .. } | Error::Stopped(_) => true,
+            Error::Tls { .. } | Error::Authentication { .. } => true,
             Error::Broker { code, .. } => [
                 ErrorCode::FencedInstanceId,
                 ErrorCode::UnreleasedInstanceId,

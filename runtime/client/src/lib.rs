@@ -68,6 +68,9 @@ pub mod consumer;
 pub mod error;
 pub mod producer;
 pub(crate) mod rpc;
+pub(crate) mod sasl;
+pub(crate) mod tls;
+pub mod security;
 pub(crate) mod runtime;
 
 pub use admin::Admin;
@@ -79,6 +82,7 @@ pub use rill_protocol::records::Compression;
 pub use rill_protocol::ErrorCode;
 pub use rpc::{ListedOffset, OffsetAndMetadata, OffsetSpec};
 pub use runtime::io_handle;
+pub use security::{register_token_provider, BearerToken, SecurityProtocol, TokenProvider};
 
 /// A topic partition.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
