@@ -28,7 +28,8 @@ use tracing::info;
 use crate::broker::Broker;
 use crate::clock::now_ms;
 use crate::config::BrokerConfig;
-use crate::server::{bind, NodeServer};
+use crate::security::{Authenticator, Listener, SecurityProtocol, TlsFiles};
+use crate::server::{bind, BoundListener, NodeServer};
 use crate::storage::MaintenanceStats;
 
 /// Builder for [`EmbeddedCluster`]; defaults match a single Kafka broker.
@@ -80,7 +81,33 @@ impl EmbeddedClusterBuilder {
         self
     }
 
-    /// Listen address of node 1; node n uses `port + n - 1`. Port 0 (the
+/// Adds a listener (`listeners`); the first one added is the one
+    /// [`EmbeddedCluster::bootstrap_servers`] names. Port 0 picks free ports.
+    pub fn listener(mut self, protocol: SecurityProtocol, port: u16) -> Self {
+        self.config.listeners.push(Listener { protocol, port });
+        self
+    }
+
+    /// TLS material for SSL and SASL_SSL listeners.
+    pub fn tls(mut self, files: TlsFiles) -> Self {
+        self.config.security.tls = Some(files);
+        self
+    }
+
+    /// SASL users (PLAIN and SCRAM) and their passwords.
+    pub fn sasl_users<U: Into<String>, P: Into<String>>(mut self, users: impl IntoIterator<Item = (U, P)>) -> Self {
+        self.config.security.users = users.into_iter().map(|(u, p)| (u.into(), p.into())).collect();
+        self
+    }
+
+    /// `connections.max.reauth.ms` (KIP-368): SASL sessions last this long
+    /// unless the client re-authenticates.
+    pub fn max_reauth(mut self, lifetime: Duration) -> Self {
+        self.config.security.max_reauth = Some(lifetime);
+        self
+    }
+
+        /// Listen address of node 1; node n uses `port + n - 1`. Port 0 (the
     /// default) gives every node a free port.
     pub fn listen(mut self, addr: SocketAddr) -> Self {
         self.config.host = addr.ip().to_string();
@@ -128,7 +155,10 @@ impl EmbeddedClusterBuilder {
 }
 
 struct Node {
+    /// Address of the first listener.
     addr: SocketAddr,
+    /// Address of every listener, in the config's listener order.
+    addrs: Vec<SocketAddr>,
     server: Option<NodeServer>,
 }
 
@@ -136,6 +166,7 @@ struct Node {
 /// [`EmbeddedCluster::shutdown`] for a clean close that writes checkpoints.
 pub struct EmbeddedCluster {
     broker: Arc<Broker>,
+    auth: Arc<Authenticator>,
     nodes: Mutex<BTreeMap<i32, Node>>,
     maintenance: Option<(watch::Sender<bool>, JoinHandle<()>)>,
 }
@@ -158,30 +189,34 @@ impl EmbeddedCluster {
                 format!("listen host '{}': {e}", config.host),
             )
         })?;
+        let specs = config.effective_listeners();
+        let auth = Arc::new(
+            Authenticator::new(&config.security, specs.iter().any(|l| l.protocol.uses_tls()))
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?,
+        );
         let broker = tokio::task::spawn_blocking(move || Broker::open(config))
             .await
             .map_err(io::Error::other)??;
         let mut listeners = Vec::new();
         for id in 1..=broker.config.nodes as i32 {
-            let port = if broker.config.port == 0 {
-                0
-            } else {
-                broker.config.port + id as u16 - 1
-            };
-            let listener = bind(SocketAddr::new(host, port)).map_err(|e| {
-                io::Error::new(
-                    e.kind(),
-                    format!("node {id} could not listen on {host}:{port}: {e}"),
-                )
-            })?;
-            let addr = listener.local_addr()?;
-            broker.metadata_mut().node_up(
-                id,
-                &broker.config.host,
-                addr.port(),
-                broker.config.rack_of(id),
-            );
-            listeners.push((id, addr, listener));
+            let mut bound = Vec::new();
+            for (index, spec) in specs.iter().enumerate() {
+                let port = if spec.port == 0 { 0 } else { spec.port + id as u16 - 1 };
+                let socket = bind(SocketAddr::new(host, port)).map_err(|e| {
+                    io::Error::new(
+                        e.kind(),
+                        format!("node {id} could not listen on {}://{host}:{port}: {e}", spec.protocol.name()),
+                    )
+                })?;
+                bound.push(BoundListener { socket, index, protocol: spec.protocol });
+            }
+            let addrs = bound
+                .iter()
+                .map(|b| b.socket.local_addr())
+                .collect::<io::Result<Vec<_>>>()?;
+            let ports: Vec<u16> = addrs.iter().map(|a| a.port()).collect();
+            broker.metadata_mut().node_up(id, &broker.config.host, &ports, broker.config.rack_of(id));
+            listeners.push((id, addrs, bound));
         }
         broker.ensure_offsets_topic().map_err(|(code, msg)| {
             io::Error::other(format!(
@@ -195,12 +230,13 @@ impl EmbeddedCluster {
                 .map_err(io::Error::other)??;
         }
         let mut nodes = BTreeMap::new();
-        for (id, addr, listener) in listeners {
-            let server = NodeServer::spawn(broker.clone(), id, listener)?;
+        for (id, addrs, bound) in listeners {
+            let server = NodeServer::spawn(broker.clone(), id, bound, auth.clone())?;
             nodes.insert(
                 id,
                 Node {
-                    addr,
+                    addr: addrs[0],
+                    addrs,
                     server: Some(server),
                 },
             );
@@ -209,6 +245,7 @@ impl EmbeddedCluster {
         info!(cluster_id = %broker.metadata().cluster_id, nodes = nodes.len(), "embedded cluster started");
         Ok(Self {
             broker,
+            auth,
             nodes: Mutex::new(nodes),
             maintenance,
         })
@@ -226,6 +263,25 @@ impl EmbeddedCluster {
             .map(|n| n.addr.to_string())
             .collect::<Vec<_>>()
             .join(",")
+    }
+
+    /// `host:port` of every live node's listener of `protocol`,
+    /// comma-separated; `None` when no listener speaks it.
+    pub fn bootstrap_servers_for(&self, protocol: SecurityProtocol) -> Option<String> {
+        let index = self
+            .broker
+            .config
+            .effective_listeners()
+            .iter()
+            .position(|l| l.protocol == protocol)?;
+        Some(
+            self.nodes()
+                .values()
+                .filter(|n| n.server.is_some())
+                .map(|n| n.addrs[index].to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+        )
     }
 
     /// Address of a node (also while it is stopped).
@@ -270,7 +326,7 @@ impl EmbeddedCluster {
 
     /// Restarts a stopped node on its old port, optionally with a new rack.
     pub async fn start_node(&self, id: i32, rack: Option<String>) -> io::Result<()> {
-        let addr = {
+        let addrs = {
             let nodes = self.nodes();
             let node = nodes
                 .get(&id)
@@ -278,18 +334,23 @@ impl EmbeddedCluster {
             if node.server.is_some() {
                 return Err(io::Error::other(format!("node {id} is running")));
             }
-            node.addr
+            node.addrs.clone()
         };
-        let listener = bind(addr)?;
+        let specs = self.broker.config.effective_listeners();
+        let mut bound = Vec::new();
+        for (index, (addr, spec)) in addrs.iter().zip(&specs).enumerate() {
+            bound.push(BoundListener { socket: bind(*addr)?, index, protocol: spec.protocol });
+        }
+        let ports: Vec<u16> = addrs.iter().map(|a| a.port()).collect();
         let changed =
             self.broker
                 .metadata_mut()
-                .node_up(id, &self.broker.config.host, addr.port(), rack);
+                .node_up(id, &self.broker.config.host, &ports, rack);
         if !changed.is_empty() {
             // KIP-1101: the replica racks of these topics changed.
             self.broker.coordinator.topics_changed(&changed);
         }
-        let server = NodeServer::spawn(self.broker.clone(), id, listener)?;
+        let server = NodeServer::spawn(self.broker.clone(), id, bound, self.auth.clone())?;
         self.nodes().get_mut(&id).unwrap().server = Some(server);
         info!(node = id, "node restarted");
         Ok(())

@@ -441,6 +441,12 @@ pub struct BrokerConfig {
     pub group_consumer_heartbeat_interval_ms: i32,
     /// Fixed cluster id (random when `None` on first start).
     pub cluster_id: Option<String>,
+    /// Listeners of every node (`listeners`). Empty: one PLAINTEXT
+    /// listener on `port`. The first listener is the one
+    /// [`EmbeddedCluster::bootstrap_servers`](crate::EmbeddedCluster::bootstrap_servers) names.
+    pub listeners: Vec<crate::security::Listener>,
+    /// TLS files, SASL users and mechanisms, `connections.max.reauth.ms`.
+    pub security: crate::security::SecuritySettings,
 }
 
 impl Default for BrokerConfig {
@@ -467,6 +473,8 @@ impl Default for BrokerConfig {
             group_consumer_session_timeout_ms: 45_000,
             group_consumer_heartbeat_interval_ms: 5_000,
             cluster_id: None,
+            listeners: Vec::new(),
+            security: Default::default(),
         }
     }
 }
@@ -507,13 +515,41 @@ impl BrokerConfig {
         for (k, v) in &self.topic_defaults {
             validate_topic_config(k, v)?;
         }
-        if self.port != 0 && self.port as usize + self.nodes - 1 > u16::MAX as usize {
-            return Err(format!(
-                "port {} leaves no room for {} nodes",
-                self.port, self.nodes
-            ));
+        for l in self.effective_listeners() {
+            if l.port != 0 && l.port as usize + self.nodes - 1 > u16::MAX as usize {
+                return Err(format!(
+                    "port {} of the {} listener leaves no room for {} nodes",
+                    l.port,
+                    l.protocol.name(),
+                    self.nodes
+                ));
+            }
+            if l.protocol.uses_tls() && self.security.tls.is_none() {
+                return Err(format!(
+                    "the {} listener needs TLS files (a certificate chain and key)",
+                    l.protocol.name()
+                ));
+            }
+            if l.protocol.uses_sasl() && self.security.users.is_empty() {
+                return Err(format!(
+                    "the {} listener needs SASL users (a users file)",
+                    l.protocol.name()
+                ));
+            }
         }
         Ok(())
+    }
+
+    /// The listeners nodes open: `listeners`, or one PLAINTEXT on `port`.
+    pub fn effective_listeners(&self) -> Vec<crate::security::Listener> {
+        if self.listeners.is_empty() {
+            vec![crate::security::Listener {
+                protocol: crate::security::SecurityProtocol::Plaintext,
+                port: self.port,
+            }]
+        } else {
+            self.listeners.clone()
+        }
     }
 
     /// `broker.rack` of node `node_id`, if it has one.

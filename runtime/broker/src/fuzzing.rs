@@ -49,7 +49,7 @@ impl FuzzBroker {
         let broker = Broker::open(config).expect("in-memory broker");
         broker
             .metadata_mut()
-            .node_up(1, "127.0.0.1", 9092, Some("r1".into()));
+            .node_up(1, "127.0.0.1", &[9092], Some("r1".into()));
         broker.ensure_offsets_topic().expect("offsets topic");
         broker
             .create_topic("t", 2, 1, vec![], Default::default(), false)

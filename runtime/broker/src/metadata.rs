@@ -47,7 +47,10 @@ pub struct TopicMeta {
 pub struct NodeInfo {
     pub id: i32,
     pub host: String,
+    /// Port of the first listener.
     pub port: u16,
+    /// Ports of every listener, in the broker's listener order.
+    pub ports: Vec<u16>,
     pub rack: Option<String>,
     pub alive: bool,
 }
@@ -167,14 +170,15 @@ impl ClusterMetadata {
     /// it in their ISR, and leaderless ones elect it.
     /// Returns the topics whose replica racks changed (the node came back in
     /// another rack), for KIP-1101 change detection.
-    pub fn node_up(&mut self, id: i32, host: &str, port: u16, rack: Option<String>) -> Vec<String> {
+    pub fn node_up(&mut self, id: i32, host: &str, ports: &[u16], rack: Option<String>) -> Vec<String> {
         let rack_changed = self.nodes.get(&id).is_some_and(|n| n.rack != rack);
         self.nodes.insert(
             id,
             NodeInfo {
                 id,
                 host: host.to_string(),
-                port,
+                port: ports.first().copied().unwrap_or(0),
+                ports: ports.to_vec(),
                 rack,
                 alive: true,
             },
@@ -488,7 +492,7 @@ mod tests {
             m.node_up(
                 i as i32 + 1,
                 "127.0.0.1",
-                9000 + i as u16,
+                &[9000 + i as u16],
                 Some(r.to_string()),
             );
         }
@@ -532,7 +536,7 @@ mod tests {
             .partitions
             .iter()
             .all(|p| !p.isr.contains(&1)));
-        m.node_up(1, "127.0.0.1", 9000, Some("z".into()));
+        m.node_up(1, "127.0.0.1", &[9000], Some("z".into()));
         assert!(m
             .topic("t")
             .unwrap()
@@ -577,7 +581,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let id = {
             let mut m = ClusterMetadata::load(Some(dir.path()), None).unwrap();
-            m.node_up(1, "h", 1, None);
+            m.node_up(1, "h", &[1], None);
             m.create_topic("keep", 2, 1, vec![], BTreeMap::new())
                 .unwrap()
                 .id

@@ -16,6 +16,11 @@
 //!   a large frame and stalls (or trickles it) would otherwise hold up to
 //!   `socket.request.max.bytes` of buffer for as long as it stays
 //!   connected.
+//! - A node listens on every configured listener (PLAINTEXT, SSL,
+//!   SASL_PLAINTEXT, SASL_SSL); TLS is accepted before the first frame and
+//!   must complete within `request_read_timeout`; on a SASL listener the
+//!   connection's [`Session`] admits only the SASL APIs until it has
+//!   authenticated (see [`crate::security`]).
 
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
@@ -26,14 +31,15 @@ use futures::FutureExt;
 use rill_protocol::frame::FrameDecoder;
 use rill_protocol::message::{decode_request, encode_response_frame, RequestDecodeError};
 use rill_protocol::{ApiKey, ResponseKind};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{debug, error, info, warn, Instrument};
 
 use crate::api::{self, Ctx};
 use crate::broker::Broker;
+use crate::security::{Admit, Authenticator, SecurityProtocol, Session};
 
 /// Binds a listener with SO_REUSEADDR so a restarted node gets its port back.
 pub(crate) fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
@@ -47,30 +53,46 @@ pub(crate) fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.listen(1024)
 }
 
-/// A running node's accept loop.
+/// One bound listener of a node: its socket, index in the broker's
+/// listener list (which port Metadata answers with) and protocol.
+pub(crate) struct BoundListener {
+    pub socket: TcpListener,
+    pub index: usize,
+    pub protocol: SecurityProtocol,
+}
+
+/// A running node's accept loops, one per listener.
 pub(crate) struct NodeServer {
     shutdown: watch::Sender<bool>,
-    task: JoinHandle<()>,
+    tasks: Vec<JoinHandle<()>>,
 }
 
 impl NodeServer {
     pub fn spawn(
         broker: Arc<Broker>,
         node_id: i32,
-        listener: TcpListener,
+        listeners: Vec<BoundListener>,
+        auth: Arc<Authenticator>,
     ) -> std::io::Result<Self> {
-        let addr = listener.local_addr()?;
         let (shutdown, rx) = watch::channel(false);
-        let span = tracing::info_span!("node", id = node_id);
-        let task = tokio::spawn(accept_loop(broker, node_id, listener, rx).instrument(span));
-        info!(node = node_id, %addr, "broker node listening");
-        Ok(Self { shutdown, task })
+        let mut tasks = Vec::new();
+        for l in listeners {
+            let addr = l.socket.local_addr()?;
+            let span = tracing::info_span!("node", id = node_id);
+            info!(node = node_id, %addr, protocol = l.protocol.name(), "broker node listening");
+            tasks.push(tokio::spawn(
+                accept_loop(broker.clone(), node_id, l, auth.clone(), rx.clone()).instrument(span),
+            ));
+        }
+        Ok(Self { shutdown, tasks })
     }
 
-    /// Closes the listener and every connection, and waits for the accept loop.
+    /// Closes the listeners and every connection, and waits for the accept loops.
     pub async fn stop(self) {
         let _ = self.shutdown.send(true);
-        let _ = self.task.await;
+        for t in self.tasks {
+            let _ = t.await;
+        }
     }
 
     /// Signals shutdown without waiting (for `Drop`).
@@ -82,10 +104,13 @@ impl NodeServer {
 async fn accept_loop(
     broker: Arc<Broker>,
     node_id: i32,
-    listener: TcpListener,
+    listener: BoundListener,
+    auth: Arc<Authenticator>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut connections = tokio::task::JoinSet::new();
+    let (index, protocol) = (listener.index, listener.protocol);
+    let listener = listener.socket;
     loop {
         tokio::select! {
             _ = shutdown.changed() => break,
@@ -93,7 +118,10 @@ async fn accept_loop(
                 Ok((stream, peer)) => {
                     let broker = broker.clone();
                     let rx = shutdown.clone();
-                    connections.spawn(serve(broker, node_id, stream, peer, rx).instrument(tracing::debug_span!("conn", %peer)));
+                    let auth = auth.clone();
+                    let _ = stream.set_nodelay(true);
+                    let conn = Conn { broker, node_id, peer, listener: index, protocol, auth };
+                    connections.spawn(accept(conn, stream, rx).instrument(tracing::debug_span!("conn", %peer)));
                 }
                 Err(e) => {
                     warn!(error = %e, "accept failed");
@@ -108,14 +136,43 @@ async fn accept_loop(
     while connections.join_next().await.is_some() {}
 }
 
-async fn serve(
+/// What a connection task knows about where it was accepted.
+struct Conn {
     broker: Arc<Broker>,
     node_id: i32,
-    mut stream: TcpStream,
     peer: SocketAddr,
+    listener: usize,
+    protocol: SecurityProtocol,
+    auth: Arc<Authenticator>,
+}
+
+/// Runs the TLS handshake when the listener needs it, then serves.
+async fn accept(c: Conn, stream: tokio::net::TcpStream, mut shutdown: watch::Receiver<bool>) {
+    if !c.protocol.uses_tls() {
+        return serve(c, stream, shutdown).await;
+    }
+    let Some(acceptor) = c.auth.tls.clone() else {
+        return;
+    };
+    let limit = c.broker.config.request_read_timeout;
+    let tls = tokio::select! {
+        _ = shutdown.changed() => return,
+        r = tokio::time::timeout(limit, acceptor.accept(stream)) => r,
+    };
+    match tls {
+        Ok(Ok(s)) => serve(c, s, shutdown).await,
+        Ok(Err(e)) => debug!(peer = %c.peer, error = %e, "TLS handshake failed"),
+        Err(_) => debug!(peer = %c.peer, "no TLS handshake within {} ms", limit.as_millis()),
+    }
+}
+
+async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
+    c: Conn,
+    mut stream: S,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let _ = stream.set_nodelay(true);
+    let Conn { broker, node_id, peer, listener, protocol, auth } = c;
+    let mut session = Session::new(protocol);
     let decoder = FrameDecoder::new(broker.config.socket_request_max_bytes);
     let mut inbuf = BytesMut::with_capacity(64 * 1024);
     let mut outbuf = BytesMut::with_capacity(64 * 1024);
@@ -177,9 +234,31 @@ async fn serve(
                 version: request.version(),
                 client_id: &client_id,
                 client_host: &client_host,
+                listener,
+                principal: &session.principal,
             };
             let correlation_id = request.header.correlation_id;
             let (api_key, version) = (request.api_key, request.version());
+            match session.admit(api_key) {
+                Admit::Serve => {}
+                Admit::Close(why) => {
+                    warn!(%peer, ?api_key, "closing connection: {why}");
+                    return;
+                }
+                Admit::Sasl => {
+                    let (body, close) = api::handle_sasl(&mut session, &auth, request.body);
+                    if encode_response_frame(&mut outbuf, api_key, version, correlation_id, &body).is_err()
+                        || write_out(&mut stream, &mut outbuf).await.is_err()
+                    {
+                        return;
+                    }
+                    if let Some(why) = close {
+                        info!(%peer, "closing connection: {why}");
+                        return;
+                    }
+                    continue;
+                }
+            }
             // A fetch may park; answers to earlier pipelined requests go out first.
             if api_key == ApiKey::Fetch
                 && !outbuf.is_empty()
@@ -260,8 +339,9 @@ async fn serve(
     }
 }
 
-async fn write_out(stream: &mut TcpStream, out: &mut BytesMut) -> std::io::Result<()> {
+async fn write_out<S: AsyncWrite + Unpin>(stream: &mut S, out: &mut BytesMut) -> std::io::Result<()> {
     stream.write_all(out).await?;
+    stream.flush().await?;
     out.clear();
     Ok(())
 }

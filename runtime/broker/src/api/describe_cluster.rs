@@ -34,7 +34,7 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: DescribeClusterRequest) -> DescribeClus
             let mut b = DescribeClusterBroker::default()
                 .with_broker_id(broker_id(n.id))
                 .with_host(sb(n.host.clone()))
-                .with_port(n.port as i32)
+                .with_port(ctx.port_of(n))
                 .with_rack(n.rack.clone().map(sb));
             if ctx.version >= 2 {
                 b.is_fenced = !n.alive;

@@ -40,7 +40,7 @@ fn lookup(
         ErrorCode::CoordinatorNotAvailable,
         format!("coordinator node {node} is down"),
     ))?;
-    Ok((n.id, n.host.clone(), n.port as i32))
+    Ok((n.id, n.host.clone(), ctx.port_of(n)))
 }
 
 pub(super) fn handle(ctx: &Ctx<'_>, req: FindCoordinatorRequest) -> FindCoordinatorResponse {

@@ -45,7 +45,7 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: MetadataRequest) -> MetadataResponse {
             let mut b = MetadataResponseBroker::default()
                 .with_node_id(broker_id(n.id))
                 .with_host(sb(n.host.clone()))
-                .with_port(n.port as i32);
+                .with_port(ctx.port_of(n));
             if v >= 1 {
                 b.rack = n.rack.clone().map(sb);
             }

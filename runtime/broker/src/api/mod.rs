@@ -36,6 +36,8 @@ mod offset_delete;
 mod offset_fetch;
 mod offset_for_leader_epoch;
 mod produce;
+mod sasl_authenticate;
+mod sasl_handshake;
 mod sync_group;
 
 use std::sync::Arc;
@@ -78,6 +80,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 1),
+    (ApiKey::SaslHandshake, 1, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
 ];
 
 /// The accepted version range of an API, `None` if the API is not served.
@@ -95,6 +99,39 @@ pub(crate) struct Ctx<'a> {
     pub version: i16,
     pub client_id: &'a str,
     pub client_host: &'a str,
+    /// Index of the listener the request came in on: Metadata,
+    /// FindCoordinator and DescribeCluster answer with that listener's ports.
+    pub listener: usize,
+    /// The authenticated principal (`User:<name>` or `User:ANONYMOUS`).
+    #[allow(dead_code)]
+    pub principal: &'a str,
+}
+
+impl Ctx<'_> {
+    /// A node's port on the listener of this request.
+    pub fn port_of(&self, node: &crate::metadata::NodeInfo) -> i32 {
+        node.ports.get(self.listener).copied().unwrap_or(node.port) as i32
+    }
+}
+
+/// SaslHandshake and SaslAuthenticate, which change the connection's
+/// session: the answer, and a reason to close the connection after it.
+pub(crate) fn handle_sasl(
+    session: &mut crate::security::Session,
+    auth: &crate::security::Authenticator,
+    body: RequestKind,
+) -> (ResponseKind, Option<String>) {
+    match body {
+        RequestKind::SaslHandshake(r) => (ResponseKind::SaslHandshake(sasl_handshake::handle(session, auth, r)), None),
+        RequestKind::SaslAuthenticate(r) => {
+            let (resp, close) = sasl_authenticate::handle(session, auth, r);
+            (ResponseKind::SaslAuthenticate(resp), close)
+        }
+        other => (
+            ResponseKind::SaslHandshake(Default::default()),
+            Some(format!("{other:?} is not a SASL request")),
+        ),
+    }
 }
 
 /// A request Kafka would not answer: the connection is closed.

@@ -155,7 +155,7 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: ProduceRequest) -> Option<ProduceRespon
                 NodeEndpoint::default()
                     .with_node_id(broker_id(n.id))
                     .with_host(sb(n.host.clone()))
-                    .with_port(n.port as i32)
+                    .with_port(ctx.port_of(n))
                     .with_rack(n.rack.clone().map(sb))
             })
             .collect();

@@ -1,0 +1,441 @@
+//! Listener security of the embedded broker: TLS (rustls), SASL
+//! authentication (PLAIN, SCRAM-SHA-256/512, OAUTHBEARER with unsecured
+//! JWS) and KIP-368 session lifetimes.
+//!
+//! Invariants (Kafka's `SaslServerAuthenticator` behaviour):
+//! - A connection on a SASL listener may send only ApiVersions,
+//!   SaslHandshake and SaslAuthenticate until it has authenticated; any
+//!   other request closes it.
+//! - A failed authentication is answered with SASL_AUTHENTICATION_FAILED
+//!   (the same message for an unknown user and a wrong password) and the
+//!   connection is closed after the answer.
+//! - With `connections.max.reauth.ms` set, SaslAuthenticate returns the
+//!   session lifetime (capped by a token's expiry); a request other than
+//!   SaslHandshake after it ends closes the connection; a SaslHandshake on an
+//!   authenticated connection starts re-authentication, which must name the
+//!   same mechanism and principal.
+//! - Passwords never reach logs: the users file is read into SCRAM
+//!   credentials (random salt, 4096 iterations) and PLAIN checks.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use rill_protocol::sasl::{self, Mechanism, ScramCredential, ScramServer, SCRAM_MIN_ITERATIONS};
+use rill_protocol::ApiKey;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+/// A listener's `security.protocol`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SecurityProtocol {
+    /// Plain TCP, no authentication.
+    Plaintext,
+    /// TLS (client certificates when the broker has a client CA).
+    Ssl,
+    /// SASL over plain TCP.
+    SaslPlaintext,
+    /// SASL over TLS.
+    SaslSsl,
+}
+
+impl SecurityProtocol {
+    /// Kafka's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            SecurityProtocol::Plaintext => "PLAINTEXT",
+            SecurityProtocol::Ssl => "SSL",
+            SecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
+            SecurityProtocol::SaslSsl => "SASL_SSL",
+        }
+    }
+
+    /// Whether connections are TLS.
+    pub fn uses_tls(self) -> bool {
+        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
+    }
+
+    /// Whether connections must authenticate with SASL.
+    pub fn uses_sasl(self) -> bool {
+        matches!(self, SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl)
+    }
+}
+
+/// One listener: a protocol and node 1's port (node n listens on
+/// `port + n - 1`, or a free port for each node when `port` is 0).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listener {
+    /// The protocol, which is also the listener's name.
+    pub protocol: SecurityProtocol,
+    /// Node 1's port; 0 picks free ports.
+    pub port: u16,
+}
+
+impl Listener {
+    /// Parses `PROTOCOL://host:port` (`rill broker --listener`); the host
+    /// must be the broker's listen host.
+    pub fn parse(s: &str) -> Result<(Listener, String), String> {
+        let Some((proto, addr)) = s.split_once("://") else {
+            return Err(format!("listener '{s}' must look like SASL_SSL://127.0.0.1:9093"));
+        };
+        let protocol = [
+            SecurityProtocol::Plaintext,
+            SecurityProtocol::Ssl,
+            SecurityProtocol::SaslPlaintext,
+            SecurityProtocol::SaslSsl,
+        ]
+        .into_iter()
+        .find(|p| p.name().eq_ignore_ascii_case(proto))
+        .ok_or_else(|| format!("listener '{s}': protocol must be PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"))?;
+        let (host, port) = addr
+            .rsplit_once(':')
+            .ok_or_else(|| format!("listener '{s}' has no :port"))?;
+        let port: u16 = port
+            .parse()
+            .map_err(|_| format!("listener '{s}': '{port}' is not a port number"))?;
+        Ok((Listener { protocol, port }, host.trim_matches(['[', ']']).to_string()))
+    }
+}
+
+/// TLS material of the broker, as PEM files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The broker's certificate chain (leaf first).
+    pub cert_chain: PathBuf,
+    /// The broker's private key (unencrypted PEM).
+    pub key: PathBuf,
+    /// CA certificates for client certificates; when set, TLS listeners
+    /// require a client certificate signed by one of them
+    /// (`ssl.client.auth=required`).
+    pub client_ca: Option<PathBuf>,
+}
+
+/// Security settings of an embedded cluster.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SecuritySettings {
+    /// TLS material; required when a listener is SSL or SASL_SSL.
+    pub tls: Option<TlsFiles>,
+    /// SASL users and their passwords (PLAIN and SCRAM); see [`load_users`].
+    pub users: BTreeMap<String, String>,
+    /// `sasl.enabled.mechanisms`; empty means all four.
+    pub mechanisms: Vec<Mechanism>,
+    /// `connections.max.reauth.ms` (KIP-368); `None` (Kafka's 0) disables
+    /// session lifetimes.
+    pub max_reauth: Option<Duration>,
+}
+
+/// Reads a users file: one `user=password` per line; `#` starts a comment.
+pub fn load_users(path: &Path) -> Result<BTreeMap<String, String>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("could not read the users file {}: {e}", path.display()))?;
+    let mut users = BTreeMap::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let Some((u, p)) = line.split_once('=') else {
+            return Err(format!("{} line {}: expected user=password", path.display(), i + 1));
+        };
+        let u = u.trim();
+        if u.is_empty() {
+            return Err(format!("{} line {}: empty user name", path.display(), i + 1));
+        }
+        users.insert(u.to_string(), p.trim().to_string());
+    }
+    Ok(users)
+}
+
+fn pem_error(what: &str, path: &Path, e: impl std::fmt::Display) -> String {
+    format!("{what} {}: {e}", path.display())
+}
+
+/// Builds the TLS acceptor from PEM files.
+fn tls_acceptor(files: &TlsFiles) -> Result<tokio_rustls::TlsAcceptor, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&files.cert_chain)
+        .map_err(|e| pem_error("certificate chain", &files.cert_chain, e))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| pem_error("certificate chain", &files.cert_chain, e))?;
+    if chain.is_empty() {
+        return Err(pem_error("certificate chain", &files.cert_chain, "no certificate in it"));
+    }
+    let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|e| pem_error("private key", &files.key, e))?;
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?;
+    let builder = match &files.client_ca {
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in CertificateDer::pem_file_iter(ca).map_err(|e| pem_error("client CA", ca, e))? {
+                roots
+                    .add(c.map_err(|e| pem_error("client CA", ca, e))?)
+                    .map_err(|e| pem_error("client CA", ca, e))?;
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|e| pem_error("client CA", ca, e))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let config = builder
+        .with_single_cert(chain, key)
+        .map_err(|e| format!("the broker certificate and key do not fit together: {e}"))?;
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+}
+
+/// The broker-wide authenticator, built once at start.
+pub(crate) struct Authenticator {
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
+    users: BTreeMap<String, String>,
+    scram: HashMap<(Mechanism, String), ScramCredential>,
+    mechanisms: Vec<Mechanism>,
+    max_reauth: Option<Duration>,
+}
+
+impl Authenticator {
+    pub fn new(s: &SecuritySettings, needs_tls: bool) -> Result<Authenticator, String> {
+        let tls = match (&s.tls, needs_tls) {
+            (Some(files), _) => Some(tls_acceptor(files)?),
+            (None, true) => {
+                return Err("an SSL or SASL_SSL listener needs TLS files (--ssl-cert, --ssl-key)".into())
+            }
+            (None, false) => None,
+        };
+        let mut rng = rand::thread_rng();
+        let mut scram = HashMap::new();
+        for (user, password) in &s.users {
+            for m in [Mechanism::ScramSha256, Mechanism::ScramSha512] {
+                let salt: [u8; 16] = rng.gen();
+                scram.insert((m, user.clone()), ScramCredential::new(m, password, &salt, SCRAM_MIN_ITERATIONS));
+            }
+        }
+        Ok(Authenticator {
+            tls,
+            users: s.users.clone(),
+            scram,
+            mechanisms: if s.mechanisms.is_empty() { Mechanism::ALL.to_vec() } else { s.mechanisms.clone() },
+            max_reauth: s.max_reauth,
+        })
+    }
+}
+
+/// What the server does with a request, given the connection's session.
+pub(crate) enum Admit {
+    /// Serve it normally.
+    Serve,
+    /// A SASL request: handled with the session.
+    Sasl,
+    /// Close the connection, logging why.
+    Close(String),
+}
+
+enum State {
+    /// No SASL on this listener.
+    Open,
+    /// Waiting for SaslHandshake.
+    Handshake,
+    /// Waiting for SaslAuthenticate rounds of this mechanism.
+    Authenticating { mechanism: Mechanism, scram: Option<ScramServer> },
+    /// Authenticated.
+    Done,
+}
+
+/// One connection's authentication state.
+pub(crate) struct Session {
+    state: State,
+    /// The authenticated principal (`User:<name>`), `User:ANONYMOUS` on
+    /// listeners without SASL.
+    pub principal: String,
+    mechanism: Option<Mechanism>,
+    expires: Option<Instant>,
+    reauthenticating: bool,
+}
+
+impl Session {
+    pub fn new(protocol: SecurityProtocol) -> Session {
+        Session {
+            state: if protocol.uses_sasl() { State::Handshake } else { State::Open },
+            principal: "User:ANONYMOUS".into(),
+            mechanism: None,
+            expires: None,
+            reauthenticating: false,
+        }
+    }
+
+    /// Whether `api` may be served now.
+    pub fn admit(&self, api: ApiKey) -> Admit {
+        let sasl_api = matches!(api, ApiKey::SaslHandshake | ApiKey::SaslAuthenticate);
+        match &self.state {
+            State::Open if sasl_api => Admit::Close("SASL request on a listener without SASL".into()),
+            State::Open => Admit::Serve,
+            State::Handshake if api == ApiKey::SaslHandshake => Admit::Sasl,
+            State::Handshake if api == ApiKey::ApiVersions && !self.reauthenticating => Admit::Serve,
+            State::Handshake => Admit::Close(format!("{api:?} before SASL authentication")),
+            State::Authenticating { .. } if api == ApiKey::SaslAuthenticate => Admit::Sasl,
+            State::Authenticating { .. } => Admit::Close(format!("{api:?} during SASL authentication")),
+            State::Done => {
+                let expired = self.expires.is_some_and(|t| Instant::now() >= t);
+                if api == ApiKey::SaslHandshake {
+                    Admit::Sasl
+                } else if expired {
+                    Admit::Close("the SASL session expired (connections.max.reauth.ms) without re-authentication".into())
+                } else if api == ApiKey::SaslAuthenticate {
+                    Admit::Close("SaslAuthenticate without SaslHandshake".into())
+                } else {
+                    Admit::Serve
+                }
+            }
+        }
+    }
+
+    /// SaslHandshake: picks the mechanism. Returns the error code (0, or
+    /// UNSUPPORTED_SASL_MECHANISM) and the enabled mechanisms.
+    pub fn handshake(&mut self, auth: &Authenticator, mechanism: &str) -> (i16, Vec<&'static str>) {
+        let enabled: Vec<&'static str> = auth.mechanisms.iter().map(|m| m.name()).collect();
+        let reauth = matches!(self.state, State::Done);
+        let chosen = Mechanism::parse(mechanism).filter(|m| auth.mechanisms.contains(m));
+        match chosen {
+            Some(m) if reauth && Some(m) != self.mechanism => {
+                // KIP-368: re-authentication keeps the mechanism.
+                (rill_protocol::ErrorCode::UnsupportedSaslMechanism.code(), enabled)
+            }
+            Some(m) => {
+                self.reauthenticating = reauth;
+                self.state = State::Authenticating {
+                    mechanism: m,
+                    scram: m.is_scram().then(|| ScramServer::new(m)),
+                };
+                (0, enabled)
+            }
+            None => (rill_protocol::ErrorCode::UnsupportedSaslMechanism.code(), enabled),
+        }
+    }
+
+    /// One SaslAuthenticate round: the bytes to answer, and the session
+    /// lifetime in ms once authenticated; `Err` is the failure message (the
+    /// connection is then closed).
+    pub fn authenticate(&mut self, auth: &Authenticator, bytes: &[u8]) -> Result<(Vec<u8>, i64), String> {
+        let State::Authenticating { mechanism, scram } = &mut self.state else {
+            return Err("SaslAuthenticate without SaslHandshake".into());
+        };
+        let m = *mechanism;
+        let failed = |e: sasl::SaslError| format!("Authentication failed during authentication due to invalid credentials with SASL mechanism {m}: {e}");
+        let (principal, answer, token_expiry) = match m {
+            Mechanism::Plain => {
+                let (user, password) = sasl::parse_plain(bytes).map_err(failed)?;
+                if auth.users.get(&user).is_none_or(|p| p != &password) {
+                    return Err(failed(sasl::SaslError::BadCredentials));
+                }
+                (user, Vec::new(), None)
+            }
+            Mechanism::ScramSha256 | Mechanism::ScramSha512 => {
+                let server = scram.as_mut().expect("SCRAM state is made with the mechanism");
+                if server.user().is_none() {
+                    let nonce: String = rand::thread_rng()
+                        .sample_iter(&rand::distributions::Alphanumeric)
+                        .take(24)
+                        .map(char::from)
+                        .collect();
+                    let (_, first) = server
+                        .server_first(bytes, |u| auth.scram.get(&(m, u.to_string())).cloned(), &nonce)
+                        .map_err(failed)?;
+                    return Ok((first, 0));
+                }
+                let user = server.user().unwrap_or_default().to_string();
+                let fin = server.server_final(bytes).map_err(failed)?;
+                (user, fin, None)
+            }
+            Mechanism::OAuthBearer => {
+                let token = sasl::parse_oauthbearer(bytes).map_err(failed)?;
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_millis() as i64;
+                let t = sasl::validate_unsecured_jws(&token, "sub", now).map_err(failed)?;
+                (t.principal, Vec::new(), Some(Duration::from_millis((t.expires_ms - now).max(0) as u64)))
+            }
+        };
+        let principal = format!("User:{principal}");
+        if self.reauthenticating && principal != self.principal {
+            return Err(format!("re-authentication as {principal} on a connection of {}: the principal may not change", self.principal));
+        }
+        let lifetime = match (auth.max_reauth, token_expiry) {
+            (Some(max), Some(tok)) => Some(max.min(tok)),
+            (Some(max), None) => Some(max),
+            (None, _) => None,
+        };
+        self.principal = principal;
+        self.mechanism = Some(m);
+        self.expires = lifetime.map(|l| Instant::now() + l);
+        self.state = State::Done;
+        self.reauthenticating = false;
+        Ok((answer, lifetime.map_or(0, |l| l.as_millis().max(1) as i64)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn auth() -> Authenticator {
+        let s = SecuritySettings {
+            users: [("alice".to_string(), "alice-secret".to_string())].into(),
+            max_reauth: Some(Duration::from_secs(60)),
+            ..Default::default()
+        };
+        Authenticator::new(&s, false).unwrap()
+    }
+
+    #[test]
+    fn only_sasl_requests_pass_before_authentication() {
+        let a = auth();
+        let mut s = Session::new(SecurityProtocol::SaslPlaintext);
+        assert!(matches!(s.admit(ApiKey::ApiVersions), Admit::Serve));
+        assert!(matches!(s.admit(ApiKey::Metadata), Admit::Close(_)));
+        assert_eq!(s.handshake(&a, "GSSAPI").0, rill_protocol::ErrorCode::UnsupportedSaslMechanism.code());
+        assert_eq!(s.handshake(&a, "PLAIN").0, 0);
+        assert!(matches!(s.admit(ApiKey::Produce), Admit::Close(_)));
+        let (_, lifetime) = s.authenticate(&a, &sasl::plain_initial_response("alice", "alice-secret")).unwrap();
+        assert_eq!(lifetime, 60_000);
+        assert!(matches!(s.admit(ApiKey::Produce), Admit::Serve));
+        assert_eq!(s.principal, "User:alice");
+    }
+
+    #[test]
+    fn wrong_password_fails_without_naming_it() {
+        let a = auth();
+        let mut s = Session::new(SecurityProtocol::SaslSsl);
+        s.handshake(&a, "PLAIN");
+        let e = s.authenticate(&a, &sasl::plain_initial_response("alice", "nope")).unwrap_err();
+        assert!(e.contains("invalid credentials") && !e.contains("nope"), "{e}");
+    }
+
+    #[test]
+    fn scram_and_reauthentication_keep_the_principal() {
+        let a = auth();
+        let mut s = Session::new(SecurityProtocol::SaslSsl);
+        for _ in 0..2 {
+            assert_eq!(s.handshake(&a, "SCRAM-SHA-512").0, 0);
+            let mut c = sasl::ScramClient::new(Mechanism::ScramSha512, "alice", "alice-secret", "n1");
+            let (first, _) = s.authenticate(&a, &c.client_first()).unwrap();
+            let fin = c.client_final(&first).unwrap();
+            let (last, lifetime) = s.authenticate(&a, &fin).unwrap();
+            c.verify_server_final(&last).unwrap();
+            assert_eq!(lifetime, 60_000);
+        }
+        // Another mechanism on re-authentication is refused.
+        assert_ne!(s.handshake(&a, "PLAIN").0, 0);
+    }
+
+    #[test]
+    fn listener_flags_parse() {
+        let (l, host) = Listener::parse("SASL_SSL://127.0.0.1:9093").unwrap();
+        assert_eq!((l.protocol, l.port, host.as_str()), (SecurityProtocol::SaslSsl, 9093, "127.0.0.1"));
+        assert!(Listener::parse("TLS://x:1").is_err());
+        assert!(Listener::parse("127.0.0.1:9092").is_err());
+    }
+}
