@@ -205,6 +205,12 @@ pub struct KafkaOptions {
     pub heap: Vec<String>,
     /// Extra `server.properties` lines.
     pub properties: Vec<(String, String)>,
+    /// Listeners besides PLAINTEXT (which stays the inter-broker and
+    /// bootstrap one): `(protocol, port)`; the listener is named after its
+    /// protocol.
+    pub extra_listeners: Vec<(String, u16)>,
+    /// Extra `kafka-storage format` arguments (e.g. `--add-scram`).
+    pub format_args: Vec<String>,
 }
 
 impl Default for KafkaOptions {
@@ -212,6 +218,8 @@ impl Default for KafkaOptions {
         Self {
             heap: vec!["-Xmx1G".into(), "-Xms1G".into()],
             properties: Vec::new(),
+            extra_listeners: Vec::new(),
+            format_args: Vec::new(),
         }
     }
 }
@@ -226,6 +234,16 @@ impl ApacheKafka {
         let dir = tempfile::Builder::new().prefix("rill-kafka-").tempdir()?;
         let broker_port = free_port();
         let controller_port = free_port();
+        let extra: String = opts
+            .extra_listeners
+            .iter()
+            .map(|(p, port)| format!(",{p}://127.0.0.1:{port}"))
+            .collect();
+        let extra_map: String = opts
+            .extra_listeners
+            .iter()
+            .map(|(p, _)| format!(",{p}:{p}"))
+            .collect();
         let mut props = vec![
             ("process.roles", "broker,controller".to_string()),
             ("node.id", "1".into()),
@@ -236,18 +254,18 @@ impl ApacheKafka {
             (
                 "listeners",
                 format!(
-                    "PLAINTEXT://127.0.0.1:{broker_port},CONTROLLER://127.0.0.1:{controller_port}"
+                    "PLAINTEXT://127.0.0.1:{broker_port}{extra},CONTROLLER://127.0.0.1:{controller_port}"
                 ),
             ),
             (
                 "advertised.listeners",
-                format!("PLAINTEXT://127.0.0.1:{broker_port}"),
+                format!("PLAINTEXT://127.0.0.1:{broker_port}{extra}"),
             ),
             ("controller.listener.names", "CONTROLLER".into()),
             ("inter.broker.listener.name", "PLAINTEXT".into()),
             (
                 "listener.security.protocol.map",
-                "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT".into(),
+                format!("PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT{extra_map}"),
             ),
             ("log.dirs", dir.path().join("data").display().to_string()),
             ("offsets.topic.replication.factor", "1".into()),
@@ -269,7 +287,11 @@ impl ApacheKafka {
             props.retain(|(pk, _)| pk != k);
             props.push((k.as_str(), v.clone()));
         }
-        let props_text: String = props.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+        // Java's Properties.load reads `\n` escapes: PEM values span lines.
+        let props_text: String = props
+            .iter()
+            .map(|(k, v)| format!("{k}={}\n", v.replace('\n', "\\n")))
+            .collect();
         let props_path = dir.path().join("server.properties");
         fs::write(&props_path, props_text)?;
         let log4j = dir.path().join("log4j2.properties");
@@ -318,7 +340,8 @@ impl ApacheKafka {
                     &cluster_id,
                     "-c",
                 ])
-                .arg(&props_path),
+                .arg(&props_path)
+                .args(&opts.format_args),
             "kafka StorageTool format",
         )?;
         let mut java_args = opts.heap.clone();

@@ -14,6 +14,8 @@ pub mod operator_scenarios;
 pub mod proxy;
 pub mod rolling;
 pub mod scenarios;
+pub mod secure;
+pub mod security_scenarios;
 pub mod streams_scenarios;
 pub mod tools;
 pub mod wire;

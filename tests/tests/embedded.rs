@@ -35,6 +35,24 @@ mod client {
     rill_tests::for_each_client_scenario!(client_on_embedded);
 }
 
+/// TLS and SASL on the embedded broker's secure listeners (the same
+/// scenarios run on Apache Kafka in `interop`).
+mod security {
+    use rill_tests::secure::SecureCluster;
+    use rill_tests::security_scenarios;
+
+    macro_rules! security_on_embedded {
+        ($($name:ident),* $(,)?) => {$(
+            #[test]
+            fn $name() {
+                security_scenarios::$name(&SecureCluster::embedded());
+            }
+        )*};
+    }
+
+    rill_tests::for_each_security_scenario!(security_on_embedded);
+}
+
 /// The stream runtime on the embedded cluster (the same scenarios run on
 /// Apache Kafka in `interop`).
 mod streams {

@@ -46,6 +46,21 @@ macro_rules! client_on_apache_kafka {
 
 rill_tests::for_each_client_scenario!(client_on_apache_kafka);
 
+macro_rules! security_on_apache_kafka {
+    ($($name:ident),* $(,)?) => {
+        mod security_on_apache_kafka {
+            $(
+                #[test]
+                fn $name() {
+                    rill_tests::security_scenarios::$name(rill_tests::secure::shared_secure_kafka());
+                }
+            )*
+        }
+    };
+}
+
+rill_tests::for_each_security_scenario!(security_on_apache_kafka);
+
 macro_rules! streams_on_apache_kafka {
     ($($name:ident => $f:ident($($arg:expr),*)),* $(,)?) => {
         mod streams_on_apache_kafka {

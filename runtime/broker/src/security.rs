@@ -106,9 +106,10 @@ pub struct TlsFiles {
     pub cert_chain: PathBuf,
     /// The broker's private key (unencrypted PEM).
     pub key: PathBuf,
-    /// CA certificates for client certificates; when set, TLS listeners
+    /// CA certificates for client certificates; when set, SSL listeners
     /// require a client certificate signed by one of them
-    /// (`ssl.client.auth=required`).
+    /// (`listener.name.ssl.ssl.client.auth=required`); SASL_SSL listeners
+    /// authenticate with SASL and do not ask for one.
     pub client_ca: Option<PathBuf>,
 }
 
@@ -152,8 +153,9 @@ fn pem_error(what: &str, path: &Path, e: impl std::fmt::Display) -> String {
     format!("{what} {}: {e}", path.display())
 }
 
-/// Builds the TLS acceptor from PEM files.
-fn tls_acceptor(files: &TlsFiles) -> Result<tokio_rustls::TlsAcceptor, String> {
+/// Builds the TLS acceptor from PEM files; `client_auth` requires client
+/// certificates signed by `files.client_ca`.
+fn tls_acceptor(files: &TlsFiles, client_auth: bool) -> Result<tokio_rustls::TlsAcceptor, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&files.cert_chain)
         .map_err(|e| pem_error("certificate chain", &files.cert_chain, e))?
@@ -166,7 +168,7 @@ fn tls_acceptor(files: &TlsFiles) -> Result<tokio_rustls::TlsAcceptor, String> {
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?;
-    let builder = match &files.client_ca {
+    let builder = match files.client_ca.as_ref().filter(|_| client_auth) {
         Some(ca) => {
             let mut roots = rustls::RootCertStore::empty();
             for c in CertificateDer::pem_file_iter(ca).map_err(|e| pem_error("client CA", ca, e))? {
@@ -189,7 +191,10 @@ fn tls_acceptor(files: &TlsFiles) -> Result<tokio_rustls::TlsAcceptor, String> {
 
 /// The broker-wide authenticator, built once at start.
 pub(crate) struct Authenticator {
-    pub tls: Option<tokio_rustls::TlsAcceptor>,
+    /// TLS for SASL_SSL listeners (and SSL ones without a client CA).
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    /// TLS for SSL listeners when client certificates are required.
+    tls_client_auth: Option<tokio_rustls::TlsAcceptor>,
     users: BTreeMap<String, String>,
     scram: HashMap<(Mechanism, String), ScramCredential>,
     mechanisms: Vec<Mechanism>,
@@ -198,8 +203,12 @@ pub(crate) struct Authenticator {
 
 impl Authenticator {
     pub fn new(s: &SecuritySettings, needs_tls: bool) -> Result<Authenticator, String> {
+        let tls_client_auth = match &s.tls {
+            Some(files) if files.client_ca.is_some() => Some(tls_acceptor(files, true)?),
+            _ => None,
+        };
         let tls = match (&s.tls, needs_tls) {
-            (Some(files), _) => Some(tls_acceptor(files)?),
+            (Some(files), _) => Some(tls_acceptor(files, false)?),
             (None, true) => {
                 return Err("an SSL or SASL_SSL listener needs TLS files (--ssl-cert, --ssl-key)".into())
             }
@@ -215,11 +224,23 @@ impl Authenticator {
         }
         Ok(Authenticator {
             tls,
+            tls_client_auth,
             users: s.users.clone(),
             scram,
             mechanisms: if s.mechanisms.is_empty() { Mechanism::ALL.to_vec() } else { s.mechanisms.clone() },
             max_reauth: s.max_reauth,
         })
+    }
+}
+
+impl Authenticator {
+    /// The TLS acceptor of a listener protocol.
+    pub fn acceptor(&self, protocol: SecurityProtocol) -> Option<tokio_rustls::TlsAcceptor> {
+        match protocol {
+            SecurityProtocol::Ssl => self.tls_client_auth.clone().or_else(|| self.tls.clone()),
+            SecurityProtocol::SaslSsl => self.tls.clone(),
+            _ => None,
+        }
     }
 }
 
@@ -270,6 +291,8 @@ impl Session {
     pub fn admit(&self, api: ApiKey) -> Admit {
         let sasl_api = matches!(api, ApiKey::SaslHandshake | ApiKey::SaslAuthenticate);
         match &self.state {
+            // Answered with ILLEGAL_SASL_STATE, as Kafka does.
+            State::Open if api == ApiKey::SaslHandshake => Admit::Sasl,
             State::Open if sasl_api => Admit::Close("SASL request on a listener without SASL".into()),
             State::Open => Admit::Serve,
             State::Handshake if api == ApiKey::SaslHandshake => Admit::Sasl,
@@ -296,6 +319,9 @@ impl Session {
     /// UNSUPPORTED_SASL_MECHANISM) and the enabled mechanisms.
     pub fn handshake(&mut self, auth: &Authenticator, mechanism: &str) -> (i16, Vec<&'static str>) {
         let enabled: Vec<&'static str> = auth.mechanisms.iter().map(|m| m.name()).collect();
+        if matches!(self.state, State::Open) {
+            return (rill_protocol::ErrorCode::IllegalSaslState.code(), Vec::new());
+        }
         let reauth = matches!(self.state, State::Done);
         let chosen = Mechanism::parse(mechanism).filter(|m| auth.mechanisms.contains(m));
         match chosen {

@@ -151,7 +151,7 @@ async fn accept(c: Conn, stream: tokio::net::TcpStream, mut shutdown: watch::Rec
     if !c.protocol.uses_tls() {
         return serve(c, stream, shutdown).await;
     }
-    let Some(acceptor) = c.auth.tls.clone() else {
+    let Some(acceptor) = c.auth.acceptor(c.protocol) else {
         return;
     };
     let limit = c.broker.config.request_read_timeout;

@@ -305,11 +305,12 @@ impl<'a> Reader<'a> {
 
     /// Errors on the first key no reader asked for.
     fn finish(self) -> Result<()> {
-        for (k, v) in self.cfg.iter() {
+        for (k, _) in self.cfg.iter() {
             if !self.known.contains(k) {
+                // An unknown key may be a misspelt secret: its value is not shown.
                 return Err(Error::config(
                     k,
-                    v,
+                    crate::security::HIDDEN,
                     format!("not a {} configuration key", self.client),
                 ));
             }

@@ -474,6 +474,14 @@ async fn read_loop(
     let err = loop {
         let mut size = [0u8; 4];
         if let Err(e) = read.read_exact(&mut size).await {
+            if crate::tls::is_tls_failure(&e) {
+                // TLS 1.3 reports a refused client certificate here, after
+                // the handshake.
+                break Error::Tls {
+                    broker: broker.clone(),
+                    reason: crate::tls::explain(&e, &broker),
+                };
+            }
             break Error::Connection {
                 broker: broker.clone(),
                 reason: if e.kind() == std::io::ErrorKind::UnexpectedEof {

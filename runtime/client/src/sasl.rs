@@ -68,6 +68,9 @@ pub(crate) async fn authenticate(
             format!("the broker does not enable this mechanism; it offers [{}] (sasl.mechanism)", offered.join(", ")),
         ));
     }
+    if resp.error_code == ErrorCode::IllegalSaslState.code() {
+        return Err(auth_error(conn, m, "the listener does not use SASL (ILLEGAL_SASL_STATE): check security.protocol"));
+    }
     if resp.error_code != 0 {
         return Err(auth_error(conn, m, format!("SaslHandshake: {}", rill_protocol::error::name(resp.error_code))));
     }

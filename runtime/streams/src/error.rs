@@ -144,7 +144,14 @@ impl StreamsError {
     }
 
     /// A [`StreamsError::Config`]: `key` set to `value` is refused because of `reason`.
+    /// The value of a secret key (password, private key, JAAS line) is
+    /// replaced by `[hidden]`.
     pub fn config(key: &str, value: &str, reason: impl Into<String>) -> Self {
+        let value = if rill_client::security::is_secret_key(key) {
+            rill_client::security::HIDDEN
+        } else {
+            value
+        };
         StreamsError::Config {
             key: key.into(),
             value: value.into(),

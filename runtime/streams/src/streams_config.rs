@@ -602,9 +602,10 @@ fn parse(mut flat: BTreeMap<String, String>) -> Result<StreamsConfig> {
                 continue;
             }
             if !kind.knows(rest) {
+                // An unknown key may be a misspelt secret: its value is not shown.
                 return Err(StreamsError::config(
                     k,
-                    v,
+                    rill_client::security::HIDDEN,
                     format!("{rest} is not a {kind:?} configuration key").to_lowercase(),
                 ));
             }
@@ -614,7 +615,7 @@ fn parse(mut flat: BTreeMap<String, String>) -> Result<StreamsConfig> {
         } else if !ClientKind::ALL.iter().any(|c| c.knows(k)) {
             return Err(StreamsError::config(
                 k,
-                v,
+                rill_client::security::HIDDEN,
                 "unknown configuration key (neither a Kafka Streams key Rill implements nor a client key)",
             ));
         }

@@ -1,0 +1,263 @@
+//! Security scenarios (TLS, mTLS, SASL PLAIN/SCRAM/OAUTHBEARER, KIP-368
+//! re-authentication, failures), written once against a [`SecureCluster`]
+//! and run on the embedded broker (`embedded` target) and on Apache Kafka
+//! (`interop` target).
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use rill_broker::SecurityProtocol;
+use rill_client::admin::NewTopic;
+use rill_client::{Admin, ClientConfig, Consumer, Error, Producer, ProducerRecord};
+
+use crate::client_scenarios::{poll_n, send_and_wait};
+use crate::secure::{Login, Pki, SecureCluster, REAUTH};
+use crate::unique_topic;
+
+/// Every listener and login the scenarios use.
+pub const LOGINS: &[(SecurityProtocol, Login)] = &[
+    (SecurityProtocol::Ssl, Login::Mtls),
+    (SecurityProtocol::SaslPlaintext, Login::Sasl("PLAIN")),
+    (SecurityProtocol::SaslPlaintext, Login::Sasl("SCRAM-SHA-256")),
+    (SecurityProtocol::SaslSsl, Login::Sasl("PLAIN")),
+    (SecurityProtocol::SaslSsl, Login::Sasl("SCRAM-SHA-512")),
+    (SecurityProtocol::SaslSsl, Login::Sasl("OAUTHBEARER")),
+];
+
+fn with(mut c: ClientConfig, extra: &[(&str, &str)]) -> ClientConfig {
+    c.insert("client.id", "rill-security-scenario");
+    c.insert("default.api.timeout.ms", "30000");
+    for (k, v) in extra {
+        c.insert(*k, *v);
+    }
+    c
+}
+
+/// Admin, produce, group consume and commit over every listener and login.
+pub fn secure_round_trips(c: &SecureCluster) {
+    for &(protocol, login) in LOGINS {
+        let what = format!("{} {:?} on {}", protocol.name(), login, c.backend);
+        let cfg = c.config(protocol, login);
+        let topic = unique_topic("secure-rt");
+        let admin = Admin::new(&with(cfg.clone(), &[])).unwrap_or_else(|e| panic!("{what}: admin: {e}"));
+        admin
+            .create_topic(NewTopic::new(&topic, 2, 1))
+            .unwrap_or_else(|e| panic!("{what}: create topic: {e}"));
+        assert!(admin.list_topics().unwrap().contains(&topic), "{what}: topic listed");
+        let p = Producer::new(&with(cfg.clone(), &[("linger.ms", "5")])).unwrap();
+        send_and_wait(
+            &p,
+            (0..50).map(|i| ProducerRecord::new(&topic).key(format!("k{i}")).value(format!("v{i}"))),
+        );
+        p.close(Duration::from_secs(10)).unwrap();
+        let group = unique_topic("secure-group");
+        let mut consumer = Consumer::new(&with(
+            cfg.clone(),
+            &[
+                ("group.id", group.as_str()),
+                ("auto.offset.reset", "earliest"),
+                ("enable.auto.commit", "false"),
+                ("session.timeout.ms", "10000"),
+            ],
+        ))
+        .unwrap();
+        consumer.subscribe(&[topic.as_str()]).unwrap();
+        let recs = poll_n(&mut consumer, 50, Duration::from_secs(30));
+        let values: BTreeSet<String> = recs
+            .iter()
+            .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).to_string())
+            .collect();
+        assert_eq!(values.len(), 50, "{what}: every record consumed once");
+        consumer.commit_sync().unwrap_or_else(|e| panic!("{what}: commit: {e}"));
+        consumer.close().unwrap();
+        let committed: i64 = admin
+            .list_consumer_group_offsets(&group)
+            .unwrap_or_else(|e| panic!("{what}: committed offsets: {e}"))
+            .values()
+            .map(|o| o.offset)
+            .sum();
+        assert_eq!(committed, 50, "{what}: committed offsets");
+    }
+}
+
+/// Runs `f` and returns its error and how long it took; fails if it
+/// succeeded.
+fn fails(what: &str, f: impl FnOnce() -> rill_client::Result<()>) -> (Error, Duration) {
+    let t = Instant::now();
+    match f() {
+        Ok(()) => panic!("{what}: expected a failure, it succeeded"),
+        Err(e) => (e, t.elapsed()),
+    }
+}
+
+fn list_topics(cfg: ClientConfig) -> rill_client::Result<()> {
+    Admin::new(&with(cfg, &[("socket.connection.setup.timeout.ms", "5000")]))?
+        .list_topics()
+        .map(|_| ())
+}
+
+/// Every failure is one clear error, fast, not retried: wrong passwords,
+/// an unknown mechanism, untrusted and mismatched certificates, a missing
+/// client certificate, TLS to a plain port and plain to a TLS port.
+pub fn secure_failures_are_clear_and_bounded(c: &SecureCluster) {
+    let limit = Duration::from_secs(8);
+    for mech in ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] {
+        let mut cfg = c.config(SecurityProtocol::SaslSsl, Login::Sasl(mech));
+        let jaas = cfg.get("sasl.jaas.config").unwrap().replace("alice-secret", "wrong-password");
+        cfg.insert("sasl.jaas.config", jaas);
+        let (e, took) = fails(mech, || list_topics(cfg));
+        let text = e.to_string();
+        assert!(matches!(e, Error::Authentication { .. }), "{mech}: {text}");
+        assert!(text.contains(mech) && text.contains("127.0.0.1"), "names mechanism and broker: {text}");
+        assert!(!text.contains("wrong-password"), "no password in errors: {text}");
+        assert!(took < limit, "{mech}: failed in {took:?}");
+    }
+    // An unknown user reads like a wrong password.
+    let cfg = c
+        .config(SecurityProtocol::SaslPlaintext, Login::Sasl("PLAIN"))
+        .set("sasl.jaas.config", "org.apache.kafka.common.security.plain.PlainLoginModule required username=\"mallory\" password=\"x\";");
+    let (e, _) = fails("unknown user", || list_topics(cfg));
+    assert!(matches!(e, Error::Authentication { .. }), "{e}");
+
+    let cases: Vec<(&str, ClientConfig, &str)> = vec![
+        (
+            "untrusted CA",
+            c.config(SecurityProtocol::SaslSsl, Login::Sasl("PLAIN"))
+                .set("ssl.truststore.location", c.pki.other_ca.display().to_string()),
+            "trusted CA",
+        ),
+        (
+            "host name mismatch",
+            c.config(SecurityProtocol::SaslSsl, Login::Sasl("PLAIN")).set(
+                "bootstrap.servers",
+                c.bootstrap(SecurityProtocol::SaslSsl).replace("127.0.0.1", "localhost"),
+            ),
+            "not valid for 'localhost'",
+        ),
+        (
+            "no client certificate on the mTLS listener",
+            c.config(SecurityProtocol::Ssl, Login::Sasl("PLAIN"))
+                .set("security.protocol", "SSL"),
+            "client certificate",
+        ),
+        (
+            "TLS to a PLAINTEXT port",
+            c.config(SecurityProtocol::SaslSsl, Login::Sasl("PLAIN"))
+                .set("bootstrap.servers", c.bootstrap(SecurityProtocol::Plaintext)),
+            "PLAINTEXT",
+        ),
+        (
+            "PLAINTEXT to a TLS port",
+            ClientConfig::new()
+                .set("bootstrap.servers", c.bootstrap(SecurityProtocol::SaslSsl)),
+            "security.protocol",
+        ),
+        (
+            "SASL to a listener without SASL",
+            c.config(SecurityProtocol::SaslPlaintext, Login::Sasl("PLAIN"))
+                .set("bootstrap.servers", c.bootstrap(SecurityProtocol::Plaintext)),
+            "SASL",
+        ),
+    ];
+    for (what, cfg, needle) in cases {
+        let (e, took) = fails(what, || list_topics(cfg));
+        let text = e.to_string();
+        assert!(e.is_security_failure(), "{what} on {}: a TLS/SASL error, got: {text}", c.backend);
+        assert!(text.contains(needle), "{what} on {}: '{needle}' in: {text}", c.backend);
+        assert!(took < limit, "{what}: failed in {took:?}");
+    }
+    // With the host name check off, `localhost` is accepted (as Kafka with
+    // ssl.endpoint.identification.algorithm empty).
+    let cfg = c
+        .config(SecurityProtocol::SaslSsl, Login::Sasl("PLAIN"))
+        .set(
+            "bootstrap.servers",
+            c.bootstrap(SecurityProtocol::SaslSsl).replace("127.0.0.1", "localhost"),
+        )
+        .set("ssl.endpoint.identification.algorithm", "");
+    list_topics(cfg).expect("host name check disabled");
+    // An encrypted client key with its password works; without, the
+    // config error names the key to set.
+    let key_pem = std::fs::read_to_string(&c.pki.client_key_encrypted).unwrap();
+    let base = c.config(SecurityProtocol::Ssl, Login::Mtls).set("ssl.keystore.key", key_pem);
+    list_topics(base.clone().set("ssl.key.password", Pki::KEY_PASSWORD)).expect("encrypted key with ssl.key.password");
+    let (e, _) = fails("encrypted key without password", || list_topics(base));
+    assert!(e.to_string().contains("ssl.key.password"), "{e}");
+}
+
+/// KIP-368: with `connections.max.reauth.ms` of a few seconds, a consumer
+/// and a producer keep working for three session lifetimes, re-authenticating
+/// on their connections rather than being cut off.
+pub fn secure_reauthentication_keeps_clients_working(c: &SecureCluster) {
+    for login in ["SCRAM-SHA-512", "OAUTHBEARER"] {
+        let cfg = c.config(SecurityProtocol::SaslSsl, Login::Sasl(login));
+        let topic = unique_topic("secure-reauth");
+        Admin::new(&with(cfg.clone(), &[]))
+            .unwrap()
+            .create_topic(NewTopic::new(&topic, 1, 1))
+            .unwrap();
+        let p = Producer::new(&with(cfg.clone(), &[("linger.ms", "0")])).unwrap();
+        let mut consumer = Consumer::new(&with(
+            cfg,
+            &[
+                ("group.id", unique_topic("secure-reauth-group").as_str()),
+                ("auto.offset.reset", "earliest"),
+                ("session.timeout.ms", "10000"),
+            ],
+        ))
+        .unwrap();
+        consumer.subscribe(&[topic.as_str()]).unwrap();
+        let before = rill_client::security::reauthentications();
+        let until = Instant::now() + REAUTH * 3;
+        let (mut sent, mut read) = (0usize, 0usize);
+        while Instant::now() < until {
+            send_and_wait(&p, [ProducerRecord::new(&topic).value(format!("r{sent}"))]);
+            sent += 1;
+            read += consumer
+                .poll(Duration::from_millis(200))
+                .unwrap_or_else(|e| panic!("{login}: poll during re-authentication: {e}"))
+                .len();
+        }
+        read += poll_n(&mut consumer, sent - read, Duration::from_secs(20)).len();
+        assert_eq!(read, sent, "{login} on {}: every record read", c.backend);
+        let reauths = rill_client::security::reauthentications() - before;
+        assert!(
+            reauths >= 2,
+            "{login} on {}: {reauths} re-authentications in {:?} with sessions of {REAUTH:?}",
+            c.backend,
+            REAUTH * 3
+        );
+        p.close(Duration::from_secs(10)).unwrap();
+        consumer.close().unwrap();
+    }
+}
+
+/// Secrets never appear in `Debug` output or configuration errors.
+pub fn secure_secrets_stay_hidden(c: &SecureCluster) {
+    let cfg = c.config(SecurityProtocol::SaslSsl, Login::Sasl("PLAIN"));
+    let shown = format!("{cfg:?}");
+    assert!(!shown.contains("alice-secret"), "{shown}");
+    let bad = cfg.clone().set("sasl.mechanism", "SCRAM-SHA-256").set(
+        "sasl.jaas.config",
+        "org.apache.kafka.common.security.plain.PlainLoginModule required username=\"alice\" password=\"alice-secret\";",
+    );
+    let e = Producer::new(&bad).err().expect("module mismatch refused");
+    assert!(!e.to_string().contains("alice-secret"), "{e}");
+    assert!(e.to_string().contains("sasl.jaas.config"), "{e}");
+    let typo = cfg.set("sasl.pasword", "alice-secret");
+    let e = Producer::new(&typo).err().expect("unknown key refused");
+    assert!(!e.to_string().contains("alice-secret") && e.to_string().contains("sasl.pasword"), "{e}");
+}
+
+/// The scenarios, for the backends' test macros.
+#[macro_export]
+macro_rules! for_each_security_scenario {
+    ($m:ident) => {
+        $m!(
+            secure_round_trips,
+            secure_failures_are_clear_and_bounded,
+            secure_reauthentication_keeps_clients_working,
+            secure_secrets_stay_hidden,
+        );
+    };
+}
