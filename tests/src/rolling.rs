@@ -73,6 +73,10 @@ pub struct RollConfig {
     /// Input records per second.
     pub rate: u64,
     pub session_timeout_ms: u64,
+    /// Client properties for the app only, passed as `--config FILE`
+    /// (e.g. `security.protocol=SASL_SSL` and a SASL_SSL
+    /// `bootstrap.servers`); the harness's own clients use `bootstrap`.
+    pub app_properties: Vec<(String, String)>,
 }
 
 impl RollConfig {
@@ -89,6 +93,7 @@ impl RollConfig {
             partitions: 6,
             rate: 200,
             session_timeout_ms: 30_000,
+            app_properties: Vec::new(),
         }
     }
 }
@@ -164,6 +169,18 @@ fn spawn(cfg: &RollConfig, n: &Names, state_dir: &Path, index: usize) -> Instanc
         }
         .into(),
     ];
+    if !cfg.app_properties.is_empty() {
+        // Java properties: `\n` escapes keep PEM values on one line.
+        let text: String = cfg
+            .app_properties
+            .iter()
+            .map(|(k, v)| format!("{k}={}\n", v.replace('\n', "\\n")))
+            .collect();
+        let path = state_dir.join("client.properties");
+        std::fs::write(&path, text).expect("write app properties");
+        args.push("--config".into());
+        args.push(path.display().to_string());
+    }
     if cfg.static_membership {
         args.push("--group-instance-id".into());
         args.push(format!("{}-i{index}", n.app));

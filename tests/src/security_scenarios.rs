@@ -249,6 +249,30 @@ pub fn secure_secrets_stay_hidden(c: &SecureCluster) {
     assert!(!e.to_string().contains("alice-secret") && e.to_string().contains("sasl.pasword"), "{e}");
 }
 
+/// A static-member word count (2 instances × 2 threads, RocksDB) whose
+/// every client talks SASL_SSL (SCRAM-SHA-512, re-authenticating every few
+/// seconds), rolled once: no rebalance, no partition moves, nothing lost.
+/// The harness observes the group over the PLAINTEXT listener.
+pub fn secure_streams_roll_static(c: &SecureCluster) {
+    use crate::rolling::{describe, roll, AppTopology, RollConfig, Runtime};
+    let mut cfg = RollConfig::small(Runtime::Rill, AppTopology::WordCount);
+    cfg.instances = 2;
+    cfg.rounds = 1;
+    cfg.partitions = 4;
+    cfg.app_properties = c
+        .config(SecurityProtocol::SaslSsl, Login::Sasl("SCRAM-SHA-512"))
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let r = roll(c.bootstrap(SecurityProtocol::Plaintext), &cfg);
+    let d = describe(&cfg, &r);
+    eprintln!("SECURE ROLL on {}: {d}", c.backend);
+    assert!(r.produced > 0, "{d}");
+    assert_eq!(r.rebalances, 0, "{d}");
+    assert_eq!(r.moves(), 0, "{d}");
+    assert_eq!(r.lost, 0, "{d}");
+}
+
 /// The scenarios, for the backends' test macros.
 #[macro_export]
 macro_rules! for_each_security_scenario {
@@ -258,6 +282,7 @@ macro_rules! for_each_security_scenario {
             secure_failures_are_clear_and_bounded,
             secure_reauthentication_keeps_clients_working,
             secure_secrets_stay_hidden,
+            secure_streams_roll_static,
         );
     };
 }

@@ -221,6 +221,17 @@ fn main() {
     if let Some(id) = arg("--group-instance-id") {
         cfg = cfg.set("group.instance.id", id);
     }
+    // Kafka properties (security settings, another bootstrap address).
+    if let Some(path) = arg("--config") {
+        let props = ClientConfig::from_properties_file(std::path::Path::new(&path))
+            .unwrap_or_else(|e| {
+                eprintln!("rill-streams-app: {e}");
+                std::process::exit(2)
+            });
+        for (k, v) in props.iter() {
+            cfg = cfg.set(k, v);
+        }
+    }
     if let Some(bytes) = arg("--cache-bytes") {
         cfg = cfg.set("statestore.cache.max.bytes", bytes);
     }
