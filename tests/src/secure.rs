@@ -82,7 +82,10 @@ impl Pki {
     pub const KEY_PASSWORD: &'static str = "key-pass";
 
     pub fn generate() -> Pki {
-        let dir = tempfile::Builder::new().prefix("rill-pki-").tempdir().expect("tempdir");
+        let dir = tempfile::Builder::new()
+            .prefix("rill-pki-")
+            .tempdir()
+            .expect("tempdir");
         let d = dir.path();
         let root = ca("Rill test CA");
         let other = ca("Untrusted CA");
@@ -184,12 +187,18 @@ impl SecureCluster {
             .collect();
         let mut props = vec![
             ("ssl.keystore.type", "PEM".to_string()),
-            ("ssl.keystore.certificate.chain", Pki::read(&pki.broker_chain)),
+            (
+                "ssl.keystore.certificate.chain",
+                Pki::read(&pki.broker_chain),
+            ),
             ("ssl.keystore.key", Pki::read(&pki.broker_key)),
             ("ssl.truststore.type", "PEM".into()),
             ("ssl.truststore.certificates", Pki::read(&pki.ca)),
             ("listener.name.ssl.ssl.client.auth", "required".into()),
-            ("sasl.enabled.mechanisms", "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER".into()),
+            (
+                "sasl.enabled.mechanisms",
+                "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER".into(),
+            ),
             ("connections.max.reauth.ms", REAUTH.as_millis().to_string()),
         ];
         for l in ["sasl_plaintext", "sasl_ssl"] {
@@ -205,7 +214,8 @@ impl SecureCluster {
             }
             props.push((
                 leak(format!("listener.name.{l}.oauthbearer.sasl.jaas.config")),
-                "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;".into(),
+                "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
+                    .into(),
             ));
         }
         let mut format_args = Vec::new();
@@ -260,7 +270,10 @@ impl SecureCluster {
         match login {
             Login::Mtls => {
                 c.insert("ssl.keystore.type", "PEM");
-                c.insert("ssl.keystore.certificate.chain", Pki::read(&self.pki.client_chain));
+                c.insert(
+                    "ssl.keystore.certificate.chain",
+                    Pki::read(&self.pki.client_chain),
+                );
                 c.insert("ssl.keystore.key", Pki::read(&self.pki.client_key));
             }
             Login::Sasl("OAUTHBEARER") => {
@@ -271,7 +284,11 @@ impl SecureCluster {
                 );
             }
             Login::Sasl(m) => {
-                let module = if m == "PLAIN" { "plain.PlainLoginModule" } else { "scram.ScramLoginModule" };
+                let module = if m == "PLAIN" {
+                    "plain.PlainLoginModule"
+                } else {
+                    "scram.ScramLoginModule"
+                };
                 c.insert("sasl.mechanism", m);
                 c.insert(
                     "sasl.jaas.config",

@@ -18,7 +18,10 @@ use crate::unique_topic;
 pub const LOGINS: &[(SecurityProtocol, Login)] = &[
     (SecurityProtocol::Ssl, Login::Mtls),
     (SecurityProtocol::SaslPlaintext, Login::Sasl("PLAIN")),
-    (SecurityProtocol::SaslPlaintext, Login::Sasl("SCRAM-SHA-256")),
+    (
+        SecurityProtocol::SaslPlaintext,
+        Login::Sasl("SCRAM-SHA-256"),
+    ),
     (SecurityProtocol::SaslSsl, Login::Sasl("PLAIN")),
     (SecurityProtocol::SaslSsl, Login::Sasl("SCRAM-SHA-512")),
     (SecurityProtocol::SaslSsl, Login::Sasl("OAUTHBEARER")),
@@ -39,15 +42,23 @@ pub fn secure_round_trips(c: &SecureCluster) {
         let what = format!("{} {:?} on {}", protocol.name(), login, c.backend);
         let cfg = c.config(protocol, login);
         let topic = unique_topic("secure-rt");
-        let admin = Admin::new(&with(cfg.clone(), &[])).unwrap_or_else(|e| panic!("{what}: admin: {e}"));
+        let admin =
+            Admin::new(&with(cfg.clone(), &[])).unwrap_or_else(|e| panic!("{what}: admin: {e}"));
         admin
             .create_topic(NewTopic::new(&topic, 2, 1))
             .unwrap_or_else(|e| panic!("{what}: create topic: {e}"));
-        assert!(admin.list_topics().unwrap().contains(&topic), "{what}: topic listed");
+        assert!(
+            admin.list_topics().unwrap().contains(&topic),
+            "{what}: topic listed"
+        );
         let p = Producer::new(&with(cfg.clone(), &[("linger.ms", "5")])).unwrap();
         send_and_wait(
             &p,
-            (0..50).map(|i| ProducerRecord::new(&topic).key(format!("k{i}")).value(format!("v{i}"))),
+            (0..50).map(|i| {
+                ProducerRecord::new(&topic)
+                    .key(format!("k{i}"))
+                    .value(format!("v{i}"))
+            }),
         );
         p.close(Duration::from_secs(10)).unwrap();
         let group = unique_topic("secure-group");
@@ -68,7 +79,9 @@ pub fn secure_round_trips(c: &SecureCluster) {
             .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).to_string())
             .collect();
         assert_eq!(values.len(), 50, "{what}: every record consumed once");
-        consumer.commit_sync().unwrap_or_else(|e| panic!("{what}: commit: {e}"));
+        consumer
+            .commit_sync()
+            .unwrap_or_else(|e| panic!("{what}: commit: {e}"));
         consumer.close().unwrap();
         let committed: i64 = admin
             .list_consumer_group_offsets(&group)
@@ -91,9 +104,12 @@ fn fails(what: &str, f: impl FnOnce() -> rill_client::Result<()>) -> (Error, Dur
 }
 
 fn list_topics(cfg: ClientConfig) -> rill_client::Result<()> {
-    Admin::new(&with(cfg, &[("socket.connection.setup.timeout.ms", "5000")]))?
-        .list_topics()
-        .map(|_| ())
+    Admin::new(&with(
+        cfg,
+        &[("socket.connection.setup.timeout.ms", "5000")],
+    ))?
+    .list_topics()
+    .map(|_| ())
 }
 
 /// Every failure is one clear error, fast, not retried: wrong passwords,
@@ -103,13 +119,22 @@ pub fn secure_failures_are_clear_and_bounded(c: &SecureCluster) {
     let limit = Duration::from_secs(8);
     for mech in ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] {
         let mut cfg = c.config(SecurityProtocol::SaslSsl, Login::Sasl(mech));
-        let jaas = cfg.get("sasl.jaas.config").unwrap().replace("alice-secret", "wrong-password");
+        let jaas = cfg
+            .get("sasl.jaas.config")
+            .unwrap()
+            .replace("alice-secret", "wrong-password");
         cfg.insert("sasl.jaas.config", jaas);
         let (e, took) = fails(mech, || list_topics(cfg));
         let text = e.to_string();
         assert!(matches!(e, Error::Authentication { .. }), "{mech}: {text}");
-        assert!(text.contains(mech) && text.contains("127.0.0.1"), "names mechanism and broker: {text}");
-        assert!(!text.contains("wrong-password"), "no password in errors: {text}");
+        assert!(
+            text.contains(mech) && text.contains("127.0.0.1"),
+            "names mechanism and broker: {text}"
+        );
+        assert!(
+            !text.contains("wrong-password"),
+            "no password in errors: {text}"
+        );
         assert!(took < limit, "{mech}: failed in {took:?}");
     }
     // An unknown user reads like a wrong password.
@@ -123,15 +148,20 @@ pub fn secure_failures_are_clear_and_bounded(c: &SecureCluster) {
         (
             "untrusted CA",
             c.config(SecurityProtocol::SaslSsl, Login::Sasl("PLAIN"))
-                .set("ssl.truststore.location", c.pki.other_ca.display().to_string()),
+                .set(
+                    "ssl.truststore.location",
+                    c.pki.other_ca.display().to_string(),
+                ),
             "trusted CA",
         ),
         (
             "host name mismatch",
-            c.config(SecurityProtocol::SaslSsl, Login::Sasl("PLAIN")).set(
-                "bootstrap.servers",
-                c.bootstrap(SecurityProtocol::SaslSsl).replace("127.0.0.1", "localhost"),
-            ),
+            c.config(SecurityProtocol::SaslSsl, Login::Sasl("PLAIN"))
+                .set(
+                    "bootstrap.servers",
+                    c.bootstrap(SecurityProtocol::SaslSsl)
+                        .replace("127.0.0.1", "localhost"),
+                ),
             "not valid for 'localhost'",
         ),
         (
@@ -143,27 +173,40 @@ pub fn secure_failures_are_clear_and_bounded(c: &SecureCluster) {
         (
             "TLS to a PLAINTEXT port",
             c.config(SecurityProtocol::SaslSsl, Login::Sasl("PLAIN"))
-                .set("bootstrap.servers", c.bootstrap(SecurityProtocol::Plaintext)),
+                .set(
+                    "bootstrap.servers",
+                    c.bootstrap(SecurityProtocol::Plaintext),
+                ),
             "PLAINTEXT",
         ),
         (
             "PLAINTEXT to a TLS port",
-            ClientConfig::new()
-                .set("bootstrap.servers", c.bootstrap(SecurityProtocol::SaslSsl)),
+            ClientConfig::new().set("bootstrap.servers", c.bootstrap(SecurityProtocol::SaslSsl)),
             "security.protocol",
         ),
         (
             "SASL to a listener without SASL",
             c.config(SecurityProtocol::SaslPlaintext, Login::Sasl("PLAIN"))
-                .set("bootstrap.servers", c.bootstrap(SecurityProtocol::Plaintext)),
+                .set(
+                    "bootstrap.servers",
+                    c.bootstrap(SecurityProtocol::Plaintext),
+                ),
             "SASL",
         ),
     ];
     for (what, cfg, needle) in cases {
         let (e, took) = fails(what, || list_topics(cfg));
         let text = e.to_string();
-        assert!(e.is_security_failure(), "{what} on {}: a TLS/SASL error, got: {text}", c.backend);
-        assert!(text.contains(needle), "{what} on {}: '{needle}' in: {text}", c.backend);
+        assert!(
+            e.is_security_failure(),
+            "{what} on {}: a TLS/SASL error, got: {text}",
+            c.backend
+        );
+        assert!(
+            text.contains(needle),
+            "{what} on {}: '{needle}' in: {text}",
+            c.backend
+        );
         assert!(took < limit, "{what}: failed in {took:?}");
     }
     // With the host name check off, `localhost` is accepted (as Kafka with
@@ -172,15 +215,19 @@ pub fn secure_failures_are_clear_and_bounded(c: &SecureCluster) {
         .config(SecurityProtocol::SaslSsl, Login::Sasl("PLAIN"))
         .set(
             "bootstrap.servers",
-            c.bootstrap(SecurityProtocol::SaslSsl).replace("127.0.0.1", "localhost"),
+            c.bootstrap(SecurityProtocol::SaslSsl)
+                .replace("127.0.0.1", "localhost"),
         )
         .set("ssl.endpoint.identification.algorithm", "");
     list_topics(cfg).expect("host name check disabled");
     // An encrypted client key with its password works; without, the
     // config error names the key to set.
     let key_pem = std::fs::read_to_string(&c.pki.client_key_encrypted).unwrap();
-    let base = c.config(SecurityProtocol::Ssl, Login::Mtls).set("ssl.keystore.key", key_pem);
-    list_topics(base.clone().set("ssl.key.password", Pki::KEY_PASSWORD)).expect("encrypted key with ssl.key.password");
+    let base = c
+        .config(SecurityProtocol::Ssl, Login::Mtls)
+        .set("ssl.keystore.key", key_pem);
+    list_topics(base.clone().set("ssl.key.password", Pki::KEY_PASSWORD))
+        .expect("encrypted key with ssl.key.password");
     let (e, _) = fails("encrypted key without password", || list_topics(base));
     assert!(e.to_string().contains("ssl.key.password"), "{e}");
 }
@@ -246,7 +293,10 @@ pub fn secure_secrets_stay_hidden(c: &SecureCluster) {
     assert!(e.to_string().contains("sasl.jaas.config"), "{e}");
     let typo = cfg.set("sasl.pasword", "alice-secret");
     let e = Producer::new(&typo).err().expect("unknown key refused");
-    assert!(!e.to_string().contains("alice-secret") && e.to_string().contains("sasl.pasword"), "{e}");
+    assert!(
+        !e.to_string().contains("alice-secret") && e.to_string().contains("sasl.pasword"),
+        "{e}"
+    );
 }
 
 /// A static-member word count (2 instances × 2 threads, RocksDB) whose
@@ -273,6 +323,75 @@ pub fn secure_streams_roll_static(c: &SecureCluster) {
     assert_eq!(r.lost, 0, "{d}");
 }
 
+/// `rill topics` over SASL_SSL with the security settings in a Kafka
+/// properties file (`--command-config`, the Kafka tools' flag); a wrong
+/// password is one line naming the mechanism, without the password.
+pub fn secure_cli_command_config(c: &SecureCluster) {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, cfg: &ClientConfig| {
+        let text: String = cfg
+            .iter()
+            .map(|(k, v)| format!("{k}={}\n", v.replace('\n', "\\n")))
+            .collect();
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    let good = write(
+        "client.properties",
+        &c.config(SecurityProtocol::SaslSsl, Login::Sasl("SCRAM-SHA-256")),
+    );
+    let topic = unique_topic("secure-cli");
+    let rill = |args: &[&str]| {
+        std::process::Command::new(crate::operator_scenarios::rill_binary())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = rill(&[
+        "topics",
+        "create",
+        "--topic",
+        &topic,
+        "--partitions",
+        "2",
+        "--command-config",
+        good.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "create over SASL_SSL: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = rill(&["topics", "list", "--command-config", good.to_str().unwrap()]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&topic),
+        "listed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut bad_cfg = c.config(SecurityProtocol::SaslSsl, Login::Sasl("SCRAM-SHA-256"));
+    let jaas = bad_cfg
+        .get("sasl.jaas.config")
+        .unwrap()
+        .replace("alice-secret", "not-the-password");
+    bad_cfg.insert("sasl.jaas.config", jaas);
+    let bad = write("bad.properties", &bad_cfg);
+    let t = Instant::now();
+    let out = rill(&["topics", "list", "--command-config", bad.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success(), "wrong password refused");
+    assert!(
+        err.contains("SCRAM-SHA-256") && err.contains("authentication"),
+        "{err}"
+    );
+    assert!(!err.contains("not-the-password"), "{err}");
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "refused in {:?}",
+        t.elapsed()
+    );
+}
+
 /// The scenarios, for the backends' test macros.
 #[macro_export]
 macro_rules! for_each_security_scenario {
@@ -283,6 +402,7 @@ macro_rules! for_each_security_scenario {
             secure_reauthentication_keeps_clients_working,
             secure_secrets_stay_hidden,
             secure_streams_roll_static,
+            secure_cli_command_config,
         );
     };
 }

@@ -606,3 +606,76 @@ fn a_node_restarting_in_another_rack_bumps_subscribed_groups_once() {
         "the group reading a topic not on that node does not"
     );
 }
+
+/// `rill broker` with a PLAINTEXT and a SASL_SSL listener from its flags
+/// (`--listener`, `--ssl-keystore`, `--users`): a client logs in over
+/// SASL_SSL with a user from the file; a bad users file stops the broker
+/// at once with one line naming the file and line.
+#[test]
+fn rill_broker_serves_sasl_ssl_from_flags() {
+    use rill_client::{Admin, ClientConfig};
+    use std::io::BufRead;
+    let pki = rill_tests::secure::Pki::generate();
+    let dir = tempfile::tempdir().unwrap();
+    let keystore = dir.path().join("broker-keystore.pem");
+    std::fs::write(
+        &keystore,
+        std::fs::read_to_string(&pki.broker_chain).unwrap()
+            + &std::fs::read_to_string(&pki.broker_key).unwrap(),
+    )
+    .unwrap();
+    let users = dir.path().join("users");
+    std::fs::write(&users, "# PLAIN and SCRAM users\ncarol=carol-pw\n").unwrap();
+    let sasl_port = rill_tests::backend::free_port();
+    let mut broker = std::process::Command::new(rill_tests::operator_scenarios::rill_binary())
+        .args(["broker", "--listener", "PLAINTEXT://127.0.0.1:0"])
+        .arg("--listener")
+        .arg(format!("SASL_SSL://127.0.0.1:{sasl_port}"))
+        .arg("--ssl-keystore")
+        .arg(&keystore)
+        .arg("--users")
+        .arg(&users)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(broker.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(
+        first.trim().starts_with("127.0.0.1:"),
+        "plaintext address printed: {first}"
+    );
+    let cfg = ClientConfig::new()
+        .set("bootstrap.servers", format!("127.0.0.1:{sasl_port}"))
+        .set("security.protocol", "SASL_SSL")
+        .set("sasl.mechanism", "SCRAM-SHA-512")
+        .set("sasl.username", "carol")
+        .set("sasl.password", "carol-pw")
+        .set("ssl.truststore.location", pki.ca.display().to_string());
+    let listed = std::thread::spawn(move || Admin::new(&cfg).unwrap().list_topics())
+        .join()
+        .unwrap();
+    let _ = broker.kill();
+    let _ = broker.wait();
+    listed.expect("SCRAM over SASL_SSL to rill broker");
+
+    std::fs::write(&users, "carol\n").unwrap();
+    let out = std::process::Command::new(rill_tests::operator_scenarios::rill_binary())
+        .args([
+            "broker",
+            "--listener",
+            "SASL_PLAINTEXT://127.0.0.1:0",
+            "--users",
+        ])
+        .arg(&users)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "bad users file refused");
+    assert!(
+        err.contains("line 1") && err.contains("user=password"),
+        "{err}"
+    );
+}

@@ -81,7 +81,7 @@ impl EmbeddedClusterBuilder {
         self
     }
 
-/// Adds a listener (`listeners`); the first one added is the one
+    /// Adds a listener (`listeners`); the first one added is the one
     /// [`EmbeddedCluster::bootstrap_servers`] names. Port 0 picks free ports.
     pub fn listener(mut self, protocol: SecurityProtocol, port: u16) -> Self {
         self.config.listeners.push(Listener { protocol, port });
@@ -95,8 +95,14 @@ impl EmbeddedClusterBuilder {
     }
 
     /// SASL users (PLAIN and SCRAM) and their passwords.
-    pub fn sasl_users<U: Into<String>, P: Into<String>>(mut self, users: impl IntoIterator<Item = (U, P)>) -> Self {
-        self.config.security.users = users.into_iter().map(|(u, p)| (u.into(), p.into())).collect();
+    pub fn sasl_users<U: Into<String>, P: Into<String>>(
+        mut self,
+        users: impl IntoIterator<Item = (U, P)>,
+    ) -> Self {
+        self.config.security.users = users
+            .into_iter()
+            .map(|(u, p)| (u.into(), p.into()))
+            .collect();
         self
     }
 
@@ -107,7 +113,7 @@ impl EmbeddedClusterBuilder {
         self
     }
 
-        /// Listen address of node 1; node n uses `port + n - 1`. Port 0 (the
+    /// Listen address of node 1; node n uses `port + n - 1`. Port 0 (the
     /// default) gives every node a free port.
     pub fn listen(mut self, addr: SocketAddr) -> Self {
         self.config.host = addr.ip().to_string();
@@ -191,8 +197,11 @@ impl EmbeddedCluster {
         })?;
         let specs = config.effective_listeners();
         let auth = Arc::new(
-            Authenticator::new(&config.security, specs.iter().any(|l| l.protocol.uses_tls()))
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?,
+            Authenticator::new(
+                &config.security,
+                specs.iter().any(|l| l.protocol.uses_tls()),
+            )
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?,
         );
         let broker = tokio::task::spawn_blocking(move || Broker::open(config))
             .await
@@ -201,21 +210,37 @@ impl EmbeddedCluster {
         for id in 1..=broker.config.nodes as i32 {
             let mut bound = Vec::new();
             for (index, spec) in specs.iter().enumerate() {
-                let port = if spec.port == 0 { 0 } else { spec.port + id as u16 - 1 };
+                let port = if spec.port == 0 {
+                    0
+                } else {
+                    spec.port + id as u16 - 1
+                };
                 let socket = bind(SocketAddr::new(host, port)).map_err(|e| {
                     io::Error::new(
                         e.kind(),
-                        format!("node {id} could not listen on {}://{host}:{port}: {e}", spec.protocol.name()),
+                        format!(
+                            "node {id} could not listen on {}://{host}:{port}: {e}",
+                            spec.protocol.name()
+                        ),
                     )
                 })?;
-                bound.push(BoundListener { socket, index, protocol: spec.protocol });
+                bound.push(BoundListener {
+                    socket,
+                    index,
+                    protocol: spec.protocol,
+                });
             }
             let addrs = bound
                 .iter()
                 .map(|b| b.socket.local_addr())
                 .collect::<io::Result<Vec<_>>>()?;
             let ports: Vec<u16> = addrs.iter().map(|a| a.port()).collect();
-            broker.metadata_mut().node_up(id, &broker.config.host, &ports, broker.config.rack_of(id));
+            broker.metadata_mut().node_up(
+                id,
+                &broker.config.host,
+                &ports,
+                broker.config.rack_of(id),
+            );
             listeners.push((id, addrs, bound));
         }
         broker.ensure_offsets_topic().map_err(|(code, msg)| {
@@ -339,7 +364,11 @@ impl EmbeddedCluster {
         let specs = self.broker.config.effective_listeners();
         let mut bound = Vec::new();
         for (index, (addr, spec)) in addrs.iter().zip(&specs).enumerate() {
-            bound.push(BoundListener { socket: bind(*addr)?, index, protocol: spec.protocol });
+            bound.push(BoundListener {
+                socket: bind(*addr)?,
+                index,
+                protocol: spec.protocol,
+            });
         }
         let ports: Vec<u16> = addrs.iter().map(|a| a.port()).collect();
         let changed =

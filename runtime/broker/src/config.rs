@@ -650,6 +650,72 @@ impl BrokerConfig {
             "group.consumer.heartbeat.interval.ms" => {
                 self.group_consumer_heartbeat_interval_ms = ms(1)?
             }
+            "listeners" => {
+                let mut listeners = Vec::new();
+                for item in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                    let (l, host) = crate::security::Listener::parse(item)
+                        .map_err(|e| format!("{key}: {e}"))?;
+                    if !listeners.is_empty() && host != self.host {
+                        return Err(format!(
+                            "{key}={value:?}: every listener must use the same host"
+                        ));
+                    }
+                    self.host = host;
+                    if listeners.is_empty() {
+                        self.port = l.port;
+                    }
+                    listeners.push(l);
+                }
+                if listeners.is_empty() {
+                    return Err(format!(
+                        "{key}={value:?}: expected PROTOCOL://host:port[,...]"
+                    ));
+                }
+                self.listeners = listeners;
+            }
+            // A PEM file with the certificate chain and the (unencrypted) key.
+            "ssl.keystore.location" => {
+                let path = std::path::PathBuf::from(value.trim());
+                let tls = self.security.tls.get_or_insert(crate::security::TlsFiles {
+                    cert_chain: path.clone(),
+                    key: path.clone(),
+                    client_ca: None,
+                });
+                tls.cert_chain = path.clone();
+                tls.key = path;
+            }
+            "ssl.keystore.type" | "ssl.truststore.type" => {
+                if !value.trim().eq_ignore_ascii_case("PEM") {
+                    return Err(format!(
+                        "{key}={value:?}: the embedded broker reads PEM files only"
+                    ));
+                }
+            }
+            // CA of client certificates: SSL listeners then require one.
+            "ssl.truststore.location" => {
+                let Some(tls) = self.security.tls.as_mut() else {
+                    return Err(format!("{key}: set ssl.keystore.location first"));
+                };
+                tls.client_ca = Some(value.trim().into());
+            }
+            "sasl.enabled.mechanisms" => {
+                let mut ms = Vec::new();
+                for m in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                    ms.push(rill_protocol::sasl::Mechanism::parse(m).ok_or_else(|| {
+                        format!("{key}: {m} is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER")
+                    })?);
+                }
+                self.security.mechanisms = ms;
+            }
+            "connections.max.reauth.ms" => {
+                let n: u64 = num(key, value, 0)?;
+                self.security.max_reauth = (n > 0).then(|| Duration::from_millis(n));
+            }
+            // Rill's own key: the users file (`user=password` lines).
+            "rill.sasl.users.file" => {
+                self.security.users =
+                    crate::security::load_users(std::path::Path::new(value.trim()))?;
+            }
             _ => {
                 let Some((_, topic_key)) = BROKER_TOPIC_SYNONYMS.iter().find(|(b, _)| *b == key)
                 else {

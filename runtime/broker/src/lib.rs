@@ -67,6 +67,6 @@ pub use api::{advertised, SUPPORTED};
 pub use cluster::{EmbeddedCluster, EmbeddedClusterBuilder};
 pub use config::BrokerConfig;
 pub use metadata::OFFSETS_TOPIC;
-pub use security::{load_users, Listener, SecurityProtocol, SecuritySettings, TlsFiles};
 pub use rill_protocol::sasl::Mechanism;
+pub use security::{load_users, Listener, SecurityProtocol, SecuritySettings, TlsFiles};
 pub use storage::{CleanStats, MaintenanceStats};

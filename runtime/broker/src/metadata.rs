@@ -170,7 +170,13 @@ impl ClusterMetadata {
     /// it in their ISR, and leaderless ones elect it.
     /// Returns the topics whose replica racks changed (the node came back in
     /// another rack), for KIP-1101 change detection.
-    pub fn node_up(&mut self, id: i32, host: &str, ports: &[u16], rack: Option<String>) -> Vec<String> {
+    pub fn node_up(
+        &mut self,
+        id: i32,
+        host: &str,
+        ports: &[u16],
+        rack: Option<String>,
+    ) -> Vec<String> {
         let rack_changed = self.nodes.get(&id).is_some_and(|n| n.rack != rack);
         self.nodes.insert(
             id,

@@ -59,7 +59,10 @@ impl SecurityProtocol {
 
     /// Whether connections must authenticate with SASL.
     pub fn uses_sasl(self) -> bool {
-        matches!(self, SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl)
+        matches!(
+            self,
+            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
+        )
     }
 }
 
@@ -78,7 +81,9 @@ impl Listener {
     /// must be the broker's listen host.
     pub fn parse(s: &str) -> Result<(Listener, String), String> {
         let Some((proto, addr)) = s.split_once("://") else {
-            return Err(format!("listener '{s}' must look like SASL_SSL://127.0.0.1:9093"));
+            return Err(format!(
+                "listener '{s}' must look like SASL_SSL://127.0.0.1:9093"
+            ));
         };
         let protocol = [
             SecurityProtocol::Plaintext,
@@ -88,14 +93,19 @@ impl Listener {
         ]
         .into_iter()
         .find(|p| p.name().eq_ignore_ascii_case(proto))
-        .ok_or_else(|| format!("listener '{s}': protocol must be PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"))?;
+        .ok_or_else(|| {
+            format!("listener '{s}': protocol must be PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL")
+        })?;
         let (host, port) = addr
             .rsplit_once(':')
             .ok_or_else(|| format!("listener '{s}' has no :port"))?;
         let port: u16 = port
             .parse()
             .map_err(|_| format!("listener '{s}': '{port}' is not a port number"))?;
-        Ok((Listener { protocol, port }, host.trim_matches(['[', ']']).to_string()))
+        Ok((
+            Listener { protocol, port },
+            host.trim_matches(['[', ']']).to_string(),
+        ))
     }
 }
 
@@ -138,11 +148,19 @@ pub fn load_users(path: &Path) -> Result<BTreeMap<String, String>, String> {
             continue;
         }
         let Some((u, p)) = line.split_once('=') else {
-            return Err(format!("{} line {}: expected user=password", path.display(), i + 1));
+            return Err(format!(
+                "{} line {}: expected user=password",
+                path.display(),
+                i + 1
+            ));
         };
         let u = u.trim();
         if u.is_empty() {
-            return Err(format!("{} line {}: empty user name", path.display(), i + 1));
+            return Err(format!(
+                "{} line {}: empty user name",
+                path.display(),
+                i + 1
+            ));
         }
         users.insert(u.to_string(), p.trim().to_string());
     }
@@ -162,9 +180,14 @@ fn tls_acceptor(files: &TlsFiles, client_auth: bool) -> Result<tokio_rustls::Tls
         .collect::<Result<_, _>>()
         .map_err(|e| pem_error("certificate chain", &files.cert_chain, e))?;
     if chain.is_empty() {
-        return Err(pem_error("certificate chain", &files.cert_chain, "no certificate in it"));
+        return Err(pem_error(
+            "certificate chain",
+            &files.cert_chain,
+            "no certificate in it",
+        ));
     }
-    let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|e| pem_error("private key", &files.key, e))?;
+    let key = PrivateKeyDer::from_pem_file(&files.key)
+        .map_err(|e| pem_error("private key", &files.key, e))?;
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?;
@@ -176,9 +199,12 @@ fn tls_acceptor(files: &TlsFiles, client_auth: bool) -> Result<tokio_rustls::Tls
                     .add(c.map_err(|e| pem_error("client CA", ca, e))?)
                     .map_err(|e| pem_error("client CA", ca, e))?;
             }
-            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                .build()
-                .map_err(|e| pem_error("client CA", ca, e))?;
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .build()
+            .map_err(|e| pem_error("client CA", ca, e))?;
             builder.with_client_cert_verifier(verifier)
         }
         None => builder.with_no_client_auth(),
@@ -210,7 +236,9 @@ impl Authenticator {
         let tls = match (&s.tls, needs_tls) {
             (Some(files), _) => Some(tls_acceptor(files, false)?),
             (None, true) => {
-                return Err("an SSL or SASL_SSL listener needs TLS files (--ssl-cert, --ssl-key)".into())
+                return Err(
+                    "an SSL or SASL_SSL listener needs TLS files (--ssl-cert, --ssl-key)".into(),
+                )
             }
             (None, false) => None,
         };
@@ -219,7 +247,10 @@ impl Authenticator {
         for (user, password) in &s.users {
             for m in [Mechanism::ScramSha256, Mechanism::ScramSha512] {
                 let salt: [u8; 16] = rng.gen();
-                scram.insert((m, user.clone()), ScramCredential::new(m, password, &salt, SCRAM_MIN_ITERATIONS));
+                scram.insert(
+                    (m, user.clone()),
+                    ScramCredential::new(m, password, &salt, SCRAM_MIN_ITERATIONS),
+                );
             }
         }
         Ok(Authenticator {
@@ -227,7 +258,11 @@ impl Authenticator {
             tls_client_auth,
             users: s.users.clone(),
             scram,
-            mechanisms: if s.mechanisms.is_empty() { Mechanism::ALL.to_vec() } else { s.mechanisms.clone() },
+            mechanisms: if s.mechanisms.is_empty() {
+                Mechanism::ALL.to_vec()
+            } else {
+                s.mechanisms.clone()
+            },
             max_reauth: s.max_reauth,
         })
     }
@@ -260,7 +295,10 @@ enum State {
     /// Waiting for SaslHandshake.
     Handshake,
     /// Waiting for SaslAuthenticate rounds of this mechanism.
-    Authenticating { mechanism: Mechanism, scram: Option<ScramServer> },
+    Authenticating {
+        mechanism: Mechanism,
+        scram: Option<ScramServer>,
+    },
     /// Authenticated.
     Done,
 }
@@ -279,7 +317,11 @@ pub(crate) struct Session {
 impl Session {
     pub fn new(protocol: SecurityProtocol) -> Session {
         Session {
-            state: if protocol.uses_sasl() { State::Handshake } else { State::Open },
+            state: if protocol.uses_sasl() {
+                State::Handshake
+            } else {
+                State::Open
+            },
             principal: "User:ANONYMOUS".into(),
             mechanism: None,
             expires: None,
@@ -293,13 +335,19 @@ impl Session {
         match &self.state {
             // Answered with ILLEGAL_SASL_STATE, as Kafka does.
             State::Open if api == ApiKey::SaslHandshake => Admit::Sasl,
-            State::Open if sasl_api => Admit::Close("SASL request on a listener without SASL".into()),
+            State::Open if sasl_api => {
+                Admit::Close("SASL request on a listener without SASL".into())
+            }
             State::Open => Admit::Serve,
             State::Handshake if api == ApiKey::SaslHandshake => Admit::Sasl,
-            State::Handshake if api == ApiKey::ApiVersions && !self.reauthenticating => Admit::Serve,
+            State::Handshake if api == ApiKey::ApiVersions && !self.reauthenticating => {
+                Admit::Serve
+            }
             State::Handshake => Admit::Close(format!("{api:?} before SASL authentication")),
             State::Authenticating { .. } if api == ApiKey::SaslAuthenticate => Admit::Sasl,
-            State::Authenticating { .. } => Admit::Close(format!("{api:?} during SASL authentication")),
+            State::Authenticating { .. } => {
+                Admit::Close(format!("{api:?} during SASL authentication"))
+            }
             State::Done => {
                 let expired = self.expires.is_some_and(|t| Instant::now() >= t);
                 if api == ApiKey::SaslHandshake {
@@ -320,14 +368,20 @@ impl Session {
     pub fn handshake(&mut self, auth: &Authenticator, mechanism: &str) -> (i16, Vec<&'static str>) {
         let enabled: Vec<&'static str> = auth.mechanisms.iter().map(|m| m.name()).collect();
         if matches!(self.state, State::Open) {
-            return (rill_protocol::ErrorCode::IllegalSaslState.code(), Vec::new());
+            return (
+                rill_protocol::ErrorCode::IllegalSaslState.code(),
+                Vec::new(),
+            );
         }
         let reauth = matches!(self.state, State::Done);
         let chosen = Mechanism::parse(mechanism).filter(|m| auth.mechanisms.contains(m));
         match chosen {
             Some(m) if reauth && Some(m) != self.mechanism => {
                 // KIP-368: re-authentication keeps the mechanism.
-                (rill_protocol::ErrorCode::UnsupportedSaslMechanism.code(), enabled)
+                (
+                    rill_protocol::ErrorCode::UnsupportedSaslMechanism.code(),
+                    enabled,
+                )
             }
             Some(m) => {
                 self.reauthenticating = reauth;
@@ -337,19 +391,28 @@ impl Session {
                 };
                 (0, enabled)
             }
-            None => (rill_protocol::ErrorCode::UnsupportedSaslMechanism.code(), enabled),
+            None => (
+                rill_protocol::ErrorCode::UnsupportedSaslMechanism.code(),
+                enabled,
+            ),
         }
     }
 
     /// One SaslAuthenticate round: the bytes to answer, and the session
     /// lifetime in ms once authenticated; `Err` is the failure message (the
     /// connection is then closed).
-    pub fn authenticate(&mut self, auth: &Authenticator, bytes: &[u8]) -> Result<(Vec<u8>, i64), String> {
+    pub fn authenticate(
+        &mut self,
+        auth: &Authenticator,
+        bytes: &[u8],
+    ) -> Result<(Vec<u8>, i64), String> {
         let State::Authenticating { mechanism, scram } = &mut self.state else {
             return Err("SaslAuthenticate without SaslHandshake".into());
         };
         let m = *mechanism;
-        let failed = |e: sasl::SaslError| format!("Authentication failed during authentication due to invalid credentials with SASL mechanism {m}: {e}");
+        let failed = |e: sasl::SaslError| {
+            format!("Authentication failed during authentication due to invalid credentials with SASL mechanism {m}: {e}")
+        };
         let (principal, answer, token_expiry) = match m {
             Mechanism::Plain => {
                 let (user, password) = sasl::parse_plain(bytes).map_err(failed)?;
@@ -359,7 +422,9 @@ impl Session {
                 (user, Vec::new(), None)
             }
             Mechanism::ScramSha256 | Mechanism::ScramSha512 => {
-                let server = scram.as_mut().expect("SCRAM state is made with the mechanism");
+                let server = scram
+                    .as_mut()
+                    .expect("SCRAM state is made with the mechanism");
                 if server.user().is_none() {
                     let nonce: String = rand::thread_rng()
                         .sample_iter(&rand::distributions::Alphanumeric)
@@ -367,7 +432,11 @@ impl Session {
                         .map(char::from)
                         .collect();
                     let (_, first) = server
-                        .server_first(bytes, |u| auth.scram.get(&(m, u.to_string())).cloned(), &nonce)
+                        .server_first(
+                            bytes,
+                            |u| auth.scram.get(&(m, u.to_string())).cloned(),
+                            &nonce,
+                        )
                         .map_err(failed)?;
                     return Ok((first, 0));
                 }
@@ -382,7 +451,11 @@ impl Session {
                     .unwrap_or_default()
                     .as_millis() as i64;
                 let t = sasl::validate_unsecured_jws(&token, "sub", now).map_err(failed)?;
-                (t.principal, Vec::new(), Some(Duration::from_millis((t.expires_ms - now).max(0) as u64)))
+                (
+                    t.principal,
+                    Vec::new(),
+                    Some(Duration::from_millis((t.expires_ms - now).max(0) as u64)),
+                )
             }
         };
         let principal = format!("User:{principal}");
@@ -422,10 +495,15 @@ mod tests {
         let mut s = Session::new(SecurityProtocol::SaslPlaintext);
         assert!(matches!(s.admit(ApiKey::ApiVersions), Admit::Serve));
         assert!(matches!(s.admit(ApiKey::Metadata), Admit::Close(_)));
-        assert_eq!(s.handshake(&a, "GSSAPI").0, rill_protocol::ErrorCode::UnsupportedSaslMechanism.code());
+        assert_eq!(
+            s.handshake(&a, "GSSAPI").0,
+            rill_protocol::ErrorCode::UnsupportedSaslMechanism.code()
+        );
         assert_eq!(s.handshake(&a, "PLAIN").0, 0);
         assert!(matches!(s.admit(ApiKey::Produce), Admit::Close(_)));
-        let (_, lifetime) = s.authenticate(&a, &sasl::plain_initial_response("alice", "alice-secret")).unwrap();
+        let (_, lifetime) = s
+            .authenticate(&a, &sasl::plain_initial_response("alice", "alice-secret"))
+            .unwrap();
         assert_eq!(lifetime, 60_000);
         assert!(matches!(s.admit(ApiKey::Produce), Admit::Serve));
         assert_eq!(s.principal, "User:alice");
@@ -436,8 +514,13 @@ mod tests {
         let a = auth();
         let mut s = Session::new(SecurityProtocol::SaslSsl);
         s.handshake(&a, "PLAIN");
-        let e = s.authenticate(&a, &sasl::plain_initial_response("alice", "nope")).unwrap_err();
-        assert!(e.contains("invalid credentials") && !e.contains("nope"), "{e}");
+        let e = s
+            .authenticate(&a, &sasl::plain_initial_response("alice", "nope"))
+            .unwrap_err();
+        assert!(
+            e.contains("invalid credentials") && !e.contains("nope"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -446,7 +529,8 @@ mod tests {
         let mut s = Session::new(SecurityProtocol::SaslSsl);
         for _ in 0..2 {
             assert_eq!(s.handshake(&a, "SCRAM-SHA-512").0, 0);
-            let mut c = sasl::ScramClient::new(Mechanism::ScramSha512, "alice", "alice-secret", "n1");
+            let mut c =
+                sasl::ScramClient::new(Mechanism::ScramSha512, "alice", "alice-secret", "n1");
             let (first, _) = s.authenticate(&a, &c.client_first()).unwrap();
             let fin = c.client_final(&first).unwrap();
             let (last, lifetime) = s.authenticate(&a, &fin).unwrap();
@@ -460,7 +544,10 @@ mod tests {
     #[test]
     fn listener_flags_parse() {
         let (l, host) = Listener::parse("SASL_SSL://127.0.0.1:9093").unwrap();
-        assert_eq!((l.protocol, l.port, host.as_str()), (SecurityProtocol::SaslSsl, 9093, "127.0.0.1"));
+        assert_eq!(
+            (l.protocol, l.port, host.as_str()),
+            (SecurityProtocol::SaslSsl, 9093, "127.0.0.1")
+        );
         assert!(Listener::parse("TLS://x:1").is_err());
         assert!(Listener::parse("127.0.0.1:9092").is_err());
     }

@@ -171,7 +171,14 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     mut stream: S,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let Conn { broker, node_id, peer, listener, protocol, auth } = c;
+    let Conn {
+        broker,
+        node_id,
+        peer,
+        listener,
+        protocol,
+        auth,
+    } = c;
     let mut session = Session::new(protocol);
     let decoder = FrameDecoder::new(broker.config.socket_request_max_bytes);
     let mut inbuf = BytesMut::with_capacity(64 * 1024);
@@ -247,7 +254,8 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 }
                 Admit::Sasl => {
                     let (body, close) = api::handle_sasl(&mut session, &auth, request.body);
-                    if encode_response_frame(&mut outbuf, api_key, version, correlation_id, &body).is_err()
+                    if encode_response_frame(&mut outbuf, api_key, version, correlation_id, &body)
+                        .is_err()
                         || write_out(&mut stream, &mut outbuf).await.is_err()
                     {
                         return;
@@ -339,7 +347,10 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
-async fn write_out<S: AsyncWrite + Unpin>(stream: &mut S, out: &mut BytesMut) -> std::io::Result<()> {
+async fn write_out<S: AsyncWrite + Unpin>(
+    stream: &mut S,
+    out: &mut BytesMut,
+) -> std::io::Result<()> {
     stream.write_all(out).await?;
     stream.flush().await?;
     out.clear();

@@ -3,7 +3,11 @@
 //! Settings, lowest first: the embedded defaults < `--config FILE` (Kafka's
 //! `server.properties` keys the embedded broker implements: `num.partitions`,
 //! `log.dirs`, `log.retention.ms`, `group.initial.rebalance.delay.ms`, …) <
-//! `--set KEY=VALUE` < the flags below. An unknown key or a bad value stops
+//! `--set KEY=VALUE` < the flags below. Security: `--listener
+//! SASL_SSL://127.0.0.1:9093` (repeatable), `--ssl-keystore`,
+//! `--ssl-truststore`, `--users` (or `listeners`, `ssl.keystore.location`,
+//! `ssl.truststore.location`, `rill.sasl.users.file`,
+//! `sasl.enabled.mechanisms`, `connections.max.reauth.ms` in the file). An unknown key or a bad value stops
 //! it before it binds, naming the key and where it came from.
 
 use std::net::SocketAddr;
@@ -46,6 +50,23 @@ pub struct BrokerArgs {
     /// One broker property over the file (repeatable), e.g. `--set num.partitions=6`.
     #[arg(long = "set", value_name = "KEY=VALUE", value_parser = parse_set)]
     set: Vec<(String, String)>,
+    /// A listener, `PROTOCOL://host:port` (repeatable; replaces --listen):
+    /// PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL. The first is the
+    /// address printed at start. Same as `listeners=` in --config.
+    #[arg(long = "listener", value_name = "PROTOCOL://HOST:PORT")]
+    listeners: Vec<String>,
+    /// PEM file with the broker's certificate chain and private key, for SSL
+    /// and SASL_SSL listeners (`ssl.keystore.location`).
+    #[arg(long, value_name = "FILE")]
+    ssl_keystore: Option<PathBuf>,
+    /// PEM CA certificates of client certificates: SSL listeners then
+    /// require one (mTLS; `ssl.truststore.location`).
+    #[arg(long, value_name = "FILE")]
+    ssl_truststore: Option<PathBuf>,
+    /// SASL users, one `user=password` per line, for PLAIN and SCRAM
+    /// (`rill.sasl.users.file`).
+    #[arg(long, value_name = "FILE")]
+    users: Option<PathBuf>,
     /// Broker-level topic config default, KEY=VALUE (repeatable), e.g. retention.ms=3600000.
     #[arg(long = "topic-default", value_parser = parse_kv)]
     topic_defaults: Vec<(String, String)>,
@@ -68,6 +89,23 @@ fn properties(args: &BrokerArgs) -> Result<Vec<(String, String)>, String> {
         ));
     }
     sources.push(("--set".to_string(), args.set.clone()));
+    let mut flags = Vec::new();
+    if !args.listeners.is_empty() {
+        flags.push(("listeners".to_string(), args.listeners.join(",")));
+    }
+    if let Some(p) = &args.ssl_keystore {
+        flags.push(("ssl.keystore.location".to_string(), p.display().to_string()));
+    }
+    if let Some(p) = &args.ssl_truststore {
+        flags.push((
+            "ssl.truststore.location".to_string(),
+            p.display().to_string(),
+        ));
+    }
+    if let Some(p) = &args.users {
+        flags.push(("rill.sasl.users.file".to_string(), p.display().to_string()));
+    }
+    sources.push(("flags".to_string(), flags));
     let mut scratch = BrokerConfig::default();
     let mut all = Vec::new();
     for (origin, pairs) in sources {
@@ -101,8 +139,10 @@ pub fn run(args: BrokerArgs) -> Result<(), String> {
                     let _ = c.set_property(k, v);
                 }
             })
-            .nodes(args.nodes)
-            .listen(args.listen);
+            .nodes(args.nodes);
+        if args.listeners.is_empty() && !props.iter().any(|(k, _)| k == "listeners") {
+            b = b.listen(args.listen);
+        }
         if let Some(on) = args.auto_create_topics {
             b = b.auto_create_topics(on);
         }
@@ -128,6 +168,15 @@ pub fn run(args: BrokerArgs) -> Result<(), String> {
             .await
             .map_err(|e| format!("broker failed to start: {e}"))?;
         println!("{}", cluster.bootstrap_servers());
+        for p in [
+            rill_broker::SecurityProtocol::Ssl,
+            rill_broker::SecurityProtocol::SaslPlaintext,
+            rill_broker::SecurityProtocol::SaslSsl,
+        ] {
+            if let Some(addrs) = cluster.bootstrap_servers_for(p) {
+                tracing::info!("{} listener: {addrs}", p.name());
+            }
+        }
         tokio::select! {
             _ = term.recv() => {}
             _ = int.recv() => {}

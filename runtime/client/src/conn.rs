@@ -133,7 +133,14 @@ impl Connection {
         let _ = stream.set_nodelay(true);
         let (read, write): (Reader, Writer) = match &settings.security.tls {
             Some(tls) => {
-                let tls = crate::tls::handshake(stream, addr, tls.clone(), &broker, settings.connect_timeout).await?;
+                let tls = crate::tls::handshake(
+                    stream,
+                    addr,
+                    tls.clone(),
+                    &broker,
+                    settings.connect_timeout,
+                )
+                .await?;
                 let (r, w) = tokio::io::split(tls);
                 (Box::new(r), Box::new(w))
             }
@@ -171,7 +178,11 @@ impl Connection {
                 crate::sasl::authenticate(&conn, &mut w, &sasl).await?
             };
             if let Some(lifetime) = lifetime {
-                let task = tokio::spawn(crate::sasl::reauthenticate_loop(Arc::downgrade(&conn), sasl, lifetime));
+                let task = tokio::spawn(crate::sasl::reauthenticate_loop(
+                    Arc::downgrade(&conn),
+                    sasl,
+                    lifetime,
+                ));
                 *conn.reauth.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
             }
         }
@@ -402,8 +413,11 @@ impl Connection {
             self.poison(err.clone());
             return Err(err);
         }
-        self.answer(PendingAnswer { api, version, rx }, self.settings.request_timeout)
-            .await
+        self.answer(
+            PendingAnswer { api, version, rx },
+            self.settings.request_timeout,
+        )
+        .await
     }
 
     /// The writer, for an exchange that must not interleave with requests.
@@ -465,12 +479,7 @@ fn poison(shared: &Mutex<Shared>, e: Error) {
     }
 }
 
-async fn read_loop(
-    mut read: Reader,
-    shared: Arc<Mutex<Shared>>,
-    broker: String,
-    max_frame: usize,
-) {
+async fn read_loop(mut read: Reader, shared: Arc<Mutex<Shared>>, broker: String, max_frame: usize) {
     let err = loop {
         let mut size = [0u8; 4];
         if let Err(e) = read.read_exact(&mut size).await {

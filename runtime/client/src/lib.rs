@@ -68,10 +68,10 @@ pub mod consumer;
 pub mod error;
 pub mod producer;
 pub(crate) mod rpc;
-pub(crate) mod sasl;
-pub(crate) mod tls;
-pub mod security;
 pub(crate) mod runtime;
+pub(crate) mod sasl;
+pub mod security;
+pub(crate) mod tls;
 
 pub use admin::Admin;
 pub use config::{parse_key_value, ClientConfig, ClientKind};

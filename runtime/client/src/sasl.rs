@@ -56,7 +56,15 @@ pub(crate) async fn authenticate(
         auth_error(conn, m, "the broker does not offer SASL (SaslHandshake v1): is this a SASL listener? (check security.protocol)")
     })?;
     let req = SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str(m.name()));
-    let resp = match conn.send_locked(w, ApiKey::SaslHandshake, hv, RequestKind::SaslHandshake(req)).await? {
+    let resp = match conn
+        .send_locked(
+            w,
+            ApiKey::SaslHandshake,
+            hv,
+            RequestKind::SaslHandshake(req),
+        )
+        .await?
+    {
         ResponseKind::SaslHandshake(r) => r,
         _ => return Err(auth_error(conn, m, "unexpected answer to SaslHandshake")),
     };
@@ -65,20 +73,42 @@ pub(crate) async fn authenticate(
         return Err(auth_error(
             conn,
             m,
-            format!("the broker does not enable this mechanism; it offers [{}] (sasl.mechanism)", offered.join(", ")),
+            format!(
+                "the broker does not enable this mechanism; it offers [{}] (sasl.mechanism)",
+                offered.join(", ")
+            ),
         ));
     }
     if resp.error_code == ErrorCode::IllegalSaslState.code() {
-        return Err(auth_error(conn, m, "the listener does not use SASL (ILLEGAL_SASL_STATE): check security.protocol"));
+        return Err(auth_error(
+            conn,
+            m,
+            "the listener does not use SASL (ILLEGAL_SASL_STATE): check security.protocol",
+        ));
     }
     if resp.error_code != 0 {
-        return Err(auth_error(conn, m, format!("SaslHandshake: {}", rill_protocol::error::name(resp.error_code))));
+        return Err(auth_error(
+            conn,
+            m,
+            format!(
+                "SaslHandshake: {}",
+                rill_protocol::error::name(resp.error_code)
+            ),
+        ));
     }
     let av = conn.version(ApiKey::SaslAuthenticate, 0, 2)?;
     let last = match &s.login {
-        SaslLogin::Password { user, password } if m == Mechanism::Plain => {
-            check(conn, m, round(conn, w, av, sasl::plain_initial_response(user, password.value())).await?)?
-        }
+        SaslLogin::Password { user, password } if m == Mechanism::Plain => check(
+            conn,
+            m,
+            round(
+                conn,
+                w,
+                av,
+                sasl::plain_initial_response(user, password.value()),
+            )
+            .await?,
+        )?,
         SaslLogin::Password { user, password } => {
             let nonce: String = rand::thread_rng()
                 .sample_iter(&rand::distributions::Alphanumeric)
@@ -100,26 +130,51 @@ pub(crate) async fn authenticate(
             let token = provider
                 .token()
                 .map_err(|e| auth_error(conn, m, format!("the token provider failed: {e}")))?;
-            let first = check(conn, m, round(conn, w, av, sasl::oauthbearer_initial_response(token.value.value(), &[])).await?)?;
+            let first = check(
+                conn,
+                m,
+                round(
+                    conn,
+                    w,
+                    av,
+                    sasl::oauthbearer_initial_response(token.value.value(), &[]),
+                )
+                .await?,
+            )?;
             if !first.auth_bytes.is_empty() {
                 // RFC 7628 §3.2.2: an error challenge (JSON); answer with
                 // %x01 and the broker then fails the exchange.
                 let detail = String::from_utf8_lossy(&first.auth_bytes).to_string();
                 let _ = round(conn, w, av, vec![1]).await;
-                return Err(auth_error(conn, m, format!("the broker refused the token: {detail}")));
+                return Err(auth_error(
+                    conn,
+                    m,
+                    format!("the broker refused the token: {detail}"),
+                ));
             }
             first
         }
     };
-    let lifetime = (last.session_lifetime_ms > 0).then(|| Duration::from_millis(last.session_lifetime_ms as u64));
+    let lifetime = (last.session_lifetime_ms > 0)
+        .then(|| Duration::from_millis(last.session_lifetime_ms as u64));
     debug!(broker = %conn.broker(), mechanism = %m, ?lifetime, "authenticated");
     Ok(lifetime)
 }
 
-async fn round(conn: &Connection, w: &mut Writer<'_>, version: i16, bytes: Vec<u8>) -> Result<ResponseKind> {
+async fn round(
+    conn: &Connection,
+    w: &mut Writer<'_>,
+    version: i16,
+    bytes: Vec<u8>,
+) -> Result<ResponseKind> {
     let req = SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(bytes));
-    conn.send_locked(w, ApiKey::SaslAuthenticate, version, RequestKind::SaslAuthenticate(req))
-        .await
+    conn.send_locked(
+        w,
+        ApiKey::SaslAuthenticate,
+        version,
+        RequestKind::SaslAuthenticate(req),
+    )
+    .await
 }
 
 struct Answer {
@@ -152,7 +207,11 @@ fn reauth_after(lifetime: Duration) -> Duration {
 
 /// Re-authenticates `conn` before each session ends, until the connection
 /// is gone or the broker stops setting a lifetime.
-pub(crate) async fn reauthenticate_loop(conn: Weak<Connection>, s: SaslSettings, mut lifetime: Duration) {
+pub(crate) async fn reauthenticate_loop(
+    conn: Weak<Connection>,
+    s: SaslSettings,
+    mut lifetime: Duration,
+) {
     loop {
         tokio::time::sleep(reauth_after(lifetime)).await;
         let Some(c) = conn.upgrade() else { return };

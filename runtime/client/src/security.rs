@@ -257,16 +257,19 @@ fn crypto() -> Arc<rustls::crypto::CryptoProvider> {
 }
 
 fn read_file(key: &str, path: &str) -> Result<Vec<u8>> {
-    std::fs::read(Path::new(path)).map_err(|e| {
-        Error::config(key, path, format!("could not read the file: {e}"))
-    })
+    std::fs::read(Path::new(path))
+        .map_err(|e| Error::config(key, path, format!("could not read the file: {e}")))
 }
 
 fn pem_certs(key: &str, shown: &str, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>> {
     let certs: std::result::Result<Vec<_>, _> = CertificateDer::pem_slice_iter(pem).collect();
     match certs {
         Ok(c) if !c.is_empty() => Ok(c),
-        Ok(_) => Err(Error::config(key, shown, "no PEM certificate (-----BEGIN CERTIFICATE-----) in it")),
+        Ok(_) => Err(Error::config(
+            key,
+            shown,
+            "no PEM certificate (-----BEGIN CERTIFICATE-----) in it",
+        )),
         Err(e) => Err(Error::config(key, shown, format!("not valid PEM: {e}"))),
     }
 }
@@ -285,23 +288,44 @@ fn check_store_type(key: &'static str, v: Option<String>) -> Result<()> {
 
 /// A PEM private key, decrypting an `ENCRYPTED PRIVATE KEY` (PKCS#8) with
 /// `password`.
-fn pem_key(key: &'static str, shown: &str, pem: &[u8], password: Option<&Password>) -> Result<PrivateKeyDer<'static>> {
+fn pem_key(
+    key: &'static str,
+    shown: &str,
+    pem: &[u8],
+    password: Option<&Password>,
+) -> Result<PrivateKeyDer<'static>> {
     let text = String::from_utf8_lossy(pem);
     if text.contains("-----BEGIN ENCRYPTED PRIVATE KEY-----") {
         let Some(pw) = password else {
-            return Err(Error::config(key, shown, "the private key is encrypted: set ssl.key.password"));
+            return Err(Error::config(
+                key,
+                shown,
+                "the private key is encrypted: set ssl.key.password",
+            ));
         };
-        let (_, doc) = pkcs8::SecretDocument::from_pem(&text)
-            .map_err(|e| Error::config(key, shown, format!("not a valid encrypted PEM key: {e}")))?;
-        let enc = pkcs8::EncryptedPrivateKeyInfo::try_from(doc.as_bytes())
-            .map_err(|e| Error::config(key, shown, format!("not a valid encrypted PKCS#8 key: {e}")))?;
-        let plain = enc.decrypt(pw.value()).map_err(|_| {
-            Error::config("ssl.key.password", HIDDEN, "could not decrypt the private key with it (wrong password or unsupported cipher)")
+        let (_, doc) = pkcs8::SecretDocument::from_pem(&text).map_err(|e| {
+            Error::config(key, shown, format!("not a valid encrypted PEM key: {e}"))
         })?;
-        return Ok(PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(plain.as_bytes().to_vec())));
+        let enc = pkcs8::EncryptedPrivateKeyInfo::try_from(doc.as_bytes()).map_err(|e| {
+            Error::config(key, shown, format!("not a valid encrypted PKCS#8 key: {e}"))
+        })?;
+        let plain = enc.decrypt(pw.value()).map_err(|_| {
+            Error::config(
+                "ssl.key.password",
+                HIDDEN,
+                "could not decrypt the private key with it (wrong password or unsupported cipher)",
+            )
+        })?;
+        return Ok(PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(
+            plain.as_bytes().to_vec(),
+        )));
     }
     PrivateKeyDer::from_pem_slice(pem).map_err(|e| {
-        Error::config(key, shown, format!("no usable PEM private key (PKCS#8, PKCS#1 or SEC1) in it: {e}"))
+        Error::config(
+            key,
+            shown,
+            format!("no usable PEM private key (PKCS#8, PKCS#1 or SEC1) in it: {e}"),
+        )
     })
 }
 
@@ -309,7 +333,9 @@ fn pem_key(key: &'static str, shown: &str, pem: &[u8], password: Option<&Passwor
 fn tls_config<P: Props>(p: &mut P) -> Result<Arc<rustls::ClientConfig>> {
     check_store_type("ssl.truststore.type", p.get("ssl.truststore.type"))?;
     check_store_type("ssl.keystore.type", p.get("ssl.keystore.type"))?;
-    if p.get("ssl.truststore.password").is_some_and(|v| !v.is_empty()) {
+    if p.get("ssl.truststore.password")
+        .is_some_and(|v| !v.is_empty())
+    {
         return Err(Error::config(
             "ssl.truststore.password",
             HIDDEN,
@@ -317,13 +343,20 @@ fn tls_config<P: Props>(p: &mut P) -> Result<Arc<rustls::ClientConfig>> {
         ));
     }
     let mut roots = RootCertStore::empty();
-    let trusted = match (p.get("ssl.truststore.location"), p.get("ssl.truststore.certificates")) {
-        (Some(path), None) if !path.is_empty() => {
-            Some(pem_certs("ssl.truststore.location", &path, &read_file("ssl.truststore.location", &path)?)?)
-        }
-        (None, Some(pem)) if !pem.is_empty() => {
-            Some(pem_certs("ssl.truststore.certificates", "(inline PEM)", pem.as_bytes())?)
-        }
+    let trusted = match (
+        p.get("ssl.truststore.location"),
+        p.get("ssl.truststore.certificates"),
+    ) {
+        (Some(path), None) if !path.is_empty() => Some(pem_certs(
+            "ssl.truststore.location",
+            &path,
+            &read_file("ssl.truststore.location", &path)?,
+        )?),
+        (None, Some(pem)) if !pem.is_empty() => Some(pem_certs(
+            "ssl.truststore.certificates",
+            "(inline PEM)",
+            pem.as_bytes(),
+        )?),
         (Some(_), Some(_)) => {
             return Err(Error::config(
                 "ssl.truststore.certificates",
@@ -337,7 +370,11 @@ fn tls_config<P: Props>(p: &mut P) -> Result<Arc<rustls::ClientConfig>> {
         Some(certs) => {
             for c in certs {
                 roots.add(c).map_err(|e| {
-                    Error::config("ssl.truststore.location", "", format!("a trusted certificate is not usable: {e}"))
+                    Error::config(
+                        "ssl.truststore.location",
+                        "",
+                        format!("a trusted certificate is not usable: {e}"),
+                    )
                 })?;
             }
         }
@@ -420,9 +457,13 @@ fn tls_config<P: Props>(p: &mut P) -> Result<Arc<rustls::ClientConfig>> {
         }
     };
     let config = match client_auth {
-        Some((chain, key)) => builder
-            .with_client_auth_cert(chain, key)
-            .map_err(|e| Error::config("ssl.keystore.location", "", format!("the client certificate and key do not fit together: {e}")))?,
+        Some((chain, key)) => builder.with_client_auth_cert(chain, key).map_err(|e| {
+            Error::config(
+                "ssl.keystore.location",
+                "",
+                format!("the client certificate and key do not fit together: {e}"),
+            )
+        })?,
         None => builder.with_no_client_auth(),
     };
     Ok(Arc::new(config))
@@ -523,7 +564,10 @@ fn parse_jaas(line: &str) -> std::result::Result<Jaas, String> {
     };
     let module = word();
     let flag = word();
-    if module.is_empty() || !["required", "requisite", "sufficient", "optional"].contains(&flag.to_ascii_lowercase().as_str()) {
+    if module.is_empty()
+        || !["required", "requisite", "sufficient", "optional"]
+            .contains(&flag.to_ascii_lowercase().as_str())
+    {
         return Err("expected '<LoginModule class> required key=\"value\" ...;'".into());
     }
     let mut options = HashMap::new();
@@ -605,15 +649,23 @@ fn sasl_settings<P: Props>(p: &mut P) -> Result<SaslSettings> {
         ));
     };
     let jaas = match p.get("sasl.jaas.config").filter(|s| !s.trim().is_empty()) {
-        Some(line) => Some(parse_jaas(&line).map_err(|r| Error::config("sasl.jaas.config", HIDDEN, r))?),
+        Some(line) => {
+            Some(parse_jaas(&line).map_err(|r| Error::config("sasl.jaas.config", HIDDEN, r))?)
+        }
         None => None,
     };
     let user = p.get("sasl.username");
     let password = p.get("sasl.password");
-    let callback = p.get("sasl.login.callback.handler.class").filter(|s| !s.is_empty());
+    let callback = p
+        .get("sasl.login.callback.handler.class")
+        .filter(|s| !s.is_empty());
     let login = match mechanism {
         Mechanism::Plain | Mechanism::ScramSha256 | Mechanism::ScramSha512 => {
-            let module = if mechanism == Mechanism::Plain { PLAIN_MODULE } else { SCRAM_MODULE };
+            let module = if mechanism == Mechanism::Plain {
+                PLAIN_MODULE
+            } else {
+                SCRAM_MODULE
+            };
             let (u, pw) = match (&jaas, user, password) {
                 (Some(j), None, None) => {
                     if j.module != module {
@@ -623,7 +675,10 @@ fn sasl_settings<P: Props>(p: &mut P) -> Result<SaslSettings> {
                             format!("sasl.mechanism={mechanism} needs the login module {module}, not {}", j.module),
                         ));
                     }
-                    (j.options.get("username").cloned(), j.options.get("password").cloned())
+                    (
+                        j.options.get("username").cloned(),
+                        j.options.get("password").cloned(),
+                    )
                 }
                 (None, u, pw) => (u, pw),
                 (Some(_), _, _) => {
@@ -675,7 +730,13 @@ fn sasl_settings<P: Props>(p: &mut P) -> Result<SaslSettings> {
                     .and_then(|j| j.options.get("unsecuredLoginLifetimeSeconds"))
                     .map(|s| s.parse::<u64>())
                     .transpose()
-                    .map_err(|_| Error::config("sasl.jaas.config", HIDDEN, "unsecuredLoginLifetimeSeconds must be a whole number"))?
+                    .map_err(|_| {
+                        Error::config(
+                            "sasl.jaas.config",
+                            HIDDEN,
+                            "unsecuredLoginLifetimeSeconds must be a whole number",
+                        )
+                    })?
                     .unwrap_or(3600);
                 match principal {
                     Some(principal) if !principal.is_empty() => SaslLogin::Token(Arc::new(UnsecuredLogin {
@@ -796,7 +857,10 @@ mod tests {
         assert_eq!(j.module, SCRAM_MODULE);
         assert_eq!(j.options["username"], "alice");
         assert_eq!(j.options["password"], "p\"w;x");
-        let j = parse_jaas(&format!("{OAUTH_MODULE} required unsecuredLoginStringClaim_sub=bob ;")).unwrap();
+        let j = parse_jaas(&format!(
+            "{OAUTH_MODULE} required unsecuredLoginStringClaim_sub=bob ;"
+        ))
+        .unwrap();
         assert_eq!(j.options["unsecuredLoginStringClaim_sub"], "bob");
         assert!(parse_jaas("PlainLoginModule username=\"a\";").is_err());
         assert!(parse_jaas(&format!("{PLAIN_MODULE} required username=\"a")).is_err());

@@ -52,7 +52,8 @@ pub(crate) async fn handshake(
 /// Whether an I/O error on a TLS stream is a TLS failure (an alert, a
 /// certificate the broker refused after the handshake under TLS 1.3).
 pub(crate) fn is_tls_failure(e: &std::io::Error) -> bool {
-    e.get_ref().is_some_and(|i| i.downcast_ref::<rustls::Error>().is_some())
+    e.get_ref()
+        .is_some_and(|i| i.downcast_ref::<rustls::Error>().is_some())
 }
 
 pub(crate) fn explain(e: &std::io::Error, host: &str) -> String {

@@ -124,9 +124,7 @@ pub fn parse_plain(bytes: &[u8]) -> Result<(String, String), SaslError> {
     if parts.len() != 3 {
         return Err(malformed(STEP, "expected authzid NUL user NUL password"));
     }
-    let text = |b: &[u8]| {
-        String::from_utf8(b.to_vec()).map_err(|_| malformed(STEP, "not UTF-8"))
-    };
+    let text = |b: &[u8]| String::from_utf8(b.to_vec()).map_err(|_| malformed(STEP, "not UTF-8"));
     let (authz, user, pass) = (text(parts[0])?, text(parts[1])?, text(parts[2])?);
     if user.is_empty() {
         return Err(malformed(STEP, "empty user name"));
@@ -157,7 +155,11 @@ pub struct ScramCredential {
 
 impl std::fmt::Debug for ScramCredential {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ScramCredential(iterations={}, keys redacted)", self.iterations)
+        write!(
+            f,
+            "ScramCredential(iterations={}, keys redacted)",
+            self.iterations
+        )
     }
 }
 
@@ -224,28 +226,38 @@ fn escape_name(user: &str) -> String {
 fn unescape_name(s: &str) -> Result<String, SaslError> {
     let out = s.replace("=2C", ",").replace("=3D", "=");
     if out.len() + 2 * (s.matches("=2C").count() + s.matches("=3D").count()) != s.len() {
-        return Err(malformed("SCRAM client-first message", "bad escape in the user name"));
+        return Err(malformed(
+            "SCRAM client-first message",
+            "bad escape in the user name",
+        ));
     }
     Ok(out)
 }
 
 /// `key=value` attributes of a SCRAM message, in order.
-fn attributes<'a>(
-    msg: &'a str,
-    step: &'static str,
-) -> Result<Vec<(char, &'a str)>, SaslError> {
+fn attributes<'a>(msg: &'a str, step: &'static str) -> Result<Vec<(char, &'a str)>, SaslError> {
     msg.split(',')
         .map(|part| {
             let mut chars = part.chars();
             match (chars.next(), chars.next()) {
                 (Some(k), Some('=')) if k.is_ascii_alphabetic() => Ok((k, &part[2..])),
-                _ => Err(malformed(step, format!("attribute '{}' is not k=value", part.chars().take(16).collect::<String>()))),
+                _ => Err(malformed(
+                    step,
+                    format!(
+                        "attribute '{}' is not k=value",
+                        part.chars().take(16).collect::<String>()
+                    ),
+                )),
             }
         })
         .collect()
 }
 
-fn attr<'a>(attrs: &[(char, &'a str)], key: char, step: &'static str) -> Result<&'a str, SaslError> {
+fn attr<'a>(
+    attrs: &[(char, &'a str)],
+    key: char,
+    step: &'static str,
+) -> Result<&'a str, SaslError> {
     attrs
         .iter()
         .find(|(k, _)| *k == key)
@@ -254,7 +266,9 @@ fn attr<'a>(attrs: &[(char, &'a str)], key: char, step: &'static str) -> Result<
 }
 
 fn b64(step: &'static str, v: &str) -> Result<Vec<u8>, SaslError> {
-    STANDARD.decode(v).map_err(|_| malformed(step, "bad base64"))
+    STANDARD
+        .decode(v)
+        .map_err(|_| malformed(step, "bad base64"))
 }
 
 const GS2_HEADER: &str = "n,,";
@@ -296,14 +310,18 @@ impl ScramClient {
     /// Reads the server-first message and returns the client-final one.
     pub fn client_final(&mut self, server_first: &[u8]) -> Result<Vec<u8>, SaslError> {
         const STEP: &str = "SCRAM server-first message";
-        let server_first = std::str::from_utf8(server_first).map_err(|_| malformed(STEP, "not UTF-8"))?;
+        let server_first =
+            std::str::from_utf8(server_first).map_err(|_| malformed(STEP, "not UTF-8"))?;
         let attrs = attributes(server_first, STEP)?;
         if let Ok(e) = attr(&attrs, 'e', STEP) {
             return Err(SaslError::Refused(e.to_string()));
         }
         let nonce = attr(&attrs, 'r', STEP)?;
         if !nonce.starts_with(&self.client_nonce) || nonce.len() == self.client_nonce.len() {
-            return Err(malformed(STEP, "the server nonce does not extend the client nonce"));
+            return Err(malformed(
+                STEP,
+                "the server nonce does not extend the client nonce",
+            ));
         }
         let salt = b64(STEP, attr(&attrs, 's', STEP)?)?;
         let iterations: u32 = attr(&attrs, 'i', STEP)?
@@ -396,7 +414,10 @@ impl ScramServer {
         const STEP: &str = "SCRAM client-first message";
         let msg = std::str::from_utf8(client_first).map_err(|_| malformed(STEP, "not UTF-8"))?;
         let Some(bare) = msg.strip_prefix(GS2_HEADER) else {
-            return Err(malformed(STEP, "channel binding and authorization ids are not supported (expected 'n,,')"));
+            return Err(malformed(
+                STEP,
+                "channel binding and authorization ids are not supported (expected 'n,,')",
+            ));
         };
         let attrs = attributes(bare, STEP)?;
         let user = unescape_name(attr(&attrs, 'n', STEP)?)?;
@@ -408,7 +429,10 @@ impl ScramServer {
         let nonce = format!("{client_nonce}{server_nonce}");
         let (salt, iterations) = match &credential {
             Some(c) => (c.salt.clone(), c.iterations),
-            None => (hash(self.mechanism, user.as_bytes())[..16].to_vec(), SCRAM_MIN_ITERATIONS),
+            None => (
+                hash(self.mechanism, user.as_bytes())[..16].to_vec(),
+                SCRAM_MIN_ITERATIONS,
+            ),
         };
         let server_first = format!("r={nonce},s={},i={iterations}", STANDARD.encode(salt));
         self.state = ServerState::SentFirst {
@@ -507,7 +531,12 @@ pub fn parse_oauthbearer(bytes: &[u8]) -> Result<String, SaslError> {
 /// An unsecured JWS (`alg: none`), as Kafka's
 /// `OAuthBearerUnsecuredLoginCallbackHandler` makes: for tests and
 /// development only, never for production.
-pub fn unsecured_jws(principal_claim: &str, principal: &str, issued_ms: i64, lifetime_ms: i64) -> String {
+pub fn unsecured_jws(
+    principal_claim: &str,
+    principal: &str,
+    issued_ms: i64,
+    lifetime_ms: i64,
+) -> String {
     let header = URL_SAFE_NO_PAD.encode(br#"{"alg":"none"}"#);
     let claims = serde_json::json!({
         principal_claim: principal,
@@ -531,11 +560,18 @@ pub struct UnsecuredToken {
 /// Validates an unsecured JWS as Kafka's
 /// `OAuthBearerUnsecuredValidatorCallbackHandler` does: `alg: none`, a
 /// principal claim and an expiry in the future.
-pub fn validate_unsecured_jws(token: &str, principal_claim: &str, now_ms: i64) -> Result<UnsecuredToken, SaslError> {
+pub fn validate_unsecured_jws(
+    token: &str,
+    principal_claim: &str,
+    now_ms: i64,
+) -> Result<UnsecuredToken, SaslError> {
     const STEP: &str = "unsecured JWS";
     let parts: Vec<&str> = token.split('.').collect();
     if parts.len() != 3 || !parts[2].is_empty() {
-        return Err(malformed(STEP, "expected header.payload. with an empty signature"));
+        return Err(malformed(
+            STEP,
+            "expected header.payload. with an empty signature",
+        ));
     }
     let json = |p: &str| -> Result<serde_json::Value, SaslError> {
         let bytes = URL_SAFE_NO_PAD
@@ -545,7 +581,9 @@ pub fn validate_unsecured_jws(token: &str, principal_claim: &str, now_ms: i64) -
     };
     let header = json(parts[0])?;
     if header.get("alg").and_then(|a| a.as_str()) != Some("none") {
-        return Err(SaslError::Refused("only unsecured tokens (alg none) are accepted".into()));
+        return Err(SaslError::Refused(
+            "only unsecured tokens (alg none) are accepted".into(),
+        ));
     }
     let claims = json(parts[1])?;
     let principal = claims
@@ -562,7 +600,10 @@ pub fn validate_unsecured_jws(token: &str, principal_claim: &str, now_ms: i64) -
     if expires_ms <= now_ms {
         return Err(SaslError::Refused("the token has expired".into()));
     }
-    Ok(UnsecuredToken { principal, expires_ms })
+    Ok(UnsecuredToken {
+        principal,
+        expires_ms,
+    })
 }
 
 #[cfg(test)]
@@ -581,7 +622,12 @@ mod tests {
     /// RFC 7677 §3's SCRAM-SHA-256 example, byte for byte.
     #[test]
     fn scram_sha256_matches_rfc7677() {
-        let mut c = ScramClient::new(Mechanism::ScramSha256, "user", "pencil", "rOprNGfwEbeRWgbNEkqO");
+        let mut c = ScramClient::new(
+            Mechanism::ScramSha256,
+            "user",
+            "pencil",
+            "rOprNGfwEbeRWgbNEkqO",
+        );
         assert_eq!(c.client_first(), b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO");
         let server_first = b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096";
         let fin = c.client_final(server_first).unwrap();
@@ -589,7 +635,8 @@ mod tests {
             String::from_utf8(fin).unwrap(),
             "c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
         );
-        c.verify_server_final(b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=").unwrap();
+        c.verify_server_final(b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=")
+            .unwrap();
         assert_eq!(
             c.verify_server_final(b"v=AAAATRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="),
             Err(SaslError::BadServerSignature)
@@ -604,7 +651,11 @@ mod tests {
                 let mut c = ScramClient::new(m, "a,b=c", password, "cnonce");
                 let mut s = ScramServer::new(m);
                 let (user, first) = s
-                    .server_first(&c.client_first(), |u| (u == "a,b=c").then(|| cred.clone()), "snonce")
+                    .server_first(
+                        &c.client_first(),
+                        |u| (u == "a,b=c").then(|| cred.clone()),
+                        "snonce",
+                    )
                     .unwrap();
                 assert_eq!(user, "a,b=c");
                 let fin = c.client_final(&first).unwrap();
@@ -638,7 +689,10 @@ mod tests {
         assert!(c.client_final(b"r=abcdef,s=AAAA,i=100").is_err());
         assert!(c.client_final(b"r=xyz,s=AAAA,i=4096").is_err());
         assert!(c.client_final(b"garbage").is_err());
-        assert!(matches!(c.client_final(b"e=invalid-proof"), Err(SaslError::Refused(_))));
+        assert!(matches!(
+            c.client_final(b"e=invalid-proof"),
+            Err(SaslError::Refused(_))
+        ));
     }
 
     #[test]

@@ -223,8 +223,8 @@ fn main() {
     }
     // Kafka properties (security settings, another bootstrap address).
     if let Some(path) = arg("--config") {
-        let props = ClientConfig::from_properties_file(std::path::Path::new(&path))
-            .unwrap_or_else(|e| {
+        let props =
+            ClientConfig::from_properties_file(std::path::Path::new(&path)).unwrap_or_else(|e| {
                 eprintln!("rill-streams-app: {e}");
                 std::process::exit(2)
             });

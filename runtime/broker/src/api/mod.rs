@@ -122,7 +122,10 @@ pub(crate) fn handle_sasl(
     body: RequestKind,
 ) -> (ResponseKind, Option<String>) {
     match body {
-        RequestKind::SaslHandshake(r) => (ResponseKind::SaslHandshake(sasl_handshake::handle(session, auth, r)), None),
+        RequestKind::SaslHandshake(r) => (
+            ResponseKind::SaslHandshake(sasl_handshake::handle(session, auth, r)),
+            None,
+        ),
         RequestKind::SaslAuthenticate(r) => {
             let (resp, close) = sasl_authenticate::handle(session, auth, r);
             (ResponseKind::SaslAuthenticate(resp), close)

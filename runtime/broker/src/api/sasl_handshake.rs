@@ -7,7 +7,11 @@ use rill_protocol::kafka_protocol::messages::{SaslHandshakeRequest, SaslHandshak
 use super::sb;
 use crate::security::{Authenticator, Session};
 
-pub(super) fn handle(session: &mut Session, auth: &Authenticator, req: SaslHandshakeRequest) -> SaslHandshakeResponse {
+pub(super) fn handle(
+    session: &mut Session,
+    auth: &Authenticator,
+    req: SaslHandshakeRequest,
+) -> SaslHandshakeResponse {
     let (code, enabled) = session.handshake(auth, &req.mechanism);
     SaslHandshakeResponse::default()
         .with_error_code(code)
