@@ -14,7 +14,10 @@
 // How it is run (single-file source program, no build step; Java 17+):
 //
 //   java -cp '<kafka lib dir>/*' tests/java/JavaClients.java \
-//       <bootstrap> <topic> <count> <partitions>
+//       <bootstrap> <topic> <count> <partitions> [client.properties]
+//
+// The optional Java properties file is applied to all three clients (e.g.
+// security.protocol=SASL_SSL with sasl.* and ssl.truststore.*).
 //
 // It prints one JSON line to stdout:
 //   {"produced":N,"consumed":N,"duplicates":D,"missing":M,"partitions":P,"end_offsets_sum":S}
@@ -85,9 +88,16 @@ public class JavaClients {
     }
 
     public static void main(String[] args) throws Exception {
-        if (args.length != 4) {
-            System.err.println("usage: JavaClients <bootstrap> <topic> <count> <partitions>");
+        if (args.length != 4 && args.length != 5) {
+            System.err.println("usage: JavaClients <bootstrap> <topic> <count> <partitions> [client.properties]");
             System.exit(2);
+        }
+        // Optional client properties for all three clients (e.g. security.protocol=SASL_SSL).
+        Properties clientProps = new Properties();
+        if (args.length == 5) {
+            try (java.io.FileReader r = new java.io.FileReader(args[4])) {
+                clientProps.load(r);
+            }
         }
         String bootstrap = args[0];
         String topic = args[1];
@@ -96,6 +106,7 @@ public class JavaClients {
         quietLogging();
 
         Properties adminProps = new Properties();
+        adminProps.putAll(clientProps);
         adminProps.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         long endOffsetsSum = -1;
         int produced = 0;
@@ -118,6 +129,7 @@ public class JavaClients {
             //    and acks=all (-1), so this exercises InitProducerId and
             //    idempotent Produce with producer id / epoch / sequences.
             Properties pp = new Properties();
+            pp.putAll(clientProps);
             pp.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
             pp.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
             pp.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
@@ -154,6 +166,7 @@ public class JavaClients {
 
             // 3. Consume everything back without a consumer group.
             Properties cp = new Properties();
+            cp.putAll(clientProps);
             cp.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
             cp.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
             cp.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());

@@ -17,7 +17,11 @@ partitions' end offsets (high watermarks, from ListOffsets latest) sum to
 How it is run:
 
     python3 tests/python/confluent_roundtrip.py \
-        <bootstrap> <topic> <count> <partitions> <none|gzip|snappy|lz4|zstd>
+        <bootstrap> <topic> <count> <partitions> <none|gzip|snappy|lz4|zstd> \
+        [client.properties]
+
+The optional properties file (librdkafka key=value lines) is applied to all
+three clients, e.g. security.protocol=SASL_SSL with sasl.* and ssl.ca.location.
 
 It prints one JSON line to stdout:
     {"produced":N,"consumed":N,"duplicates":D,"missing":M,"partitions":P,
@@ -76,10 +80,10 @@ def summary(produced, consumed, duplicates, missing, partitions, end_sum, compre
 
 
 def main():
-    if len(sys.argv) != 6:
+    if len(sys.argv) not in (6, 7):
         print(
             "usage: confluent_roundtrip.py <bootstrap> <topic> <count> <partitions> "
-            "<none|gzip|snappy|lz4|zstd>",
+            "<none|gzip|snappy|lz4|zstd> [client.properties]",
             file=sys.stderr,
         )
         return 2
@@ -91,6 +95,15 @@ def main():
         return 2
 
     common = {"bootstrap.servers": bootstrap}
+    # Optional librdkafka properties (key=value lines), e.g. security
+    # settings: security.protocol, sasl.mechanism, sasl.username, ...
+    if len(sys.argv) == 7:
+        with open(sys.argv[6], encoding="utf-8") as f:
+            for line in f:
+                line = line.strip()
+                if line and not line.startswith("#") and "=" in line:
+                    k, v = line.split("=", 1)
+                    common[k.strip()] = v.strip()
     debug = os.environ.get("RILL_RDKAFKA_DEBUG")
     if debug:
         common["debug"] = debug

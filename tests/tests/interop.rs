@@ -307,6 +307,111 @@ fn java_clients_round_trip() {
     assert_summary(&run(shared_kafka()), "java clients on apache kafka");
 }
 
+/// librdkafka (confluent-kafka) and the Java clients against the embedded
+/// broker's SASL_SSL listener (SCRAM-SHA-512 and PLAIN, sessions
+/// re-authenticated every 4 s) and its mTLS listener: admin, idempotent
+/// producer and consumer end to end.
+#[test]
+fn peers_over_sasl_ssl_and_mtls_on_embedded() {
+    use rill_broker::SecurityProtocol;
+    use rill_tests::secure::SecureCluster;
+    let c = SecureCluster::embedded();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = c.pki.ca.display().to_string();
+    let file = |name: &str, lines: &[String]| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, lines.join("\n") + "\n").unwrap();
+        p.display().to_string()
+    };
+    let sasl_ssl = c.bootstrap(SecurityProtocol::SaslSsl).to_string();
+    let mtls = c.bootstrap(SecurityProtocol::Ssl).to_string();
+    let py = tools::python_with_confluent_kafka().expect("confluent-kafka installs");
+    let script = repo_root().join("tests/python/confluent_roundtrip.py");
+    let rdkafka = [
+        (
+            "SCRAM-SHA-512",
+            sasl_ssl.clone(),
+            file(
+                "rd-scram",
+                &[
+                    "security.protocol=SASL_SSL".into(),
+                    "sasl.mechanisms=SCRAM-SHA-512".into(),
+                    "sasl.username=alice".into(),
+                    "sasl.password=alice-secret".into(),
+                    format!("ssl.ca.location={ca}"),
+                ],
+            ),
+        ),
+        (
+            "PLAIN",
+            sasl_ssl.clone(),
+            file(
+                "rd-plain",
+                &[
+                    "security.protocol=SASL_SSL".into(),
+                    "sasl.mechanisms=PLAIN".into(),
+                    "sasl.username=bob".into(),
+                    "sasl.password=bob-secret".into(),
+                    format!("ssl.ca.location={ca}"),
+                ],
+            ),
+        ),
+        (
+            "mTLS",
+            mtls.clone(),
+            file(
+                "rd-mtls",
+                &[
+                    "security.protocol=SSL".into(),
+                    format!("ssl.ca.location={ca}"),
+                    format!("ssl.certificate.location={}", c.pki.client_chain.display()),
+                    format!("ssl.key.location={}", c.pki.client_key.display()),
+                ],
+            ),
+        ),
+    ];
+    for (what, bootstrap, props) in rdkafka {
+        let topic = unique_topic("py-secure");
+        let out = Command::new(&py)
+            .arg(&script)
+            .args([bootstrap.as_str(), &topic, "10000", "3", "lz4", &props])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "confluent-kafka over {what} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_summary(
+            &String::from_utf8(out.stdout).unwrap(),
+            &format!("confluent-kafka over {what} on rill"),
+        );
+    }
+    let java = [
+        ("SCRAM-SHA-256", sasl_ssl, file("java-scram", &[
+            "security.protocol=SASL_SSL".into(), "sasl.mechanism=SCRAM-SHA-256".into(),
+            "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username=\"alice\" password=\"alice-secret\";".into(),
+            "ssl.truststore.type=PEM".into(), format!("ssl.truststore.location={ca}"),
+        ])),
+        ("mTLS", mtls, file("java-mtls", &[
+            "security.protocol=SSL".into(), "ssl.truststore.type=PEM".into(), format!("ssl.truststore.location={ca}"),
+            "ssl.keystore.type=PEM".into(),
+            format!("ssl.keystore.certificate.chain={}", std::fs::read_to_string(&c.pki.client_chain).unwrap().replace('\n', "\\n")),
+            format!("ssl.keystore.key={}", std::fs::read_to_string(&c.pki.client_key).unwrap().replace('\n', "\\n")),
+        ])),
+    ];
+    for (what, bootstrap, props) in java {
+        let topic = unique_topic("java-secure");
+        let out = tools::java_program(
+            "JavaClients.java",
+            &[&bootstrap, &topic, "10000", "3", &props],
+        )
+        .unwrap_or_else(|e| panic!("Java clients over {what}: {e}"));
+        assert_summary(&out, &format!("java clients over {what} on rill"));
+    }
+}
+
 fn csv_column(out: &str, header_prefix: &str, column: &str) -> Option<String> {
     let mut lines = out.lines().skip_while(|l| !l.starts_with(header_prefix));
     let header: Vec<&str> = lines.next()?.split(',').map(str::trim).collect();
