@@ -2,6 +2,7 @@
 //! cluster (the same scenario code runs on Apache Kafka in `interop`).
 
 use rill_tests::backend::Embedded;
+use rill_broker::EmbeddedCluster;
 use rill_tests::scenarios;
 
 macro_rules! on_embedded {
@@ -678,4 +679,34 @@ fn rill_broker_serves_sasl_ssl_from_flags() {
         err.contains("line 1") && err.contains("user=password"),
         "{err}"
     );
+}
+
+/// A broker whose certificate expired is refused with an error that says
+/// so, within the connection timeout.
+#[test]
+fn an_expired_broker_certificate_is_refused_clearly() {
+    use rill_broker::{SecurityProtocol, TlsFiles};
+    use rill_client::{Admin, ClientConfig, Error};
+    let pki = rill_tests::secure::Pki::generate();
+    let e = Embedded::start(
+        EmbeddedCluster::builder()
+            .listener(SecurityProtocol::Ssl, 0)
+            .tls(TlsFiles {
+                cert_chain: pki.expired_chain.clone(),
+                key: pki.expired_key.clone(),
+                client_ca: None,
+            }),
+    );
+    let cfg = ClientConfig::new()
+        .set("bootstrap.servers", e.bootstrap())
+        .set("security.protocol", "SSL")
+        .set("ssl.truststore.location", pki.ca.display().to_string());
+    let t = std::time::Instant::now();
+    let err = std::thread::spawn(move || Admin::new(&cfg).unwrap().list_topics())
+        .join()
+        .unwrap()
+        .expect_err("expired certificate refused");
+    assert!(matches!(err, Error::Tls { .. }), "{err}");
+    assert!(err.to_string().contains("expired"), "{err}");
+    assert!(t.elapsed() < std::time::Duration::from_secs(8), "{:?}", t.elapsed());
 }

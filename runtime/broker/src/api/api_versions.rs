@@ -15,9 +15,11 @@ use super::{Ctx, SUPPORTED};
 /// advertised from v0 although v0-v2 are refused when sent (KIP-896 removed
 /// them; KAFKA-18659 kept them advertised because librdkafka < 2.4 enables
 /// gzip and snappy only when the Produce range overlaps v2).
+/// SaslHandshake is advertised from v0 as Kafka does, but only v1 is
+/// served (v0 sends raw SASL tokens outside Kafka frames, pre-1.0 clients).
 pub fn advertised(key: rill_protocol::ApiKey, lo: i16, hi: i16) -> (i16, i16) {
     match key {
-        rill_protocol::ApiKey::Produce => (0, hi),
+        rill_protocol::ApiKey::Produce | rill_protocol::ApiKey::SaslHandshake => (0, hi),
         _ => (lo, hi),
     }
 }
