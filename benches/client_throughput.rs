@@ -19,6 +19,16 @@
 //!
 //! Command: `cargo bench -p rill-benches --bench client_throughput`
 //! (`RECORDS`, `ROUNDS` override 1,000,000 and 5).
+//!
+//! Security rows (issue 18): `SECURITY=plaintext,ssl,sasl_ssl` runs every
+//! peer over each listener of one Apache Kafka with PLAINTEXT, SSL (mTLS,
+//! client certificates required) and SASL_SSL (SCRAM-SHA-512) listeners,
+//! certificates made by the bench, no `connections.max.reauth.ms`; the Java
+//! perf tools run on PLAINTEXT only, and `PEERS=rill,librdkafka` leaves them
+//! out. Each run's topic is deleted after it (20M-record runs would fill the
+//! disk). Reported besides the tables: Rill / librdkafka per listener, and
+//! Rill's rate over TLS and SASL_SSL relative to its PLAINTEXT rate in the
+//! same round.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -29,7 +39,9 @@ use rill_benches::{cpu_seconds, machine_summary, median, ratio_stats};
 use rill_client::admin::NewTopic;
 use rill_client::OffsetSpec;
 use rill_client::{Admin, ClientConfig, Consumer, Producer, ProducerRecord, TopicPartition};
+use rill_broker::SecurityProtocol;
 use rill_tests::backend::{repo_root, ApacheKafka};
+use rill_tests::secure::{Login, SecureCluster};
 use rill_tests::tools::kafka_tool;
 
 const PARTITIONS: i32 = 6;
@@ -162,8 +174,64 @@ fn client_config(bootstrap: &str) -> ClientConfig {
         .set("client.id", "rill-bench")
 }
 
-fn rill_produce(bootstrap: &str, topic: &str, records: usize) -> f64 {
-    let p = Producer::new(&client_config(bootstrap)).unwrap();
+/// Where the peers connect: one listener, with each client's settings.
+struct Target {
+    protocol: SecurityProtocol,
+    bootstrap: String,
+    /// Rill's client properties.
+    rill: ClientConfig,
+    /// librdkafka properties (`key=value`).
+    rdkafka: Vec<String>,
+}
+
+fn targets(protocols: &[SecurityProtocol], plain: Option<&str>, secure: Option<&SecureCluster>) -> Vec<Target> {
+    protocols
+        .iter()
+        .map(|&protocol| match (protocol, secure) {
+            (SecurityProtocol::Plaintext, None) => {
+                let b = plain.expect("a plain broker").to_string();
+                Target { protocol, rill: client_config(&b), bootstrap: b, rdkafka: Vec::new() }
+            }
+            (_, Some(c)) => {
+                let bootstrap = c.bootstrap(protocol).to_string();
+                let ca = c.pki.ca.display().to_string();
+                let (login, rdkafka) = match protocol {
+                    SecurityProtocol::Plaintext => (Login::Sasl("PLAIN"), Vec::new()),
+                    SecurityProtocol::Ssl => (
+                        Login::Mtls,
+                        vec![
+                            "security.protocol=SSL".into(),
+                            format!("ssl.ca.location={ca}"),
+                            format!("ssl.certificate.location={}", c.pki.client_chain.display()),
+                            format!("ssl.key.location={}", c.pki.client_key.display()),
+                        ],
+                    ),
+                    _ => (
+                        Login::Sasl("SCRAM-SHA-512"),
+                        vec![
+                            "security.protocol=SASL_SSL".into(),
+                            "sasl.mechanisms=SCRAM-SHA-512".into(),
+                            "sasl.username=alice".into(),
+                            "sasl.password=alice-secret".into(),
+                            format!("ssl.ca.location={ca}"),
+                        ],
+                    ),
+                };
+                let mut rill = if protocol == SecurityProtocol::Plaintext {
+                    client_config(&bootstrap)
+                } else {
+                    c.config(protocol, login)
+                };
+                rill.insert("client.id", "rill-bench");
+                Target { protocol, bootstrap, rill, rdkafka }
+            }
+            (_, None) => unreachable!("secure listeners need the secure cluster"),
+        })
+        .collect()
+}
+
+fn rill_produce(cfg: &ClientConfig, topic: &str, records: usize) -> f64 {
+    let p = Producer::new(cfg).unwrap();
     let payload = bytes::Bytes::from(vec![b'x'; SIZE]);
     let start = Instant::now();
     let mut pending = Vec::with_capacity(records);
@@ -184,9 +252,8 @@ fn rill_produce(bootstrap: &str, topic: &str, records: usize) -> f64 {
     records as f64 / secs
 }
 
-fn rill_consume(bootstrap: &str, topic: &str, records: usize) -> f64 {
-    let mut c =
-        Consumer::new(&client_config(bootstrap).set("auto.offset.reset", "earliest")).unwrap();
+fn rill_consume(cfg: &ClientConfig, topic: &str, records: usize) -> f64 {
+    let mut c = Consumer::new(&cfg.clone().set("auto.offset.reset", "earliest")).unwrap();
     let parts: Vec<TopicPartition> = (0..PARTITIONS)
         .map(|p| TopicPartition::new(topic, p))
         .collect();
@@ -226,26 +293,33 @@ fn topic_total(admin: &Admin, topic: &str) -> i64 {
 #[allow(clippy::too_many_arguments)]
 fn one_run(
     peer: Peer,
-    bootstrap: &str,
+    target: &Target,
     admin: &Admin,
     peer_bin: &PathBuf,
     round: usize,
     records: usize,
     runs: &mut Runs,
 ) {
-    let topic = format!("client-bench-{peer:?}-{round}-{}", std::process::id()).to_lowercase();
+    let bootstrap = target.bootstrap.as_str();
+    let topic = format!(
+        "client-bench-{peer:?}-{}-{round}-{}",
+        target.protocol.name(),
+        std::process::id()
+    )
+    .to_lowercase();
     admin
         .create_topic(NewTopic::new(&topic, PARTITIONS, 1))
         .unwrap();
     let n = records.to_string();
+    let extra: Vec<&str> = target.rdkafka.iter().map(String::as_str).collect();
     let (self0, child0) = (self_cpu(), children_cpu());
     let rps = match peer {
-        Peer::Rill => rill_produce(bootstrap, &topic, records),
+        Peer::Rill => rill_produce(&target.rill, &topic, records),
         Peer::Librdkafka => {
-            let out = run_peer(
-                peer_bin,
-                &["produce", bootstrap, &topic, &n, &SIZE.to_string()],
-            );
+            let size = SIZE.to_string();
+            let mut args = vec!["produce", bootstrap, &topic, &n, &size];
+            args.extend(&extra);
+            let out = run_peer(peer_bin, &args);
             records as f64 / seconds_of(&out)
         }
         Peer::Java => {
@@ -275,12 +349,12 @@ fn one_run(
         "{peer:?} wrote every record once"
     );
     let crps = match peer {
-        Peer::Rill => rill_consume(bootstrap, &topic, records),
+        Peer::Rill => rill_consume(&target.rill, &topic, records),
         Peer::Librdkafka => {
-            let out = run_peer(
-                peer_bin,
-                &["consume", bootstrap, &topic, &n, &PARTITIONS.to_string()],
-            );
+            let parts = PARTITIONS.to_string();
+            let mut args = vec!["consume", bootstrap, &topic, &n, &parts];
+            args.extend(&extra);
+            let out = run_peer(peer_bin, &args);
             records as f64 / seconds_of(&out)
         }
         Peer::Java => {
@@ -307,54 +381,82 @@ fn one_run(
     runs.consume_rps.push(crps);
     runs.produce_cpu.push(cpu(self1 - self0, child1 - child0));
     runs.consume_cpu.push(cpu(self2 - self1, child2 - child1));
-    eprintln!("round {round} {peer:?}: produce {rps:.0} rec/s, consume {crps:.0} rec/s");
+    eprintln!(
+        "round {round} {peer:?} over {}: produce {rps:.0} rec/s, consume {crps:.0} rec/s",
+        target.protocol.name()
+    );
+    // Bounded disk: long runs write gigabytes per topic.
+    let _ = admin.delete_topics(&[topic.as_str()]);
 }
 
 fn main() {
     let records = env_usize("RECORDS", 1_000_000);
     let rounds = env_usize("ROUNDS", 5);
+    let protocols: Vec<SecurityProtocol> = std::env::var("SECURITY")
+        .unwrap_or_else(|_| "plaintext".into())
+        .split(',')
+        .map(|p| match p.trim().to_ascii_lowercase().as_str() {
+            "plaintext" => SecurityProtocol::Plaintext,
+            "ssl" => SecurityProtocol::Ssl,
+            "sasl_ssl" => SecurityProtocol::SaslSsl,
+            other => panic!("SECURITY: {other} is not plaintext, ssl or sasl_ssl"),
+        })
+        .collect();
+    let wanted: Vec<Peer> = std::env::var("PEERS")
+        .unwrap_or_else(|_| "rill,librdkafka,java".into())
+        .split(',')
+        .map(|p| match p.trim() {
+            "rill" => Peer::Rill,
+            "librdkafka" => Peer::Librdkafka,
+            "java" => Peer::Java,
+            other => panic!("PEERS: {other} is not rill, librdkafka or java"),
+        })
+        .collect();
     eprintln!("building the librdkafka peer (first run: about 2 minutes)");
     let peer_bin = rdkafka_peer();
-    let kafka = ApacheKafka::start().expect("Apache Kafka starts");
-    let bootstrap = kafka.bootstrap.clone();
-    let admin = Admin::new(&client_config(&bootstrap)).unwrap();
-    let peers = [Peer::Rill, Peer::Librdkafka, Peer::Java];
+    let secure_needed = protocols.iter().any(|p| *p != SecurityProtocol::Plaintext);
+    let (kafka, secure) = if secure_needed {
+        (None, Some(SecureCluster::apache_kafka_with(None)))
+    } else {
+        (Some(ApacheKafka::start().expect("Apache Kafka starts")), None)
+    };
+    let plain = kafka.as_ref().map(|k| k.bootstrap.clone());
+    let targets = targets(&protocols, plain.as_deref(), secure.as_ref());
+    let admin_bootstrap = plain
+        .clone()
+        .unwrap_or_else(|| secure.as_ref().unwrap().bootstrap(SecurityProtocol::Plaintext).to_string());
+    let admin = Admin::new(&client_config(&admin_bootstrap)).unwrap();
+    // (peer, listener) pairs; the Java perf tools run on PLAINTEXT only.
+    let cells: Vec<(Peer, usize)> = targets
+        .iter()
+        .enumerate()
+        .flat_map(|(t, target)| {
+            wanted
+                .iter()
+                .filter(move |p| **p != Peer::Java || target.protocol == SecurityProtocol::Plaintext)
+                .map(move |p| (*p, t))
+        })
+        .collect();
     let mut warm = Runs::default();
-    for p in peers {
-        one_run(
-            p,
-            &bootstrap,
-            &admin,
-            &peer_bin,
-            0,
-            records.min(200_000),
-            &mut warm,
-        );
+    for &(p, t) in &cells {
+        one_run(p, &targets[t], &admin, &peer_bin, 0, records.min(200_000), &mut warm);
     }
-    let mut runs: BTreeMap<Peer, Runs> = BTreeMap::new();
+    let mut runs: BTreeMap<(usize, Peer), Runs> = BTreeMap::new();
     for round in 1..=rounds {
-        for i in 0..peers.len() {
-            let p = peers[(i + round) % peers.len()];
-            one_run(
-                p,
-                &bootstrap,
-                &admin,
-                &peer_bin,
-                round,
-                records,
-                runs.entry(p).or_default(),
-            );
+        for i in 0..cells.len() {
+            let (p, t) = cells[(i + round) % cells.len()];
+            one_run(p, &targets[t], &admin, &peer_bin, round, records, runs.entry((t, p)).or_default());
         }
     }
     println!("## Client throughput against Apache Kafka 4.1.1: {records} records of {SIZE} B, {PARTITIONS} partitions, {rounds} rounds\n");
     println!("{}\n", machine_summary());
-    println!("| client | produce records/s | produce MB/s | producer CPU s | consume records/s | consume MB/s | consumer CPU s |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("| listener | client | produce records/s | produce MB/s | producer CPU s | consume records/s | consume MB/s | consumer CPU s |");
+    println!("|---|---|---|---|---|---|---|---|");
     let mb = |rps: f64| rps * SIZE as f64 / 1e6;
-    for p in peers {
-        let r = &runs[&p];
+    for ((t, p), r) in &runs {
         println!(
-            "| {} | {:.0} | {:.1} | {:.2} | {:.0} | {:.1} | {:.2} |",
+            "| {} | {} | {:.0} | {:.1} | {:.2} | {:.0} | {:.1} | {:.2} |",
+            targets[*t].protocol.name(),
             p.name(),
             median(&r.produce_rps),
             mb(median(&r.produce_rps)),
@@ -365,13 +467,38 @@ fn main() {
         );
     }
     println!();
-    for other in [Peer::Librdkafka, Peer::Java] {
-        let (pm, plo, phi) = ratio_stats(&runs[&Peer::Rill].produce_rps, &runs[&other].produce_rps);
-        let (cm, clo, chi) = ratio_stats(&runs[&Peer::Rill].consume_rps, &runs[&other].consume_rps);
-        println!(
-            "Rill / {}: produce {pm:.2} ({plo:.2}–{phi:.2}), consume {cm:.2} ({clo:.2}–{chi:.2})",
-            other.name()
-        );
+    for (t, target) in targets.iter().enumerate() {
+        let Some(rill) = runs.get(&(t, Peer::Rill)) else { continue };
+        for other in [Peer::Librdkafka, Peer::Java] {
+            let Some(o) = runs.get(&(t, other)) else { continue };
+            let (pm, plo, phi) = ratio_stats(&rill.produce_rps, &o.produce_rps);
+            let (cm, clo, chi) = ratio_stats(&rill.consume_rps, &o.consume_rps);
+            println!(
+                "{}: Rill / {}: produce {pm:.2} ({plo:.2}–{phi:.2}), consume {cm:.2} ({clo:.2}–{chi:.2})",
+                target.protocol.name(),
+                other.name()
+            );
+        }
+    }
+    // Rill's own cost of TLS and SASL_SSL: its rate there over its
+    // PLAINTEXT rate, round by round.
+    if let Some(pt) = targets.iter().position(|t| t.protocol == SecurityProtocol::Plaintext) {
+        for (t, target) in targets.iter().enumerate() {
+            if t == pt {
+                continue;
+            }
+            for peer in [Peer::Rill, Peer::Librdkafka] {
+                let (Some(sec), Some(plain)) = (runs.get(&(t, peer)), runs.get(&(pt, peer))) else { continue };
+                let (pm, plo, phi) = ratio_stats(&sec.produce_rps, &plain.produce_rps);
+                let (cm, clo, chi) = ratio_stats(&sec.consume_rps, &plain.consume_rps);
+                println!(
+                    "{} / PLAINTEXT, {}: produce {pm:.2} ({plo:.2}–{phi:.2}), consume {cm:.2} ({clo:.2}–{chi:.2})",
+                    target.protocol.name(),
+                    peer.name()
+                );
+            }
+        }
     }
     drop(kafka);
+    drop(secure);
 }

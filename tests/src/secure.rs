@@ -179,6 +179,12 @@ impl SecureCluster {
 
     /// Apache Kafka (KRaft) with the four listeners.
     pub fn apache_kafka() -> SecureCluster {
+        Self::apache_kafka_with(Some(REAUTH))
+    }
+
+    /// Apache Kafka with the four listeners and `connections.max.reauth.ms`
+    /// set to `reauth` (`None`: Kafka's default 0, no session lifetime).
+    pub fn apache_kafka_with(reauth: Option<Duration>) -> SecureCluster {
         let pki = Pki::generate();
         let (ssl, sasl_plain, sasl_ssl) = (free_port(), free_port(), free_port());
         let plain_users: String = USERS
@@ -199,7 +205,7 @@ impl SecureCluster {
                 "sasl.enabled.mechanisms",
                 "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER".into(),
             ),
-            ("connections.max.reauth.ms", REAUTH.as_millis().to_string()),
+            ("connections.max.reauth.ms", reauth.map_or(0, |r| r.as_millis()).to_string()),
         ];
         for l in ["sasl_plaintext", "sasl_ssl"] {
             props.push((

@@ -6,6 +6,9 @@
 //!   rdkafka-peer produce <bootstrap> <topic> <records> <size>
 //!   rdkafka-peer consume <bootstrap> <topic> <records> <partitions>
 //!
+//! Both take librdkafka properties after the positional arguments
+//! (`key=value`, e.g. `security.protocol=SASL_SSL`).
+//!
 //! The producer uses the Java producer's defaults (acks=all, idempotence,
 //! linger.ms=5, batch.size=16384) so the peers do the same work; the
 //! consumer assigns every partition from the beginning (no group).
@@ -33,11 +36,21 @@ impl ProducerContext for Counting {
     }
 }
 
-fn produce(bootstrap: &str, topic: &str, records: usize, size: usize) {
+/// librdkafka properties given after the positional arguments
+/// (`key=value`, e.g. security.protocol=SASL_SSL).
+fn with_extra(mut c: ClientConfig, extra: &[String]) -> ClientConfig {
+    for kv in extra {
+        let (k, v) = kv.split_once('=').unwrap_or_else(|| panic!("'{kv}' is not key=value"));
+        c.set(k, v);
+    }
+    c
+}
+
+fn produce(bootstrap: &str, topic: &str, records: usize, size: usize, extra: &[String]) {
     let ctx = Counting {
         failed: Default::default(),
     };
-    let p: BaseProducer<Counting> = ClientConfig::new()
+    let p: BaseProducer<Counting> = with_extra(ClientConfig::new(), extra)
         .set("bootstrap.servers", bootstrap)
         .set("acks", "all")
         .set("enable.idempotence", "true")
@@ -69,8 +82,8 @@ fn produce(bootstrap: &str, topic: &str, records: usize, size: usize) {
     println!("records={records} seconds={secs}");
 }
 
-fn consume(bootstrap: &str, topic: &str, records: usize, partitions: i32) {
-    let c: BaseConsumer = ClientConfig::new()
+fn consume(bootstrap: &str, topic: &str, records: usize, partitions: i32, extra: &[String]) {
+    let c: BaseConsumer = with_extra(ClientConfig::new(), extra)
         .set("bootstrap.servers", bootstrap)
         .set("group.id", "rdkafka-peer-unused")
         .set("enable.auto.commit", "false")
@@ -105,8 +118,8 @@ fn consume(bootstrap: &str, topic: &str, records: usize, partitions: i32) {
 fn main() {
     let a: Vec<String> = std::env::args().collect();
     match a.get(1).map(String::as_str) {
-        Some("produce") if a.len() == 6 => produce(&a[2], &a[3], a[4].parse().unwrap(), a[5].parse().unwrap()),
-        Some("consume") if a.len() == 6 => consume(&a[2], &a[3], a[4].parse().unwrap(), a[5].parse().unwrap()),
+        Some("produce") if a.len() >= 6 => produce(&a[2], &a[3], a[4].parse().unwrap(), a[5].parse().unwrap(), &a[6..]),
+        Some("consume") if a.len() >= 6 => consume(&a[2], &a[3], a[4].parse().unwrap(), a[5].parse().unwrap(), &a[6..]),
         _ => {
             eprintln!("usage: rdkafka-peer produce <bootstrap> <topic> <records> <size> | consume <bootstrap> <topic> <records> <partitions>");
             std::process::exit(2);
