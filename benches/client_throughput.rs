@@ -36,10 +36,10 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rill_benches::{cpu_seconds, machine_summary, median, ratio_stats};
+use rill_broker::SecurityProtocol;
 use rill_client::admin::NewTopic;
 use rill_client::OffsetSpec;
 use rill_client::{Admin, ClientConfig, Consumer, Producer, ProducerRecord, TopicPartition};
-use rill_broker::SecurityProtocol;
 use rill_tests::backend::{repo_root, ApacheKafka};
 use rill_tests::secure::{Login, SecureCluster};
 use rill_tests::tools::kafka_tool;
@@ -184,13 +184,22 @@ struct Target {
     rdkafka: Vec<String>,
 }
 
-fn targets(protocols: &[SecurityProtocol], plain: Option<&str>, secure: Option<&SecureCluster>) -> Vec<Target> {
+fn targets(
+    protocols: &[SecurityProtocol],
+    plain: Option<&str>,
+    secure: Option<&SecureCluster>,
+) -> Vec<Target> {
     protocols
         .iter()
         .map(|&protocol| match (protocol, secure) {
             (SecurityProtocol::Plaintext, None) => {
                 let b = plain.expect("a plain broker").to_string();
-                Target { protocol, rill: client_config(&b), bootstrap: b, rdkafka: Vec::new() }
+                Target {
+                    protocol,
+                    rill: client_config(&b),
+                    bootstrap: b,
+                    rdkafka: Vec::new(),
+                }
             }
             (_, Some(c)) => {
                 let bootstrap = c.bootstrap(protocol).to_string();
@@ -223,7 +232,12 @@ fn targets(protocols: &[SecurityProtocol], plain: Option<&str>, secure: Option<&
                     c.config(protocol, login)
                 };
                 rill.insert("client.id", "rill-bench");
-                Target { protocol, bootstrap, rill, rdkafka }
+                Target {
+                    protocol,
+                    bootstrap,
+                    rill,
+                    rdkafka,
+                }
             }
             (_, None) => unreachable!("secure listeners need the secure cluster"),
         })
@@ -418,13 +432,20 @@ fn main() {
     let (kafka, secure) = if secure_needed {
         (None, Some(SecureCluster::apache_kafka_with(None)))
     } else {
-        (Some(ApacheKafka::start().expect("Apache Kafka starts")), None)
+        (
+            Some(ApacheKafka::start().expect("Apache Kafka starts")),
+            None,
+        )
     };
     let plain = kafka.as_ref().map(|k| k.bootstrap.clone());
     let targets = targets(&protocols, plain.as_deref(), secure.as_ref());
-    let admin_bootstrap = plain
-        .clone()
-        .unwrap_or_else(|| secure.as_ref().unwrap().bootstrap(SecurityProtocol::Plaintext).to_string());
+    let admin_bootstrap = plain.clone().unwrap_or_else(|| {
+        secure
+            .as_ref()
+            .unwrap()
+            .bootstrap(SecurityProtocol::Plaintext)
+            .to_string()
+    });
     let admin = Admin::new(&client_config(&admin_bootstrap)).unwrap();
     // (peer, listener) pairs; the Java perf tools run on PLAINTEXT only.
     let cells: Vec<(Peer, usize)> = targets
@@ -433,19 +454,37 @@ fn main() {
         .flat_map(|(t, target)| {
             wanted
                 .iter()
-                .filter(move |p| **p != Peer::Java || target.protocol == SecurityProtocol::Plaintext)
+                .filter(move |p| {
+                    **p != Peer::Java || target.protocol == SecurityProtocol::Plaintext
+                })
                 .map(move |p| (*p, t))
         })
         .collect();
     let mut warm = Runs::default();
     for &(p, t) in &cells {
-        one_run(p, &targets[t], &admin, &peer_bin, 0, records.min(200_000), &mut warm);
+        one_run(
+            p,
+            &targets[t],
+            &admin,
+            &peer_bin,
+            0,
+            records.min(200_000),
+            &mut warm,
+        );
     }
     let mut runs: BTreeMap<(usize, Peer), Runs> = BTreeMap::new();
     for round in 1..=rounds {
         for i in 0..cells.len() {
             let (p, t) = cells[(i + round) % cells.len()];
-            one_run(p, &targets[t], &admin, &peer_bin, round, records, runs.entry((t, p)).or_default());
+            one_run(
+                p,
+                &targets[t],
+                &admin,
+                &peer_bin,
+                round,
+                records,
+                runs.entry((t, p)).or_default(),
+            );
         }
     }
     println!("## Client throughput against Apache Kafka 4.1.1: {records} records of {SIZE} B, {PARTITIONS} partitions, {rounds} rounds\n");
@@ -468,9 +507,13 @@ fn main() {
     }
     println!();
     for (t, target) in targets.iter().enumerate() {
-        let Some(rill) = runs.get(&(t, Peer::Rill)) else { continue };
+        let Some(rill) = runs.get(&(t, Peer::Rill)) else {
+            continue;
+        };
         for other in [Peer::Librdkafka, Peer::Java] {
-            let Some(o) = runs.get(&(t, other)) else { continue };
+            let Some(o) = runs.get(&(t, other)) else {
+                continue;
+            };
             let (pm, plo, phi) = ratio_stats(&rill.produce_rps, &o.produce_rps);
             let (cm, clo, chi) = ratio_stats(&rill.consume_rps, &o.consume_rps);
             println!(
@@ -482,13 +525,18 @@ fn main() {
     }
     // Rill's own cost of TLS and SASL_SSL: its rate there over its
     // PLAINTEXT rate, round by round.
-    if let Some(pt) = targets.iter().position(|t| t.protocol == SecurityProtocol::Plaintext) {
+    if let Some(pt) = targets
+        .iter()
+        .position(|t| t.protocol == SecurityProtocol::Plaintext)
+    {
         for (t, target) in targets.iter().enumerate() {
             if t == pt {
                 continue;
             }
             for peer in [Peer::Rill, Peer::Librdkafka] {
-                let (Some(sec), Some(plain)) = (runs.get(&(t, peer)), runs.get(&(pt, peer))) else { continue };
+                let (Some(sec), Some(plain)) = (runs.get(&(t, peer)), runs.get(&(pt, peer))) else {
+                    continue;
+                };
                 let (pm, plo, phi) = ratio_stats(&sec.produce_rps, &plain.produce_rps);
                 let (cm, clo, chi) = ratio_stats(&sec.consume_rps, &plain.consume_rps);
                 println!(

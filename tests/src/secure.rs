@@ -205,7 +205,10 @@ impl SecureCluster {
                 "sasl.enabled.mechanisms",
                 "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER".into(),
             ),
-            ("connections.max.reauth.ms", reauth.map_or(0, |r| r.as_millis()).to_string()),
+            (
+                "connections.max.reauth.ms",
+                reauth.map_or(0, |r| r.as_millis()).to_string(),
+            ),
         ];
         for l in ["sasl_plaintext", "sasl_ssl"] {
             props.push((

@@ -392,6 +392,142 @@ pub fn secure_cli_command_config(c: &SecureCluster) {
     );
 }
 
+/// The REST API over HTTPS (`rest.ssl.keystore.location`): two instances
+/// of a word count whose clients use SASL_SSL; either lists both (the other
+/// probed over HTTPS, its certificate checked against
+/// `rest.ssl.truststore.location`), a key query is forwarded to its owner
+/// over HTTPS, plain HTTP is refused, and no answer, metric or `Debug`
+/// output carries the SASL password.
+pub fn secure_rest_over_https(c: &SecureCluster) {
+    use crate::streams_scenarios::{await_counts, lines, start, wordcount, Setup};
+    use rill_streams::{Serdes, StoreBackend};
+    let s = Setup::new(c.bootstrap(SecurityProtocol::Plaintext), "secure-rest");
+    let mut expected = std::collections::BTreeMap::new();
+    s.produce(&lines(0, 100), &mut expected);
+    let dir = tempfile::tempdir().unwrap();
+    let keystore = dir.path().join("rest-keystore.pem");
+    std::fs::write(
+        &keystore,
+        std::fs::read_to_string(&c.pki.broker_chain).unwrap()
+            + &std::fs::read_to_string(&c.pki.broker_key).unwrap(),
+    )
+    .unwrap();
+    let security: Vec<(String, String)> = c
+        .config(SecurityProtocol::SaslSsl, Login::Sasl("PLAIN"))
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let cfg = |state: &std::path::Path, id: &str| {
+        let mut extra: Vec<(&str, String)> = vec![
+            ("group.instance.id", id.to_string()),
+            ("application.server", "127.0.0.1:0".into()),
+            ("rest.ssl.keystore.location", keystore.display().to_string()),
+            (
+                "rest.ssl.truststore.location",
+                c.pki.ca.display().to_string(),
+            ),
+        ];
+        extra.extend(security.iter().map(|(k, v)| (k.as_str(), v.clone())));
+        s.config(state, &extra)
+    };
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let ca = cfg(d1.path(), &format!("{}-a", s.app));
+    let shown = format!("{ca:?}");
+    assert!(
+        !shown.contains("alice-secret") && shown.contains("[hidden]"),
+        "{shown}"
+    );
+    let a = start(wordcount(&s.input, &s.output, StoreBackend::InMemory), ca);
+    let b = start(
+        wordcount(&s.input, &s.output, StoreBackend::InMemory),
+        cfg(d2.path(), &format!("{}-b", s.app)),
+    );
+    a.expose_store("counts", Serdes::i64(), |n| serde_json::json!(n));
+    b.expose_store("counts", Serdes::i64(), |n| serde_json::json!(n));
+    let mut roots = rustls::RootCertStore::empty();
+    let ca_pem = std::fs::read(&c.pki.ca).unwrap();
+    for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(&ca_pem) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let https = ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(10))
+        .tls_config(std::sync::Arc::new(tls))
+        .build();
+    let get = |url: &str| -> (u16, String) {
+        match https.get(url).call() {
+            Ok(r) => (r.status(), r.into_string().unwrap_or_default()),
+            Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap_or_default()),
+            Err(e) => panic!("GET {url}: {e}"),
+        }
+    };
+    let (ea, eb) = (
+        a.rest_address().unwrap().to_string(),
+        b.rest_address().unwrap().to_string(),
+    );
+    let mut last = String::new();
+    let settled = crate::client_scenarios::wait_until(Duration::from_secs(60), || {
+        let (st, body) = get(&format!("https://{ea}/v1/instances"));
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        last = body;
+        st == 200
+            && v["instances"].as_array().is_some_and(|is| {
+                is.len() == 2
+                    && is
+                        .iter()
+                        .all(|i| i["local"] == true || i["reachable"] == true)
+            })
+    });
+    assert!(settled, "instances over HTTPS never settled: {last}");
+    assert!(!last.contains("alice-secret"), "{last}");
+    let (_, metrics) = get(&format!("https://{eb}/metrics"));
+    assert!(
+        !metrics.contains("alice-secret") && metrics.contains("rill_"),
+        "metrics served over HTTPS"
+    );
+    await_counts(
+        &mut s.reader(),
+        &mut std::collections::BTreeMap::new(),
+        &expected,
+        &[&a, &b],
+    );
+    let owned_by_b = expected
+        .keys()
+        .find(|w| {
+            a.query_metadata_for_key("counts", *w, &Serdes::string())
+                .unwrap()
+                .active_host
+                .as_deref()
+                == Some(eb.as_str())
+        })
+        .expect("b owns a word")
+        .clone();
+    let (st, body) = get(&format!("https://{ea}/v1/stores/counts/keys/{owned_by_b}"));
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(
+        v["served_by"], "forwarded",
+        "forwarded to b over HTTPS: {body}"
+    );
+    assert_eq!(v["value"], expected[&owned_by_b], "{body}");
+    // Plain HTTP to the HTTPS port gets no answer.
+    let plain = ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(5))
+        .build();
+    assert!(
+        plain.get(&format!("http://{ea}/health")).call().is_err(),
+        "HTTP refused on the HTTPS port"
+    );
+    a.close();
+    b.close();
+}
+
 /// The scenarios, for the backends' test macros.
 #[macro_export]
 macro_rules! for_each_security_scenario {
@@ -403,6 +539,7 @@ macro_rules! for_each_security_scenario {
             secure_secrets_stay_hidden,
             secure_streams_roll_static,
             secure_cli_command_config,
+            secure_rest_over_https,
         );
     };
 }

@@ -711,6 +711,39 @@ impl BrokerConfig {
                 let n: u64 = num(key, value, 0)?;
                 self.security.max_reauth = (n > 0).then(|| Duration::from_millis(n));
             }
+            // Any authorizer class turns on the embedded broker's simple
+            // authorisation (super users and allow rules).
+            "authorizer.class.name" => {
+                self.security.authorization.enabled = !value.trim().is_empty();
+            }
+            "super.users" => {
+                self.security.authorization.super_users = value
+                    .split(';')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(|u| {
+                        if u.starts_with("User:") {
+                            Ok(u.to_string())
+                        } else {
+                            Err(format!("{key}: '{u}' must be User:<name>"))
+                        }
+                    })
+                    .collect::<Result<_, _>>()?;
+            }
+            "allow.everyone.if.no.acl.found" => {
+                if value.trim() != "false" {
+                    return Err(format!("{key}={value:?}: the embedded broker supports only false (deny unless allowed)"));
+                }
+            }
+            // Rill's own key: allow rules, `User:bob:topic:orders-*,User:bob:group:billing`.
+            "rill.acls" => {
+                self.security.authorization.rules = value
+                    .split([',', ';'])
+                    .filter(|s| !s.trim().is_empty())
+                    .map(crate::security::AllowRule::parse)
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| format!("{key}: {e}"))?;
+            }
             // Rill's own key: the users file (`user=password` lines).
             "rill.sasl.users.file" => {
                 self.security.users =

@@ -73,6 +73,8 @@ impl FuzzBroker {
             version: req.header.request_api_version,
             client_id: "fuzz",
             client_host: "127.0.0.1",
+            listener: 0,
+            principal: "User:ANONYMOUS",
         };
         let handled = self.rt.block_on(async {
             tokio::time::timeout(Duration::from_millis(20), api::handle(&ctx, body)).await

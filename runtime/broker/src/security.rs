@@ -123,9 +123,105 @@ pub struct TlsFiles {
     pub client_ca: Option<PathBuf>,
 }
 
+/// A resource an allow rule grants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResourceType {
+    /// A topic: every operation on it (produce, fetch, describe, create,
+    /// delete, alter).
+    Topic,
+    /// A consumer group: join, commit, describe, delete.
+    Group,
+}
+
+/// One allow rule: a principal may use resources whose name matches
+/// `pattern` (a literal name, or a prefix when it ends in `*`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllowRule {
+    /// `User:<name>`.
+    pub principal: String,
+    /// Topic or group.
+    pub resource: ResourceType,
+    /// Literal name, or prefix followed by `*`.
+    pub pattern: String,
+}
+
+impl AllowRule {
+    /// Parses `User:bob:topic:orders-*` / `User:bob:group:billing`.
+    pub fn parse(s: &str) -> Result<AllowRule, String> {
+        let s = s.trim();
+        let err = || {
+            format!("allow rule '{s}' must look like User:<name>:topic:<name or prefix*> or User:<name>:group:<name or prefix*>")
+        };
+        let (rest, pattern) = s.rsplit_once(':').ok_or_else(err)?;
+        let (principal, kind) = rest.rsplit_once(':').ok_or_else(err)?;
+        let resource = match kind.to_ascii_lowercase().as_str() {
+            "topic" => ResourceType::Topic,
+            "group" => ResourceType::Group,
+            _ => return Err(err()),
+        };
+        if !principal.starts_with("User:") || principal.len() <= 5 || pattern.is_empty() {
+            return Err(err());
+        }
+        Ok(AllowRule {
+            principal: principal.to_string(),
+            resource,
+            pattern: pattern.to_string(),
+        })
+    }
+
+    fn matches(&self, principal: &str, resource: ResourceType, name: &str) -> bool {
+        self.resource == resource
+            && self.principal == principal
+            && match self.pattern.strip_suffix('*') {
+                Some(prefix) => name.starts_with(prefix),
+                None => self.pattern == name,
+            }
+    }
+}
+
+/// Simple authorisation (`authorizer.class.name`): when on, a request on a
+/// topic or group is allowed for `super.users` and for principals with an
+/// allow rule matching it; anything else is answered with
+/// TOPIC_AUTHORIZATION_FAILED / GROUP_AUTHORIZATION_FAILED as Kafka's
+/// `StandardAuthorizer` with `allow.everyone.if.no.acl.found=false` does.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Authorization {
+    /// Whether requests are authorised at all (off: everything is allowed).
+    pub enabled: bool,
+    /// `super.users`: principals allowed everything.
+    pub super_users: Vec<String>,
+    /// Allow rules (`rill.acls`).
+    pub rules: Vec<AllowRule>,
+}
+
+impl Authorization {
+    /// Whether `principal` may use the resource.
+    pub fn allows(&self, principal: &str, resource: ResourceType, name: &str) -> bool {
+        !self.enabled
+            || self.super_users.iter().any(|u| u == principal)
+            || self
+                .rules
+                .iter()
+                .any(|r| r.matches(principal, resource, name))
+    }
+
+    /// Whether `principal` may write to some topic (an idempotent producer
+    /// needs that for InitProducerId, as in Kafka 2.8+).
+    pub fn allows_any_topic(&self, principal: &str) -> bool {
+        !self.enabled
+            || self.super_users.iter().any(|u| u == principal)
+            || self
+                .rules
+                .iter()
+                .any(|r| r.principal == principal && r.resource == ResourceType::Topic)
+    }
+}
+
 /// Security settings of an embedded cluster.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SecuritySettings {
+    /// Simple authorisation: super users and allow rules.
+    pub authorization: Authorization,
     /// TLS material; required when a listener is SSL or SASL_SSL.
     pub tls: Option<TlsFiles>,
     /// SASL users and their passwords (PLAIN and SCRAM); see [`load_users`].
@@ -539,6 +635,27 @@ mod tests {
         }
         // Another mechanism on re-authentication is refused.
         assert_ne!(s.handshake(&a, "PLAIN").0, 0);
+    }
+
+    #[test]
+    fn allow_rules_match_literals_and_prefixes() {
+        let a = Authorization {
+            enabled: true,
+            super_users: vec!["User:admin".into()],
+            rules: vec![
+                AllowRule::parse("User:bob:topic:orders-*").unwrap(),
+                AllowRule::parse("User:bob:group:billing").unwrap(),
+            ],
+        };
+        assert!(a.allows("User:bob", ResourceType::Topic, "orders-eu"));
+        assert!(!a.allows("User:bob", ResourceType::Topic, "payments"));
+        assert!(a.allows("User:bob", ResourceType::Group, "billing"));
+        assert!(!a.allows("User:bob", ResourceType::Group, "billing-2"));
+        assert!(a.allows("User:admin", ResourceType::Group, "anything"));
+        assert!(!a.allows("User:carol", ResourceType::Topic, "orders-eu"));
+        assert!(a.allows_any_topic("User:bob") && !a.allows_any_topic("User:carol"));
+        assert!(AllowRule::parse("bob:topic:x").is_err());
+        assert!(AllowRule::parse("User:bob:cluster:x").is_err());
     }
 
     #[test]

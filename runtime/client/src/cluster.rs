@@ -463,6 +463,13 @@ impl Cluster {
                         }
                     }
                     last_error = m.topic_errors.get(topic).copied();
+                    // Refused, not pending: fail now, as the Java client
+                    // throws TopicAuthorizationException at once.
+                    if let Some(code) = last_error
+                        .filter(|c| *c == rill_protocol::ErrorCode::TopicAuthorizationFailed.code())
+                    {
+                        return Err(Error::broker(code, format!("metadata for topic {topic}")));
+                    }
                 }
                 Err(e) if e.is_retriable() => {}
                 Err(e) => return Err(e),

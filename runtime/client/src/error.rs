@@ -313,8 +313,10 @@ impl Error {
     /// The client cannot continue (fencing).
     pub fn is_fatal(&self) -> bool {
         match self {
+            // TLS and SASL failures are not fatal: as Java's
+            // AuthenticationException, the call fails and a later one
+            // tries again (credentials or certificates may be rotated).
             Error::FencedInstanceId { .. } | Error::Stopped(_) => true,
-            Error::Tls { .. } | Error::Authentication { .. } => true,
             Error::Broker { code, .. } => [
                 ErrorCode::FencedInstanceId,
                 ErrorCode::UnreleasedInstanceId,

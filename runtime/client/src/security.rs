@@ -47,6 +47,7 @@ pub fn is_secret_key(key: &str) -> bool {
         || k.ends_with("keystore.key")
         || k.ends_with("sasl.oauthbearer.token")
         || k.contains("bearer.token")
+        || k.ends_with("admin.token")
 }
 
 /// A secret string. Prints as `[hidden]`.

@@ -187,6 +187,9 @@ pub(crate) struct App {
     services: Mutex<Services>,
     /// Process id → when probes first found that instance unreachable.
     unreachable_since: Mutex<BTreeMap<String, i64>>,
+    /// How REST calls other instances (HTTP or HTTPS), set when the REST
+    /// server starts.
+    rest_peers: OnceLock<crate::rest_tls::Peers>,
 }
 
 impl App {
@@ -213,10 +216,24 @@ impl App {
             threads: Mutex::default(),
             services: Mutex::default(),
             unreachable_since: Mutex::default(),
+            rest_peers: OnceLock::new(),
         }
     }
 
     /// When each instance probes found unreachable was first found so.
+    /// The client for calls to other instances' REST APIs (plain HTTP
+    /// until the REST server has started with its settings).
+    pub(crate) fn rest_peers(&self) -> &crate::rest_tls::Peers {
+        self.rest_peers.get_or_init(|| crate::rest_tls::Peers {
+            scheme: "http",
+            agent: ureq::AgentBuilder::new().build(),
+        })
+    }
+
+    pub(crate) fn set_rest_peers(&self, peers: crate::rest_tls::Peers) {
+        let _ = self.rest_peers.set(peers);
+    }
+
     pub fn unreachable_since(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, i64>> {
         lock(&self.unreachable_since)
     }

@@ -64,6 +64,7 @@ mod queries;
 mod record;
 mod record_collector;
 mod rest;
+mod rest_tls;
 mod restore;
 mod serdes;
 mod state_manager;

@@ -58,26 +58,44 @@ impl RestServer {
                 format!("the REST server cannot listen there: {e}"),
             )
         };
+        // HTTPS settings first: a bad keystore stops the app before it binds.
+        let tls = crate::rest_tls::acceptor(inner.config())?;
+        inner.set_rest_peers(crate::rest_tls::peers(inner.config(), PEER_TIMEOUT)?);
         let std_listener = std::net::TcpListener::bind(listen).map_err(bind_err)?;
         std_listener.set_nonblocking(true).map_err(bind_err)?;
         let addr = std_listener.local_addr().map_err(bind_err)?;
         let handle = rill_client::io_handle();
-        let listener = {
-            let _guard = handle.enter();
-            tokio::net::TcpListener::from_std(std_listener).map_err(bind_err)?
-        };
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let app = router(inner);
-        handle.spawn(async move {
-            let served = axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = rx.await;
-                })
-                .await;
-            if let Err(e) = served {
-                tracing::error!("REST server stopped: {e}");
+        let _guard = handle.enter();
+        let listener = tokio::net::TcpListener::from_std(std_listener).map_err(bind_err)?;
+        let stopped = async {
+            let _ = rx.await;
+        };
+        match tls {
+            Some(acceptor) => {
+                let listener =
+                    crate::rest_tls::TlsListener::new(listener, acceptor).map_err(bind_err)?;
+                handle.spawn(async move {
+                    let served = axum::serve(listener, app)
+                        .with_graceful_shutdown(stopped)
+                        .await;
+                    if let Err(e) = served {
+                        tracing::error!("REST server stopped: {e}");
+                    }
+                });
             }
-        });
+            None => {
+                handle.spawn(async move {
+                    let served = axum::serve(listener, app)
+                        .with_graceful_shutdown(stopped)
+                        .await;
+                    if let Err(e) = served {
+                        tracing::error!("REST server stopped: {e}");
+                    }
+                });
+            }
+        }
         Ok(Self {
             addr,
             shutdown: Some(tx),
@@ -285,10 +303,17 @@ struct InstancesQuery {
     probe: Option<bool>,
 }
 
-/// GET from another instance, with the caller's Authorization header.
-fn peer_get(url: &str, auth: Option<&str>) -> std::result::Result<(u16, String), String> {
-    let agent = ureq::AgentBuilder::new().timeout(PEER_TIMEOUT).build();
-    let mut req = agent.get(url);
+/// GET `path` from another instance (`host:port`), over HTTPS when this
+/// instance serves HTTPS, with the caller's Authorization header.
+fn peer_get(
+    peers: &crate::rest_tls::Peers,
+    endpoint: &str,
+    path: &str,
+    auth: Option<&str>,
+) -> std::result::Result<(u16, String), String> {
+    let url = format!("{}://{endpoint}{path}", peers.scheme);
+    let url = url.as_str();
+    let mut req = peers.agent.get(url);
     if let Some(a) = auth {
         req = req.set("Authorization", a);
     }
@@ -325,7 +350,8 @@ async fn instances(
             std::thread::scope(|s| {
                 for i in view.instances.iter_mut().filter(|i| !i.local) {
                     let auth = auth.clone();
-                    s.spawn(move || probe_instance(i, auth.as_deref()));
+                    let peers = inner.rest_peers();
+                    s.spawn(move || probe_instance(peers, i, auth.as_deref()));
                 }
             });
             // How long each unreachable instance has been down, as seen
@@ -354,11 +380,11 @@ async fn instances(
 }
 
 /// Fills an instance's live fields from its own `/v1/instances/self`.
-fn probe_instance(i: &mut StreamsMetadata, auth: Option<&str>) {
+fn probe_instance(peers: &crate::rest_tls::Peers, i: &mut StreamsMetadata, auth: Option<&str>) {
     let Some(endpoint) = i.endpoint.clone() else {
         return;
     };
-    let answer = peer_get(&format!("http://{endpoint}/v1/instances/self"), auth);
+    let answer = peer_get(peers, &endpoint, "/v1/instances/self", auth);
     let live: Option<StreamsMetadata> = match answer {
         Ok((200, body)) => serde_json::from_str(&body).ok(),
         _ => None,
@@ -517,7 +543,7 @@ async fn store_key(
                 json!({"error": "query failed", "reason": e.to_string()}),
             ),
             Err(StoreQueryError::NotLocal { owner, partition, task, .. }) => {
-                forward(&store, &key, q.key_format.as_deref(), &owner, partition, &task, q.forwarded, auth.as_deref())
+                forward(inner.rest_peers(), &store, &key, q.key_format.as_deref(), &owner, partition, &task, q.forwarded, auth.as_deref())
             }
         }
     })
@@ -531,6 +557,7 @@ async fn store_key(
 /// Asks the owning instance; its answer (plus who answered) or why not.
 #[allow(clippy::too_many_arguments)]
 fn forward(
+    peers: &crate::rest_tls::Peers,
     store: &str,
     key: &str,
     key_format: Option<&str>,
@@ -552,15 +579,15 @@ fn forward(
             "task {task} (store {store} partition {partition}) is owned by {owner}, which cannot answer here"
         ));
     }
-    let mut url = format!(
-        "http://{owner}/v1/stores/{}/keys/{}?forwarded=true",
+    let mut path = format!(
+        "/v1/stores/{}/keys/{}?forwarded=true",
         encode(store),
         encode(key)
     );
     if let Some(f) = key_format {
-        url.push_str(&format!("&key_format={}", encode(f)));
+        path.push_str(&format!("&key_format={}", encode(f)));
     }
-    match peer_get(&url, auth) {
+    match peer_get(peers, owner, &path, auth) {
         Ok((status, body)) => {
             let mut v: Value = serde_json::from_str(&body).unwrap_or_else(|_| json!({"raw": body}));
             if let Some(o) = v.as_object_mut() {

@@ -55,6 +55,59 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("rest.read.requires.token", "false"),
 ];
 
+impl std::fmt::Debug for StreamsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use rill_client::security::{is_secret_key, HIDDEN};
+        let overrides: BTreeMap<&str, &str> = self
+            .client_overrides
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str(),
+                    if is_secret_key(k) { HIDDEN } else { v.as_str() },
+                )
+            })
+            .collect();
+        f.debug_struct("StreamsConfig")
+            .field("application_id", &self.application_id)
+            .field("bootstrap_servers", &self.bootstrap_servers)
+            .field("num_stream_threads", &self.num_stream_threads)
+            .field("group_instance_id", &self.group_instance_id)
+            .field("client_id", &self.client_id)
+            .field("state_dir", &self.state_dir)
+            .field("application_server", &self.application_server)
+            .field("rest_listen", &self.rest_listen)
+            .field(
+                "rest_admin_token",
+                &self.rest_admin_token.as_ref().map(|_| HIDDEN),
+            )
+            .field("rest_read_requires_token", &self.rest_read_requires_token)
+            .field("rest_ssl_keystore", &self.rest_ssl_keystore)
+            .field("rest_ssl_truststore", &self.rest_ssl_truststore)
+            .field("commit_interval", &self.commit_interval)
+            .field("poll_timeout", &self.poll_timeout)
+            .field("session_timeout_ms", &self.session_timeout_ms)
+            .field("heartbeat_interval_ms", &self.heartbeat_interval_ms)
+            .field("max_poll_interval_ms", &self.max_poll_interval_ms)
+            .field("replication_factor", &self.replication_factor)
+            .field("default_store", &self.default_store)
+            .field("deserialization_handler", &self.deserialization_handler)
+            .field(
+                "default_timestamp_extractor",
+                &self.default_timestamp_extractor,
+            )
+            .field(
+                "buffered_records_per_partition",
+                &self.buffered_records_per_partition,
+            )
+            .field("max_task_idle_ms", &self.max_task_idle_ms)
+            .field("restore_batch_size", &self.restore_batch_size)
+            .field("cache_max_bytes", &self.cache_max_bytes)
+            .field("client_overrides", &overrides)
+            .finish()
+    }
+}
+
 /// Keys without a default.
 const OPTIONAL: &[&str] = &[
     "application.id",
@@ -66,6 +119,9 @@ const OPTIONAL: &[&str] = &[
     "rest.listen",
     // Bearer token for mutating REST endpoints (none: they answer 403).
     "rest.admin.token",
+    // HTTPS for the REST server and calls between instances.
+    "rest.ssl.keystore.location",
+    "rest.ssl.truststore.location",
 ];
 
 /// Kafka Streams' client prefixes: `consumer.` reaches every consumer,
@@ -88,8 +144,10 @@ pub enum DeserializationHandler {
     LogAndContinue,
 }
 
-/// Validated configuration of a streams application.
-#[derive(Debug, Clone)]
+/// Validated configuration of a streams application. `Debug` hides
+/// secrets (`rest.admin.token`, passwords, keys and JAAS lines in the
+/// client settings) as `[hidden]`.
+#[derive(Clone)]
 pub struct StreamsConfig {
     /// `application.id` (required): the consumer group id and the prefix of internal topics and
     /// state directories; ASCII letters, digits, `.`, `_` and `-` only.
@@ -119,6 +177,14 @@ pub struct StreamsConfig {
     /// `rest.read.requires.token` (default false): whether read endpoints also need
     /// `rest.admin.token`, which must then be set.
     pub rest_read_requires_token: bool,
+    /// `rest.ssl.keystore.location`: a PEM file with the REST server's
+    /// certificate chain and (unencrypted) private key; when set the REST
+    /// server speaks HTTPS only, and calls to other instances use HTTPS.
+    pub rest_ssl_keystore: Option<PathBuf>,
+    /// `rest.ssl.truststore.location`: PEM CA certificates that other
+    /// instances' REST certificates are checked against (default: the
+    /// system's CA certificates).
+    pub rest_ssl_truststore: Option<PathBuf>,
     /// `commit.interval.ms` (default 30000): how often a stream thread commits (flushes record
     /// caches and the producer, commits consumed offsets, writes checkpoints).
     pub commit_interval: Duration,
@@ -726,6 +792,8 @@ fn parse(mut flat: BTreeMap<String, String>) -> Result<StreamsConfig> {
             "needs rest.admin.token to be set",
         ));
     }
+    let rest_ssl_keystore = take("rest.ssl.keystore.location").map(PathBuf::from);
+    let rest_ssl_truststore = take("rest.ssl.truststore.location").map(PathBuf::from);
     let state_dir = take("state.dir")
         .map(PathBuf::from)
         .unwrap_or_else(|| std::env::temp_dir().join("rill-streams"));
@@ -761,6 +829,8 @@ fn parse(mut flat: BTreeMap<String, String>) -> Result<StreamsConfig> {
         application_server,
         rest_listen,
         rest_admin_token,
+        rest_ssl_keystore,
+        rest_ssl_truststore,
         rest_read_requires_token,
         default_store,
         deserialization_handler,
@@ -814,6 +884,41 @@ mod tests {
             .build()
             .unwrap_err();
         assert!(e.to_string().contains("application.id"), "{e}");
+    }
+
+    /// Security settings reach every client the runtime creates; a
+    /// `producer.` prefixed key reaches the producer only; `Debug` hides
+    /// the secrets.
+    #[test]
+    fn security_settings_reach_every_client() {
+        let jaas = "org.apache.kafka.common.security.scram.ScramLoginModule required username=\"u\" password=\"p-secret\";";
+        let c = base()
+            .set("security.protocol", "SASL_SSL")
+            .set("sasl.mechanism", "SCRAM-SHA-512")
+            .set("sasl.jaas.config", jaas)
+            .set("producer.ssl.endpoint.identification.algorithm", "")
+            .set("rest.admin.token", "admin-token-secret")
+            .build()
+            .unwrap();
+        let clients = [
+            ("main consumer", c.consumer_config("x", 1)),
+            ("restore consumer", c.restore_consumer_config("x", 1)),
+            ("global consumer", c.global_consumer_config("x")),
+            ("producer", c.producer_config("x", 1)),
+            ("admin", c.admin_config("x")),
+        ];
+        for (who, cfg) in &clients {
+            assert_eq!(cfg.get("security.protocol"), Some("SASL_SSL"), "{who}");
+            assert_eq!(cfg.get("sasl.mechanism"), Some("SCRAM-SHA-512"), "{who}");
+            assert_eq!(cfg.get("sasl.jaas.config"), Some(jaas), "{who}");
+            let only_producer = cfg.get("ssl.endpoint.identification.algorithm").is_some();
+            assert_eq!(only_producer, *who == "producer", "{who}");
+        }
+        let shown = format!("{c:?}");
+        assert!(
+            !shown.contains("p-secret") && !shown.contains("admin-token-secret"),
+            "{shown}"
+        );
     }
 
     #[test]

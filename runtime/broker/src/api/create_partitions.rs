@@ -18,7 +18,12 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: CreatePartitionsRequest) -> CreateParti
     for t in req.topics {
         let name = t.name.to_string();
         let mut r = CreatePartitionsTopicResult::default().with_name(t.name.clone());
-        let result = if seen[&name] > 1 {
+        let result = if !ctx.can_topic(&name) {
+            Err((
+                ErrorCode::TopicAuthorizationFailed,
+                format!("{} may not alter topic '{name}'", ctx.principal),
+            ))
+        } else if seen[&name] > 1 {
             Err((
                 ErrorCode::InvalidRequest,
                 format!("topic '{name}' appears more than once in the request"),

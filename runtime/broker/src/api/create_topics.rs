@@ -30,6 +30,15 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: CreateTopicsRequest) -> CreateTopicsRes
                 r.error_message = Some(sb(msg));
             }
         };
+        if !ctx.can_topic(&name) {
+            fail(
+                &mut r,
+                ErrorCode::TopicAuthorizationFailed,
+                format!("{} may not create topic '{name}'", ctx.principal),
+            );
+            resp.topics.push(r);
+            continue;
+        }
         if seen[&name] > 1 {
             fail(
                 &mut r,

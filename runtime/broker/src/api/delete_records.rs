@@ -22,6 +22,7 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: DeleteRecordsRequest) -> DeleteRecordsR
                 .with_partition_index(p.partition_index)
                 .with_low_watermark(-1);
             let result = match &topic {
+                _ if !ctx.can_topic(&t.name) => Err(ErrorCode::TopicAuthorizationFailed),
                 None => Err(ErrorCode::UnknownTopicOrPartition),
                 Some(tm) if tm.name == OFFSETS_TOPIC => Err(ErrorCode::InvalidTopicException),
                 Some(tm) => match check_leader(tm, p.partition_index, ctx.node_id, -1) {

@@ -37,7 +37,17 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: DeleteTopicsRequest) -> DeleteTopicsRes
                 .map(|t| t.name.clone())
                 .ok_or((ErrorCode::UnknownTopicId, format!("no topic has id {id}"))),
         };
-        match resolved.and_then(|n| ctx.broker.delete_topic(&n)) {
+        let authorized = resolved.and_then(|n| {
+            if ctx.can_topic(&n) {
+                Ok(n)
+            } else {
+                Err((
+                    ErrorCode::TopicAuthorizationFailed,
+                    format!("{} may not delete topic '{n}'", ctx.principal),
+                ))
+            }
+        });
+        match authorized.and_then(|n| ctx.broker.delete_topic(&n)) {
             Ok(t) => {
                 r.name = Some(topic_name(&t.name));
                 if v >= 6 {

@@ -29,6 +29,13 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: DescribeConfigsRequest) -> DescribeConf
                 .is_none_or(|keys| keys.iter().any(|x| x.as_str() == k))
         };
         match res.resource_type {
+            TOPIC if !ctx.can_topic(&name) => {
+                r.error_code = ErrorCode::TopicAuthorizationFailed.code();
+                r.error_message = Some(sb(format!(
+                    "{} may not describe topic '{name}'",
+                    ctx.principal
+                )));
+            }
             TOPIC => {
                 let meta = ctx.broker.metadata();
                 match meta.topic(&name) {

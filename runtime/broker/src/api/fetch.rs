@@ -86,7 +86,13 @@ pub(super) async fn handle(ctx: &Ctx<'_>, req: FetchRequest) -> FetchResponse {
     let deadline = tokio::time::Instant::now() + wait;
     let logs: Vec<Option<Arc<PartitionLog>>> = wanted
         .iter()
-        .map(|w| ctx.broker.log(&w.name, w.partition))
+        .map(|w| {
+            if ctx.can_topic(&w.name) {
+                ctx.broker.log(&w.name, w.partition)
+            } else {
+                None
+            }
+        })
         .collect();
 
     loop {
@@ -130,6 +136,12 @@ fn read_all(
         let mut pd = PartitionData::default()
             .with_partition_index(w.partition)
             .with_high_watermark(-1);
+        if !w.name.is_empty() && !ctx.can_topic(&w.name) {
+            pd.error_code = ErrorCode::TopicAuthorizationFailed.code();
+            errors = true;
+            out.push(pd);
+            continue;
+        }
         let topic = if w.name.is_empty() {
             None
         } else {

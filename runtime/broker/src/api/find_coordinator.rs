@@ -15,6 +15,12 @@ fn lookup(
     key_type: i8,
 ) -> Result<(i32, String, i32), (ErrorCode, String)> {
     match key_type {
+        0 if !ctx.can_group(key) => {
+            return Err((
+                ErrorCode::GroupAuthorizationFailed,
+                format!("{} may not use group '{key}'", ctx.principal),
+            ))
+        }
         0 => {}
         1 => {
             return Err((

@@ -31,6 +31,17 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: InitProducerIdRequest) -> InitProducerI
         resp.error_code = ErrorCode::TransactionalIdAuthorizationFailed.code();
         return resp;
     }
+    // An idempotent producer needs write access to some topic (Kafka 2.8+).
+    if !ctx
+        .broker
+        .config
+        .security
+        .authorization
+        .allows_any_topic(ctx.principal)
+    {
+        resp.error_code = ErrorCode::ClusterAuthorizationFailed.code();
+        return resp;
+    }
     match ctx.broker.next_producer_id() {
         Ok(id) => {
             resp.producer_id = ProducerId(id);

@@ -21,7 +21,9 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: ListGroupsRequest) -> ListGroupsRespons
     };
     let mut resp = ListGroupsResponse::default();
     for lg in ctx.broker.coordinator.list_groups() {
-        if ctx.broker.coordinator_node(&lg.group_id) != Some(ctx.node_id) {
+        if ctx.broker.coordinator_node(&lg.group_id) != Some(ctx.node_id)
+            || !ctx.can_group(&lg.group_id)
+        {
             continue;
         }
         if !states.is_empty() && !states.contains(&lg.state.to_lowercase()) {

@@ -28,6 +28,7 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: ListOffsetsRequest) -> ListOffsetsRespo
                 .with_offset(-1);
             let epoch = if v >= 4 { p.current_leader_epoch } else { -1 };
             let result = match &topic {
+                _ if !ctx.can_topic(&t.name) => Err(ErrorCode::TopicAuthorizationFailed),
                 None => Err(ErrorCode::UnknownTopicOrPartition),
                 Some(tm) => match check_leader(tm, p.partition_index, ctx.node_id, epoch) {
                     PartitionCheck::Err(code, _) => Err(code),

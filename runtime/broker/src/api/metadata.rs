@@ -26,6 +26,7 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: MetadataRequest) -> MetadataResponse {
             if let Some(name) = &t.name {
                 let exists = ctx.broker.metadata().topic(name).is_some();
                 if !exists
+                    && ctx.can_topic(name)
                     && allow_auto
                     && ctx.broker.config.auto_create_topics
                     && validate_topic_name(name).is_ok()
@@ -59,7 +60,12 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: MetadataRequest) -> MetadataResponse {
         resp.controller_id = broker_id(meta.controller_id());
     }
     resp.topics = match &req.topics {
-        None => meta.topics().map(|t| topic_response(v, &meta, t)).collect(),
+        // Listing every topic shows only those the principal may use.
+        None => meta
+            .topics()
+            .filter(|t| ctx.can_topic(&t.name))
+            .map(|t| topic_response(v, &meta, t))
+            .collect(),
         Some(list) => list
             .iter()
             .map(|t| {
@@ -68,6 +74,12 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: MetadataRequest) -> MetadataResponse {
                     .as_ref()
                     .filter(|n| !n.is_empty() || t.topic_id.is_nil())
                 {
+                    Some(name) if !ctx.can_topic(name) => error_topic(
+                        v,
+                        Some(name.as_str()),
+                        Uuid::nil(),
+                        ErrorCode::TopicAuthorizationFailed,
+                    ),
                     Some(name) => match meta.topic(name) {
                         Some(tm) => topic_response(v, &meta, tm),
                         None => {
@@ -80,6 +92,9 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: MetadataRequest) -> MetadataResponse {
                         }
                     },
                     None => match meta.topic_by_id(&t.topic_id) {
+                        Some(tm) if !ctx.can_topic(&tm.name) => {
+                            error_topic(v, None, t.topic_id, ErrorCode::TopicAuthorizationFailed)
+                        }
                         Some(tm) => topic_response(v, &meta, tm),
                         None => error_topic(v, None, t.topic_id, ErrorCode::UnknownTopicId),
                     },

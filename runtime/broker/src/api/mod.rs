@@ -103,11 +103,29 @@ pub(crate) struct Ctx<'a> {
     /// FindCoordinator and DescribeCluster answer with that listener's ports.
     pub listener: usize,
     /// The authenticated principal (`User:<name>` or `User:ANONYMOUS`).
-    #[allow(dead_code)]
     pub principal: &'a str,
 }
 
 impl Ctx<'_> {
+    /// Whether the principal may use topic `name` (always, without
+    /// authorisation).
+    pub fn can_topic(&self, name: &str) -> bool {
+        self.broker.config.security.authorization.allows(
+            self.principal,
+            crate::security::ResourceType::Topic,
+            name,
+        )
+    }
+
+    /// Whether the principal may use group `id`.
+    pub fn can_group(&self, id: &str) -> bool {
+        self.broker.config.security.authorization.allows(
+            self.principal,
+            crate::security::ResourceType::Group,
+            id,
+        )
+    }
+
     /// A node's port on the listener of this request.
     pub fn port_of(&self, node: &crate::metadata::NodeInfo) -> i32 {
         node.ports.get(self.listener).copied().unwrap_or(node.port) as i32
@@ -213,9 +231,14 @@ pub(crate) fn broker_id(id: i32) -> BrokerId {
 }
 
 /// The group-level error for a request about `group` sent to this node:
+/// GROUP_AUTHORIZATION_FAILED when the principal may not use it,
 /// INVALID_GROUP_ID for an empty id, NOT_COORDINATOR when another node (or
 /// no live node) coordinates it.
 pub(crate) fn group_coordinator_error(ctx: &Ctx<'_>, group: &str) -> Option<ErrorCode> {
+    // Authorisation first, as Kafka checks it before anything else.
+    if !ctx.can_group(group) {
+        return Some(ErrorCode::GroupAuthorizationFailed);
+    }
     if group.is_empty() {
         return Some(ErrorCode::InvalidGroupId);
     }

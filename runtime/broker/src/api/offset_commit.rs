@@ -50,6 +50,8 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: OffsetCommitRequest) -> OffsetCommitRes
         for p in &t.partitions {
             let code = if let Some(e) = group_error {
                 Some(e)
+            } else if !ctx.can_topic(&t.name) {
+                Some(ErrorCode::TopicAuthorizationFailed)
             } else if exists
                 .is_none_or(|n| p.partition_index < 0 || p.partition_index as usize >= n)
             {

@@ -22,6 +22,9 @@ fn fetch(
     wanted: Option<Vec<(String, Vec<i32>)>>,
     member: Option<(&str, i32)>,
 ) -> Result<Fetched, ErrorCode> {
+    if !ctx.can_group(group) {
+        return Err(ErrorCode::GroupAuthorizationFailed);
+    }
     if group.is_empty() {
         return Err(ErrorCode::InvalidGroupId);
     }

@@ -73,6 +73,12 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: ProduceRequest) -> Option<ProduceRespon
                         Some("transactions are not supported by the embedded broker".into()),
                     );
                 }
+                let name = topic
+                    .as_ref()
+                    .map_or(td.name.0.as_str(), |t| t.name.as_str());
+                if (topic.is_some() || v < 13) && !ctx.can_topic(name) {
+                    return failed(v, idx, ErrorCode::TopicAuthorizationFailed, None);
+                }
                 let Some(t) = &topic else {
                     let code = if v >= 13 {
                         ErrorCode::UnknownTopicId
