@@ -485,6 +485,36 @@ pub fn secure_rest_over_https(c: &SecureCluster) {
             })
     });
     assert!(settled, "instances over HTTPS never settled: {last}");
+    // The tools over HTTPS: `rill instances --url https://...` trusts the
+    // CA from --command-config (the app's key); without it the
+    // certificate is refused.
+    let props = dir.path().join("tools.properties");
+    std::fs::write(
+        &props,
+        format!("rest.ssl.truststore.location={}\n", c.pki.ca.display()),
+    )
+    .unwrap();
+    let rill = |extra: &[&str]| {
+        std::process::Command::new(crate::operator_scenarios::rill_binary())
+            .args(["instances", "--url", &format!("https://{ea}")])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = rill(&["--command-config", props.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success()
+            && text.contains(&format!("{}-a-thread-1", s.app))
+            && text.contains(&format!("{}-b-thread-1", s.app)),
+        "rill instances over HTTPS: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = rill(&[]);
+    assert!(
+        !out.status.success(),
+        "an untrusted REST certificate is refused"
+    );
     assert!(!last.contains("alice-secret"), "{last}");
     let (_, metrics) = get(&format!("https://{eb}/metrics"));
     assert!(

@@ -11,6 +11,7 @@
 //! one down, and batch-remove offline static members (KIP-345).
 
 mod broker_cmd;
+mod http;
 mod offline;
 mod ops;
 mod settings;

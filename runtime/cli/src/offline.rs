@@ -185,8 +185,11 @@ pub fn plan(
 
 /// Probes an instance's REST endpoint for its own threads.
 pub fn probe(endpoint: &str, token: Option<&str>) -> Probe {
-    let agent = ureq::AgentBuilder::new().timeout(PROBE_TIMEOUT).build();
-    let mut req = agent.get(&format!("http://{endpoint}/v1/instances/self"));
+    let agent = crate::http::agent(PROBE_TIMEOUT);
+    let mut req = agent.get(&format!(
+        "{}://{endpoint}/v1/instances/self",
+        crate::http::scheme()
+    ));
     if let Some(t) = token {
         req = req.set("Authorization", &format!("Bearer {t}"));
     }

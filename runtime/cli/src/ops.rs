@@ -26,18 +26,9 @@ pub type CliResult = Result<(), String>;
 
 const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
 
-fn base_url(url: &str) -> String {
-    let u = url.trim_end_matches('/');
-    if u.starts_with("http://") || u.starts_with("https://") {
-        u.to_string()
-    } else {
-        format!("http://{u}")
-    }
-}
-
 /// GET a JSON document from an instance.
 fn get_json(url: &str, token: Option<&str>) -> Result<Value, String> {
-    let agent = ureq::AgentBuilder::new().timeout(HTTP_TIMEOUT).build();
+    let agent = crate::http::agent(HTTP_TIMEOUT);
     let mut req = agent.get(url);
     if let Some(t) = token {
         req = req.set("Authorization", &format!("Bearer {t}"));
@@ -69,10 +60,11 @@ fn transport_reason(e: &ureq::Error) -> String {
 /// Whether anything answers HTTP at `endpoint` (any status counts: a
 /// starting instance answers /health with 503 and is still alive).
 fn answers(endpoint: &str) -> bool {
-    let agent = ureq::AgentBuilder::new()
-        .timeout(Duration::from_secs(2))
-        .build();
-    match agent.get(&format!("http://{endpoint}/health")).call() {
+    let agent = crate::http::agent(Duration::from_secs(2));
+    match agent
+        .get(&format!("{}://{endpoint}/health", crate::http::scheme()))
+        .call()
+    {
         Ok(_) | Err(ureq::Error::Status(..)) => true,
         Err(_) => false,
     }
@@ -152,7 +144,7 @@ pub struct InstancesArgs {
 pub fn instances(a: InstancesArgs) -> CliResult {
     let token = a.settings.token(a.token.as_deref())?;
     let view = get_json(
-        &format!("{}/v1/instances", base_url(&a.url)),
+        &format!("{}/v1/instances", a.settings.rest_base(&a.url)?),
         token.as_deref(),
     )?;
     if a.json {
@@ -263,9 +255,9 @@ pub fn shutdown(a: ShutdownArgs) -> CliResult {
             "no REST token: pass --token, set RILL_REST_TOKEN, or put {REST_TOKEN} in --command-config"
         ));
     };
-    let base = base_url(&a.url);
+    let base = a.settings.rest_base(&a.url)?;
     let url = format!("{base}/v1/shutdown");
-    let agent = ureq::AgentBuilder::new().timeout(HTTP_TIMEOUT).build();
+    let agent = crate::http::agent(HTTP_TIMEOUT);
     let answer = agent
         .post(&url)
         .set("Authorization", &format!("Bearer {token}"))
@@ -289,7 +281,10 @@ pub fn shutdown(a: ShutdownArgs) -> CliResult {
     if a.no_wait {
         return Ok(());
     }
-    let endpoint = base.trim_start_matches("http://").to_string();
+    let endpoint = base
+        .trim_start_matches("http://")
+        .trim_start_matches("https://")
+        .to_string();
     let pb = spinner(format!("waiting for {endpoint} to stop"));
     let deadline = Instant::now() + Duration::from_secs(60);
     while answers(&endpoint) {
@@ -438,7 +433,7 @@ fn groups_describe(a: GroupsDescribeArgs) -> CliResult {
     let rest_generation: Option<(String, i64)> = match &a.from_url {
         Some(url) => {
             let view = get_json(
-                &format!("{}/v1/instances?probe=false", base_url(url)),
+                &format!("{}/v1/instances?probe=false", a.settings.rest_base(url)?),
                 a.settings.token(a.token.as_deref())?.as_deref(),
             )?;
             view["generation"]
@@ -539,7 +534,7 @@ fn remove_members(a: RemoveMembersArgs) -> CliResult {
         Some(url) => {
             let token = a.settings.token(a.token.as_deref())?;
             let view = get_json(
-                &format!("{}/v1/instances?probe=false", base_url(url)),
+                &format!("{}/v1/instances?probe=false", a.settings.rest_base(url)?),
                 token.as_deref(),
             )?;
             let app = s(&view["application_id"]);

@@ -3,8 +3,9 @@
 //! - The tools (`instances`, `shutdown`, `groups …`, `topics …`) take
 //!   `--command-config FILE`, a Kafka properties file with admin-client
 //!   settings (security, timeouts, `bootstrap.servers`) and, for the
-//!   commands that call an app's REST API, `rest.admin.token` (the app's own
-//!   key); `--set KEY=VALUE` goes over the file and the command's flags
+//!   commands that call an app's REST API, `rest.admin.token` and
+//!   `rest.ssl.truststore.location` (the app's own keys; an `https://` URL
+//!   uses HTTPS); `--set KEY=VALUE` goes over the file and the command's flags
 //!   (`--bootstrap-server`, `--token`) over both. Any other key is refused
 //!   with the key and where it came from named.
 //! - `rill broker` takes broker properties instead (`server.properties`
@@ -17,6 +18,9 @@ use rill_client::{parse_key_value, Admin, ClientConfig, ClientKind};
 
 /// The REST bearer token's key, the same as the app's (`rest.admin.token`).
 pub const REST_TOKEN: &str = "rest.admin.token";
+
+/// The CA of apps' REST certificates (HTTPS), the same key as the app's.
+pub const REST_TRUSTSTORE: &str = "rest.ssl.truststore.location";
 
 /// `--set`'s parser: a clap error that quotes the argument.
 pub fn parse_set(arg: &str) -> Result<(String, String), String> {
@@ -64,7 +68,7 @@ impl CommandConfig {
         sources.push(("--set".to_string(), self.set.clone()));
         for (origin, pairs) in sources {
             for (k, v) in pairs {
-                if k != REST_TOKEN && !ClientKind::Admin.knows(&k) {
+                if k != REST_TOKEN && k != REST_TRUSTSTORE && !ClientKind::Admin.knows(&k) {
                     return Err(format!(
                         "{origin}: {k} is not an admin client setting (the tools read those and {REST_TOKEN})"
                     ));
@@ -79,6 +83,7 @@ impl CommandConfig {
     pub fn admin(&self, bootstrap: Option<&str>) -> Result<Admin, String> {
         let mut props = self.properties()?;
         props.remove(REST_TOKEN);
+        props.remove(REST_TRUSTSTORE);
         if let Some(b) = bootstrap {
             props.insert("bootstrap.servers", b);
         }
@@ -89,6 +94,15 @@ impl CommandConfig {
             return Err("no cluster given: pass --bootstrap-server HOST:PORT or set bootstrap.servers in --command-config".into());
         };
         Admin::new(&props).map_err(|e| format!("connecting to {servers}: {e}"))
+    }
+
+    /// The base URL of an app's REST API (`http://` unless the URL says
+    /// `https://`), with the HTTP client set up for it (HTTPS trusts
+    /// `rest.ssl.truststore.location` when given).
+    pub fn rest_base(&self, url: &str) -> Result<String, String> {
+        let props = self.properties()?;
+        let trust = props.get(REST_TRUSTSTORE).map(std::path::PathBuf::from);
+        crate::http::configure(url, trust.as_deref())
     }
 
     /// The REST bearer token: the flag's (or `RILL_REST_TOKEN`), else

@@ -240,7 +240,7 @@ impl Cluster {
         if let Some(wait) = self.backoff_for(node) {
             tokio::time::sleep(wait).await;
         }
-        match Connection::connect(broker_id, addr, self.settings.clone()).await {
+        match crate::sasl::open(broker_id, addr, self.settings.clone()).await {
             Ok(c) => {
                 self.record_failure(node, true);
                 *guard = Some(c.clone());

@@ -14,10 +14,11 @@
 //!   request uses the highest version both sides support, within the range
 //!   the caller can handle.
 //! - Security (`security.protocol`): the TLS handshake (rustls) runs before
-//!   any Kafka frame, under `socket.connection.setup.timeout.ms`; SASL runs
-//!   after ApiVersions and before the connection is handed out, as
-//!   SaslHandshake v1 + SaslAuthenticate. A refused login or certificate is
-//!   a typed error ([`Error::Authentication`], [`Error::Tls`]), never retried.
+//!   any Kafka frame, under `socket.connection.setup.timeout.ms`; SASL
+//!   (`crate::sasl::open`) runs after ApiVersions and before the connection
+//!   is handed out, as SaslHandshake v1 + SaslAuthenticate. A refused login
+//!   or certificate is a typed error ([`Error::Authentication`],
+//!   [`Error::Tls`]), never retried.
 //! - Re-authentication (KIP-368): when the broker returns a session
 //!   lifetime, a task re-authenticates at 85–95 % of it (Kafka's window) on
 //!   the same connection. It holds the write lock for the whole exchange, so
@@ -105,7 +106,8 @@ fn lock(m: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
 }
 
 impl Connection {
-    /// Connects, negotiates API versions and authenticates.
+    /// Connects (TLS when configured) and negotiates API versions; SASL is
+    /// [`crate::sasl::open`]'s, on top of this.
     pub async fn connect(
         node_id: i32,
         addr: &str,
@@ -171,22 +173,18 @@ impl Connection {
             reauth: Mutex::new(None),
         };
         conn.versions = conn.negotiate().await?;
-        let conn = Arc::new(conn);
-        if let Some(sasl) = conn.settings.security.sasl.clone() {
-            let lifetime = {
-                let mut w = conn.writer.lock().await;
-                crate::sasl::authenticate(&conn, &mut w, &sasl).await?
-            };
-            if let Some(lifetime) = lifetime {
-                let task = tokio::spawn(crate::sasl::reauthenticate_loop(
-                    Arc::downgrade(&conn),
-                    sasl,
-                    lifetime,
-                ));
-                *conn.reauth.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
-            }
-        }
-        Ok(conn)
+        Ok(Arc::new(conn))
+    }
+
+    /// The connection's security settings.
+    pub(crate) fn security(&self) -> &SecurityConfig {
+        &self.settings.security
+    }
+
+    /// Ties a background task (KIP-368 re-authentication) to the
+    /// connection: it is aborted when the connection is dropped.
+    pub(crate) fn attach_task(&self, task: tokio::task::JoinHandle<()>) {
+        *self.reauth.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
     }
 
     async fn negotiate(&self) -> Result<HashMap<i16, (i16, i16)>> {

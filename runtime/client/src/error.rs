@@ -254,8 +254,8 @@ impl Error {
     /// The value of a secret key (password, private key, JAAS line) is
     /// replaced by `[hidden]`.
     pub fn config(key: &str, value: &str, reason: impl Into<String>) -> Self {
-        let value = if crate::security::is_secret_key(key) {
-            crate::security::HIDDEN
+        let value = if crate::secret::is_secret_key(key) {
+            crate::secret::HIDDEN
         } else {
             value
         };

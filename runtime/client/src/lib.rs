@@ -70,6 +70,7 @@ pub mod producer;
 pub(crate) mod rpc;
 pub(crate) mod runtime;
 pub(crate) mod sasl;
+pub(crate) mod secret;
 pub mod security;
 pub(crate) mod tls;
 

@@ -12,7 +12,6 @@
 //!   returned (Kafka's `ReauthInfo` window); a failure closes the
 //!   connection with that error.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Weak;
 use std::time::Duration;
 
@@ -27,13 +26,6 @@ use crate::conn::Connection;
 use crate::error::{Error, Result};
 use crate::security::{SaslLogin, SaslSettings};
 
-static REAUTHENTICATIONS: AtomicU64 = AtomicU64::new(0);
-
-/// How many KIP-368 re-authentications this process's clients completed.
-pub fn reauthentications() -> u64 {
-    REAUTHENTICATIONS.load(Ordering::Relaxed)
-}
-
 type Writer<'a> = tokio::sync::MutexGuard<'a, Box<dyn tokio::io::AsyncWrite + Send + Unpin>>;
 
 fn auth_error(conn: &Connection, m: Mechanism, reason: impl Into<String>) -> Error {
@@ -42,6 +34,31 @@ fn auth_error(conn: &Connection, m: Mechanism, reason: impl Into<String>) -> Err
         mechanism: m.name().to_string(),
         reason: reason.into(),
     }
+}
+
+/// Opens a connection: TCP, TLS and ApiVersions (`Connection::connect`),
+/// then SASL when the settings ask for it, with the re-authentication task
+/// tied to the connection.
+pub(crate) async fn open(
+    node_id: i32,
+    addr: &str,
+    settings: crate::conn::ConnectionSettings,
+) -> Result<std::sync::Arc<Connection>> {
+    let conn = Connection::connect(node_id, addr, settings).await?;
+    if let Some(sasl) = conn.security().sasl.clone() {
+        let lifetime = {
+            let mut w = conn.lock_writer().await;
+            authenticate(&conn, &mut w, &sasl).await?
+        };
+        if let Some(lifetime) = lifetime {
+            conn.attach_task(tokio::spawn(reauthenticate_loop(
+                std::sync::Arc::downgrade(&conn),
+                sasl,
+                lifetime,
+            )));
+        }
+    }
+    Ok(conn)
 }
 
 /// Authenticates on `conn`; returns the session lifetime when the broker
@@ -224,12 +241,12 @@ pub(crate) async fn reauthenticate_loop(
         };
         match result {
             Ok(Some(next)) => {
-                REAUTHENTICATIONS.fetch_add(1, Ordering::Relaxed);
+                crate::security::count_reauthentication();
                 debug!(broker = %c.broker(), "re-authenticated (KIP-368)");
                 lifetime = next;
             }
             Ok(None) => {
-                REAUTHENTICATIONS.fetch_add(1, Ordering::Relaxed);
+                crate::security::count_reauthentication();
                 return;
             }
             Err(e) => {

@@ -32,50 +32,17 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, Serve
 use rustls::{CertificateError, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
 use crate::error::{Error, Result};
-pub use crate::sasl::reauthentications;
+pub use crate::secret::{is_secret_key, Password, HIDDEN};
 
-/// What is printed instead of a secret.
-pub const HIDDEN: &str = "[hidden]";
+static REAUTHENTICATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// Whether a property holds a secret whose value must never be printed
-/// (passwords, private keys, JAAS lines, OAuth client secrets).
-pub fn is_secret_key(key: &str) -> bool {
-    let k = key.to_ascii_lowercase();
-    k.contains("password")
-        || k.contains("jaas.config")
-        || k.contains("secret")
-        || k.ends_with("keystore.key")
-        || k.ends_with("sasl.oauthbearer.token")
-        || k.contains("bearer.token")
-        || k.ends_with("admin.token")
+/// How many KIP-368 re-authentications this process's clients completed.
+pub fn reauthentications() -> u64 {
+    REAUTHENTICATIONS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// A secret string. Prints as `[hidden]`.
-#[derive(Clone, PartialEq, Eq, Default)]
-pub struct Password(String);
-
-impl Password {
-    /// Wraps a secret.
-    pub fn new(s: impl Into<String>) -> Password {
-        Password(s.into())
-    }
-
-    /// The secret itself (for the wire only).
-    pub fn value(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Password {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(HIDDEN)
-    }
-}
-
-impl std::fmt::Display for Password {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(HIDDEN)
-    }
+pub(crate) fn count_reauthentication() {
+    REAUTHENTICATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// `security.protocol`.
