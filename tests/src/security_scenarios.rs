@@ -342,9 +342,12 @@ pub fn secure_cli_command_config(c: &SecureCluster) {
         &c.config(SecurityProtocol::SaslSsl, Login::Sasl("SCRAM-SHA-256")),
     );
     let topic = unique_topic("secure-cli");
+    // Every log line the client writes (trace level) goes to stderr: none
+    // may carry a secret.
     let rill = |args: &[&str]| {
         std::process::Command::new(crate::operator_scenarios::rill_binary())
             .args(args)
+            .env("RILL_LOG", "trace")
             .output()
             .unwrap()
     };
@@ -362,6 +365,15 @@ pub fn secure_cli_command_config(c: &SecureCluster) {
         out.status.success(),
         "create over SASL_SSL: {}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    let logs = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        logs.contains("authenticated"),
+        "trace logs were written: {logs}"
+    );
+    assert!(
+        !logs.contains("alice-secret"),
+        "no password in the logs: {logs}"
     );
     let out = rill(&["topics", "list", "--command-config", good.to_str().unwrap()]);
     assert!(
@@ -558,6 +570,66 @@ pub fn secure_rest_over_https(c: &SecureCluster) {
     b.close();
 }
 
+/// OAUTHBEARER with a token provider from the API
+/// (`register_token_provider`, named by `sasl.login.callback.handler.class`):
+/// the client authenticates with the provider's token; an unregistered
+/// name is refused when the client is built.
+pub fn secure_oauthbearer_token_provider(c: &SecureCluster) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    struct Provider(AtomicUsize);
+    impl rill_client::TokenProvider for Provider {
+        fn token(&self) -> Result<rill_client::BearerToken, String> {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis() as i64;
+            Ok(rill_client::BearerToken {
+                value: rill_client::security::Password::new(rill_protocol::sasl::unsecured_jws(
+                    "sub", "carol", now, 60_000,
+                )),
+                lifetime: Duration::from_secs(60),
+            })
+        }
+    }
+    let provider = Arc::new(Provider(AtomicUsize::new(0)));
+    let name = unique_topic("token-provider");
+    rill_client::register_token_provider(&name, provider.clone());
+    let cfg = ClientConfig::new()
+        .set("bootstrap.servers", c.bootstrap(SecurityProtocol::SaslSsl))
+        .set("security.protocol", "SASL_SSL")
+        .set("sasl.mechanism", "OAUTHBEARER")
+        .set("sasl.login.callback.handler.class", name.as_str())
+        .set("ssl.truststore.location", c.pki.ca.display().to_string());
+    let topic = unique_topic("secure-oauth");
+    let admin = Admin::new(&with(cfg.clone(), &[])).unwrap();
+    admin
+        .create_topic(NewTopic::new(&topic, 1, 1))
+        .expect("create with a provided token");
+    let p = Producer::new(&with(cfg, &[])).unwrap();
+    send_and_wait(&p, [ProducerRecord::new(&topic).value("v")]);
+    p.close(Duration::from_secs(10)).unwrap();
+    assert!(
+        provider.0.load(Ordering::Relaxed) >= 1,
+        "the provider was asked"
+    );
+    // An unregistered name is a configuration error naming the key.
+    let bad = ClientConfig::new()
+        .set("bootstrap.servers", c.bootstrap(SecurityProtocol::SaslSsl))
+        .set("security.protocol", "SASL_SSL")
+        .set("sasl.mechanism", "OAUTHBEARER")
+        .set(
+            "sasl.login.callback.handler.class",
+            "nobody-registered-this",
+        );
+    let e = Producer::new(&bad).err().expect("unknown provider refused");
+    assert!(
+        e.to_string().contains("sasl.login.callback.handler.class"),
+        "{e}"
+    );
+}
+
 /// The scenarios, for the backends' test macros.
 #[macro_export]
 macro_rules! for_each_security_scenario {
@@ -570,6 +642,7 @@ macro_rules! for_each_security_scenario {
             secure_streams_roll_static,
             secure_cli_command_config,
             secure_rest_over_https,
+            secure_oauthbearer_token_provider,
         );
     };
 }
