@@ -321,6 +321,17 @@ impl Client {
         );
         if t.error_code == 0 {
             self.wait_for_topic(name, partitions.max(1) as usize)?;
+            // Apache Kafka can name a leader in Metadata a moment before
+            // that broker serves the partition (NOT_LEADER_OR_FOLLOWER, which
+            // clients retry); wait until every leader answers ListOffsets.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            for p in 0..partitions.max(1) {
+                while matches!(self.list_offset(name, p, -1), Ok((6, _, _)))
+                    && Instant::now() < deadline
+                {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
         }
         Ok(out)
     }
