@@ -191,55 +191,41 @@ fn targets(
 ) -> Vec<Target> {
     protocols
         .iter()
-        .map(|&protocol| match (protocol, secure) {
-            (SecurityProtocol::Plaintext, None) => {
-                let b = plain.expect("a plain broker").to_string();
-                Target {
-                    protocol,
-                    rill: client_config(&b),
-                    bootstrap: b,
-                    rdkafka: Vec::new(),
-                }
+        .map(|&protocol| {
+            let bootstrap = match secure {
+                Some(c) => c.bootstrap(protocol).to_string(),
+                None => plain.expect("a plain broker").to_string(),
+            };
+            let (mut rill, rdkafka) = match (protocol, secure) {
+                (SecurityProtocol::Plaintext, _) => (client_config(&bootstrap), Vec::new()),
+                (SecurityProtocol::Ssl, Some(c)) => (
+                    c.config(protocol, Login::Mtls),
+                    vec![
+                        "security.protocol=SSL".into(),
+                        format!("ssl.ca.location={}", c.pki.ca.display()),
+                        format!("ssl.certificate.location={}", c.pki.client_chain.display()),
+                        format!("ssl.key.location={}", c.pki.client_key.display()),
+                    ],
+                ),
+                (_, Some(c)) => (
+                    c.config(protocol, Login::Sasl("SCRAM-SHA-512")),
+                    vec![
+                        "security.protocol=SASL_SSL".into(),
+                        "sasl.mechanisms=SCRAM-SHA-512".into(),
+                        "sasl.username=alice".into(),
+                        "sasl.password=alice-secret".into(),
+                        format!("ssl.ca.location={}", c.pki.ca.display()),
+                    ],
+                ),
+                (_, None) => unreachable!("secure listeners need the secure cluster"),
+            };
+            rill.insert("client.id", "rill-bench");
+            Target {
+                protocol,
+                bootstrap,
+                rill,
+                rdkafka,
             }
-            (_, Some(c)) => {
-                let bootstrap = c.bootstrap(protocol).to_string();
-                let ca = c.pki.ca.display().to_string();
-                let (login, rdkafka) = match protocol {
-                    SecurityProtocol::Plaintext => (Login::Sasl("PLAIN"), Vec::new()),
-                    SecurityProtocol::Ssl => (
-                        Login::Mtls,
-                        vec![
-                            "security.protocol=SSL".into(),
-                            format!("ssl.ca.location={ca}"),
-                            format!("ssl.certificate.location={}", c.pki.client_chain.display()),
-                            format!("ssl.key.location={}", c.pki.client_key.display()),
-                        ],
-                    ),
-                    _ => (
-                        Login::Sasl("SCRAM-SHA-512"),
-                        vec![
-                            "security.protocol=SASL_SSL".into(),
-                            "sasl.mechanisms=SCRAM-SHA-512".into(),
-                            "sasl.username=alice".into(),
-                            "sasl.password=alice-secret".into(),
-                            format!("ssl.ca.location={ca}"),
-                        ],
-                    ),
-                };
-                let mut rill = if protocol == SecurityProtocol::Plaintext {
-                    client_config(&bootstrap)
-                } else {
-                    c.config(protocol, login)
-                };
-                rill.insert("client.id", "rill-bench");
-                Target {
-                    protocol,
-                    bootstrap,
-                    rill,
-                    rdkafka,
-                }
-            }
-            (_, None) => unreachable!("secure listeners need the secure cluster"),
         })
         .collect()
 }

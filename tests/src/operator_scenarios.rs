@@ -131,6 +131,26 @@ fn base(app: &KafkaStreams) -> String {
     format!("http://{}", app.rest_address().expect("REST server runs"))
 }
 
+/// A word of the `counts` store whose partition the instance at
+/// `endpoint` owns, as `app`'s metadata says.
+pub(crate) fn word_owned_by<'w>(
+    app: &KafkaStreams,
+    words: impl IntoIterator<Item = &'w String>,
+    endpoint: &str,
+) -> String {
+    words
+        .into_iter()
+        .find(|w| {
+            app.query_metadata_for_key("counts", *w, &Serdes::string())
+                .unwrap()
+                .active_host
+                .as_deref()
+                == Some(endpoint)
+        })
+        .unwrap_or_else(|| panic!("no word is owned by {endpoint}"))
+        .clone()
+}
+
 /// Two instances × two threads, each serving REST: metadata from either
 /// instance, interactive queries across instances, metrics, health, token
 /// checks, and JSON errors for bad requests.
@@ -224,20 +244,10 @@ pub fn streams_rest_metadata_and_queries(bootstrap: &str) {
     );
     let b_endpoint = b.rest_address().unwrap().to_string();
     let a_endpoint = a.rest_address().unwrap().to_string();
-    let owned_by = |endpoint: &str| -> String {
-        expected
-            .keys()
-            .find(|w| {
-                a.query_metadata_for_key("counts", *w, &Serdes::string())
-                    .unwrap()
-                    .active_host
-                    .as_deref()
-                    == Some(endpoint)
-            })
-            .unwrap_or_else(|| panic!("no word is owned by {endpoint}"))
-            .clone()
-    };
-    let (wb, wa) = (owned_by(&b_endpoint), owned_by(&a_endpoint));
+    let (wb, wa) = (
+        word_owned_by(&a, expected.keys(), &b_endpoint),
+        word_owned_by(&a, expected.keys(), &a_endpoint),
+    );
     let (st, ans) = get(&format!("{}/v1/stores/counts/keys/{wb}", base(&a)), None);
     assert_eq!(st, 200, "{ans:#}");
     assert_eq!(ans["value"], expected[&wb], "{ans:#}");

@@ -10,7 +10,7 @@
 //! listener's JAAS line.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, SanType};
@@ -191,7 +191,7 @@ impl SecureCluster {
             .iter()
             .map(|(u, p)| format!(" user_{u}=\"{p}\""))
             .collect();
-        let mut props = vec![
+        let mut props: Vec<(String, String)> = [
             ("ssl.keystore.type", "PEM".to_string()),
             (
                 "ssl.keystore.certificate.chain",
@@ -209,20 +209,23 @@ impl SecureCluster {
                 "connections.max.reauth.ms",
                 reauth.map_or(0, |r| r.as_millis()).to_string(),
             ),
-        ];
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
         for l in ["sasl_plaintext", "sasl_ssl"] {
             props.push((
-                leak(format!("listener.name.{l}.plain.sasl.jaas.config")),
+                format!("listener.name.{l}.plain.sasl.jaas.config"),
                 format!("org.apache.kafka.common.security.plain.PlainLoginModule required{plain_users};"),
             ));
             for m in ["scram-sha-256", "scram-sha-512"] {
                 props.push((
-                    leak(format!("listener.name.{l}.{m}.sasl.jaas.config")),
+                    format!("listener.name.{l}.{m}.sasl.jaas.config"),
                     "org.apache.kafka.common.security.scram.ScramLoginModule required;".into(),
                 ));
             }
             props.push((
-                leak(format!("listener.name.{l}.oauthbearer.sasl.jaas.config")),
+                format!("listener.name.{l}.oauthbearer.sasl.jaas.config"),
                 "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
                     .into(),
             ));
@@ -235,7 +238,7 @@ impl SecureCluster {
             }
         }
         let k = ApacheKafka::start_with(KafkaOptions {
-            properties: props.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+            properties: props,
             extra_listeners: vec![
                 ("SSL".into(), ssl),
                 ("SASL_PLAINTEXT".into(), sasl_plain),
@@ -309,15 +312,10 @@ impl SecureCluster {
     }
 }
 
-fn leak(s: String) -> &'static str {
-    Box::leak(s.into_boxed_str())
-}
-
 /// One secure Apache Kafka per test binary (a JVM broker takes seconds to
 /// start); scenarios use unique topic and group names.
 pub fn shared_secure_kafka() -> &'static SecureCluster {
-    static K: OnceLock<&'static SecureCluster> = OnceLock::new();
-    static STARTING: Mutex<()> = Mutex::new(());
-    let _g = STARTING.lock().unwrap_or_else(|p| p.into_inner());
-    K.get_or_init(|| Box::leak(Box::new(SecureCluster::apache_kafka())))
+    // get_or_init runs the start once; other callers wait for it.
+    static K: OnceLock<SecureCluster> = OnceLock::new();
+    K.get_or_init(SecureCluster::apache_kafka)
 }

@@ -539,17 +539,7 @@ pub fn secure_rest_over_https(c: &SecureCluster) {
         &expected,
         &[&a, &b],
     );
-    let owned_by_b = expected
-        .keys()
-        .find(|w| {
-            a.query_metadata_for_key("counts", *w, &Serdes::string())
-                .unwrap()
-                .active_host
-                .as_deref()
-                == Some(eb.as_str())
-        })
-        .expect("b owns a word")
-        .clone();
+    let owned_by_b = crate::operator_scenarios::word_owned_by(&a, expected.keys(), &eb);
     let (st, body) = get(&format!("https://{ea}/v1/stores/counts/keys/{owned_by_b}"));
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(st, 200, "{body}");

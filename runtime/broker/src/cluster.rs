@@ -197,11 +197,8 @@ impl EmbeddedCluster {
         })?;
         let specs = config.effective_listeners();
         let auth = Arc::new(
-            Authenticator::new(
-                &config.security,
-                specs.iter().any(|l| l.protocol.uses_tls()),
-            )
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?,
+            Authenticator::new(&config.security)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?,
         );
         let broker = tokio::task::spawn_blocking(move || Broker::open(config))
             .await

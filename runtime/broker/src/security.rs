@@ -25,46 +25,9 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 use rill_protocol::sasl::{self, Mechanism, ScramCredential, ScramServer, SCRAM_MIN_ITERATIONS};
 use rill_protocol::ApiKey;
+pub use rill_protocol::SecurityProtocol;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-
-/// A listener's `security.protocol`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum SecurityProtocol {
-    /// Plain TCP, no authentication.
-    Plaintext,
-    /// TLS (client certificates when the broker has a client CA).
-    Ssl,
-    /// SASL over plain TCP.
-    SaslPlaintext,
-    /// SASL over TLS.
-    SaslSsl,
-}
-
-impl SecurityProtocol {
-    /// Kafka's name.
-    pub fn name(self) -> &'static str {
-        match self {
-            SecurityProtocol::Plaintext => "PLAINTEXT",
-            SecurityProtocol::Ssl => "SSL",
-            SecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
-            SecurityProtocol::SaslSsl => "SASL_SSL",
-        }
-    }
-
-    /// Whether connections are TLS.
-    pub fn uses_tls(self) -> bool {
-        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
-    }
-
-    /// Whether connections must authenticate with SASL.
-    pub fn uses_sasl(self) -> bool {
-        matches!(
-            self,
-            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
-        )
-    }
-}
 
 /// One listener: a protocol and node 1's port (node n listens on
 /// `port + n - 1`, or a free port for each node when `port` is 0).
@@ -85,15 +48,7 @@ impl Listener {
                 "listener '{s}' must look like SASL_SSL://127.0.0.1:9093"
             ));
         };
-        let protocol = [
-            SecurityProtocol::Plaintext,
-            SecurityProtocol::Ssl,
-            SecurityProtocol::SaslPlaintext,
-            SecurityProtocol::SaslSsl,
-        ]
-        .into_iter()
-        .find(|p| p.name().eq_ignore_ascii_case(proto))
-        .ok_or_else(|| {
+        let protocol = SecurityProtocol::parse(proto).ok_or_else(|| {
             format!("listener '{s}': protocol must be PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL")
         })?;
         let (host, port) = addr
@@ -324,19 +279,16 @@ pub(crate) struct Authenticator {
 }
 
 impl Authenticator {
-    pub fn new(s: &SecuritySettings, needs_tls: bool) -> Result<Authenticator, String> {
+    /// Builds TLS acceptors and SCRAM credentials from settings that
+    /// `BrokerConfig::validate` checked (TLS files exist for TLS listeners).
+    pub fn new(s: &SecuritySettings) -> Result<Authenticator, String> {
         let tls_client_auth = match &s.tls {
             Some(files) if files.client_ca.is_some() => Some(tls_acceptor(files, true)?),
             _ => None,
         };
-        let tls = match (&s.tls, needs_tls) {
-            (Some(files), _) => Some(tls_acceptor(files, false)?),
-            (None, true) => {
-                return Err(
-                    "an SSL or SASL_SSL listener needs TLS files (--ssl-cert, --ssl-key)".into(),
-                )
-            }
-            (None, false) => None,
+        let tls = match &s.tls {
+            Some(files) => Some(tls_acceptor(files, false)?),
+            None => None,
         };
         let mut rng = rand::thread_rng();
         let mut scram = HashMap::new();
@@ -582,7 +534,7 @@ mod tests {
             max_reauth: Some(Duration::from_secs(60)),
             ..Default::default()
         };
-        Authenticator::new(&s, false).unwrap()
+        Authenticator::new(&s).unwrap()
     }
 
     #[test]

@@ -12,9 +12,6 @@ use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::CertificateDer;
-
 struct Settings {
     scheme: &'static str,
     tls: Option<Arc<rustls::ClientConfig>>,
@@ -34,33 +31,10 @@ pub fn configure(url: &str, truststore: Option<&Path>) -> Result<String, String>
         ("http", u)
     };
     let tls = if scheme == "https" {
-        let mut roots = rustls::RootCertStore::empty();
-        match truststore {
-            Some(path) => {
-                let certs = CertificateDer::pem_file_iter(path)
-                    .map_err(|e| format!("rest.ssl.truststore.location {}: {e}", path.display()))?;
-                for c in certs {
-                    let c = c.map_err(|e| {
-                        format!("rest.ssl.truststore.location {}: {e}", path.display())
-                    })?;
-                    roots.add(c).map_err(|e| {
-                        format!("rest.ssl.truststore.location {}: {e}", path.display())
-                    })?;
-                }
-            }
-            None => {
-                for c in rustls_native_certs::load_native_certs().certs {
-                    let _ = roots.add(c);
-                }
-            }
-        }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        Some(Arc::new(config))
+        Some(
+            rill_client::security::https_client_config(truststore)
+                .map_err(|e| format!("rest.ssl.truststore.location {e}"))?,
+        )
     } else {
         None
     };

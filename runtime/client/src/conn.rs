@@ -53,7 +53,7 @@ pub struct ConnectionSettings {
     pub security: SecurityConfig,
 }
 
-type Writer = Box<dyn AsyncWrite + Send + Unpin>;
+pub(crate) type Writer = Box<dyn AsyncWrite + Send + Unpin>;
 type Reader = Box<dyn AsyncRead + Send + Unpin>;
 
 type Waiter = oneshot::Sender<Result<Bytes>>;
@@ -83,13 +83,18 @@ pub struct Connection {
     versions: HashMap<i16, (i16, i16)>,
     reader: tokio::task::JoinHandle<()>,
     /// The KIP-368 re-authentication task, when the broker set a lifetime.
-    reauth: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    background: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Drop for Connection {
     fn drop(&mut self) {
         self.reader.abort();
-        if let Some(t) = self.reauth.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some(t) = self
+            .background
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
             t.abort();
         }
     }
@@ -170,7 +175,7 @@ impl Connection {
             next_correlation_id: AtomicI32::new(0),
             versions: HashMap::new(),
             reader,
-            reauth: Mutex::new(None),
+            background: Mutex::new(None),
         };
         conn.versions = conn.negotiate().await?;
         Ok(Arc::new(conn))
@@ -184,7 +189,7 @@ impl Connection {
     /// Ties a background task (KIP-368 re-authentication) to the
     /// connection: it is aborted when the connection is dropped.
     pub(crate) fn attach_task(&self, task: tokio::task::JoinHandle<()>) {
-        *self.reauth.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
+        *self.background.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
     }
 
     async fn negotiate(&self) -> Result<HashMap<i16, (i16, i16)>> {
@@ -338,38 +343,11 @@ impl Connection {
         body: &RequestKind,
         expect_response: bool,
     ) -> Result<Option<oneshot::Receiver<Result<Bytes>>>> {
-        let correlation_id = self.next_correlation_id.fetch_add(1, Ordering::Relaxed) & i32::MAX;
-        let header = RequestHeader::default()
-            .with_request_api_key(api as i16)
-            .with_request_api_version(version)
-            .with_correlation_id(correlation_id)
-            .with_client_id(Some(StrBytes::from_string(self.settings.client_id.clone())));
-        let mut buf = BytesMut::new();
-        encode_request_frame(&mut buf, &header, body).map_err(|e| Error::Protocol {
-            broker: self.broker(),
-            reason: e.to_string(),
-        })?;
-        let rx = {
-            let mut s = lock(&self.shared);
-            if let Some(e) = &s.poisoned {
-                return Err(e.clone());
-            }
-            expect_response.then(|| {
-                let (tx, rx) = oneshot::channel();
-                s.pending.insert(correlation_id, tx);
-                rx
-            })
-        };
+        // Encoded before taking the lock: concurrent senders only queue
+        // for the socket write.
+        let (buf, rx) = self.prepare(api, version, body, expect_response)?;
         let mut w = self.writer.lock().await;
-        if let Err(e) = write_flush(&mut w, &buf).await {
-            drop(w);
-            let err = Error::Connection {
-                broker: self.broker(),
-                reason: format!("writing {api:?}: {e}"),
-            };
-            self.poison(err.clone());
-            return Err(err);
-        }
+        self.write_frame(&mut w, api, &buf).await?;
         Ok(rx)
     }
 
@@ -383,6 +361,26 @@ impl Connection {
         version: i16,
         body: RequestKind,
     ) -> Result<ResponseKind> {
+        let (buf, rx) = self.prepare(api, version, &body, true)?;
+        self.write_frame(w, api, &buf).await?;
+        let rx = rx.expect("a receiver was asked for");
+        self.answer(
+            PendingAnswer { api, version, rx },
+            self.settings.request_timeout,
+        )
+        .await
+    }
+
+    /// Encodes a request under the next correlation id and registers its
+    /// waiter (when an answer is expected).
+    #[allow(clippy::type_complexity)]
+    fn prepare(
+        &self,
+        api: ApiKey,
+        version: i16,
+        body: &RequestKind,
+        expect_response: bool,
+    ) -> Result<(BytesMut, Option<oneshot::Receiver<Result<Bytes>>>)> {
         let correlation_id = self.next_correlation_id.fetch_add(1, Ordering::Relaxed) & i32::MAX;
         let header = RequestHeader::default()
             .with_request_api_key(api as i16)
@@ -390,20 +388,25 @@ impl Connection {
             .with_correlation_id(correlation_id)
             .with_client_id(Some(StrBytes::from_string(self.settings.client_id.clone())));
         let mut buf = BytesMut::new();
-        encode_request_frame(&mut buf, &header, &body).map_err(|e| Error::Protocol {
+        encode_request_frame(&mut buf, &header, body).map_err(|e| Error::Protocol {
             broker: self.broker(),
             reason: e.to_string(),
         })?;
-        let rx = {
-            let mut s = lock(&self.shared);
-            if let Some(e) = &s.poisoned {
-                return Err(e.clone());
-            }
+        let mut s = lock(&self.shared);
+        if let Some(e) = &s.poisoned {
+            return Err(e.clone());
+        }
+        let rx = expect_response.then(|| {
             let (tx, rx) = oneshot::channel();
             s.pending.insert(correlation_id, tx);
             rx
-        };
-        if let Err(e) = write_flush(w, &buf).await {
+        });
+        Ok((buf, rx))
+    }
+
+    /// Writes an encoded frame; a failed write poisons the connection.
+    async fn write_frame(&self, w: &mut Writer, api: ApiKey, buf: &[u8]) -> Result<()> {
+        if let Err(e) = write_flush(w, buf).await {
             let err = Error::Connection {
                 broker: self.broker(),
                 reason: format!("writing {api:?}: {e}"),
@@ -411,11 +414,7 @@ impl Connection {
             self.poison(err.clone());
             return Err(err);
         }
-        self.answer(
-            PendingAnswer { api, version, rx },
-            self.settings.request_timeout,
-        )
-        .await
+        Ok(())
     }
 
     /// The writer, for an exchange that must not interleave with requests.

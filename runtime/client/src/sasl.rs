@@ -26,7 +26,7 @@ use crate::conn::Connection;
 use crate::error::{Error, Result};
 use crate::security::{SaslLogin, SaslSettings};
 
-type Writer<'a> = tokio::sync::MutexGuard<'a, Box<dyn tokio::io::AsyncWrite + Send + Unpin>>;
+type Writer<'a> = tokio::sync::MutexGuard<'a, crate::conn::Writer>;
 
 fn auth_error(conn: &Connection, m: Mechanism, reason: impl Into<String>) -> Error {
     Error::Authentication {

@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use rill_protocol::sasl::Mechanism;
+pub use rill_protocol::SecurityProtocol;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
 use rustls::pki_types::pem::PemObject;
@@ -43,56 +44,6 @@ pub fn reauthentications() -> u64 {
 
 pub(crate) fn count_reauthentication() {
     REAUTHENTICATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// `security.protocol`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SecurityProtocol {
-    /// No TLS, no SASL (the default).
-    Plaintext,
-    /// TLS, optionally with a client certificate (mTLS).
-    Ssl,
-    /// SASL over plain TCP.
-    SaslPlaintext,
-    /// SASL over TLS.
-    SaslSsl,
-}
-
-impl SecurityProtocol {
-    /// Kafka's name.
-    pub fn name(self) -> &'static str {
-        match self {
-            SecurityProtocol::Plaintext => "PLAINTEXT",
-            SecurityProtocol::Ssl => "SSL",
-            SecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
-            SecurityProtocol::SaslSsl => "SASL_SSL",
-        }
-    }
-
-    /// Parses Kafka's name (case-insensitive, as Kafka).
-    pub fn parse(s: &str) -> Option<SecurityProtocol> {
-        [
-            SecurityProtocol::Plaintext,
-            SecurityProtocol::Ssl,
-            SecurityProtocol::SaslPlaintext,
-            SecurityProtocol::SaslSsl,
-        ]
-        .into_iter()
-        .find(|p| p.name().eq_ignore_ascii_case(s.trim()))
-    }
-
-    /// Whether the connection is TLS.
-    pub fn uses_tls(self) -> bool {
-        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
-    }
-
-    /// Whether the connection authenticates with SASL.
-    pub fn uses_sasl(self) -> bool {
-        matches!(
-            self,
-            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
-        )
-    }
 }
 
 /// A bearer token for OAUTHBEARER.
@@ -213,6 +164,38 @@ impl std::fmt::Debug for SecurityConfig {
         }
         Ok(())
     }
+}
+
+/// A TLS client configuration for HTTPS calls (a Streams app's REST API):
+/// certificates and host names checked against the CA certificates in the
+/// PEM file `truststore`, or the system's when it is `None`. The error
+/// names the file.
+pub fn https_client_config(
+    truststore: Option<&Path>,
+) -> std::result::Result<Arc<rustls::ClientConfig>, String> {
+    let mut roots = RootCertStore::empty();
+    match truststore {
+        Some(path) => {
+            let bad = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+            for c in CertificateDer::pem_file_iter(path).map_err(|e| bad(&e))? {
+                roots.add(c.map_err(|e| bad(&e))?).map_err(|e| bad(&e))?;
+            }
+            if roots.is_empty() {
+                return Err(bad(&"no PEM certificate in it"));
+            }
+        }
+        None => {
+            for c in rustls_native_certs::load_native_certs().certs {
+                let _ = roots.add(c);
+            }
+        }
+    }
+    let config = rustls::ClientConfig::builder_with_provider(crypto())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
 }
 
 /// Reads a property; the config reader marks it as known.
@@ -512,14 +495,18 @@ struct Jaas {
     options: HashMap<String, String>,
 }
 
+fn skip_whitespace(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) {
+    while chars.peek().is_some_and(|c| c.is_whitespace()) {
+        chars.next();
+    }
+}
+
 /// Parses `<LoginModule class> <flag> key="value" ...;`. Errors never quote
 /// the line (it holds the password).
 fn parse_jaas(line: &str) -> std::result::Result<Jaas, String> {
     let mut chars = line.trim().chars().peekable();
     let mut word = || {
-        while chars.peek().is_some_and(|c| c.is_whitespace()) {
-            chars.next();
-        }
+        skip_whitespace(&mut chars);
         let mut w = String::new();
         while let Some(&c) = chars.peek() {
             if c.is_whitespace() || c == '=' || c == ';' {
@@ -540,9 +527,7 @@ fn parse_jaas(line: &str) -> std::result::Result<Jaas, String> {
     }
     let mut options = HashMap::new();
     loop {
-        while chars.peek().is_some_and(|c| c.is_whitespace()) {
-            chars.next();
-        }
+        skip_whitespace(&mut chars);
         match chars.peek() {
             None | Some(';') => break,
             _ => {}
@@ -555,15 +540,11 @@ fn parse_jaas(line: &str) -> std::result::Result<Jaas, String> {
             key.push(c);
             chars.next();
         }
-        while chars.peek().is_some_and(|c| c.is_whitespace()) {
-            chars.next();
-        }
+        skip_whitespace(&mut chars);
         if chars.next() != Some('=') {
             return Err(format!("option '{key}' has no '=value'"));
         }
-        while chars.peek().is_some_and(|c| c.is_whitespace()) {
-            chars.next();
-        }
+        skip_whitespace(&mut chars);
         let mut value = String::new();
         if chars.peek() == Some(&'"') {
             chars.next();

@@ -16,7 +16,7 @@
 //!   `kafka-protocol` offers (gzip, snappy, lz4, zstd).
 //! - [`error`]: Kafka's error-code enum.
 //! - [`sasl`]: SASL PLAIN, SCRAM-SHA-256/512 and OAUTHBEARER messages for both
-//!   sides of SaslAuthenticate.
+//!   sides of SaslAuthenticate; [`security_protocol`]: `security.protocol`.
 //! - [`alloc`]: a global allocator that turns hostile array lengths into decode
 //!   errors instead of process aborts.
 //!
@@ -55,6 +55,7 @@ pub mod frame;
 pub mod message;
 pub mod records;
 pub mod sasl;
+pub mod security_protocol;
 
 pub use error::{ErrorCode, ErrorCodeExt};
 pub use kafka_protocol;
@@ -62,3 +63,4 @@ pub use kafka_protocol::messages::{
     ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind,
 };
 pub use kafka_protocol::protocol::StrBytes;
+pub use security_protocol::SecurityProtocol;

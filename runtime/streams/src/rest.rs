@@ -69,31 +69,17 @@ impl RestServer {
         let app = router(inner);
         let _guard = handle.enter();
         let listener = tokio::net::TcpListener::from_std(std_listener).map_err(bind_err)?;
-        let stopped = async {
+        let stopped = async move {
             let _ = rx.await;
         };
         match tls {
             Some(acceptor) => {
                 let listener =
                     crate::rest_tls::TlsListener::new(listener, acceptor).map_err(bind_err)?;
-                handle.spawn(async move {
-                    let served = axum::serve(listener, app)
-                        .with_graceful_shutdown(stopped)
-                        .await;
-                    if let Err(e) = served {
-                        tracing::error!("REST server stopped: {e}");
-                    }
-                });
+                handle.spawn(serve(listener, app, stopped));
             }
             None => {
-                handle.spawn(async move {
-                    let served = axum::serve(listener, app)
-                        .with_graceful_shutdown(stopped)
-                        .await;
-                    if let Err(e) = served {
-                        tracing::error!("REST server stopped: {e}");
-                    }
-                });
+                handle.spawn(serve(listener, app, stopped));
             }
         }
         Ok(Self {
@@ -111,6 +97,23 @@ impl RestServer {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
+    }
+}
+
+/// Serves `app` on `listener` (plain or TLS) until `stopped` completes.
+async fn serve<L>(
+    listener: L,
+    app: Router,
+    stopped: impl std::future::Future<Output = ()> + Send + 'static,
+) where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
+    if let Err(e) = axum::serve(listener, app)
+        .with_graceful_shutdown(stopped)
+        .await
+    {
+        tracing::error!("REST server stopped: {e}");
     }
 }
 

@@ -88,33 +88,11 @@ pub(crate) fn peers(cfg: &StreamsConfig, timeout: Duration) -> Result<Peers> {
             agent: builder.build(),
         });
     }
-    let mut roots = rustls::RootCertStore::empty();
-    match &cfg.rest_ssl_truststore {
-        Some(path) => {
-            const KEY: &str = "rest.ssl.truststore.location";
-            for c in CertificateDer::pem_file_iter(path).map_err(|e| file_error(KEY, path, e))? {
-                roots
-                    .add(c.map_err(|e| file_error(KEY, path, e))?)
-                    .map_err(|e| file_error(KEY, path, e))?;
-            }
-            if roots.is_empty() {
-                return Err(file_error(KEY, path, "no PEM certificate in it"));
-            }
-        }
-        None => {
-            for c in rustls_native_certs::load_native_certs().certs {
-                let _ = roots.add(c);
-            }
-        }
-    }
-    let tls = rustls::ClientConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| StreamsError::config("rest.ssl.truststore.location", "", e.to_string()))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let tls = rill_client::security::https_client_config(cfg.rest_ssl_truststore.as_deref())
+        .map_err(|e| StreamsError::config("rest.ssl.truststore.location", "", e))?;
     Ok(Peers {
         scheme: "https",
-        agent: builder.tls_config(Arc::new(tls)).build(),
+        agent: builder.tls_config(tls).build(),
     })
 }
 
