@@ -1,6 +1,6 @@
 //! The state every node of an embedded cluster shares: configuration, cluster
 //! metadata (the controller's view), the partition logs, the producer-id
-//! allocator and the group coordinator.
+//! allocator, the group coordinator and the transaction coordinator.
 //!
 //! Invariants: topic metadata changes go through this type so the metadata,
 //! the logs and the coordinator never disagree about which topics exist; a
@@ -19,6 +19,7 @@ use crate::coordinator::consumer::TopicSource;
 use crate::coordinator::{offsets_partition_for, CoordinatorHost, GroupCoordinator};
 use crate::metadata::{ClusterMetadata, MetaResult, TopicMeta, OFFSETS_TOPIC};
 use crate::storage::{LogManager, PartitionLog};
+use crate::transaction::{TransactionCoordinator, TxnHost, TRANSACTION_STATE_TOPIC};
 
 /// Producer ids are reserved from the persisted high-water mark in blocks,
 /// as Kafka's controller hands out blocks of 1000.
@@ -30,6 +31,13 @@ pub struct Broker {
     pub logs: LogManager,
     producer_ids: Mutex<(i64, i64)>,
     pub coordinator: GroupCoordinator,
+    pub transactions: TransactionCoordinator,
+}
+
+/// Whether `name` is one of the internal topics clients may not write,
+/// delete or resize.
+pub fn is_internal_topic(name: &str) -> bool {
+    name == OFFSETS_TOPIC || name == TRANSACTION_STATE_TOPIC
 }
 
 impl Broker {
@@ -72,6 +80,7 @@ impl Broker {
         info!(cluster_id = %metadata.cluster_id, topics = metadata.topics().count(), "broker state loaded");
         let broker = Arc::new(Self {
             coordinator: GroupCoordinator::new(&config),
+            transactions: TransactionCoordinator::new(&config),
             config,
             metadata: RwLock::new(metadata),
             logs,
@@ -112,7 +121,7 @@ impl Broker {
     ) -> MetaResult<TopicMeta> {
         let mut meta = self.metadata_mut();
         meta.check_new_topic(name, partitions, rf, &assignments, &configs)?;
-        if name.starts_with("__") && name != OFFSETS_TOPIC && !validate_only {
+        if name.starts_with("__") && !is_internal_topic(name) && !validate_only {
             tracing::debug!(
                 topic = name,
                 "creating a topic with a reserved-looking name"
@@ -198,7 +207,7 @@ impl Broker {
     }
 
     pub fn delete_topic(&self, name: &str) -> MetaResult<TopicMeta> {
-        if name == OFFSETS_TOPIC {
+        if is_internal_topic(name) {
             return Err((
                 ErrorCode::InvalidTopicException,
                 format!("the internal topic '{name}' cannot be deleted"),
@@ -219,7 +228,7 @@ impl Broker {
         assignments: Option<Vec<Vec<i32>>>,
         validate_only: bool,
     ) -> MetaResult<()> {
-        if name == OFFSETS_TOPIC {
+        if is_internal_topic(name) {
             return Err((
                 ErrorCode::InvalidTopicException,
                 format!("the internal topic '{name}' cannot be resized"),
@@ -269,25 +278,52 @@ impl Broker {
         (leader >= 0).then_some(leader)
     }
 
-    /// Creates the internal offsets topic on first start.
+    /// The node coordinating `transactional_id`: the leader of its
+    /// `__transaction_state` partition.
+    pub fn transaction_coordinator_node(&self, transactional_id: &str) -> Option<i32> {
+        let meta = self.metadata();
+        let t = meta.topic(TRANSACTION_STATE_TOPIC)?;
+        let p = self.transactions.partition_for(transactional_id) as usize;
+        let leader = t.partitions.get(p)?.leader;
+        (leader >= 0).then_some(leader)
+    }
+
+    /// Creates the internal offsets and transaction-state topics on first start.
     pub fn ensure_offsets_topic(&self) -> MetaResult<()> {
-        if self.metadata().topic(OFFSETS_TOPIC).is_some() {
+        self.ensure_internal_topic(
+            OFFSETS_TOPIC,
+            self.config.offsets_topic_partitions,
+            self.config.offsets_topic_replication_factor,
+        )?;
+        self.ensure_internal_topic(
+            TRANSACTION_STATE_TOPIC,
+            self.config.transaction_state_partitions,
+            self.config.transaction_state_replication_factor,
+        )
+    }
+
+    fn ensure_internal_topic(&self, name: &str, partitions: i32, rf: i16) -> MetaResult<()> {
+        if self.metadata().topic(name).is_some() {
             return Ok(());
         }
         let nodes = self.metadata().alive_nodes().count().max(1);
-        let rf = (self.config.offsets_topic_replication_factor.max(1) as usize).min(nodes) as i16;
+        let rf = (rf.max(1) as usize).min(nodes) as i16;
         let mut configs = BTreeMap::new();
         configs.insert("cleanup.policy".to_string(), "compact".to_string());
         configs.insert("segment.bytes".to_string(), "104857600".to_string());
-        self.create_topic(
-            OFFSETS_TOPIC,
-            self.config.offsets_topic_partitions,
-            rf,
-            vec![],
-            configs,
-            false,
-        )?;
+        self.create_topic(name, partitions, rf, vec![], configs, false)?;
         Ok(())
+    }
+
+    /// A partition's log and leader epoch.
+    fn log_with_epoch(&self, topic: &str, partition: i32) -> Option<(Arc<PartitionLog>, i32)> {
+        let log = self.log(topic, partition)?;
+        let epoch = self
+            .metadata()
+            .topic(topic)
+            .and_then(|t| t.partitions.get(partition as usize).map(|p| p.leader_epoch))
+            .unwrap_or(0);
+        Some((log, epoch))
     }
 
     /// Flushes and closes every log (clean shutdown).
@@ -298,16 +334,34 @@ impl Broker {
 
 impl CoordinatorHost for Broker {
     fn offsets_log(&self, partition: i32) -> Option<(Arc<PartitionLog>, i32)> {
-        let log = self.log(OFFSETS_TOPIC, partition)?;
-        let epoch = self
-            .metadata()
-            .topic(OFFSETS_TOPIC)
-            .and_then(|t| t.partitions.get(partition as usize).map(|p| p.leader_epoch))
-            .unwrap_or(0);
-        Some((log, epoch))
+        self.log_with_epoch(OFFSETS_TOPIC, partition)
     }
 
     fn with_topics(&self, f: &mut dyn FnMut(&dyn TopicSource)) {
         f(&*self.metadata())
+    }
+}
+
+impl TxnHost for Broker {
+    fn state_log(&self, partition: i32) -> Option<(Arc<PartitionLog>, i32)> {
+        self.log_with_epoch(TRANSACTION_STATE_TOPIC, partition)
+    }
+
+    fn data_log(&self, topic: &str, partition: i32) -> Option<(Arc<PartitionLog>, i32)> {
+        self.log_with_epoch(topic, partition)
+    }
+
+    fn new_producer_id(&self) -> io::Result<i64> {
+        self.next_producer_id()
+    }
+
+    fn complete_group_offsets(
+        &self,
+        group: &str,
+        producer_id: i64,
+        commit: bool,
+    ) -> io::Result<()> {
+        self.coordinator
+            .complete_txn_offsets(self, group, producer_id, commit)
     }
 }

@@ -242,14 +242,18 @@ impl EmbeddedCluster {
         }
         broker.ensure_offsets_topic().map_err(|(code, msg)| {
             io::Error::other(format!(
-                "could not create the offsets topic: {code:?}: {msg}"
+                "could not create the internal topics: {code:?}: {msg}"
             ))
         })?;
         {
             let b = broker.clone();
-            tokio::task::spawn_blocking(move || b.coordinator.load(&*b))
-                .await
-                .map_err(io::Error::other)??;
+            // Groups first: finishing a prepared transaction commits offsets.
+            tokio::task::spawn_blocking(move || {
+                b.coordinator.load(&*b)?;
+                b.transactions.load(&*b)
+            })
+            .await
+            .map_err(io::Error::other)??;
         }
         let mut nodes = BTreeMap::new();
         for (id, addrs, bound) in listeners {
@@ -436,10 +440,17 @@ fn spawn_maintenance(broker: Arc<Broker>) -> (watch::Sender<bool>, JoinHandle<()
         logs.tick().await;
         let mut groups = tokio::time::interval(COORDINATOR_TICK);
         groups.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut txns = tokio::time::interval(broker.config.transaction_abort_interval);
+        txns.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
             tokio::select! {
                 _ = rx.changed() => return,
                 _ = groups.tick() => broker.coordinator.tick(&*broker, tokio::time::Instant::now()),
+                _ = txns.tick() => {
+                    // Markers are fsynced: not on a tokio worker.
+                    let b = broker.clone();
+                    let _ = tokio::task::spawn_blocking(move || b.transactions.abort_timed_out(&*b)).await;
+                }
                 _ = logs.tick() => {
                     let b = broker.clone();
                     let _ = tokio::task::spawn_blocking(move || b.logs.maintain(now_ms(), false)).await;

@@ -427,6 +427,16 @@ pub struct BrokerConfig {
     pub offsets_topic_partitions: i32,
     /// `offsets.topic.replication.factor` (capped at the node count).
     pub offsets_topic_replication_factor: i16,
+    /// `transaction.state.log.num.partitions` (KIP-98).
+    pub transaction_state_partitions: i32,
+    /// `transaction.state.log.replication.factor` (capped at the node count).
+    pub transaction_state_replication_factor: i16,
+    /// `transaction.max.timeout.ms`: the largest `transaction.timeout.ms` a
+    /// producer may ask for.
+    pub transaction_max_timeout_ms: i32,
+    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`: how
+    /// often transactions past their timeout are looked for and aborted.
+    pub transaction_abort_interval: Duration,
     /// `group.min.session.timeout.ms`.
     pub group_min_session_timeout_ms: i32,
     /// `group.max.session.timeout.ms`.
@@ -466,6 +476,10 @@ impl Default for BrokerConfig {
             topic_defaults: BTreeMap::new(),
             offsets_topic_partitions: 50,
             offsets_topic_replication_factor: 3,
+            transaction_state_partitions: 50,
+            transaction_state_replication_factor: 3,
+            transaction_max_timeout_ms: 900_000,
+            transaction_abort_interval: Duration::from_secs(10),
             group_min_session_timeout_ms: 6_000,
             group_max_session_timeout_ms: 1_800_000,
             group_initial_rebalance_delay_ms: 3_000,
@@ -508,6 +522,9 @@ impl BrokerConfig {
         }
         if self.offsets_topic_partitions < 1 {
             return Err("offsets.topic.num.partitions must be at least 1".into());
+        }
+        if self.transaction_state_partitions < 1 {
+            return Err("transaction.state.log.num.partitions must be at least 1".into());
         }
         if self.socket_request_max_bytes < 1024 {
             return Err("socket.request.max.bytes must be at least 1024".into());
@@ -641,6 +658,16 @@ impl BrokerConfig {
             "offsets.topic.num.partitions" => self.offsets_topic_partitions = num(key, value, 1)?,
             "offsets.topic.replication.factor" => {
                 self.offsets_topic_replication_factor = num(key, value, 1)?
+            }
+            "transaction.state.log.num.partitions" => {
+                self.transaction_state_partitions = num(key, value, 1)?
+            }
+            "transaction.state.log.replication.factor" => {
+                self.transaction_state_replication_factor = num(key, value, 1)?
+            }
+            "transaction.max.timeout.ms" => self.transaction_max_timeout_ms = ms(1)?,
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms" => {
+                self.transaction_abort_interval = Duration::from_millis(num(key, value, 1)?)
             }
             "group.min.session.timeout.ms" => self.group_min_session_timeout_ms = ms(0)?,
             "group.max.session.timeout.ms" => self.group_max_session_timeout_ms = ms(0)?,

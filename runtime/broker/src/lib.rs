@@ -62,6 +62,7 @@ mod metadata;
 pub mod security;
 mod server;
 mod storage;
+mod transaction;
 
 pub use api::{advertised, SUPPORTED};
 pub use cluster::{EmbeddedCluster, EmbeddedClusterBuilder};
@@ -70,3 +71,4 @@ pub use metadata::OFFSETS_TOPIC;
 pub use rill_protocol::sasl::Mechanism;
 pub use security::{load_users, Listener, SecurityProtocol, SecuritySettings, TlsFiles};
 pub use storage::{CleanStats, MaintenanceStats};
+pub use transaction::TRANSACTION_STATE_TOPIC;

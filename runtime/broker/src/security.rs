@@ -86,6 +86,9 @@ pub enum ResourceType {
     Topic,
     /// A consumer group: join, commit, describe, delete.
     Group,
+    /// A transactional id: InitProducerId, AddPartitionsToTxn,
+    /// AddOffsetsToTxn, EndTxn, TxnOffsetCommit, DescribeTransactions.
+    TransactionalId,
 }
 
 /// One allow rule: a principal may use resources whose name matches
@@ -105,13 +108,14 @@ impl AllowRule {
     pub fn parse(s: &str) -> Result<AllowRule, String> {
         let s = s.trim();
         let err = || {
-            format!("allow rule '{s}' must look like User:<name>:topic:<name or prefix*> or User:<name>:group:<name or prefix*>")
+            format!("allow rule '{s}' must look like User:<name>:topic:<name or prefix*>, User:<name>:group:<name or prefix*> or User:<name>:transactional-id:<name or prefix*>")
         };
         let (rest, pattern) = s.rsplit_once(':').ok_or_else(err)?;
         let (principal, kind) = rest.rsplit_once(':').ok_or_else(err)?;
         let resource = match kind.to_ascii_lowercase().as_str() {
             "topic" => ResourceType::Topic,
             "group" => ResourceType::Group,
+            "transactional-id" | "transactional_id" => ResourceType::TransactionalId,
             _ => return Err(err()),
         };
         if !principal.starts_with("User:") || principal.len() <= 5 || pattern.is_empty() {

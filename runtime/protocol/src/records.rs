@@ -388,6 +388,98 @@ pub fn set_log_append_time(batch: &mut [u8], timestamp: i64) {
     batch[17..21].copy_from_slice(&crc.to_be_bytes());
 }
 
+/// Marks a batch as part of a transaction (attribute bit 4) and recomputes
+/// its CRC: a transactional producer's batches carry it (KIP-98).
+pub fn set_transactional(batch: &mut [u8]) {
+    let attrs = be_i16(batch, 21) | ATTR_TRANSACTIONAL;
+    batch[21..23].copy_from_slice(&attrs.to_be_bytes());
+    let crc = compute_crc(batch);
+    batch[17..21].copy_from_slice(&crc.to_be_bytes());
+}
+
+/// The type of a control record: the two transaction markers (KIP-98).
+/// Kafka's `ControlRecordType`; other types exist for KRaft's own log and
+/// never appear in a data partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ControlRecordType {
+    /// The producer's transaction was aborted: its records in this
+    /// partition since the transaction began are to be skipped by
+    /// `read_committed` readers.
+    Abort,
+    /// The producer's transaction committed.
+    Commit,
+}
+
+impl ControlRecordType {
+    /// The record key: version 0 (i16) and the type (i16: 0 abort, 1 commit).
+    pub fn key(self) -> [u8; 4] {
+        let t: i16 = match self {
+            ControlRecordType::Abort => 0,
+            ControlRecordType::Commit => 1,
+        };
+        let mut k = [0u8; 4];
+        k[2..].copy_from_slice(&t.to_be_bytes());
+        k
+    }
+
+    /// Parses a control record's key; `None` for a type other than the
+    /// transaction markers, or a key too short to hold one.
+    pub fn parse(key: &[u8]) -> Option<Self> {
+        if key.len() < 4 {
+            return None;
+        }
+        match be_i16(key, 2) {
+            0 => Some(ControlRecordType::Abort),
+            1 => Some(ControlRecordType::Commit),
+            _ => None,
+        }
+    }
+}
+
+/// A transaction marker batch as a transaction coordinator writes it: one
+/// control record (key: [`ControlRecordType::key`], value: version 0 and
+/// the coordinator epoch), transactional and control attribute bits set,
+/// the producer's id and epoch, no sequence.
+pub fn control_batch(
+    kind: ControlRecordType,
+    producer_id: i64,
+    producer_epoch: i16,
+    coordinator_epoch: i32,
+    timestamp: i64,
+) -> Bytes {
+    let mut value = [0u8; 6];
+    value[2..].copy_from_slice(&coordinator_epoch.to_be_bytes());
+    let mut b = BatchBuilder::with_capacity(32);
+    b.append(timestamp, Some(&kind.key()), Some(&value), &[]);
+    let built = b
+        .build(
+            Compression::None,
+            ProducerStamp {
+                producer_id,
+                producer_epoch,
+                base_sequence: NO_SEQUENCE,
+            },
+        )
+        .expect("an uncompressed batch always builds");
+    let mut batch = built.to_vec();
+    let attrs = be_i16(&batch, 21) | ATTR_TRANSACTIONAL | ATTR_CONTROL;
+    batch[21..23].copy_from_slice(&attrs.to_be_bytes());
+    let crc = compute_crc(&batch);
+    batch[17..21].copy_from_slice(&crc.to_be_bytes());
+    Bytes::from(batch)
+}
+
+/// The marker type of a control batch (the key of its first record), or
+/// `None` when `batch` is not a readable control batch of a known type.
+pub fn control_batch_type(batch: &Bytes) -> Option<ControlRecordType> {
+    let h = BatchHeader::parse(batch).ok()?;
+    if !h.is_control() {
+        return None;
+    }
+    let recs = decode_records(&batch.slice(..h.total_size().min(batch.len()))).ok()?;
+    ControlRecordType::parse(recs.first()?.key.as_deref()?)
+}
+
 /// Encodes records into one or more v2 batches with the given codec. Offsets
 /// in the records are relative to each other; the broker assigns real ones.
 pub fn encode_records(records: &[Record], compression: Compression) -> Result<Bytes, BatchError> {
@@ -765,6 +857,26 @@ mod tests {
             it.stopped_at(),
             Some((_, BatchError::Truncated { .. }))
         ));
+    }
+
+    #[test]
+    fn control_batches_round_trip() {
+        for kind in [ControlRecordType::Abort, ControlRecordType::Commit] {
+            let b = control_batch(kind, 42, 3, 7, 1_000);
+            let h = validate_batch(&b, true).unwrap();
+            assert!(h.is_control() && h.is_transactional());
+            assert_eq!(
+                (h.producer_id, h.producer_epoch, h.record_count),
+                (42, 3, 1)
+            );
+            assert_eq!(control_batch_type(&b), Some(kind));
+        }
+        let plain = encode_records(&sample(2), Compression::None).unwrap();
+        assert_eq!(control_batch_type(&plain), None);
+        let mut t = plain.to_vec();
+        set_transactional(&mut t);
+        let h = validate_batch(&t, true).unwrap();
+        assert!(h.is_transactional() && !h.is_control());
     }
 
     #[test]

@@ -10,6 +10,9 @@
 //!   FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH on a stale or future
 //!   `current_leader_epoch` (v9+, KIP-320); topics by id from v13
 //!   (UNKNOWN_TOPIC_ID);
+//! - `isolation_level` read_committed (v4+, KIP-98) reads stop at the last
+//!   stable offset, and the aborted transactions overlapping the returned
+//!   batches are listed so the consumer can skip them;
 //! - fetch sessions (KIP-227) are declined: the response carries session id 0,
 //!   so clients send full requests, which Kafka clients support.
 
@@ -20,9 +23,9 @@ use std::time::Duration;
 use futures::future::select_all;
 use futures::Future;
 use rill_protocol::kafka_protocol::messages::fetch_response::{
-    FetchableTopicResponse, LeaderIdAndEpoch, PartitionData,
+    AbortedTransaction, FetchableTopicResponse, LeaderIdAndEpoch, PartitionData,
 };
-use rill_protocol::kafka_protocol::messages::{FetchRequest, FetchResponse};
+use rill_protocol::kafka_protocol::messages::{FetchRequest, FetchResponse, ProducerId};
 use rill_protocol::ErrorCode;
 
 use super::{broker_id, check_leader, Ctx, PartitionCheck};
@@ -104,7 +107,8 @@ pub(super) async fn handle(ctx: &Ctx<'_>, req: FetchRequest) -> FetchResponse {
             n.as_mut().enable();
             waits.push(n);
         }
-        let (parts, bytes, errors) = read_all(ctx, &wanted, &logs, max_bytes);
+        let read_committed = req.isolation_level == 1;
+        let (parts, bytes, errors) = read_all(ctx, &wanted, &logs, max_bytes, read_committed);
         let now = tokio::time::Instant::now();
         if bytes >= min_bytes || errors || now >= deadline || waits.is_empty() {
             let mut topics = topics;
@@ -126,6 +130,7 @@ fn read_all(
     wanted: &[Wanted],
     logs: &[Option<Arc<PartitionLog>>],
     max_bytes: usize,
+    read_committed: bool,
 ) -> (Vec<PartitionData>, usize, bool) {
     let v = ctx.version;
     let meta = ctx.broker.metadata();
@@ -173,12 +178,22 @@ fn read_all(
             }
         }
         let budget = w.max_bytes.min(max_bytes.saturating_sub(total));
-        match log.read(w.offset, budget, total == 0) {
+        match log.read_isolated(w.offset, budget, total == 0, read_committed) {
             Ok(r) => {
                 total += r.records.len();
                 pd.high_watermark = r.high_watermark;
-                if v >= 4 {
-                    pd.last_stable_offset = r.high_watermark;
+                pd.last_stable_offset = r.last_stable_offset;
+                if read_committed {
+                    pd.aborted_transactions = Some(
+                        r.aborted
+                            .iter()
+                            .map(|a| {
+                                AbortedTransaction::default()
+                                    .with_producer_id(ProducerId(a.producer_id))
+                                    .with_first_offset(a.first_offset)
+                            })
+                            .collect(),
+                    );
                 }
                 if v >= 5 {
                     pd.log_start_offset = r.log_start_offset;

@@ -1,7 +1,7 @@
-//! FindCoordinator (key 10): the node leading the offsets-topic partition a
-//! group hashes to; batched keys from v4. Only group keys (type 0) are served:
-//! transaction coordinators do not exist here (TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-//! non-retriable) and share-group keys (type 2) are INVALID_REQUEST.
+//! FindCoordinator (key 10): the node leading the internal-topic partition a
+//! key hashes to — `__consumer_offsets` for group keys (type 0),
+//! `__transaction_state` for transactional ids (type 1, KIP-98); batched
+//! keys from v4. Share-group keys (type 2) are INVALID_REQUEST.
 
 use rill_protocol::kafka_protocol::messages::find_coordinator_response::Coordinator;
 use rill_protocol::kafka_protocol::messages::{FindCoordinatorRequest, FindCoordinatorResponse};
@@ -22,12 +22,13 @@ fn lookup(
             ))
         }
         0 => {}
-        1 => {
+        1 if !ctx.can_transactional_id(key) => {
             return Err((
                 ErrorCode::TransactionalIdAuthorizationFailed,
-                "transactions are not supported by the embedded broker".into(),
+                format!("{} may not use transactional id '{key}'", ctx.principal),
             ))
         }
+        1 => {}
         t => {
             return Err((
                 ErrorCode::InvalidRequest,
@@ -37,9 +38,14 @@ fn lookup(
     }
     // An empty group id is answered too, as Kafka does (its partition is
     // that of ""); the group APIs then refuse it with INVALID_GROUP_ID.
-    let node = ctx.broker.coordinator_node(key).ok_or((
+    let node = if key_type == 1 {
+        ctx.broker.transaction_coordinator_node(key)
+    } else {
+        ctx.broker.coordinator_node(key)
+    };
+    let node = node.ok_or((
         ErrorCode::CoordinatorNotAvailable,
-        format!("no live coordinator for group '{key}'"),
+        format!("no live coordinator for '{key}'"),
     ))?;
     let meta = ctx.broker.metadata();
     let n = meta.nodes.get(&node).filter(|n| n.alive).ok_or((

@@ -1,37 +1,52 @@
-//! InitProducerId (key 22): producer ids for idempotent producers (KIP-98).
+//! InitProducerId (key 22): producer ids for idempotent and transactional
+//! producers (KIP-98).
 //!
-//! As Kafka does for a request without a transactional id, every call gets a
-//! fresh producer id with epoch 0, whatever id and epoch it names (Kafka's
+//! Without a transactional id, as Kafka does, every call gets a fresh
+//! producer id with epoch 0, whatever id and epoch it names (Kafka's
 //! `TransactionCoordinator.handleInitProducerId`: "blindly accept the request
-//! and return a new producerId"). Transactional ids are refused: the
-//! embedded broker has no transaction coordinator, and a clear
-//! non-retriable error beats a client retrying until it times out.
+//! and return a new producerId"); an idempotent producer needs write access
+//! to some topic (Kafka 2.8+). With one, the transaction coordinator keeps
+//! the id's producer id and bumps its epoch, aborting a transaction the
+//! previous producer left open and fencing that producer (v3+ requests
+//! naming their current id and epoch are checked, KIP-360). An empty
+//! transactional id is INVALID_REQUEST.
 
 use rill_protocol::kafka_protocol::messages::{
     InitProducerIdRequest, InitProducerIdResponse, ProducerId,
 };
 use rill_protocol::ErrorCode;
 
-use super::Ctx;
+use super::{txn_coordinator_error, Ctx};
 
 pub(super) fn handle(ctx: &Ctx<'_>, req: InitProducerIdRequest) -> InitProducerIdResponse {
     let mut resp = InitProducerIdResponse::default()
         .with_producer_id(ProducerId(-1))
         .with_producer_epoch(-1);
-    if req.transactional_id.as_ref().is_some_and(|t| t.is_empty()) {
-        // Kafka: an empty transactional id is INVALID_REQUEST, a null one is idempotence.
-        resp.error_code = ErrorCode::InvalidRequest.code();
+    if let Some(id) = req.transactional_id.as_ref() {
+        if let Some((code, msg)) = txn_coordinator_error(ctx, id) {
+            tracing::debug!(client = ctx.client_id, transactional_id = %id.0, error = %msg, "InitProducerId refused");
+            resp.error_code = code.code();
+            return resp;
+        }
+        let expected = (ctx.version >= 3 && req.producer_id.0 >= 0)
+            .then_some((req.producer_id.0, req.producer_epoch));
+        match ctx.broker.transactions.init_producer_id(
+            &**ctx.broker,
+            id,
+            req.transaction_timeout_ms,
+            expected,
+        ) {
+            Ok((pid, epoch)) => {
+                resp.producer_id = ProducerId(pid);
+                resp.producer_epoch = epoch;
+            }
+            Err((code, msg)) => {
+                tracing::debug!(client = ctx.client_id, transactional_id = %id.0, error = %msg, "InitProducerId failed");
+                resp.error_code = code.code();
+            }
+        }
         return resp;
     }
-    if req.transactional_id.is_some() {
-        tracing::debug!(
-            client = ctx.client_id,
-            "InitProducerId with a transactional id refused"
-        );
-        resp.error_code = ErrorCode::TransactionalIdAuthorizationFailed.code();
-        return resp;
-    }
-    // An idempotent producer needs write access to some topic (Kafka 2.8+).
     if !ctx
         .broker
         .config

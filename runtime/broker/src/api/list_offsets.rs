@@ -1,6 +1,7 @@
 //! ListOffsets (key 2): offsets by timestamp.
 //!
-//! Special timestamps, as in Kafka: -1 LATEST (the high watermark), -2
+//! Special timestamps, as in Kafka: -1 LATEST (the high watermark, or the
+//! last stable offset for `isolation_level` read_committed, KIP-98), -2
 //! EARLIEST (the log start offset), -3 MAX_TIMESTAMP (v7+, KIP-734: the
 //! record with the largest timestamp), -4 EARLIEST_LOCAL (v8+, KIP-405: the
 //! local log start, here the same as earliest), -5 EARLIEST_PENDING_UPLOAD
@@ -17,6 +18,7 @@ use super::{check_leader, Ctx, PartitionCheck};
 
 pub(super) fn handle(ctx: &Ctx<'_>, req: ListOffsetsRequest) -> ListOffsetsResponse {
     let v = ctx.version;
+    let read_committed = v >= 2 && req.isolation_level == 1;
     let mut resp = ListOffsetsResponse::default();
     for t in req.topics {
         let topic = ctx.broker.metadata().topic(&t.name).cloned();
@@ -37,6 +39,7 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: ListOffsetsRequest) -> ListOffsetsRespo
                         Some(log) => {
                             let offsets = log.offsets();
                             let found = match p.timestamp {
+                                -1 if read_committed => Ok(Some((offsets.last_stable_offset, -1))),
                                 -1 => Ok(Some((offsets.high_watermark, -1))),
                                 -2 | -4 => Ok(Some((offsets.log_start_offset, -1))),
                                 -3 if v >= 7 => log.max_timestamp_offset(),

@@ -11,6 +11,8 @@
 //! - A handler returns `Ok(None)` only for produce with `acks=0`, which Kafka
 //!   never answers.
 
+mod add_offsets_to_txn;
+mod add_partitions_to_txn;
 mod api_versions;
 mod consumer_group_describe;
 mod consumer_group_heartbeat;
@@ -22,6 +24,9 @@ mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
+mod describe_producers;
+mod describe_transactions;
+mod end_txn;
 mod fetch;
 mod find_coordinator;
 mod heartbeat;
@@ -30,6 +35,7 @@ mod join_group;
 mod leave_group;
 mod list_groups;
 mod list_offsets;
+mod list_transactions;
 mod metadata;
 mod offset_commit;
 mod offset_delete;
@@ -39,6 +45,7 @@ mod produce;
 mod sasl_authenticate;
 mod sasl_handshake;
 mod sync_group;
+mod txn_offset_commit;
 
 use std::sync::Arc;
 
@@ -82,6 +89,13 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ConsumerGroupDescribe, 0, 1),
     (ApiKey::SaslHandshake, 1, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
+    (ApiKey::AddPartitionsToTxn, 0, 5),
+    (ApiKey::AddOffsetsToTxn, 0, 4),
+    (ApiKey::EndTxn, 0, 5),
+    (ApiKey::TxnOffsetCommit, 0, 5),
+    (ApiKey::DescribeProducers, 0, 0),
+    (ApiKey::DescribeTransactions, 0, 0),
+    (ApiKey::ListTransactions, 0, 2),
 ];
 
 /// The accepted version range of an API, `None` if the API is not served.
@@ -114,6 +128,15 @@ impl Ctx<'_> {
             self.principal,
             crate::security::ResourceType::Topic,
             name,
+        )
+    }
+
+    /// Whether the principal may use transactional id `id`.
+    pub fn can_transactional_id(&self, id: &str) -> bool {
+        self.broker.config.security.authorization.allows(
+            self.principal,
+            crate::security::ResourceType::TransactionalId,
+            id,
         )
     }
 
@@ -179,6 +202,25 @@ pub(crate) async fn handle(ctx: &Ctx<'_>, body: RequestKind) -> HandlerResult {
         }
         RequestKind::FindCoordinator(r) => {
             ResponseKind::FindCoordinator(find_coordinator::handle(ctx, r))
+        }
+        RequestKind::AddPartitionsToTxn(r) => {
+            ResponseKind::AddPartitionsToTxn(add_partitions_to_txn::handle(ctx, r))
+        }
+        RequestKind::AddOffsetsToTxn(r) => {
+            ResponseKind::AddOffsetsToTxn(add_offsets_to_txn::handle(ctx, r))
+        }
+        RequestKind::EndTxn(r) => ResponseKind::EndTxn(end_txn::handle(ctx, r)),
+        RequestKind::TxnOffsetCommit(r) => {
+            ResponseKind::TxnOffsetCommit(txn_offset_commit::handle(ctx, r))
+        }
+        RequestKind::DescribeProducers(r) => {
+            ResponseKind::DescribeProducers(describe_producers::handle(ctx, r))
+        }
+        RequestKind::DescribeTransactions(r) => {
+            ResponseKind::DescribeTransactions(describe_transactions::handle(ctx, r))
+        }
+        RequestKind::ListTransactions(r) => {
+            ResponseKind::ListTransactions(list_transactions::handle(ctx, r))
         }
         RequestKind::OffsetCommit(r) => ResponseKind::OffsetCommit(offset_commit::handle(ctx, r)),
         RequestKind::OffsetFetch(r) => ResponseKind::OffsetFetch(offset_fetch::handle(ctx, r)),
@@ -246,6 +288,40 @@ pub(crate) fn group_coordinator_error(ctx: &Ctx<'_>, group: &str) -> Option<Erro
         Some(n) if n == ctx.node_id => None,
         Some(_) => Some(ErrorCode::NotCoordinator),
         None => Some(ErrorCode::CoordinatorNotAvailable),
+    }
+}
+
+/// Why this node cannot serve a request about `transactional_id` (Kafka's
+/// order: authorisation, then the coordinator check), or `None`.
+pub(crate) fn txn_coordinator_error(
+    ctx: &Ctx<'_>,
+    transactional_id: &str,
+) -> Option<(ErrorCode, String)> {
+    if !ctx.can_transactional_id(transactional_id) {
+        return Some((
+            ErrorCode::TransactionalIdAuthorizationFailed,
+            format!(
+                "{} may not use transactional id '{transactional_id}'",
+                ctx.principal
+            ),
+        ));
+    }
+    if transactional_id.is_empty() {
+        return Some((
+            ErrorCode::InvalidRequest,
+            "the transactional id is empty".into(),
+        ));
+    }
+    match ctx.broker.transaction_coordinator_node(transactional_id) {
+        Some(n) if n == ctx.node_id => None,
+        Some(n) => Some((
+            ErrorCode::NotCoordinator,
+            format!("node {n} coordinates transactional id '{transactional_id}'"),
+        )),
+        None => Some((
+            ErrorCode::CoordinatorNotAvailable,
+            format!("no live coordinator for transactional id '{transactional_id}'"),
+        )),
     }
 }
 

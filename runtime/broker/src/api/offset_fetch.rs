@@ -1,6 +1,9 @@
 //! OffsetFetch (key 9): a group's committed offsets, for listed partitions or
 //! all (null topics); one group per request before v8, batched groups from v8.
 //! A partition without a commit reads offset -1 with empty metadata.
+//! With `require_stable` (v7+, KIP-447) a partition whose offset an open
+//! transaction has staged answers UNSTABLE_OFFSET_COMMIT, so a
+//! `read_committed` consumer waits rather than start before that commit.
 
 use rill_protocol::kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
@@ -56,8 +59,23 @@ fn by_topic(rows: Fetched) -> ByTopic {
     out
 }
 
+/// UNSTABLE_OFFSET_COMMIT for a partition with a staged transactional offset.
+fn stability(ctx: &Ctx<'_>, require_stable: bool, group: &str, topic: &str, p: i32) -> i16 {
+    if require_stable
+        && ctx
+            .broker
+            .coordinator
+            .has_pending_txn_offset(group, topic, p)
+    {
+        ErrorCode::UnstableOffsetCommit.code()
+    } else {
+        0
+    }
+}
+
 pub(super) fn handle(ctx: &Ctx<'_>, req: OffsetFetchRequest) -> OffsetFetchResponse {
     let v = ctx.version;
+    let require_stable = v >= 7 && req.require_stable;
     let mut resp = OffsetFetchResponse::default();
     if v < 8 {
         let wanted = req.topics.map(|ts| {
@@ -88,6 +106,8 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: OffsetFetchRequest) -> OffsetFetchRespo
                                             r.committed_leader_epoch =
                                                 c.as_ref().map_or(-1, |c| c.leader_epoch);
                                         }
+                                        r.error_code =
+                                            stability(ctx, require_stable, &req.group_id, &t, p);
                                         r
                                     })
                                     .collect(),
@@ -141,6 +161,13 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: OffsetFetchRequest) -> OffsetFetchRespo
                                                 .as_ref()
                                                 .and_then(|c| c.metadata.clone())
                                                 .unwrap_or_default())))
+                                            .with_error_code(stability(
+                                                ctx,
+                                                require_stable,
+                                                &g.group_id,
+                                                &t,
+                                                p,
+                                            ))
                                     })
                                     .collect(),
                             )

@@ -6,8 +6,15 @@
 //! current leader from v10, KIP-951), `acks=all` needs `min.insync.replicas`
 //! live replicas (NOT_ENOUGH_REPLICAS), then the log validates the batch (CRC,
 //! magic, size, timestamps, keys on compacted topics, producer sequence).
-//! `acks` other than -1, 0, 1 is INVALID_REQUIRED_ACKS; transactional
-//! produce is refused (transactions are not supported by the embedded broker).
+//! `acks` other than -1, 0, 1 is INVALID_REQUIRED_ACKS.
+//!
+//! Transactional produce (KIP-98): the request names the transactional id
+//! (TRANSACTIONAL_ID_AUTHORIZATION_FAILED without access), its batches
+//! must be transactional, and each is appended through the transaction
+//! coordinator's check (KIP-890 part 1): a stale epoch is
+//! INVALID_PRODUCER_EPOCH, a partition outside the open transaction
+//! INVALID_TXN_STATE — except from v12 (transaction version 2), where the
+//! first batch adds the partition (KIP-890 part 2).
 //! With `acks=0` nothing is sent back, as in Kafka.
 
 use rill_protocol::kafka_protocol::messages::produce_response::{
@@ -18,8 +25,9 @@ use rill_protocol::ErrorCode;
 use tracing::debug;
 
 use super::{broker_id, check_leader, sb, Ctx, PartitionCheck};
+use crate::broker::is_internal_topic;
 use crate::clock::now_ms;
-use crate::metadata::OFFSETS_TOPIC;
+use rill_protocol::records::BatchHeader;
 
 fn failed(
     v: i16,
@@ -65,13 +73,18 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: ProduceRequest) -> Option<ProduceRespon
                         Some(format!("acks={acks} is not -1, 0 or 1")),
                     );
                 }
-                if req.transactional_id.is_some() {
-                    return failed(
-                        v,
-                        idx,
-                        ErrorCode::TransactionalIdAuthorizationFailed,
-                        Some("transactions are not supported by the embedded broker".into()),
-                    );
+                if let Some(id) = req.transactional_id.as_ref() {
+                    if !ctx.can_transactional_id(id) {
+                        return failed(
+                            v,
+                            idx,
+                            ErrorCode::TransactionalIdAuthorizationFailed,
+                            Some(format!(
+                                "{} may not use transactional id '{}'",
+                                ctx.principal, id.0
+                            )),
+                        );
+                    }
                 }
                 let name = topic
                     .as_ref()
@@ -87,12 +100,12 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: ProduceRequest) -> Option<ProduceRespon
                     };
                     return failed(v, idx, code, None);
                 };
-                if t.name == OFFSETS_TOPIC {
+                if is_internal_topic(&t.name) {
                     return failed(
                         v,
                         idx,
                         ErrorCode::InvalidTopicException,
-                        Some(format!("cannot append to internal topic {OFFSETS_TOPIC}")),
+                        Some(format!("cannot append to internal topic {}", t.name)),
                     );
                 }
                 let p = match check_leader(t, idx, ctx.node_id, -1) {
@@ -127,7 +140,50 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: ProduceRequest) -> Option<ProduceRespon
                 let Some(records) = pd.records else {
                     return failed(v, idx, ErrorCode::InvalidRecord, Some("no records".into()));
                 };
-                match log.append(records.to_vec(), p.leader_epoch, now_ms()) {
+                let header = BatchHeader::parse(&records).ok();
+                let txn = header.filter(|h| h.is_transactional() && !h.is_control());
+                let appended = match (req.transactional_id.as_ref(), txn) {
+                    (Some(id), Some(h)) => ctx
+                        .broker
+                        .transactions
+                        .append_transactional(
+                            &**ctx.broker,
+                            id,
+                            h.producer_id,
+                            h.producer_epoch,
+                            (&t.name, idx),
+                            v >= 12,
+                            || log.append(records.to_vec(), p.leader_epoch, now_ms()),
+                        )
+                        .map_err(|(code, message)| {
+                            crate::storage::log::AppendError { code, message }
+                        })
+                        .and_then(|r| r),
+                    (None, Some(_)) => {
+                        return failed(
+                            v,
+                            idx,
+                            ErrorCode::InvalidRecord,
+                            Some(format!(
+                                "a transactional record batch for {}-{idx} needs the request's transactional id",
+                                t.name
+                            )),
+                        )
+                    }
+                    (Some(id), None) if header.is_some() => {
+                        return failed(
+                            v,
+                            idx,
+                            ErrorCode::InvalidRecord,
+                            Some(format!(
+                                "a produce request with transactional id '{}' carries a non-transactional batch for {}-{idx}",
+                                id.0, t.name
+                            )),
+                        )
+                    }
+                    _ => log.append(records.to_vec(), p.leader_epoch, now_ms()),
+                };
+                match appended {
                     Ok(info) => {
                         let mut r = PartitionProduceResponse::default()
                             .with_index(idx)

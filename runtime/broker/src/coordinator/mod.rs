@@ -76,6 +76,9 @@ pub fn offsets_partition_for(group_id: &str, partitions: usize) -> usize {
 pub struct Group {
     pub id: String,
     pub offsets: BTreeMap<(String, i32), CommittedOffset>,
+    /// Offsets staged by TxnOffsetCommit, per producer id, until the
+    /// transaction's end commits or drops them (KIP-98/447).
+    pub pending_txn: BTreeMap<i64, BTreeMap<(String, i32), CommittedOffset>>,
     pub classic: ClassicGroup,
     /// Present once a member joined with the consumer protocol.
     pub consumer: Option<consumer::ConsumerGroup>,
@@ -86,6 +89,7 @@ impl Group {
         Self {
             id: id.to_string(),
             offsets: BTreeMap::new(),
+            pending_txn: BTreeMap::new(),
             classic: ClassicGroup::new(id),
             consumer: None,
         }
@@ -213,6 +217,19 @@ enum StoredKey {
         group: String,
         member: String,
     },
+    /// Offsets a transaction staged (value: a list of [`StagedOffset`]).
+    PendingTxn {
+        group: String,
+        producer_id: i64,
+    },
+}
+
+/// One offset staged by a transaction, as stored in `__consumer_offsets`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct StagedOffset {
+    topic: String,
+    partition: i32,
+    offset: CommittedOffset,
 }
 
 impl GroupCoordinator {
@@ -326,6 +343,29 @@ impl GroupCoordinator {
                                 serde_json::from_slice::<consumer::MemberRecord>(v).ok()
                             });
                             consumer_members.insert((group, member), v);
+                        }
+                        StoredKey::PendingTxn { group, producer_id } => {
+                            let g = groups
+                                .entry(group.clone())
+                                .or_insert_with(|| Group::new(&group));
+                            match r
+                                .value
+                                .as_ref()
+                                .and_then(|v| serde_json::from_slice::<Vec<StagedOffset>>(v).ok())
+                            {
+                                Some(staged) => {
+                                    g.pending_txn.insert(
+                                        producer_id,
+                                        staged
+                                            .into_iter()
+                                            .map(|s| ((s.topic, s.partition), s.offset))
+                                            .collect(),
+                                    );
+                                }
+                                None => {
+                                    g.pending_txn.remove(&producer_id);
+                                }
+                            }
                         }
                     }
                 }
@@ -764,6 +804,104 @@ impl GroupCoordinator {
         }
         debug!(group, "committed offsets");
         Ok(())
+    }
+
+    /// TxnOffsetCommit: stages offsets for `producer_id`'s transaction
+    /// (durably); they are committed or dropped when it ends.
+    pub fn stage_txn_offsets(
+        &self,
+        host: &dyn CoordinatorHost,
+        group: &str,
+        producer_id: i64,
+        commits: Vec<(String, i32, CommittedOffset)>,
+    ) -> io::Result<()> {
+        let mut staged = self
+            .groups()
+            .get(group)
+            .and_then(|g| g.pending_txn.get(&producer_id).cloned())
+            .unwrap_or_default();
+        for (t, p, c) in commits {
+            staged.insert((t, p), c);
+        }
+        let value: Vec<StagedOffset> = staged
+            .iter()
+            .map(|((t, p), c)| StagedOffset {
+                topic: t.clone(),
+                partition: *p,
+                offset: c.clone(),
+            })
+            .collect();
+        let key = serde_json::to_vec(&StoredKey::PendingTxn {
+            group: group.to_string(),
+            producer_id,
+        })
+        .expect("keys serialize");
+        let value = serde_json::to_vec(&value).expect("offsets serialize");
+        self.persist(host, group, vec![(key, Some(value))])?;
+        let mut groups = self.groups();
+        let g = groups
+            .entry(group.to_string())
+            .or_insert_with(|| Group::new(group));
+        g.pending_txn.insert(producer_id, staged);
+        Ok(())
+    }
+
+    /// The end of `producer_id`'s transaction: its staged offsets for
+    /// `group` become committed offsets (`commit`) or are dropped.
+    pub fn complete_txn_offsets(
+        &self,
+        host: &dyn CoordinatorHost,
+        group: &str,
+        producer_id: i64,
+        commit: bool,
+    ) -> io::Result<()> {
+        let staged = self
+            .groups()
+            .get(group)
+            .and_then(|g| g.pending_txn.get(&producer_id).cloned());
+        let Some(staged) = staged else {
+            return Ok(());
+        };
+        let mut entries: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
+        if commit {
+            for ((t, p), c) in &staged {
+                entries.push((
+                    Self::offset_key(group, t, *p),
+                    Some(serde_json::to_vec(c).expect("offsets serialize")),
+                ));
+            }
+        }
+        entries.push((
+            serde_json::to_vec(&StoredKey::PendingTxn {
+                group: group.to_string(),
+                producer_id,
+            })
+            .expect("keys serialize"),
+            None,
+        ));
+        self.persist(host, group, entries)?;
+        let mut groups = self.groups();
+        if let Some(g) = groups.get_mut(group) {
+            g.pending_txn.remove(&producer_id);
+            if commit {
+                g.offsets.extend(staged);
+            }
+        }
+        debug!(
+            group,
+            producer_id, commit, "completed transactional offsets"
+        );
+        Ok(())
+    }
+
+    /// Whether an open transaction has staged an offset for the partition
+    /// (OffsetFetch with `require_stable` answers UNSTABLE_OFFSET_COMMIT, KIP-447).
+    pub fn has_pending_txn_offset(&self, group: &str, topic: &str, partition: i32) -> bool {
+        self.groups().get(group).is_some_and(|g| {
+            g.pending_txn
+                .values()
+                .any(|m| m.contains_key(&(topic.to_string(), partition)))
+        })
     }
 
     /// Committed offsets of `group`: for the given partitions, or all when `None`.

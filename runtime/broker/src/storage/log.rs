@@ -25,14 +25,17 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
-use rill_protocol::records::{self, validate_batch, BatchError, BatchHeader, BatchIter};
+use rill_protocol::records::{
+    self, validate_batch, BatchError, BatchHeader, BatchIter, ControlRecordType,
+};
 use rill_protocol::ErrorCode;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
-use super::producer_state::{ProducerStateManager, SequenceCheck};
+use super::producer_state::{ProducerStateManager, ProducerSummary, SequenceCheck};
 use super::segment::{file_stem, Segment};
+use super::txn_index::{AbortedTxn, TxnIndex};
 use crate::config::LogSettings;
 
 /// Why an append was refused; `code` goes on the wire, `message` in logs and
@@ -68,6 +71,11 @@ pub struct ReadResult {
     pub records: Bytes,
     pub high_watermark: i64,
     pub log_start_offset: i64,
+    /// First offset of the earliest open transaction, or the high watermark.
+    pub last_stable_offset: i64,
+    /// For `read_committed` reads: aborted transactions overlapping the
+    /// records returned (empty otherwise).
+    pub aborted: Vec<AbortedTxn>,
 }
 
 /// Offsets a reader can see right now.
@@ -75,6 +83,8 @@ pub struct ReadResult {
 pub struct LogOffsets {
     pub log_start_offset: i64,
     pub high_watermark: i64,
+    /// Where `read_committed` readers stop (KIP-98).
+    pub last_stable_offset: i64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -99,6 +109,10 @@ struct Checkpoint {
     cleaner_checkpoint: i64,
     epochs: Vec<EpochEntry>,
     producers: ProducerStateManager,
+    /// Open and aborted transactions (absent in checkpoints written before
+    /// transactions were supported: replay from the recovery point fills it).
+    #[serde(default)]
+    txns: TxnIndex,
 }
 
 pub(super) struct LogInner {
@@ -107,6 +121,7 @@ pub(super) struct LogInner {
     pub log_start_offset: i64,
     pub next_offset: i64,
     producers: ProducerStateManager,
+    txns: TxnIndex,
     epochs: Vec<EpochEntry>,
     /// Offsets below this have been compacted (Kafka's cleaner-offset-checkpoint).
     pub cleaner_checkpoint: i64,
@@ -227,16 +242,24 @@ impl PartitionLog {
         let checkpoint: Option<Checkpoint> = fs::read(dir.join("state.json"))
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok());
-        let (recovery_point, mut producers, mut epochs, log_start, cleaner_checkpoint) =
+        let (recovery_point, mut producers, mut txns, mut epochs, log_start, cleaner_checkpoint) =
             match checkpoint {
                 Some(c) => (
                     c.recovery_point,
                     c.producers,
+                    c.txns,
                     c.epochs,
                     c.log_start_offset,
                     c.cleaner_checkpoint,
                 ),
-                None => (0, ProducerStateManager::default(), Vec::new(), 0, 0),
+                None => (
+                    0,
+                    ProducerStateManager::default(),
+                    TxnIndex::default(),
+                    Vec::new(),
+                    0,
+                    0,
+                ),
             };
         // Recover from the segment holding the recovery point onward.
         let first_to_recover = bases
@@ -258,16 +281,20 @@ impl PartitionLog {
                     base,
                     settings.index_interval_bytes,
                     false,
-                    &mut |_| {},
+                    &mut |_, _| {},
                 )?
                 .0
                 .delete()?;
                 continue;
             }
             let recover = base >= first_to_recover;
-            let mut on_batch = |h: &BatchHeader| {
+            let mut on_batch = |h: &BatchHeader, marker: Option<ControlRecordType>| {
                 if h.base_offset >= recovery_point {
                     producers.record(h);
+                    if h.is_control() {
+                        producers.note_marker(h.producer_id, h.producer_epoch);
+                    }
+                    txns.on_batch(h, marker);
                     note_epoch(&mut epochs, h.partition_leader_epoch, h.base_offset);
                 }
             };
@@ -298,6 +325,8 @@ impl PartitionLog {
         inner.log_start_offset = inner.log_start_offset.min(next_offset);
         inner.producers = producers;
         inner.producers.truncate_from(next_offset);
+        txns.truncate_from(next_offset);
+        inner.txns = txns;
         epochs.retain(|e| e.start_offset <= next_offset);
         inner.epochs = epochs;
         inner.cleaner_checkpoint = cleaner_checkpoint.min(next_offset);
@@ -336,7 +365,80 @@ impl PartitionLog {
         LogOffsets {
             log_start_offset: inner.log_start_offset,
             high_watermark: inner.next_offset,
+            last_stable_offset: inner.txns.last_stable_offset(inner.next_offset),
         }
+    }
+
+    /// Producers with state here, for DescribeProducers (KIP-664).
+    pub fn active_producers(&self) -> Vec<ProducerSummary> {
+        let inner = self.lock();
+        inner
+            .producers
+            .summaries()
+            .into_iter()
+            .map(|mut p| {
+                p.current_txn_start_offset = inner.txns.open_since(p.producer_id).unwrap_or(-1);
+                p
+            })
+            .collect()
+    }
+
+    /// Writes a transaction marker for `producer_id` (KIP-98), as the
+    /// transaction coordinator does at the end of a transaction. A marker
+    /// with an epoch older than the producer's is INVALID_PRODUCER_EPOCH;
+    /// a newer one fences the older epoch's later appends here.
+    pub fn append_marker(
+        &self,
+        kind: ControlRecordType,
+        producer_id: i64,
+        producer_epoch: i16,
+        coordinator_epoch: i32,
+        leader_epoch: i32,
+        now_ms: i64,
+    ) -> Result<i64, AppendError> {
+        let tp = self.name();
+        let mut inner = self.lock();
+        if let Some(current) = inner.producers.epoch_of(producer_id) {
+            if producer_epoch < current {
+                return Err(AppendError::new(
+                    ErrorCode::InvalidProducerEpoch,
+                    format!("marker for producer {producer_id} epoch {producer_epoch} is older than epoch {current} on {tp}"),
+                ));
+            }
+        }
+        let mut batch =
+            records::control_batch(kind, producer_id, producer_epoch, coordinator_epoch, now_ms)
+                .to_vec();
+        if self.should_roll(&inner, batch.len(), 0, now_ms) {
+            self.roll(&mut inner, now_ms)
+                .map_err(|e| self.append_io_err(&tp, e))?;
+        }
+        let offset = inner.next_offset;
+        records::set_base_offset(&mut batch, offset);
+        records::set_partition_leader_epoch(&mut batch, leader_epoch);
+        let stamped = BatchHeader::parse(&batch).expect("a marker batch has a header");
+        let interval = inner.settings.index_interval_bytes;
+        let active = inner
+            .segments
+            .values_mut()
+            .next_back()
+            .expect("a log always has a segment");
+        active
+            .append(&batch, &stamped, interval, now_ms)
+            .map_err(|e| self.append_io_err(&tp, e))?;
+        inner.next_offset = stamped.next_offset();
+        inner.producers.note_marker(producer_id, producer_epoch);
+        inner.txns.on_batch(&stamped, Some(kind));
+        note_epoch(&mut inner.epochs, leader_epoch, offset);
+        // Markers decide what read_committed readers see: make them durable
+        // now rather than at the next flush interval.
+        let active = inner.segments.values().next_back().unwrap();
+        active.fsync().map_err(|e| self.append_io_err(&tp, e))?;
+        inner.unflushed_messages = 0;
+        inner.last_flush_ms = now_ms;
+        drop(inner);
+        self.appended.notify_waiters();
+        Ok(offset)
     }
 
     #[cfg(test)]
@@ -417,6 +519,7 @@ impl PartitionLog {
         }
         inner.next_offset = stamped.next_offset();
         inner.producers.record(&stamped);
+        inner.txns.on_batch(&stamped, None);
         note_epoch(&mut inner.epochs, leader_epoch, base_offset);
         inner.unflushed_messages += stamped.record_count as i64;
         if inner.unflushed_messages >= settings.flush_messages
@@ -484,10 +587,10 @@ impl PartitionLog {
                 format!("clients may not write control batches ({tp})"),
             ));
         }
-        if h.is_transactional() {
+        if h.is_transactional() && !h.has_producer_id() {
             return Err(AppendError::new(
                 ErrorCode::InvalidRecord,
-                format!("transactional produce to {tp} is not supported by the embedded broker"),
+                format!("transactional record batch for {tp} carries no producer id"),
             ));
         }
         if !settings.log_append_time {
@@ -573,11 +676,48 @@ impl PartitionLog {
         max_bytes: usize,
         min_one_batch: bool,
     ) -> Result<ReadResult, ReadError> {
+        self.read_isolated(offset, max_bytes, min_one_batch, false)
+    }
+
+    /// [`Self::read`] for a reader at an isolation level: `read_committed`
+    /// reads stop at the last stable offset and carry the aborted
+    /// transactions overlapping what they return (KIP-98).
+    pub fn read_isolated(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        min_one_batch: bool,
+        read_committed: bool,
+    ) -> Result<ReadResult, ReadError> {
         let inner = self.lock();
-        let result = |records: Bytes| ReadResult {
-            records,
-            high_watermark: inner.next_offset,
-            log_start_offset: inner.log_start_offset,
+        let lso = inner.txns.last_stable_offset(inner.next_offset);
+        let upper = if read_committed {
+            lso
+        } else {
+            inner.next_offset
+        };
+        let result = |mut records: Bytes| {
+            let mut aborted = Vec::new();
+            if read_committed && !records.is_empty() {
+                // Whole batches below the LSO only.
+                let keep = BatchIter::new(&records)
+                    .take_while(|(_, h)| h.base_offset < upper)
+                    .map(|(p, h)| p + h.total_size())
+                    .last()
+                    .unwrap_or(0);
+                records.truncate(keep);
+                let end = BatchIter::new(&records)
+                    .last()
+                    .map_or(offset, |(_, h)| h.next_offset());
+                aborted = inner.txns.aborted_between(offset, end);
+            }
+            ReadResult {
+                records,
+                high_watermark: inner.next_offset,
+                log_start_offset: inner.log_start_offset,
+                last_stable_offset: lso,
+                aborted,
+            }
         };
         if offset < inner.log_start_offset || offset > inner.next_offset {
             return Err(ReadError::OutOfRange(OutOfRange {
@@ -586,7 +726,7 @@ impl PartitionLog {
                 log_end_offset: inner.next_offset,
             }));
         }
-        if offset == inner.next_offset {
+        if offset >= upper {
             return Ok(result(Bytes::new()));
         }
         let start_base = inner
@@ -695,6 +835,7 @@ impl PartitionLog {
             }
             let start = inner.log_start_offset;
             inner.producers.evict_before(start);
+            inner.txns.evict_before(start);
             if let Err(e) = self.write_checkpoint(&inner) {
                 warn!(partition = %self.name(), error = %e, "could not write checkpoint");
             }
@@ -770,6 +911,7 @@ impl PartitionLog {
         if n > 0 {
             let start = inner.log_start_offset;
             inner.producers.evict_before(start);
+            inner.txns.evict_before(start);
             self.write_checkpoint(&inner)?;
             info!(partition = %self.name(), segments = n, log_start = start, "retention deleted segments");
         }
@@ -829,6 +971,7 @@ impl PartitionLog {
             cleaner_checkpoint: inner.cleaner_checkpoint,
             epochs: inner.epochs.clone(),
             producers: inner.producers.clone(),
+            txns: inner.txns.clone(),
         };
         let bytes = serde_json::to_vec(&cp).map_err(io::Error::other)?;
         let tmp = dir.join("state.json.tmp");
@@ -891,6 +1034,7 @@ impl LogInner {
             log_start_offset,
             next_offset,
             producers: ProducerStateManager::default(),
+            txns: TxnIndex::default(),
             epochs: Vec::new(),
             cleaner_checkpoint: 0,
             unflushed_messages: 0,

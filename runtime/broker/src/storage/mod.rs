@@ -12,6 +12,7 @@ pub(crate) mod producer_state;
 pub(crate) mod segment;
 #[cfg(test)]
 mod tests;
+pub(crate) mod txn_index;
 
 use std::collections::HashMap;
 use std::io;

@@ -39,6 +39,17 @@ pub(crate) struct ProducerEntry {
     pub batches: VecDeque<BatchMeta>,
 }
 
+/// One producer's state in a partition, as DescribeProducers reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProducerSummary {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub last_sequence: i32,
+    pub last_timestamp: i64,
+    /// First offset of its open transaction here, -1 when none.
+    pub current_txn_start_offset: i64,
+}
+
 /// The outcome of checking a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum SequenceCheck {
@@ -128,6 +139,42 @@ impl ProducerStateManager {
         });
     }
 
+    /// A transaction marker for `producer_id` at `epoch`: a newer epoch (the
+    /// coordinator fenced the producer, or bumped its epoch at the end of a
+    /// transaction, KIP-890) replaces the old one, whose later batches are
+    /// then INVALID_PRODUCER_EPOCH; the new epoch starts at sequence 0.
+    pub fn note_marker(&mut self, producer_id: i64, epoch: i16) {
+        let entry = self.producers.entry(producer_id).or_default();
+        if epoch > entry.epoch || entry.batches.is_empty() {
+            if epoch != entry.epoch {
+                entry.batches.clear();
+            }
+            entry.epoch = epoch;
+        }
+    }
+
+    /// The epoch last seen for `producer_id`.
+    pub fn epoch_of(&self, producer_id: i64) -> Option<i16> {
+        self.producers.get(&producer_id).map(|e| e.epoch)
+    }
+
+    /// Every producer's epoch and last batch, for DescribeProducers.
+    pub fn summaries(&self) -> Vec<ProducerSummary> {
+        let mut out: Vec<ProducerSummary> = self
+            .producers
+            .iter()
+            .map(|(id, e)| ProducerSummary {
+                producer_id: *id,
+                producer_epoch: e.epoch,
+                last_sequence: e.batches.back().map_or(-1, |b| b.last_seq),
+                last_timestamp: e.batches.back().map_or(-1, |b| b.max_timestamp),
+                current_txn_start_offset: -1,
+            })
+            .collect();
+        out.sort_by_key(|p| p.producer_id);
+        out
+    }
+
     /// Forgets producers whose last batch lies before `log_start_offset`.
     pub fn evict_before(&mut self, log_start_offset: i64) {
         self.producers.retain(|_, e| {
@@ -142,7 +189,8 @@ impl ProducerStateManager {
         for e in self.producers.values_mut() {
             e.batches.retain(|b| b.last_offset < offset);
         }
-        self.producers.retain(|_, e| !e.batches.is_empty());
+        // Entries left without batches keep their epoch: a marker may have
+        // fenced an older epoch, which must stay fenced after a restart.
     }
 
     pub fn len(&self) -> usize {

@@ -21,7 +21,9 @@ use std::io::{self, BufReader, Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use rill_protocol::records::{validate_batch, BatchHeader, BATCH_HEADER_LEN};
+use rill_protocol::records::{
+    self, validate_batch, BatchHeader, ControlRecordType, BATCH_HEADER_LEN,
+};
 
 /// Storage behind a segment.
 enum Data {
@@ -110,7 +112,7 @@ impl Segment {
         base_offset: i64,
         index_interval: u64,
         recover: bool,
-        on_batch: &mut dyn FnMut(&BatchHeader),
+        on_batch: &mut dyn FnMut(&BatchHeader, Option<ControlRecordType>),
     ) -> io::Result<(Self, Option<String>)> {
         let file = OpenOptions::new().read(true).write(true).open(path)?;
         let meta = file.metadata()?;
@@ -205,7 +207,7 @@ impl Segment {
         &mut self,
         index_interval: u64,
         validate: bool,
-        on_batch: &mut dyn FnMut(&BatchHeader),
+        on_batch: &mut dyn FnMut(&BatchHeader, Option<ControlRecordType>),
     ) -> io::Result<Option<String>> {
         self.index.clear();
         self.time_index.clear();
@@ -242,7 +244,16 @@ impl Segment {
             }
             for (pos, h) in headers {
                 self.note_batch(pos, &h, index_interval);
-                on_batch(&h);
+                // Markers are rare and tiny: reading them back is what lets
+                // recovery rebuild the aborted-transaction index.
+                let marker = if h.is_control() {
+                    self.read_at(pos, h.total_size())
+                        .ok()
+                        .and_then(|b| records::control_batch_type(&bytes::Bytes::from(b)))
+                } else {
+                    None
+                };
+                on_batch(&h, marker);
             }
         }
         if good_end < size {
@@ -380,7 +391,7 @@ impl Segment {
         }
         self.size = bytes.len() as u64;
         let next = self.next_offset;
-        self.rebuild(index_interval, false, &mut |_| {})?;
+        self.rebuild(index_interval, false, &mut |_, _| {})?;
         // Compaction may drop the last records; the segment still covers them.
         self.next_offset = next;
         self.save_indexes()
