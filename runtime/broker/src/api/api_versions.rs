@@ -4,8 +4,17 @@
 //! with a v0 response carrying UNSUPPORTED_VERSION and ApiVersions' own range,
 //! so the client can retry with a version both sides speak; v3+ requests must name
 //! the client software with Kafka's pattern, else INVALID_REQUEST.
+//!
+//! From v3 the answer also carries the cluster's features: Rill supports
+//! and finalizes `transaction.version` 2, so Kafka 4.x clients use
+//! KIP-890 part 2 (no AddPartitionsToTxn or AddOffsetsToTxn, partitions and
+//! groups join the transaction with Produce v12+ and TxnOffsetCommit v5+,
+//! EndTxn v5 bumps the epoch every transaction), as they do on Kafka 4.x
+//! clusters.
 
-use rill_protocol::kafka_protocol::messages::api_versions_response::ApiVersion;
+use rill_protocol::kafka_protocol::messages::api_versions_response::{
+    ApiVersion, FinalizedFeatureKey, SupportedFeatureKey,
+};
 use rill_protocol::kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
 use rill_protocol::ErrorCode;
 
@@ -47,8 +56,24 @@ fn valid_software_field(s: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || *c == b'-' || *c == b'.')
 }
 
+/// The feature levels the embedded cluster supports and runs at.
+const TRANSACTION_VERSION: i16 = 2;
+
 pub(super) fn handle(ctx: &Ctx<'_>, req: ApiVersionsRequest) -> ApiVersionsResponse {
     let mut resp = ApiVersionsResponse::default().with_api_keys(table());
+    if ctx.version >= 3 {
+        resp.supported_features = vec![SupportedFeatureKey::default()
+            .with_name(super::sb("transaction.version"))
+            .with_min_version(0)
+            .with_max_version(TRANSACTION_VERSION)];
+        // Clients take finalized features only from an epoch they have not
+        // seen (-1 means none); features never change here.
+        resp.finalized_features_epoch = 1;
+        resp.finalized_features = vec![FinalizedFeatureKey::default()
+            .with_name(super::sb("transaction.version"))
+            .with_min_version_level(TRANSACTION_VERSION)
+            .with_max_version_level(TRANSACTION_VERSION)];
+    }
     if ctx.version >= 3
         && !(valid_software_field(&req.client_software_name)
             && valid_software_field(&req.client_software_version))

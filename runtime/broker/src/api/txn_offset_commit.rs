@@ -4,7 +4,8 @@
 //!
 //! Checks, as Kafka: this node coordinates the group (NOT_COORDINATOR), the
 //! producer is the transactional id's current one and added the group with
-//! AddOffsetsToTxn (PRODUCER_FENCED, INVALID_TXN_STATE), and from v3 the
+//! AddOffsetsToTxn (PRODUCER_FENCED, INVALID_TXN_STATE; from v5, transaction
+//! version 2, the group joins the transaction here), and from v3 the
 //! consumer's group metadata is current (KIP-447: a zombie whose member was
 //! replaced gets ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID or
 //! FENCED_INSTANCE_ID instead of committing over its successor); then each
@@ -29,10 +30,12 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: TxnOffsetCommitRequest) -> TxnOffsetCom
     }
     if group_error.is_none() {
         if let Err((code, msg)) = ctx.broker.transactions.check_offset_commit(
+            &**ctx.broker,
             id,
             req.producer_id.0,
             req.producer_epoch,
             &group,
+            ctx.version >= 5,
         ) {
             tracing::debug!(transactional_id = id, group, error = %msg, "TxnOffsetCommit refused");
             group_error = Some(code);

@@ -401,22 +401,33 @@ impl TransactionCoordinator {
     }
 
     /// TxnOffsetCommit's check: the producer is current and added `group`
-    /// to its open transaction with AddOffsetsToTxn.
+    /// to its open transaction with AddOffsetsToTxn, or, with
+    /// `implicit_add` (TxnOffsetCommit v5+, transaction version 2), the
+    /// group joins it now.
     pub fn check_offset_commit(
         &self,
+        host: &dyn TxnHost,
         transactional_id: &str,
         producer_id: i64,
         epoch: i16,
         group: &str,
+        implicit_add: bool,
     ) -> Result<(), TxnError> {
-        let txns = self.txns();
-        let m = Self::open_for(&txns, transactional_id, producer_id, epoch)?;
-        if m.state != TxnState::Ongoing || !m.groups.contains(group) {
+        let mut txns = self.txns();
+        let mut m = Self::open_for(&txns, transactional_id, producer_id, epoch)?;
+        if m.state == TxnState::Ongoing && m.groups.contains(group) {
+            return Ok(());
+        }
+        if !implicit_add {
             return Err((
                 ErrorCode::InvalidTxnState,
                 format!("transactional id '{transactional_id}' has not added group '{group}' to an open transaction (AddOffsetsToTxn)"),
             ));
         }
+        m.transition(TxnState::Ongoing, now_ms())
+            .map_err(|e| (ErrorCode::InvalidTxnState, e))?;
+        m.groups.insert(group.to_string());
+        self.store(host, &mut txns, m)?;
         Ok(())
     }
 
