@@ -46,6 +46,22 @@ macro_rules! client_on_apache_kafka {
 
 rill_tests::for_each_client_scenario!(client_on_apache_kafka);
 
+macro_rules! txn_on_apache_kafka {
+    ($($name:ident),* $(,)?) => {
+        mod txn_on_apache_kafka {
+            use super::*;
+            $(
+                #[test]
+                fn $name() {
+                    rill_tests::txn_scenarios::$name(shared_kafka());
+                }
+            )*
+        }
+    };
+}
+
+rill_tests::for_each_txn_scenario!(txn_on_apache_kafka);
+
 macro_rules! security_on_apache_kafka {
     ($($name:ident),* $(,)?) => {
         mod security_on_apache_kafka {
@@ -305,6 +321,56 @@ fn java_clients_round_trip() {
     };
     assert_summary(&run(&cluster.bootstrap()), "java clients on rill (3 nodes)");
     assert_summary(&run(shared_kafka()), "java clients on apache kafka");
+}
+
+/// Transactions with third-party clients (KIP-98/447/890): the same
+/// program — committed, aborted and offset-committing transactions, a
+/// fenced zombie, read_committed and read_uncommitted readers — on a
+/// 3-node embedded cluster (so the transaction coordinator, the group
+/// coordinator and the partition leaders are different nodes) and on Apache
+/// Kafka, with the same summary. librdkafka speaks transaction version 1
+/// (AddPartitionsToTxn, AddOffsetsToTxn); the Java 4.x clients see
+/// `transaction.version` 2 finalized on both brokers and use KIP-890 part 2
+/// (implicit adds, an epoch bump per transaction).
+#[test]
+fn third_party_transactions_match_apache_kafka() {
+    let cluster = Embedded::start(EmbeddedCluster::builder().nodes(3));
+    let py = tools::python_with_confluent_kafka().expect("confluent-kafka installs");
+    let confluent = |bootstrap: &str| {
+        let topic = unique_topic("py-txn");
+        let script = repo_root().join("tests/python/confluent_txn.py");
+        let out = Command::new(&py)
+            .arg(script)
+            .args([bootstrap, &topic, "500", "3"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "confluent-kafka transactions on {bootstrap} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let java = |bootstrap: &str| {
+        let topic = unique_topic("java-txn");
+        tools::java_program("TxnClients.java", &[bootstrap, &topic, "500", "3"])
+            .unwrap_or_else(|e| panic!("TxnClients on {bootstrap}: {e}"))
+    };
+    for (who, run) in [
+        ("confluent-kafka", &confluent as &dyn Fn(&str) -> String),
+        ("java", &java),
+    ] {
+        let ours = run(&cluster.bootstrap());
+        let theirs = run(shared_kafka());
+        eprintln!("{who}: rill {ours} kafka {theirs}");
+        assert_eq!(
+            json_field(&ours, "committed_seen"),
+            Some(1000),
+            "{who} on rill: {ours}"
+        );
+        assert_eq!(ours.trim(), theirs.trim(), "{who}: rill and Apache Kafka differ");
+    }
 }
 
 /// librdkafka (confluent-kafka) and the Java clients against the embedded

@@ -432,3 +432,81 @@ fn disk_full_is_one_episode_until_an_append_succeeds() {
     assert!(!disk_full_ends(&flag));
     assert!(disk_full_starts(&flag, ErrorKind::StorageFull));
 }
+
+/// A transactional batch of `n` records from producer `pid` (epoch 0).
+fn transactional(pid: i64, seq: i32, n: usize, ts: i64) -> Vec<u8> {
+    let mut b = idempotent(pid, seq, n, ts);
+    records::set_transactional(&mut b);
+    b
+}
+
+#[test]
+fn read_committed_stops_at_open_transactions_and_lists_aborted_ones() {
+    use rill_protocol::records::ControlRecordType::{Abort, Commit};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    {
+        let log = PartitionLog::open("t", 0, &path, settings(&[]), T0).unwrap();
+        log.append(batch(&["plain"], "v", T0), 0, T0).unwrap(); // 0
+        log.append(transactional(1, 0, 2, T0), 0, T0).unwrap(); // 1-2, aborted below
+        log.append(transactional(2, 0, 2, T0), 0, T0).unwrap(); // 3-4, committed below
+        assert_eq!(log.offsets().last_stable_offset, 1);
+        let r = log.read_isolated(0, 1 << 20, true, true).unwrap();
+        assert_eq!(
+            records::decode_records(&r.records).unwrap().len(),
+            1,
+            "only the plain record is stable"
+        );
+        assert_eq!(log.append_marker(Abort, 1, 0, 0, 0, T0).unwrap(), 5);
+        assert_eq!(log.offsets().last_stable_offset, 3);
+        log.append_marker(Commit, 2, 0, 0, 0, T0).unwrap(); // 6
+        log.checkpoint().unwrap();
+        log.append(transactional(3, 0, 1, T0), 0, T0).unwrap(); // 7, open, after the checkpoint
+        log.append(transactional(4, 0, 1, T0), 0, T0).unwrap(); // 8, aborted after the checkpoint
+        log.append_marker(Abort, 4, 0, 0, 0, T0).unwrap(); // 9
+                                                           // An older epoch's marker is refused; a repeated one changes nothing.
+        assert_eq!(
+            log.append_marker(Abort, 4, -1, 0, 0, T0).unwrap_err().code,
+            ErrorCode::InvalidProducerEpoch
+        );
+    }
+    // Reopened without a clean close: the index after the checkpoint is
+    // rebuilt from the markers in the log.
+    let log = PartitionLog::open("t", 0, &path, settings(&[]), T0).unwrap();
+    let o = log.offsets();
+    assert_eq!((o.high_watermark, o.last_stable_offset), (10, 7));
+    let r = log.read_isolated(0, 1 << 20, true, true).unwrap();
+    let got: Vec<i64> = records::decode_records(&r.records)
+        .unwrap()
+        .iter()
+        .map(|r| r.offset)
+        .collect();
+    assert_eq!(
+        got,
+        vec![0, 1, 2, 3, 4, 5, 6],
+        "whole batches below the LSO"
+    );
+    let aborted: Vec<(i64, i64)> = r
+        .aborted
+        .iter()
+        .map(|a| (a.producer_id, a.first_offset))
+        .collect();
+    assert_eq!(aborted, vec![(1, 1)]);
+    // The producer whose abort came after the checkpoint is fenced at its
+    // old epoch and listed as aborted for a reader past the LSO.
+    log.append_marker(Commit, 3, 0, 0, 0, T0).unwrap(); // 10: LSO moves to the end
+    let r = log.read_isolated(7, 1 << 20, true, true).unwrap();
+    assert_eq!(r.last_stable_offset, 11);
+    let aborted: Vec<(i64, i64)> = r
+        .aborted
+        .iter()
+        .map(|a| (a.producer_id, a.first_offset))
+        .collect();
+    assert_eq!(aborted, vec![(4, 8)]);
+    let producers = log.active_producers();
+    assert!(producers.iter().all(|p| p.current_txn_start_offset == -1));
+    // read_uncommitted reads everything and lists no aborted transactions.
+    let r = log.read_isolated(0, 1 << 20, true, false).unwrap();
+    assert!(r.aborted.is_empty());
+    assert_eq!(records::BatchIter::new(&r.records).count(), 9);
+}
