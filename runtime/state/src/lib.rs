@@ -23,7 +23,9 @@
 //!   interval.
 //! - [`cache`] and [`caching`]: the record cache (KIP-63) and the caching
 //!   layer that puts it in front of a store; [`changelogging`]: the writes
-//!   queued for a store's changelog partition.
+//!   queued for a store's changelog partition; [`TransactionalStore`]: the
+//!   layer that keeps a task's uncommitted writes out of the store under
+//!   exactly-once (KIP-892's idea).
 //!
 //! Invariants: every error names the store, file or key it is about; no
 //! operation panics on bad input (a corrupt checkpoint is an error the
@@ -66,6 +68,7 @@ mod memory;
 mod rocks;
 pub mod session;
 pub mod state_dir;
+mod transactional;
 pub mod window;
 
 pub use checkpoint::Checkpoint;
@@ -73,6 +76,7 @@ pub use error::{Error, Result};
 pub use lock::TaskDirLock;
 pub use memory::InMemoryStore;
 pub use rocks::RocksDbStore;
+pub use transactional::TransactionalStore;
 
 use bytes::Bytes;
 
@@ -124,6 +128,18 @@ pub trait KeyValueStore: Send {
     fn flush(&mut self) -> Result<()>;
     /// Deletes every entry (a state-corrupted task wipes its stores).
     fn clear(&mut self) -> Result<()>;
+    /// Makes the writes since the last call part of the committed state,
+    /// after the Kafka transaction that covers them committed (a
+    /// [`TransactionalStore`] applies its buffered writes; other stores
+    /// hold every write already).
+    fn commit_writes(&mut self) -> Result<()> {
+        Ok(())
+    }
+    /// Drops the writes since the last [`commit_writes`](Self::commit_writes)
+    /// (the transaction aborted); only a [`TransactionalStore`] can.
+    fn discard_uncommitted(&mut self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Which implementation backs a store (`default.dsl.store` in Kafka).
