@@ -77,6 +77,16 @@ pub struct RollConfig {
     /// (e.g. `security.protocol=SASL_SSL` and a SASL_SSL
     /// `bootstrap.servers`); the harness's own clients use `bootstrap`.
     pub app_properties: Vec<(String, String)>,
+    /// `processing.guarantee=exactly_once_v2` for the app; the output is
+    /// then read `read_committed`, so a duplicate is a broken guarantee.
+    pub exactly_once: bool,
+    /// Input records written before the app starts (sequence numbers
+    /// `0..preload`; the generator continues from there), so stores hold
+    /// real state before the roll.
+    pub preload: u64,
+    /// Stop the first round's instances cleanly whatever `stop` says (their
+    /// stores get checkpoints), so later rounds show what a crash costs.
+    pub clean_first_round: bool,
 }
 
 impl RollConfig {
@@ -94,6 +104,9 @@ impl RollConfig {
             rate: 200,
             session_timeout_ms: 30_000,
             app_properties: Vec::new(),
+            exactly_once: false,
+            preload: 0,
+            clean_first_round: false,
         }
     }
 }
@@ -169,10 +182,13 @@ fn spawn(cfg: &RollConfig, n: &Names, state_dir: &Path, index: usize) -> Instanc
         }
         .into(),
     ];
-    if !cfg.app_properties.is_empty() {
+    let mut properties = cfg.app_properties.clone();
+    if cfg.exactly_once {
+        properties.push(("processing.guarantee".into(), "exactly_once_v2".into()));
+    }
+    if !properties.is_empty() {
         // Java properties: `\n` escapes keep PEM values on one line.
-        let text: String = cfg
-            .app_properties
+        let text: String = properties
             .iter()
             .map(|(k, v)| format!("{k}={}\n", v.replace('\n', "\\n")))
             .collect();
@@ -355,6 +371,19 @@ pub fn roll(bootstrap: &str, cfg: &RollConfig) -> RollReport {
     };
     create_topic(bootstrap, &n.input, cfg.partitions);
     create_topic(bootstrap, &n.output, cfg.partitions);
+    if cfg.preload > 0 {
+        let p = Producer::new(&config(bootstrap, &[])).expect("producer");
+        for seq in 0..cfg.preload {
+            p.send(
+                ProducerRecord::new(n.input.clone())
+                    .key(format!("k{}", seq % 60))
+                    .value(format!("seq-{seq}"))
+                    .timestamp(now_ms()),
+            )
+            .expect("preload send");
+        }
+        p.flush().expect("preload flush");
+    }
     let dirs: Vec<tempfile::TempDir> = (0..cfg.instances)
         .map(|_| tempfile::tempdir().unwrap())
         .collect();
@@ -374,12 +403,13 @@ pub fn roll(bootstrap: &str, cfg: &RollConfig) -> RollReport {
     let generator = {
         let (stop, produced) = (stop_gen.clone(), produced.clone());
         let (bootstrap, input, rate) = (n.bootstrap.clone(), n.input.clone(), cfg.rate);
+        let first = cfg.preload;
         std::thread::spawn(move || {
             let p = Producer::new(&config(&bootstrap, &[("linger.ms", "0")])).expect("producer");
             let start = Instant::now();
-            let mut seq = 0u64;
+            let mut seq = first;
             while !stop.load(Ordering::Acquire) {
-                let due = start + Duration::from_micros(seq * 1_000_000 / rate);
+                let due = start + Duration::from_micros((seq - first) * 1_000_000 / rate);
                 if let Some(wait) = due.checked_duration_since(Instant::now()) {
                     std::thread::sleep(wait);
                 }
@@ -416,8 +446,14 @@ pub fn roll(bootstrap: &str, cfg: &RollConfig) -> RollReport {
             cfg.partitions,
             cfg.topology,
         );
+        let isolation = if cfg.exactly_once {
+            "read_committed"
+        } else {
+            "read_uncommitted"
+        };
         std::thread::spawn(move || {
-            let mut c = Consumer::new(&config(&bootstrap, &[])).expect("consumer");
+            let mut c = Consumer::new(&config(&bootstrap, &[("isolation.level", isolation)]))
+                .expect("consumer");
             let tps: Vec<TopicPartition> = (0..parts)
                 .map(|p| TopicPartition::new(output.clone(), p))
                 .collect();
@@ -484,18 +520,23 @@ pub fn roll(bootstrap: &str, cfg: &RollConfig) -> RollReport {
     let owners_now = |a: &rill_client::Admin| observe(a, &n.app, &n.input).map(|v| v.owners);
 
     // Let everything flow before the roll starts.
-    let settled = crate::client_scenarios::wait_until(Duration::from_secs(60), || {
-        seen.lock().unwrap().0.len() > 100 && stable(&group_admin)
+    let settled = crate::client_scenarios::wait_until(Duration::from_secs(120), || {
+        seen.lock().unwrap().0.len() as u64 > cfg.preload + 100 && stable(&group_admin)
     });
     assert!(settled, "the app never processed steadily before the roll");
     let gap_window_start = now_ms();
     left_stable.store(0, Ordering::Release);
 
     let mut report = RollReport::default();
-    for _round in 0..cfg.rounds {
+    for round in 0..cfg.rounds {
         let before = owners_now(&group_admin);
+        let stop = if round == 0 && cfg.clean_first_round {
+            StopMode::Clean
+        } else {
+            cfg.stop
+        };
         for i in 0..cfg.instances {
-            instances[i].stop(cfg.stop);
+            instances[i].stop(stop);
             let restarted = Instant::now();
             instances[i] = spawn(cfg, &n, dirs[i].path(), i);
             let restored = instances[i]
@@ -577,10 +618,11 @@ pub fn roll(bootstrap: &str, cfg: &RollConfig) -> RollReport {
 /// One line with every figure of a roll.
 pub fn describe(cfg: &RollConfig, r: &RollReport) -> String {
     format!(
-        "{:?} {:?} {} {:?}: {}x{} x{} rounds: rebalances {}, moves {:?}, produced {}, lost {}, duplicated {}, latency p50/p99/max {}/{}/{} ms, max gap {} ms, restored per restart {:?}, restart→RUNNING {:?} ms",
+        "{:?} {:?} {}{} {:?}: {}x{} x{} rounds: rebalances {}, moves {:?}, produced {}, lost {}, duplicated {}, latency p50/p99/max {}/{}/{} ms, max gap {} ms, restored per restart {:?}, restart→RUNNING {:?} ms",
         cfg.runtime,
         cfg.topology,
         if cfg.static_membership { "static" } else { "dynamic" },
+        if cfg.exactly_once { " exactly_once_v2" } else { "" },
         cfg.stop,
         cfg.instances,
         cfg.threads,
@@ -647,6 +689,59 @@ pub fn streams_roll_static_kill9(bootstrap: &str, runtime: Runtime) {
     let d = describe(&cfg, &r);
     assert_eq!(r.rebalances, 0, "{d}");
     assert_eq!(r.lost, 0, "{d}");
+}
+
+/// Exactly-once (`exactly_once_v2`), static members, rounds of kill -9 and
+/// restart under load, read back `read_committed`, for the stateless echo
+/// and for the repartitioning RocksDB count (30,000 records of state first,
+/// and a clean first round so every store has a checkpoint before the
+/// kills): Kafka's EOS acceptance rules —
+/// nothing lost, nothing duplicated (every transaction left open by a kill
+/// was aborted, or the verifier, which reads past it only once it ended,
+/// would miss records), and no rebalance. For the count, each restart
+/// restores only its stores' changelog tail: the transactional stores keep
+/// aborted writes out of RocksDB, so nothing is wiped (Kafka Streams
+/// restores such a store from scratch, KAFKA-7192).
+pub fn streams_eos_kill9(bootstrap: &str, runtime: Runtime) {
+    for topology in [AppTopology::Passthrough, AppTopology::WordCount] {
+        let mut cfg = RollConfig::small(runtime, topology);
+        cfg.stop = StopMode::Kill9;
+        cfg.exactly_once = true;
+        cfg.rounds = 3;
+        if topology == AppTopology::WordCount {
+            cfg.preload = 30_000;
+            cfg.clean_first_round = true;
+        }
+        let r = run(bootstrap, cfg.clone());
+        let d = describe(&cfg, &r);
+        assert_eq!(r.lost, 0, "{d}");
+        assert_eq!(r.duplicated, 0, "{d}");
+        assert_eq!(r.rebalances, 0, "{d}");
+        assert!(r.produced > 0, "{d}");
+        if topology == AppTopology::WordCount {
+            // After the clean first round every store has a checkpoint; a
+            // kill -9 restart must restore only what its tasks' changelogs
+            // got since (a wiped store would restore ~preload/instances).
+            let share = cfg.preload / cfg.instances as u64;
+            for (i, n) in r.restored_per_restart.iter().enumerate().skip(cfg.instances) {
+                assert!(*n < share / 4, "kill -9 restart {i} restored {n} of ~{share}: {d}");
+            }
+        }
+    }
+}
+
+/// Exactly-once with a clean static rolling restart: no rebalance, no
+/// moves, nothing lost or duplicated.
+pub fn streams_eos_roll_static_clean(bootstrap: &str, runtime: Runtime) {
+    let mut cfg = RollConfig::small(runtime, AppTopology::WordCount);
+    cfg.exactly_once = true;
+    cfg.rounds = 1;
+    let r = run(bootstrap, cfg.clone());
+    let d = describe(&cfg, &r);
+    assert_eq!(r.rebalances, 0, "{d}");
+    assert_eq!(r.moves(), 0, "{d}");
+    assert_eq!(r.lost, 0, "{d}");
+    assert_eq!(r.duplicated, 0, "{d}");
 }
 
 /// Dynamic members: the harness sees the rebalances a roll causes (so the

@@ -33,7 +33,8 @@ pub use crate::dsl_scenarios::{
 };
 // The rolling-restart guarantees too.
 pub use crate::rolling::{
-    streams_roll_dynamic, streams_roll_static_clean, streams_roll_static_kill9,
+    streams_eos_kill9, streams_eos_roll_static_clean, streams_roll_dynamic,
+    streams_roll_static_clean, streams_roll_static_kill9,
     streams_roll_static_stateful, Runtime,
 };
 
@@ -1161,6 +1162,8 @@ macro_rules! for_each_streams_scenario {
             streams_roll_static_clean => streams_roll_static_clean(Runtime::Rill),
             streams_roll_static_stateful => streams_roll_static_stateful(Runtime::Rill),
             streams_roll_static_kill9 => streams_roll_static_kill9(Runtime::Rill),
+            streams_eos_kill9 => streams_eos_kill9(Runtime::Rill),
+            streams_eos_roll_static_clean => streams_eos_roll_static_clean(Runtime::Rill),
             streams_roll_dynamic => streams_roll_dynamic(Runtime::Rill),
         );
     };

@@ -113,6 +113,11 @@ pub enum StreamsError {
     /// handled as [`Recovery::TaskMigrated`]. The text gives the cause.
     #[error("{0}")]
     TaskMigrated(String),
+    /// Under `exactly_once_v2`, the thread's transaction could not be committed and was aborted
+    /// (a send failed, the producer was fenced or timed out): its tasks go back to their last
+    /// committed state and input offsets ([`Recovery::TaskCorrupted`]). The text gives the cause.
+    #[error("the transaction was aborted: {0}")]
+    TransactionAborted(String),
     /// An operation was called in a state that does not allow it (e.g. `add_stream_thread()` after
     /// shutdown), or the runtime found its own state inconsistent; fatal.
     #[error("{0}")]
@@ -164,6 +169,7 @@ impl StreamsError {
         use rill_client::error::Error as E;
         match self {
             StreamsError::TaskMigrated(_) => Recovery::TaskMigrated,
+            StreamsError::TransactionAborted(_) => Recovery::TaskCorrupted,
             StreamsError::State { .. } => Recovery::TaskCorrupted,
             StreamsError::Client { source, .. } => match source {
                 E::CommitFailed { .. } => Recovery::TaskMigrated,

@@ -12,11 +12,25 @@
 //! - sending allocates nothing per record for tracking: each producer batch
 //!   is one entry (its latest record's delivery future), settled when the
 //!   map grows and at every flush.
+//!
+//! Under `processing.guarantee=exactly_once_v2` the producer is
+//! transactional (one per stream thread, `transactional.id`
+//! `<application.id>-<process id>-<thread index>` as Kafka Streams derives
+//! it): a transaction begins with the first send after a commit, and a
+//! commit is [`RecordCollector::commit_transaction`] — the input offsets
+//! join the transaction (KIP-447, with the consumer's group metadata) and
+//! it commits, so outputs, changelog writes and offsets become visible
+//! together or not at all. A fenced producer is replaced by a new one with
+//! the same transactional id (Kafka Streams does the same under EOS v2).
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use rill_client::{DeliveryFuture, Producer, ProducerRecord};
+use rill_client::consumer::GroupMetadata;
+use rill_client::{
+    ClientConfig, DeliveryFuture, Error as ClientError, OffsetAndMetadata, Producer,
+    ErrorCode, ProducerRecord, TopicPartition,
+};
 
 use crate::error::{Result, StreamsError};
 use crate::processor_context::OutRecord;
@@ -73,14 +87,65 @@ pub(crate) struct RecordCollector {
     /// `None` only once closed.
     producer: Option<Producer>,
     deliveries: Deliveries,
+    /// Under exactly-once: the producer's configuration (to replace it
+    /// after fencing) and whether a transaction is open.
+    eos: Option<ClientConfig>,
+    in_transaction: bool,
+}
+
+/// Whether a transactional call failed because the consumer's group moved
+/// on (the offsets were refused for a stale generation or member): the
+/// tasks migrated.
+fn group_moved(e: &ClientError) -> bool {
+    match e {
+        ClientError::TransactionAbortable { cause, .. } => group_moved(cause),
+        ClientError::Broker { code, .. } => [
+            ErrorCode::IllegalGeneration,
+            ErrorCode::UnknownMemberId,
+            ErrorCode::RebalanceInProgress,
+        ]
+        .iter()
+        .any(|c| c.code() == *code),
+        _ => false,
+    }
 }
 
 impl RecordCollector {
+    /// At-least-once: `producer` as it is.
     pub fn new(producer: Producer) -> Self {
         Self {
             producer: Some(producer),
             deliveries: Deliveries::default(),
+            eos: None,
+            in_transaction: false,
         }
+    }
+
+    /// Exactly-once: a transactional producer made from `config` (which
+    /// names the `transactional.id`), initialised: the coordinator aborts
+    /// what an earlier producer with the id left open and fences it.
+    pub fn transactional(config: ClientConfig) -> Result<Self> {
+        let producer = Self::init_producer(&config)?;
+        Ok(Self {
+            producer: Some(producer),
+            deliveries: Deliveries::default(),
+            eos: Some(config),
+            in_transaction: false,
+        })
+    }
+
+    fn init_producer(config: &ClientConfig) -> Result<Producer> {
+        let producer = Producer::new(config)
+            .map_err(|e| StreamsError::client("creating the stream thread's producer", e))?;
+        producer
+            .init_transactions()
+            .map_err(|e| StreamsError::client("initialising the transactional producer", e))?;
+        Ok(producer)
+    }
+
+    /// Whether the producer is transactional (exactly-once).
+    pub fn is_transactional(&self) -> bool {
+        self.eos.is_some()
     }
 
     fn producer(&self) -> Result<&Producer> {
@@ -91,6 +156,9 @@ impl RecordCollector {
 
     /// Sends a task's outgoing records (sink and changelog records alike).
     pub fn send(&mut self, out: Vec<OutRecord>) -> Result<()> {
+        if self.eos.is_some() && !self.in_transaction && !out.is_empty() {
+            self.begin()?;
+        }
         for r in out {
             let mut rec = ProducerRecord::new(r.topic).timestamp(r.timestamp);
             if let Some(k) = r.key {
@@ -139,6 +207,83 @@ impl RecordCollector {
         Ok(())
     }
 
+    fn begin(&mut self) -> Result<()> {
+        self.producer()?
+            .begin_transaction()
+            .map_err(|e| StreamsError::TransactionAborted(format!("beginning a transaction: {e}")))?;
+        self.in_transaction = true;
+        Ok(())
+    }
+
+    /// Exactly-once commit: the input `offsets` join the open transaction
+    /// (opening one if nothing was sent), then it commits. Errors: a group
+    /// that moved on is [`StreamsError::TaskMigrated`], anything else
+    /// [`StreamsError::TransactionAborted`] (the caller aborts and rewinds).
+    pub fn commit_transaction(
+        &mut self,
+        offsets: &BTreeMap<TopicPartition, OffsetAndMetadata>,
+        group: Option<GroupMetadata>,
+    ) -> Result<()> {
+        if !self.in_transaction && offsets.is_empty() {
+            return Ok(());
+        }
+        if !self.in_transaction {
+            self.begin()?;
+        }
+        let failed = |e: ClientError| {
+            if group_moved(&e) {
+                StreamsError::TaskMigrated(format!(
+                    "the group rebalanced while committing the transaction: {e}"
+                ))
+            } else {
+                StreamsError::TransactionAborted(e.to_string())
+            }
+        };
+        if !offsets.is_empty() {
+            let group = group.ok_or_else(|| {
+                StreamsError::TaskMigrated(
+                    "the consumer has no group membership to commit offsets with".into(),
+                )
+            })?;
+            self.producer()?
+                .send_offsets_to_transaction(offsets, &group)
+                .map_err(failed)?;
+        }
+        self.producer()?.commit_transaction().map_err(failed)?;
+        self.in_transaction = false;
+        self.deliveries.settle();
+        // Every send of a committed transaction succeeded.
+        self.deliveries.error = None;
+        Ok(())
+    }
+
+    /// Aborts the open transaction (nothing of it becomes visible to
+    /// read_committed readers); a fenced or failed producer is replaced by
+    /// a new one with the same transactional id. Forgets the deliveries.
+    pub fn abort_transaction(&mut self) -> Result<()> {
+        let Some(config) = self.eos.clone() else {
+            return Ok(());
+        };
+        self.deliveries = Deliveries::default();
+        if !self.in_transaction {
+            return Ok(());
+        }
+        self.in_transaction = false;
+        let r = self.producer()?.abort_transaction();
+        match r {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                tracing::warn!("aborting the transaction failed ({e}); replacing the producer");
+                if let Some(p) = self.producer.take() {
+                    let _ = p.close(Duration::ZERO);
+                }
+                // A new producer's init_transactions aborts what is left open.
+                self.producer = Some(Self::init_producer(&config)?);
+                Ok(())
+            }
+        }
+    }
+
     /// The highest changelog offset written per partition (complete up to
     /// the last [`flush`](Self::flush)).
     pub fn written(&self) -> &BTreeMap<(String, i32), i64> {
@@ -153,8 +298,18 @@ impl RecordCollector {
         self.deliveries = Deliveries::default();
     }
 
-    /// Closes the producer, waiting up to `timeout` for what it holds.
+    /// Closes the producer, waiting up to `timeout` for what it holds; an
+    /// open transaction is aborted first (not left for
+    /// `transaction.timeout.ms` to end, blocking read_committed readers).
     pub fn close(&mut self, timeout: Duration) {
+        if self.in_transaction {
+            if let Some(p) = &self.producer {
+                if let Err(e) = p.abort_transaction() {
+                    tracing::warn!("aborting the open transaction on close: {e}");
+                }
+            }
+            self.in_transaction = false;
+        }
         if let Some(p) = self.producer.take() {
             if let Err(e) = p.close(timeout) {
                 tracing::warn!("closing the producer: {e}");

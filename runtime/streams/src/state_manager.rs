@@ -53,6 +53,7 @@ pub(crate) fn open(
     state_dir: &Path,
     default_backend: StoreBackend,
     cache_budget: Option<&Arc<CacheBudget>>,
+    exactly_once: bool,
 ) -> Result<OpenedState> {
     let st = &topology.subtopologies[task.subtopology as usize];
     let state_err = |e: rill_state::Error| StreamsError::State {
@@ -79,6 +80,12 @@ pub(crate) fn open(
         let def = &topology.stores[name];
         let backend = def.backend.unwrap_or(default_backend);
         let mut store = open_store(backend, name, &dir).map_err(state_err)?;
+        if exactly_once {
+            // Uncommitted writes stay out of the store until the thread's
+            // transaction commits, so a crash never leaves aborted state on
+            // disk and a restart restores only the changelog tail.
+            store = Box::new(rill_state::TransactionalStore::new(store));
+        }
         out.persistent |= store.persistent();
         let changelog = def
             .logged

@@ -33,7 +33,6 @@ use crate::error::{Result, StreamsError};
 /// Kafka Streams' defaults for the keys Rill implements.
 pub const DEFAULTS: &[(&str, &str)] = &[
     ("num.stream.threads", "1"),
-    ("commit.interval.ms", "30000"),
     ("poll.ms", "100"),
     ("session.timeout.ms", "45000"),
     ("heartbeat.interval.ms", "3000"),
@@ -85,6 +84,7 @@ impl std::fmt::Debug for StreamsConfig {
             .field("rest_ssl_keystore", &self.rest_ssl_keystore)
             .field("rest_ssl_truststore", &self.rest_ssl_truststore)
             .field("commit_interval", &self.commit_interval)
+            .field("exactly_once", &self.exactly_once)
             .field("poll_timeout", &self.poll_timeout)
             .field("session_timeout_ms", &self.session_timeout_ms)
             .field("heartbeat_interval_ms", &self.heartbeat_interval_ms)
@@ -110,6 +110,8 @@ impl std::fmt::Debug for StreamsConfig {
 
 /// Keys without a default.
 const OPTIONAL: &[&str] = &[
+    // 30000, or 100 under exactly_once_v2 (Kafka Streams' defaults).
+    "commit.interval.ms",
     "application.id",
     "bootstrap.servers",
     "group.instance.id",
@@ -185,9 +187,15 @@ pub struct StreamsConfig {
     /// instances' REST certificates are checked against (default: the
     /// system's CA certificates).
     pub rest_ssl_truststore: Option<PathBuf>,
-    /// `commit.interval.ms` (default 30000): how often a stream thread commits (flushes record
-    /// caches and the producer, commits consumed offsets, writes checkpoints).
+    /// `commit.interval.ms` (default 30000, or 100 under `exactly_once_v2`, as Kafka Streams):
+    /// how often a stream thread commits (flushes record caches and the producer, commits
+    /// consumed offsets, writes checkpoints).
     pub commit_interval: Duration,
+    /// `processing.guarantee=exactly_once_v2` (default `at_least_once`): each stream thread's
+    /// outputs, changelog writes and input offsets commit in one Kafka transaction, every
+    /// consumer reads `read_committed`, and stores keep uncommitted writes apart until their
+    /// transaction commits.
+    pub exactly_once: bool,
     /// `poll.ms` (default 100): how long in ms a stream thread's poll blocks waiting for records.
     pub poll_timeout: Duration,
     /// `session.timeout.ms` (default 45000): the main consumers' session timeout in ms; a member
@@ -293,7 +301,25 @@ impl StreamsConfig {
         }
         c.insert("client.id", client_id);
         c.insert("enable.auto.commit", "false");
+        self.isolate(&mut c);
         c
+    }
+
+    /// Under exactly-once every consumer reads only committed data: input,
+    /// repartition and changelog topics alike (Kafka Streams overrides the
+    /// user's `isolation.level` too).
+    fn isolate(&self, c: &mut ClientConfig) {
+        if self.exactly_once {
+            c.insert("isolation.level", "read_committed");
+        }
+    }
+
+    /// The transactional id of stream thread `thread` under exactly-once:
+    /// `<application.id>-<process id>-<thread>`, as Kafka Streams derives it
+    /// for EOS v2 (the process id persists in the state directory, so a
+    /// restarted instance's producer fences its previous life at once).
+    pub fn transactional_id(&self, process_id: &str, thread: usize) -> String {
+        format!("{}-{process_id}-{thread}", self.application_id)
     }
 
     /// Settings for a client of `kind` the application makes besides its
@@ -347,6 +373,7 @@ impl StreamsConfig {
         // the runtime after processing, each thread is its own static member.
         c.insert("group.id", self.application_id.clone());
         c.insert("enable.auto.commit", "false");
+        self.isolate(&mut c);
         c.remove("group.instance.id");
         if let Some(id) = &self.group_instance_id {
             c.insert("group.instance.id", instance_id_for_thread(id, thread));
@@ -382,6 +409,11 @@ impl StreamsConfig {
             )
             // Kafka Streams' producer default for at-least-once.
             .set("linger.ms", "100");
+        if self.exactly_once {
+            // Kafka Streams' producer defaults under EOS: a stalled thread's
+            // transaction is aborted after 10 s rather than 60.
+            c.insert("transaction.timeout.ms", "10000");
+        }
         c.merge(&self.user_settings(ClientKind::Producer, &["producer."]));
         c
     }
@@ -722,17 +754,24 @@ fn parse(mut flat: BTreeMap<String, String>) -> Result<StreamsConfig> {
     }
     let bootstrap_servers = required("bootstrap.servers", take("bootstrap.servers"))?;
     let processing = take("processing.guarantee").unwrap_or_default();
-    if processing != "at_least_once" {
-        return Err(StreamsError::config(
-            "processing.guarantee",
-            &processing,
-            if processing.starts_with("exactly_once") {
-                "exactly-once needs transactions, which Rill does not implement yet; use at_least_once"
-            } else {
-                "expected at_least_once"
-            },
-        ));
-    }
+    let exactly_once = match processing.as_str() {
+        "at_least_once" => false,
+        "exactly_once_v2" => true,
+        "exactly_once" | "exactly_once_beta" => {
+            return Err(StreamsError::config(
+                "processing.guarantee",
+                &processing,
+                "was removed in Kafka 4.0 (KIP-732); use exactly_once_v2",
+            ))
+        }
+        _ => {
+            return Err(StreamsError::config(
+                "processing.guarantee",
+                &processing,
+                "expected at_least_once or exactly_once_v2",
+            ))
+        }
+    };
     let store = take("default.dsl.store").unwrap_or_default();
     let default_store = StoreBackend::parse(&store).ok_or_else(|| {
         StreamsError::config("default.dsl.store", &store, "expected rocksDB or in_memory")
@@ -801,9 +840,11 @@ fn parse(mut flat: BTreeMap<String, String>) -> Result<StreamsConfig> {
         num_stream_threads: num("num.stream.threads", take("num.stream.threads"), 1usize)?,
         commit_interval: Duration::from_millis(num(
             "commit.interval.ms",
-            take("commit.interval.ms"),
+            take("commit.interval.ms")
+                .or_else(|| Some(if exactly_once { "100" } else { "30000" }.to_string())),
             0u64,
         )?),
+        exactly_once,
         poll_timeout: Duration::from_millis(num("poll.ms", take("poll.ms"), 0u64)?),
         session_timeout_ms: num("session.timeout.ms", take("session.timeout.ms"), 1u64)?,
         heartbeat_interval_ms: num("heartbeat.interval.ms", take("heartbeat.interval.ms"), 1u64)?,
@@ -875,10 +916,20 @@ mod tests {
             .unwrap_err();
         assert!(e.to_string().contains("application.server"), "{e}");
         let e = base()
-            .set("processing.guarantee", "exactly_once_v2")
+            .set("processing.guarantee", "exactly_once")
             .build()
             .unwrap_err();
-        assert!(e.to_string().contains("processing.guarantee"), "{e}");
+        assert!(e.to_string().contains("exactly_once_v2"), "{e}");
+        let eos = base()
+            .set("processing.guarantee", "exactly_once_v2")
+            .build()
+            .unwrap();
+        assert!(eos.exactly_once);
+        assert_eq!(eos.commit_interval, Duration::from_millis(100));
+        assert_eq!(
+            eos.consumer_config("c", 1).get("isolation.level"),
+            Some("read_committed")
+        );
         let e = StreamsConfig::builder()
             .env_prefix(None)
             .build()

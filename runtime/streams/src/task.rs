@@ -618,6 +618,22 @@ impl StreamTask {
         std::mem::take(&mut self.shared.out)
     }
 
+    /// After the thread's transaction committed (exactly-once): every store
+    /// takes the writes it held back.
+    pub fn commit_stores(&mut self) -> Result<()> {
+        for h in self.shared.stores.values_mut().filter(|h| !h.global) {
+            h.store
+                .lock()
+                .store
+                .commit_writes()
+                .map_err(|e| StreamsError::State {
+                    task: self.id.to_string(),
+                    source: e,
+                })?;
+        }
+        Ok(())
+    }
+
     pub fn flush_stores(&mut self) -> Result<()> {
         for h in self.shared.stores.values_mut().filter(|h| !h.global) {
             h.store

@@ -21,6 +21,16 @@
 //! Invariant: a checkpoint never claims more than the stores and the
 //! changelogs hold: it is written after a commit's producer flush, from the
 //! offsets the [`RecordCollector`] saw acknowledged, after the stores flushed.
+//!
+//! Under `exactly_once_v2` a commit is one Kafka transaction: caches
+//! flushed and outputs sent inside it, the input offsets added to it
+//! (KIP-447), then committed; only then do the stores take the writes they
+//! held back ([`rill_state::TransactionalStore`]) and checkpoints follow.
+//! When a transaction cannot commit, it is aborted and every task is
+//! revived: closed without committing (dropping uncommitted store writes
+//! and cached entries) and created again from its last committed state,
+//! its partitions rewound to their committed offsets — Kafka Streams'
+//! handling of `TaskCorruptedException`, without wiping the stores.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -127,8 +137,16 @@ fn is_locked(e: &StreamsError) -> bool {
 impl TaskManager {
     pub fn new(ctx: Arc<ThreadContext>) -> Result<Self> {
         let c = &ctx.config;
-        let producer = Producer::new(&c.producer_config(&ctx.client_id, ctx.index))
-            .map_err(|e| StreamsError::client("creating the stream thread's producer", e))?;
+        let producer_config = c.producer_config(&ctx.client_id, ctx.index);
+        let collector = if c.exactly_once {
+            let mut pc = producer_config;
+            pc.insert("transactional.id", c.transactional_id(&ctx.process_id, ctx.index));
+            RecordCollector::transactional(pc)?
+        } else {
+            RecordCollector::new(Producer::new(&producer_config).map_err(|e| {
+                StreamsError::client("creating the stream thread's producer", e)
+            })?)
+        };
         let restore_consumer = Consumer::new(&c.restore_consumer_config(&ctx.client_id, ctx.index))
             .map_err(|e| StreamsError::client("creating the restore consumer", e))?;
         // Kafka splits the cache evenly over the stream threads.
@@ -140,7 +158,7 @@ impl TaskManager {
             tasks: BTreeMap::new(),
             suspended: BTreeMap::new(),
             pending: BTreeMap::new(),
-            collector: RecordCollector::new(producer),
+            collector,
             restore_consumer,
             commit_requested: false,
             fatal: None,
@@ -274,6 +292,7 @@ impl TaskManager {
             &c.state_dir,
             c.default_store,
             self.cache_budget.as_ref(),
+            c.exactly_once,
         )?;
         let mut stores = opened.stores;
         for (name, s) in &self.ctx.global_stores {
@@ -453,6 +472,16 @@ impl TaskManager {
                 offsets.insert(tp.clone(), OffsetAndMetadata::new(o));
             }
         }
+        if self.collector.is_transactional() {
+            self.collector
+                .commit_transaction(&offsets, consumer.group_metadata())?;
+            // Committed: the stores may take what they held back.
+            for t in self.tasks.values_mut() {
+                t.task.commit_stores()?;
+            }
+            self.write_checkpoints(checkpoint);
+            return Ok(());
+        }
         self.collector.flush()?;
         if !offsets.is_empty() {
             consumer
@@ -523,6 +552,16 @@ impl TaskManager {
         }
         if let Err(e) = self.commit_with(consumer, true) {
             warn!(thread = %self.ctx.name, "commit before revocation failed ({e}); the uncommitted records will be processed again");
+            if self.collector.is_transactional() {
+                // The tasks' stores hold the aborted transaction's writes:
+                // the thread revives every task after this rebalance.
+                if let Err(a) = self.abort_transaction() {
+                    warn!(thread = %self.ctx.name, "aborting the transaction failed: {a}");
+                }
+                self.fatal.get_or_insert(StreamsError::TransactionAborted(format!(
+                    "the commit before a revocation failed: {e}"
+                )));
+            }
         }
         let revoked: BTreeSet<TaskId> = partitions
             .iter()
@@ -674,6 +713,46 @@ impl TaskManager {
             }
         }
         Ok(())
+    }
+
+    /// Under exactly-once, aborts the open transaction (replacing a fenced
+    /// producer); nothing otherwise.
+    pub fn abort_transaction(&mut self) -> Result<()> {
+        self.collector.abort_transaction()
+    }
+
+    /// Exactly-once recovery from a transaction that could not commit
+    /// (Kafka Streams' `TaskCorruptedException`): abort it, close every
+    /// task without committing, rewind the assigned partitions to their
+    /// committed offsets (the start, when none) and create the tasks again
+    /// from their stores' committed state and the changelog tail.
+    pub fn revive_all(&mut self, consumer: &mut Consumer) -> Result<()> {
+        self.abort_transaction()?;
+        let assigned = consumer.assignment();
+        info!(thread = %self.ctx.name, partitions = assigned.len(), "reviving the tasks from their last committed state");
+        self.on_lost();
+        if assigned.is_empty() {
+            return Ok(());
+        }
+        let committed = consumer
+            .committed(&assigned)
+            .map_err(|e| self.ctx.classify("reading the committed offsets", e))?;
+        let mut from_start = Vec::new();
+        for tp in &assigned {
+            match committed.get(tp) {
+                Some(o) => consumer
+                    .seek(tp, o.offset)
+                    .map_err(|e| StreamsError::client("rewinding to the committed offset", e))?,
+                None => from_start.push(tp.clone()),
+            }
+        }
+        if !from_start.is_empty() {
+            consumer
+                .seek_to_beginning(&from_start)
+                .map_err(|e| StreamsError::client("rewinding to the beginning", e))?;
+        }
+        self.on_assigned(consumer, &assigned);
+        self.take_fatal()
     }
 
     /// The rebalance listener's loss (fenced, expired session, a commit the

@@ -122,6 +122,7 @@ impl TopologyTestDriver {
                 dir.path(),
                 backend,
                 cache_budget.as_ref(),
+                false,
             )?;
             let partitions: Vec<TopicPartition> = st
                 .source_topics

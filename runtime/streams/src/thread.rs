@@ -18,7 +18,10 @@
 //! Errors are handled by recovery ([`Recovery`]): a migrated task closes
 //! every task as lost and rejoins, a retriable one is retried, anything
 //! else stops the thread (the application's uncaught-error handler decides
-//! what follows). After fencing nothing is committed (KIP-345).
+//! what follows). After fencing nothing is committed (KIP-345). Under
+//! `exactly_once_v2` a migrated task also aborts the thread's transaction,
+//! and a transaction that cannot commit (task corrupted) revives every
+//! task from its last committed state instead of stopping the thread.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
@@ -157,7 +160,14 @@ impl StreamThread {
         }
         let tasks = self.tasks.clone();
         let mut tm = lock(&tasks);
-        tm.take_fatal()?;
+        if let Err(e) = tm.take_fatal() {
+            if self.ctx.config.exactly_once && e.recovery() == Recovery::TaskCorrupted {
+                warn!("{e}; reviving the tasks from their last committed state");
+                tm.revive_all(&mut self.consumer)?;
+                return Ok(Next::Continue);
+            }
+            return Err(e);
+        }
         if self.ctx.shared.state() == ThreadState::PartitionsAssigned {
             self.ctx.shared.set_state(ThreadState::Running);
         }
@@ -170,9 +180,14 @@ impl StreamThread {
             Err(e) => match e.recovery() {
                 Recovery::TaskMigrated => {
                     warn!("{e}; closing the tasks as lost and rejoining");
+                    tm.abort_transaction()?;
                     tm.on_lost();
                 }
                 Recovery::Retriable => warn!("{e}; retrying"),
+                Recovery::TaskCorrupted if self.ctx.config.exactly_once => {
+                    warn!("{e}; aborting and reviving the tasks from their last committed state");
+                    tm.revive_all(&mut self.consumer)?;
+                }
                 Recovery::TaskCorrupted | Recovery::Fatal => return Err(e),
             },
         }
