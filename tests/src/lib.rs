@@ -18,6 +18,7 @@ pub mod secure;
 pub mod security_scenarios;
 pub mod streams_scenarios;
 pub mod tools;
+pub mod txn_scenarios;
 pub mod wire;
 
 use std::sync::Once;

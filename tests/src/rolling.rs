@@ -373,16 +373,21 @@ pub fn roll(bootstrap: &str, cfg: &RollConfig) -> RollReport {
     create_topic(bootstrap, &n.output, cfg.partitions);
     if cfg.preload > 0 {
         let p = Producer::new(&config(bootstrap, &[])).expect("producer");
-        for seq in 0..cfg.preload {
-            p.send(
-                ProducerRecord::new(n.input.clone())
-                    .key(format!("k{}", seq % 60))
-                    .value(format!("seq-{seq}"))
-                    .timestamp(now_ms()),
-            )
-            .expect("preload send");
-        }
+        let sent: Vec<_> = (0..cfg.preload)
+            .map(|seq| {
+                p.send(
+                    ProducerRecord::new(n.input.clone())
+                        .key(format!("k{}", seq % 60))
+                        .value(format!("seq-{seq}"))
+                        .timestamp(now_ms()),
+                )
+                .expect("preload send")
+            })
+            .collect();
         p.flush().expect("preload flush");
+        for d in sent {
+            d.wait().expect("preload delivery");
+        }
     }
     let dirs: Vec<tempfile::TempDir> = (0..cfg.instances)
         .map(|_| tempfile::tempdir().unwrap())
@@ -723,8 +728,16 @@ pub fn streams_eos_kill9(bootstrap: &str, runtime: Runtime) {
             // kill -9 restart must restore only what its tasks' changelogs
             // got since (a wiped store would restore ~preload/instances).
             let share = cfg.preload / cfg.instances as u64;
-            for (i, n) in r.restored_per_restart.iter().enumerate().skip(cfg.instances) {
-                assert!(*n < share / 4, "kill -9 restart {i} restored {n} of ~{share}: {d}");
+            for (i, n) in r
+                .restored_per_restart
+                .iter()
+                .enumerate()
+                .skip(cfg.instances)
+            {
+                assert!(
+                    *n < share / 4,
+                    "kill -9 restart {i} restored {n} of ~{share}: {d}"
+                );
             }
         }
     }

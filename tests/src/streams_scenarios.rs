@@ -34,8 +34,7 @@ pub use crate::dsl_scenarios::{
 // The rolling-restart guarantees too.
 pub use crate::rolling::{
     streams_eos_kill9, streams_eos_roll_static_clean, streams_roll_dynamic,
-    streams_roll_static_clean, streams_roll_static_kill9,
-    streams_roll_static_stateful, Runtime,
+    streams_roll_static_clean, streams_roll_static_kill9, streams_roll_static_stateful, Runtime,
 };
 
 pub(crate) const PARTITIONS: i32 = 4;

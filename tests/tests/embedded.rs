@@ -36,6 +36,25 @@ mod client {
     rill_tests::for_each_client_scenario!(client_on_embedded);
 }
 
+/// Transactions through Rill's client on the embedded cluster (the same
+/// scenarios run on Apache Kafka in `interop`).
+mod txn {
+    use rill_tests::backend::Embedded;
+    use rill_tests::txn_scenarios;
+
+    macro_rules! txn_on_embedded {
+        ($($name:ident),* $(,)?) => {$(
+            #[test]
+            fn $name() {
+                let cluster = Embedded::for_clients();
+                txn_scenarios::$name(&cluster.bootstrap());
+            }
+        )*};
+    }
+
+    rill_tests::for_each_txn_scenario!(txn_on_embedded);
+}
+
 /// TLS and SASL on the embedded broker's secure listeners (the same
 /// scenarios run on Apache Kafka in `interop`).
 mod security {

@@ -369,7 +369,11 @@ fn third_party_transactions_match_apache_kafka() {
             Some(1000),
             "{who} on rill: {ours}"
         );
-        assert_eq!(ours.trim(), theirs.trim(), "{who}: rill and Apache Kafka differ");
+        assert_eq!(
+            ours.trim(),
+            theirs.trim(),
+            "{who}: rill and Apache Kafka differ"
+        );
     }
 }
 

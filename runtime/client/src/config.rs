@@ -11,7 +11,8 @@
 //! - defaults are Kafka 4.x's (e.g. `linger.ms` 5, `enable.idempotence` true,
 //!   `session.timeout.ms` 45000, `partition.assignment.strategy`
 //!   `range,cooperative-sticky`), and cross-key rules are Kafka's (idempotence
-//!   needs `acks=all`; `group.protocol=consumer` refuses the classic-only keys).
+//!   needs `acks=all`; a `transactional.id` needs idempotence;
+//!   `group.protocol=consumer` refuses the classic-only keys).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -503,13 +504,23 @@ pub struct ProducerConfig {
     /// `partitioner.ignore.keys`: when true, keyed records are spread like unkeyed ones
     /// (sticky partitioning) instead of by key hash (default false).
     pub partitioner_ignore_keys: bool,
+    /// `transactional.id`: makes the producer transactional (KIP-98): it must call
+    /// `init_transactions` once, then send inside `begin_transaction` /
+    /// `commit_transaction` or `abort_transaction`. Needs idempotence. `None` (the default)
+    /// for a producer without transactions.
+    pub transactional_id: Option<String>,
+    /// `transaction.timeout.ms`: how long the transaction coordinator lets a transaction stay
+    /// open before it aborts it (and fences this producer's epoch); the broker refuses more
+    /// than its `transaction.max.timeout.ms` (default 60000 ms).
+    pub transaction_timeout: Duration,
 }
 
 impl ProducerConfig {
     /// Reads producer settings from `cfg`, applying Kafka's defaults.
     ///
     /// Fails with [`Error::Config`] on a missing or malformed `bootstrap.servers`, an
-    /// unknown or non-producer key, a bad value, a `transactional.id` (not supported),
+    /// unknown or non-producer key, a bad value, a `transactional.id` with idempotence off
+    /// (explicitly, or by `acks`, `retries` or `max.in.flight.requests.per.connection`),
     /// `delivery.timeout.ms` below `linger.ms` + `request.timeout.ms`, or settings that
     /// conflict with an explicit `enable.idempotence=true`.
     pub fn from_config(cfg: &ClientConfig) -> Result<Self> {
@@ -534,13 +545,11 @@ impl ProducerConfig {
         ] {
             r.accept(k);
         }
-        if let Some(t) = r.optional("transactional.id") {
-            return Err(Error::config(
-                "transactional.id",
-                &t,
-                "transactions are not supported by rill-client yet",
-            ));
-        }
+        let transactional_id = r.optional("transactional.id");
+        // Kafka's range: at least 1 ms; the broker refuses more than its
+        // transaction.max.timeout.ms (15 minutes by default) at InitProducerId.
+        let transaction_timeout =
+            Duration::from_millis(r.int("transaction.timeout.ms", 60_000, 1, i32::MAX as u64)?);
         let acks = match r.choice("acks", "all", &["all", "-1", "0", "1"])?.as_str() {
             "0" => Acks::None,
             "1" => Acks::Leader,
@@ -594,6 +603,23 @@ impl ProducerConfig {
             // preconditions hold.
             enable_idempotence = false;
         }
+        // Checked after the rules above, as Kafka does: a transactional id
+        // needs idempotence, whether it was switched off explicitly or by
+        // a setting that rules it out.
+        if let (Some(id), false) = (&transactional_id, enable_idempotence) {
+            let why = match conflict {
+                Some((key, value, _)) if !idempotence_set => {
+                    let v = cfg.get(key).unwrap_or(value);
+                    format!("{key}={v} turns idempotence off")
+                }
+                _ => "enable.idempotence is false".to_string(),
+            };
+            return Err(Error::config(
+                "transactional.id",
+                id,
+                format!("a transactional producer needs enable.idempotence=true, but {why} (Kafka: cannot set a transactional.id without also enabling idempotence)"),
+            ));
+        }
         let linger = r.millis("linger.ms", 5)?;
         let request_timeout = common.request_timeout;
         let delivery_timeout = r.millis("delivery.timeout.ms", 120_000)?;
@@ -617,6 +643,8 @@ impl ProducerConfig {
             max_in_flight_requests_per_connection: max_in_flight,
             max_block: r.millis("max.block.ms", 60_000)?,
             partitioner_ignore_keys: r.bool("partitioner.ignore.keys", false)?,
+            transactional_id,
+            transaction_timeout,
             common,
         };
         Ok(out)
@@ -973,6 +1001,50 @@ mod tests {
             ProducerConfig::from_config(&base().set("acks", "1").set("enable.idempotence", "true"))
                 .unwrap_err();
         assert!(e.to_string().contains("acks"), "{e}");
+    }
+
+    #[test]
+    fn a_transactional_id_needs_idempotence_as_in_kafka() {
+        let p = ProducerConfig::from_config(&base().set("transactional.id", "tx-1")).unwrap();
+        assert_eq!(p.transactional_id.as_deref(), Some("tx-1"));
+        assert!(p.enable_idempotence);
+        assert_eq!(p.transaction_timeout, Duration::from_millis(60_000));
+        let p = ProducerConfig::from_config(
+            &base()
+                .set("transactional.id", "tx-1")
+                .set("transaction.timeout.ms", "1000"),
+        )
+        .unwrap();
+        assert_eq!(p.transaction_timeout, Duration::from_millis(1000));
+        assert!(ProducerConfig::from_config(&base())
+            .unwrap()
+            .transactional_id
+            .is_none());
+        // Explicitly off: one error naming both keys.
+        let e = ProducerConfig::from_config(
+            &base()
+                .set("transactional.id", "tx-1")
+                .set("enable.idempotence", "false"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("transactional.id") && e.contains("enable.idempotence"),
+            "{e}"
+        );
+        // Implicitly off (acks=1): the error says which key turned it off.
+        let e =
+            ProducerConfig::from_config(&base().set("transactional.id", "tx-1").set("acks", "1"))
+                .unwrap_err()
+                .to_string();
+        assert!(
+            e.contains("transactional.id") && e.contains("acks=1"),
+            "{e}"
+        );
+        let e = ProducerConfig::from_config(&base().set("transaction.timeout.ms", "0"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("transaction.timeout.ms"), "{e}");
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! partition, group) so a log line is enough to act on. Errors are `Clone`:
 //! one failed produce request fails every record of its batches with the same
 //! error. [`Error::is_retriable`] and [`Error::is_fatal`] classify them the
-//! way Kafka's clients do (`RetriableException`, fencing errors).
+//! way Kafka's clients do (`RetriableException`, fencing errors), and
+//! [`Error::is_abortable`] the transactional producer's abortable errors.
 
 use rill_protocol::ErrorCode;
 
@@ -167,6 +168,47 @@ pub enum Error {
         /// Which request was answered with FENCED_INSTANCE_ID, and the broker's message.
         detail: String,
     },
+    /// Another producer with the same `transactional.id` called
+    /// `init_transactions` and took over (KIP-98's zombie fencing), or the
+    /// coordinator aborted this producer's transaction after
+    /// `transaction.timeout.ms` and bumped its epoch. Fatal: every later call
+    /// of this producer returns this error; it can only be closed.
+    #[error("transactional.id {transactional_id}: this producer was fenced: another producer with the same transactional.id took over (it called init_transactions and got a newer epoch), or the coordinator aborted a transaction open longer than transaction.timeout.ms ({detail}); this producer can only be closed")]
+    ProducerFenced {
+        /// The producer's `transactional.id`.
+        transactional_id: String,
+        /// Which request was refused, with the broker's error name.
+        detail: String,
+    },
+    /// The open transaction cannot be committed (a record failed, the
+    /// coordinator answered TRANSACTION_ABORTABLE, a group refused the
+    /// offsets): `abort_transaction` is the only call allowed, after which
+    /// the producer can begin a new transaction (Kafka's abortable errors).
+    #[error("transactional.id {transactional_id}: the transaction cannot be committed and must be aborted (abort_transaction): {cause}")]
+    TransactionAbortable {
+        /// The producer's `transactional.id`.
+        transactional_id: String,
+        /// What failed first (a record's send error, a broker error).
+        cause: Box<Error>,
+    },
+    /// A record that was never sent because `abort_transaction` was called
+    /// first (Kafka's `TransactionAbortedException`).
+    #[error("transactional.id {transactional_id}: the record was not sent because its transaction was aborted")]
+    TransactionAborted {
+        /// The producer's `transactional.id`.
+        transactional_id: String,
+    },
+    /// The transactional producer met an error it cannot recover from
+    /// (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, INVALID_TXN_STATE, an
+    /// unsupported version, an unexpected answer). Fatal: every later call
+    /// returns this error; the producer can only be closed.
+    #[error("transactional.id {transactional_id}: the transactional producer failed and can only be closed: {cause}")]
+    TransactionFatal {
+        /// The producer's `transactional.id`.
+        transactional_id: String,
+        /// The error behind it.
+        cause: Box<Error>,
+    },
     /// The consumer met a fatal error earlier (the cause) and can no longer
     /// be used.
     #[error("the consumer is stopped after a fatal error: {0}")]
@@ -310,22 +352,49 @@ impl Error {
         matches!(self, Error::Tls { .. } | Error::Authentication { .. })
     }
 
-    /// The client cannot continue (fencing).
+    /// The client cannot continue (fencing, a transactional producer's fatal error).
     pub fn is_fatal(&self) -> bool {
         match self {
             // TLS and SASL failures are not fatal: as Java's
             // AuthenticationException, the call fails and a later one
             // tries again (credentials or certificates may be rotated).
-            Error::FencedInstanceId { .. } | Error::Stopped(_) => true,
+            Error::FencedInstanceId { .. }
+            | Error::Stopped(_)
+            | Error::ProducerFenced { .. }
+            | Error::TransactionFatal { .. } => true,
             Error::Broker { code, .. } => [
                 ErrorCode::FencedInstanceId,
                 ErrorCode::UnreleasedInstanceId,
                 ErrorCode::ProducerFenced,
                 ErrorCode::InvalidProducerEpoch,
+                ErrorCode::TransactionalIdAuthorizationFailed,
+                ErrorCode::InvalidTxnState,
             ]
             .iter()
             .any(|c| c.code() == *code),
             _ => false,
+        }
+    }
+
+    /// The open transaction must be aborted (`abort_transaction`) before the
+    /// producer can go on: Kafka's abortable transaction errors (a record
+    /// that failed, TRANSACTION_ABORTABLE, offsets a group refused).
+    pub fn is_abortable(&self) -> bool {
+        match self {
+            Error::TransactionAbortable { .. } => true,
+            Error::Broker { code, .. } => *code == ErrorCode::TransactionAbortable.code(),
+            _ => false,
+        }
+    }
+
+    /// When this is a fencing of a transactional producer by another with the
+    /// same `transactional.id` ([`Error::ProducerFenced`]): the id.
+    pub fn fenced_transactional_id(&self) -> Option<&str> {
+        match self {
+            Error::ProducerFenced {
+                transactional_id, ..
+            } => Some(transactional_id),
+            _ => None,
         }
     }
 }

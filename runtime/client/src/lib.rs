@@ -9,9 +9,11 @@
 //!
 //! Layout: `conn` (one connection per broker, one reader task per
 //! connection, correlation ids, poisoning), `cluster` (bootstrap, metadata,
-//! coordinators), `rpc` (the requests the clients share), [`producer`],
+//! coordinators), `rpc` (the requests the clients share), [`producer`]
+//! (idempotent, and transactional with a `transactional.id`: KIP-98 and
+//! KIP-447, transaction version 1),
 //! [`consumer`] (classic and KIP-848 group protocols, assignors, KIP-70
-//! subscription semantics), [`admin`]. Network I/O runs on one tokio
+//! subscription semantics, read_committed), [`admin`]. Network I/O runs on one tokio
 //! runtime the clients share ([`io_handle`]); the producer's `send`, the
 //! consumer's `poll` and the admin calls are plain blocking methods, so a
 //! stream thread can call them from its synchronous loop. Only the clients,
@@ -76,7 +78,7 @@ pub(crate) mod tls;
 
 pub use admin::Admin;
 pub use config::{parse_key_value, ClientConfig, ClientKind};
-pub use consumer::{Consumer, ConsumerRecord, RebalanceListener};
+pub use consumer::{Consumer, ConsumerRecord, GroupMetadata, RebalanceListener};
 pub use error::{Error, Result};
 pub use producer::{DeliveryFuture, IntoTopicName, Producer, ProducerRecord, RecordMetadata};
 pub use rill_protocol::records::Compression;

@@ -151,6 +151,31 @@ pub async fn fetch_committed(
     member: &MemberRef,
     within: Duration,
 ) -> Result<BTreeMap<TopicPartition, OffsetAndMetadata>> {
+    // Offsets a transaction committed are pending until its markers are
+    // written: the coordinator answers UNSTABLE_OFFSET_COMMIT meanwhile
+    // (require_stable, KIP-447), which Java's consumer retries until its
+    // timeout, as here.
+    let deadline = Instant::now() + within;
+    loop {
+        match fetch_committed_once(cluster, group, partitions, member, within).await {
+            Err(e)
+                if e.code() == Some(ErrorCode::UnstableOffsetCommit)
+                    && Instant::now() < deadline =>
+            {
+                tokio::time::sleep(cluster.cfg.retry_backoff).await;
+            }
+            r => return r,
+        }
+    }
+}
+
+async fn fetch_committed_once(
+    cluster: &Cluster,
+    group: &str,
+    partitions: Option<&[TopicPartition]>,
+    member: &MemberRef,
+    within: Duration,
+) -> Result<BTreeMap<TopicPartition, OffsetAndMetadata>> {
     let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
     for tp in partitions.unwrap_or(&[]) {
         by_topic.entry(&tp.topic).or_default().push(tp.partition);

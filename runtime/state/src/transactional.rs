@@ -122,9 +122,11 @@ impl KeyValueStore for TransactionalStore {
         Ok(self.merge(self.inner.range(from, to)?, from, Some(to), |_| true))
     }
     fn prefix_scan(&self, prefix: &[u8]) -> Result<Vec<KeyValue>> {
-        Ok(self.merge(self.inner.prefix_scan(prefix)?, prefix, None, |k| {
-            k.starts_with(prefix)
-        }))
+        Ok(
+            self.merge(self.inner.prefix_scan(prefix)?, prefix, None, |k| {
+                k.starts_with(prefix)
+            }),
+        )
     }
     fn all(&self) -> Result<Vec<KeyValue>> {
         Ok(self.merge(self.inner.all()?, &[], None, |_| true))
@@ -146,9 +148,8 @@ impl KeyValueStore for TransactionalStore {
         if self.pending.is_empty() {
             return Ok(());
         }
-        let batch: Vec<(Bytes, Option<Bytes>)> = std::mem::take(&mut self.pending)
-            .into_iter()
-            .collect();
+        let batch: Vec<(Bytes, Option<Bytes>)> =
+            std::mem::take(&mut self.pending).into_iter().collect();
         self.inner.put_all(&batch)
     }
     fn discard_uncommitted(&mut self) -> Result<()> {

@@ -28,8 +28,8 @@ use std::time::Duration;
 
 use rill_client::consumer::GroupMetadata;
 use rill_client::{
-    ClientConfig, DeliveryFuture, Error as ClientError, OffsetAndMetadata, Producer,
-    ErrorCode, ProducerRecord, TopicPartition,
+    ClientConfig, DeliveryFuture, Error as ClientError, ErrorCode, OffsetAndMetadata, Producer,
+    ProducerRecord, TopicPartition,
 };
 
 use crate::error::{Result, StreamsError};
@@ -208,9 +208,9 @@ impl RecordCollector {
     }
 
     fn begin(&mut self) -> Result<()> {
-        self.producer()?
-            .begin_transaction()
-            .map_err(|e| StreamsError::TransactionAborted(format!("beginning a transaction: {e}")))?;
+        self.producer()?.begin_transaction().map_err(|e| {
+            StreamsError::TransactionAborted(format!("beginning a transaction: {e}"))
+        })?;
         self.in_transaction = true;
         Ok(())
     }

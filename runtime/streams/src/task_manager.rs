@@ -138,15 +138,19 @@ impl TaskManager {
     pub fn new(ctx: Arc<ThreadContext>) -> Result<Self> {
         let c = &ctx.config;
         let producer_config = c.producer_config(&ctx.client_id, ctx.index);
-        let collector = if c.exactly_once {
-            let mut pc = producer_config;
-            pc.insert("transactional.id", c.transactional_id(&ctx.process_id, ctx.index));
-            RecordCollector::transactional(pc)?
-        } else {
-            RecordCollector::new(Producer::new(&producer_config).map_err(|e| {
-                StreamsError::client("creating the stream thread's producer", e)
-            })?)
-        };
+        let collector =
+            if c.exactly_once {
+                let mut pc = producer_config;
+                pc.insert(
+                    "transactional.id",
+                    c.transactional_id(&ctx.process_id, ctx.index),
+                );
+                RecordCollector::transactional(pc)?
+            } else {
+                RecordCollector::new(Producer::new(&producer_config).map_err(|e| {
+                    StreamsError::client("creating the stream thread's producer", e)
+                })?)
+            };
         let restore_consumer = Consumer::new(&c.restore_consumer_config(&ctx.client_id, ctx.index))
             .map_err(|e| StreamsError::client("creating the restore consumer", e))?;
         // Kafka splits the cache evenly over the stream threads.
@@ -558,9 +562,10 @@ impl TaskManager {
                 if let Err(a) = self.abort_transaction() {
                     warn!(thread = %self.ctx.name, "aborting the transaction failed: {a}");
                 }
-                self.fatal.get_or_insert(StreamsError::TransactionAborted(format!(
-                    "the commit before a revocation failed: {e}"
-                )));
+                self.fatal
+                    .get_or_insert(StreamsError::TransactionAborted(format!(
+                        "the commit before a revocation failed: {e}"
+                    )));
             }
         }
         let revoked: BTreeSet<TaskId> = partitions

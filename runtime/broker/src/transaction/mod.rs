@@ -575,6 +575,7 @@ impl TransactionCoordinator {
     /// open transaction, or, with `implicit_add` (transaction version 2),
     /// joins it now. Runs `append` under the coordinator lock (see the
     /// module invariants).
+    #[allow(clippy::too_many_arguments)] // the produce request's fields, each checked
     pub fn append_transactional<R>(
         &self,
         host: &dyn TxnHost,

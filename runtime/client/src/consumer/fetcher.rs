@@ -24,9 +24,22 @@
 //!   next fetch is not stuck behind it for fetch.max.wait.ms;
 //! - once a buffered answer is used up the position moves to the offset
 //!   after its last batch, also past batches that return nothing (control
-//!   batches, records compacted away), as Kafka's consumer does.
+//!   batches, aborted transactions, records compacted away), as Kafka's
+//!   consumer does;
+//! - control batches (transaction markers) are never returned.
+//!
+//! `isolation.level=read_committed` (KIP-98): the broker answers only up to
+//! the last stable offset, with the aborted transactions that overlap the
+//! answer (producer id, first offset). As Java's `CompletedFetch`, each
+//! buffered answer keeps them in a min-heap by first offset; before a batch
+//! of a producer is read, every aborted transaction starting at or before
+//! its last offset puts its producer in the aborted set; a transactional
+//! batch of a producer in the set is skipped, and that producer's ABORT
+//! marker takes it out again (a later transaction of the same producer is
+//! read). read_uncommitted returns aborted records, as Kafka does.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -60,9 +73,14 @@ pub struct PartitionFetch {
     pub tp: TopicPartition,
     pub fetch_offset: i64,
     pub error: i16,
-    /// The partition's high watermark as the leader reported it.
+    /// The partition's end as this consumer can read it: the high
+    /// watermark, or with read_committed the last stable offset (as Java's
+    /// lag and fetch logic use it).
     pub high_watermark: i64,
     pub records: Bytes,
+    /// read_committed: the aborted transactions overlapping the answer, as
+    /// (producer id, first offset); empty for read_uncommitted.
+    pub aborted_transactions: Vec<(i64, i64)>,
 }
 
 /// A whole fetch answer from one broker.
@@ -88,8 +106,9 @@ pub struct Fetcher {
     in_flight: HashSet<i32>,
     /// Fetched answers per partition, in fetch order.
     buffered: VecDeque<BufferedFetch>,
-    /// The last high watermark each partition's leader reported (for lag,
-    /// Kafka's `records-lag` metric).
+    /// The last high watermark (last stable offset with read_committed)
+    /// each partition's leader reported (for lag, Kafka's `records-lag`
+    /// metric).
     high_watermarks: std::collections::HashMap<TopicPartition, i64>,
 }
 
@@ -108,33 +127,64 @@ struct BufferedFetch {
     next_offset: i64,
     /// Records of the batch being returned.
     decoded: VecDeque<ConsumerRecord>,
+    /// Aborted transactions not reached yet, as (first offset, producer
+    /// id), smallest first offset on top.
+    aborted: BinaryHeap<Reverse<(i64, i64)>>,
+    /// Producers whose aborted transaction the batches have entered and
+    /// whose ABORT marker has not come yet: their transactional batches
+    /// are skipped.
+    aborted_producers: HashSet<i64>,
 }
+
+/// Control record type of an ABORT marker (Kafka's `ControlRecordType`;
+/// COMMIT is 1).
+const CONTROL_TYPE_ABORT: i16 = 0;
 
 impl BufferedFetch {
     fn is_used_up(&self) -> bool {
         self.decoded.is_empty() && self.raw.is_empty()
     }
 
-    /// Decodes the next batch into `decoded` (skipping control batches and
-    /// records below the fetch offset). A batch that fails stays next.
+    /// Decodes the next batch into `decoded` (skipping control batches,
+    /// aborted transactions and records below the fetch offset). A batch
+    /// that fails stays next.
     fn decode_next(&mut self, check_crcs: bool) -> Result<()> {
         let h = BatchHeader::parse(&self.raw).map_err(|e| self.corrupt(self.fetch_offset, &e))?;
         let batch = self.raw.slice(..h.total_size().min(self.raw.len()));
+        if h.has_producer_id() {
+            // Kafka's CompletedFetch: every aborted transaction that started
+            // at or before this batch's end has been entered by now.
+            while let Some(Reverse((first, pid))) = self.aborted.peek().copied() {
+                if first > h.last_offset() {
+                    break;
+                }
+                self.aborted.pop();
+                self.aborted_producers.insert(pid);
+            }
+            if h.is_control() {
+                // Only a producer in the set has a marker worth reading
+                // (read_uncommitted, or no aborted transaction, reads none).
+                if self.aborted_producers.contains(&h.producer_id)
+                    && self.is_abort_marker(&batch, &h, check_crcs)?
+                {
+                    self.aborted_producers.remove(&h.producer_id);
+                }
+            } else if h.is_transactional() && self.aborted_producers.contains(&h.producer_id) {
+                debug!(
+                    partition = %self.tp,
+                    offset = h.base_offset,
+                    producer_id = h.producer_id,
+                    "skipping a batch of an aborted transaction"
+                );
+                self.raw = self.raw.slice(batch.len()..);
+                return Ok(());
+            }
+        }
         if h.next_offset() <= self.fetch_offset || h.is_control() {
             self.raw = self.raw.slice(batch.len()..);
             return Ok(());
         }
-        if check_crcs {
-            validate_batch(&batch, false).map_err(|e| self.corrupt(h.base_offset, &e))?;
-        }
-        let mut buf = batch.clone();
-        let set = RecordBatchDecoder::decode(&mut buf).map_err(|e| Error::Protocol {
-            broker: format!("leader of {}", self.tp),
-            reason: format!(
-                "undecodable record batch at offset {} of {}: {e}",
-                h.base_offset, self.tp
-            ),
-        })?;
+        let set = self.decode(&batch, &h, check_crcs)?;
         self.raw = self.raw.slice(batch.len()..);
         let epoch = (h.partition_leader_epoch >= 0).then_some(h.partition_leader_epoch);
         for r in set.records {
@@ -158,6 +208,48 @@ impl BufferedFetch {
             });
         }
         Ok(())
+    }
+
+    /// The batch's records (its CRC checked first when `check_crcs`).
+    fn decode(
+        &self,
+        batch: &Bytes,
+        h: &BatchHeader,
+        check_crcs: bool,
+    ) -> Result<rill_protocol::kafka_protocol::records::RecordSet> {
+        if check_crcs {
+            validate_batch(batch, false).map_err(|e| self.corrupt(h.base_offset, &e))?;
+        }
+        let mut buf = batch.clone();
+        RecordBatchDecoder::decode(&mut buf).map_err(|e| Error::Protocol {
+            broker: format!("leader of {}", self.tp),
+            reason: format!(
+                "undecodable record batch at offset {} of {}: {e}",
+                h.base_offset, self.tp
+            ),
+        })
+    }
+
+    /// Whether a control batch is an ABORT marker: its first record's key
+    /// is (version i16 >= 0, type i16) with type 0. An empty control batch
+    /// is not; a key shorter than 4 bytes or with a negative version is a
+    /// corrupt batch, as Kafka's `ControlRecordType.parse` says.
+    fn is_abort_marker(&self, batch: &Bytes, h: &BatchHeader, check_crcs: bool) -> Result<bool> {
+        let set = self.decode(batch, h, check_crcs)?;
+        let Some(first) = set.records.first() else {
+            return Ok(false);
+        };
+        match first.key.as_deref() {
+            Some([v0, v1, t0, t1, ..]) if i16::from_be_bytes([*v0, *v1]) >= 0 => {
+                Ok(i16::from_be_bytes([*t0, *t1]) == CONTROL_TYPE_ABORT)
+            }
+            key => Err(self.corrupt(
+                h.base_offset,
+                &format!(
+                    "control record key {key:?} is not (version >= 0, type) of 4 bytes or more"
+                ),
+            )),
+        }
     }
 
     fn corrupt(&self, offset: i64, e: &dyn std::fmt::Display) -> Error {
@@ -278,6 +370,12 @@ impl Fetcher {
                         fetch_offset: pf.fetch_offset,
                         next_offset,
                         decoded: VecDeque::new(),
+                        aborted: pf
+                            .aborted_transactions
+                            .iter()
+                            .map(|(pid, first)| Reverse((*first, *pid)))
+                            .collect(),
+                        aborted_producers: HashSet::new(),
                     })
                 }
                 Ok(_) => {}
@@ -417,9 +515,8 @@ impl Fetcher {
                 // has data: measured, a ~0.5 s stall each time a backlog
                 // drained unevenly. While such a partition waits, the
                 // request waits briefly instead; once nothing is held back
-                // it long-polls as usual. (read_committed reads up to the
-                // last stable offset, below the high watermark: such a
-                // request keeps the long wait, as before.)
+                // it long-polls as usual. (With read_committed the mark is
+                // the last stable offset, the end this consumer can read.)
                 let caught_up = parts
                     .iter()
                     .all(|(tp, pos, _)| self.high_watermarks.get(tp).is_some_and(|hw| *pos >= *hw));
@@ -516,8 +613,23 @@ async fn fetch(
                 tp: TopicPartition::new(t.topic.0.to_string(), p.partition_index),
                 fetch_offset: *fetch_offset,
                 error: p.error_code,
-                high_watermark: p.high_watermark,
+                high_watermark: if cfg.read_committed && p.last_stable_offset >= 0 {
+                    p.last_stable_offset
+                } else {
+                    p.high_watermark
+                },
                 records: p.records.unwrap_or_default(),
+                // Only read_committed filters (read_uncommitted returns
+                // aborted records, as Kafka), whatever a broker sends.
+                aborted_transactions: if cfg.read_committed {
+                    p.aborted_transactions
+                        .unwrap_or_default()
+                        .iter()
+                        .map(|a| (a.producer_id.0, a.first_offset))
+                        .collect()
+                } else {
+                    Vec::new()
+                },
             });
         }
     }
@@ -573,6 +685,7 @@ mod tests {
                 error: 0,
                 high_watermark: 100,
                 records,
+                aborted_transactions: Vec::new(),
             }]),
         }
     }
@@ -713,6 +826,127 @@ mod tests {
         // next fetch does not ask for it again.
         assert_eq!(subs.assignment[&tp].position, Some(3));
         assert_eq!(f.next_fetch(&tp, 3), (3, 0));
+    }
+
+    /// A transactional batch of producer `pid` with `count` records at
+    /// `base..base + count`.
+    fn txn_batch(pid: i64, base: i64, count: i64) -> Vec<u8> {
+        let recs: Vec<_> = (0..count)
+            .map(|i| {
+                let mut r = simple_record(i, 1, None, Some(Bytes::from(format!("v{}", base + i))));
+                r.transactional = true;
+                r.producer_id = pid;
+                r.producer_epoch = 0;
+                r.sequence = i as i32;
+                r
+            })
+            .collect();
+        let mut b = encode_records(&recs, Compression::None).unwrap().to_vec();
+        set_base_offset(&mut b, base);
+        b
+    }
+
+    /// A transaction marker of producer `pid` at `offset`, built by hand as
+    /// a coordinator writes it: a control batch (attribute bit 5) whose one
+    /// record's key is (version 0, type) and value (version 0, coordinator
+    /// epoch 0).
+    fn marker(pid: i64, offset: i64, abort: bool) -> Vec<u8> {
+        let kind: i16 = if abort { 0 } else { 1 };
+        let mut key = 0i16.to_be_bytes().to_vec();
+        key.extend_from_slice(&kind.to_be_bytes());
+        let mut value = 0i16.to_be_bytes().to_vec();
+        value.extend_from_slice(&0i32.to_be_bytes());
+        let mut r = simple_record(0, 1, Some(Bytes::from(key)), Some(Bytes::from(value)));
+        r.control = true;
+        r.transactional = true;
+        r.producer_id = pid;
+        r.producer_epoch = 0;
+        r.sequence = -1;
+        let mut b = encode_records(&[r], Compression::None).unwrap().to_vec();
+        set_base_offset(&mut b, offset);
+        let h = BatchHeader::parse(&b).unwrap();
+        assert!(h.is_control() && h.is_transactional() && h.producer_id == pid);
+        b
+    }
+
+    /// Producer 1 aborts a transaction at 0..2 (marker 4), producer 2
+    /// commits one at 2..4 (marker 5), producer 1 aborts another at 6..8
+    /// (marker 9), a plain batch at 8, and producer 1 commits at 10 (marker 11).
+    fn interleaved_transactions() -> Bytes {
+        let mut bytes = txn_batch(1, 0, 2);
+        bytes.extend(txn_batch(2, 2, 2));
+        bytes.extend(marker(1, 4, true));
+        bytes.extend(marker(2, 5, false));
+        bytes.extend(txn_batch(1, 6, 2));
+        bytes.extend(batch(8, 1));
+        bytes.extend(marker(1, 9, true));
+        bytes.extend(txn_batch(1, 10, 1));
+        bytes.extend(marker(1, 11, false));
+        Bytes::from(bytes)
+    }
+
+    fn offsets_read(aborted: Vec<(i64, i64)>, fetch_offset: i64) -> (Vec<i64>, Option<i64>) {
+        let tp = TopicPartition::new("t", 0);
+        let (mut subs, cfg) = assigned(&tp);
+        subs.assignment.get_mut(&tp).unwrap().position = Some(fetch_offset);
+        let mut a = answer(&tp, fetch_offset, interleaved_transactions());
+        if let Ok(parts) = a.result.as_mut() {
+            parts[0].aborted_transactions = aborted;
+        }
+        let mut f = Fetcher::default();
+        f.process(a, &subs);
+        let got = f
+            .take(100, &mut subs, &cfg)
+            .unwrap()
+            .iter()
+            .map(|r| r.offset)
+            .collect();
+        (got, subs.assignment[&tp].position)
+    }
+
+    #[test]
+    fn read_committed_skips_aborted_transactions_and_never_returns_markers() {
+        // The broker lists both aborted transactions of producer 1.
+        let (got, position) = offsets_read(vec![(1, 0), (1, 6)], 0);
+        assert_eq!(got, vec![2, 3, 8, 10]);
+        assert_eq!(position, Some(12), "past the last marker");
+        // Fetching from the middle of the first aborted transaction: the
+        // broker still lists it (it overlaps the answer).
+        let (got, _) = offsets_read(vec![(1, 0), (1, 6)], 1);
+        assert_eq!(got, vec![2, 3, 8, 10]);
+        // Only the second one is aborted: the first is read.
+        let (got, _) = offsets_read(vec![(1, 6)], 0);
+        assert_eq!(got, vec![0, 1, 2, 3, 8, 10]);
+    }
+
+    #[test]
+    fn read_uncommitted_returns_aborted_records() {
+        // No aborted list (a read_uncommitted fetch): everything but the
+        // markers, as Kafka's consumer returns it.
+        let (got, position) = offsets_read(Vec::new(), 0);
+        assert_eq!(got, vec![0, 1, 2, 3, 6, 7, 8, 10]);
+        assert_eq!(position, Some(12));
+    }
+
+    #[test]
+    fn a_control_batch_with_a_short_key_is_corrupt() {
+        let tp = TopicPartition::new("t", 0);
+        let (mut subs, cfg) = assigned(&tp);
+        let mut r = simple_record(0, 1, Some(Bytes::from_static(&[0])), None);
+        r.control = true;
+        r.transactional = true;
+        r.producer_id = 1;
+        r.producer_epoch = 0;
+        let bad = encode_records(&[r], Compression::None).unwrap();
+        let mut a = answer(&tp, 0, bad);
+        if let Ok(parts) = a.result.as_mut() {
+            parts[0].aborted_transactions = vec![(1, 0)];
+        }
+        let mut f = Fetcher::default();
+        f.process(a, &subs);
+        let e = f.take(10, &mut subs, &cfg).unwrap_err().to_string();
+        assert!(e.contains("control record key") && e.contains("t-0"), "{e}");
+        assert_eq!(subs.assignment[&tp].position, Some(0));
     }
 
     #[test]

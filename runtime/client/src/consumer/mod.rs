@@ -1072,7 +1072,8 @@ impl Consumer {
     }
 
     /// How far each assigned partition's position is behind its high
-    /// watermark, as of the last fetch (Kafka's `records-lag`); partitions
+    /// watermark (its last stable offset with `isolation.level=read_committed`,
+    /// as Kafka), as of the last fetch (Kafka's `records-lag`); partitions
     /// not fetched yet are left out.
     pub fn lags(&self) -> Vec<(TopicPartition, i64)> {
         self.subs

@@ -10,6 +10,12 @@
 //! sequence numbers and sent in id order; a batch put back for a retry goes
 //! back to its place by id.
 //!
+//! A transactional producer's state machine (`transaction_manager`) lives
+//! here too, under the same lock: appending a record registers its
+//! partition with the transaction, a batch is drained only once its
+//! partition is in the transaction, and a batch that fails for good moves
+//! the transaction to an error state in the same step that completes it.
+//!
 //! In flight per partition: one batch (`MAX_IN_FLIGHT_PER_PARTITION`). The
 //! machinery for more with idempotence is here (sequence-ordered requeue,
 //! a retry sent alone, out-of-sequence answers behind a failed batch
@@ -27,6 +33,7 @@ use bytes::Bytes;
 use rill_protocol::records::{BatchBuilder, BATCH_HEADER_LEN};
 
 use super::partitioner::StickyPartitioner;
+use super::transaction_manager::{TransactionManager, TxnState};
 use super::{DeliveryCallback, RecordMetadata};
 use crate::config::ProducerConfig;
 use crate::error::{Error, Result};
@@ -214,8 +221,12 @@ pub struct Accumulator {
     pub idempotent: bool,
     /// Producer id and epoch (idempotence), once known.
     pub producer: Option<(i64, i16)>,
-    /// Set when an idempotent batch failed for good: take a new producer id.
+    /// Set when an idempotent batch failed for good: take a new producer id
+    /// (never for a transactional producer: its epoch is bumped when the
+    /// transaction is aborted).
     pub reset_producer: bool,
+    /// The transaction state of a producer with a `transactional.id`.
+    pub txn: Option<TransactionManager>,
 }
 
 impl Accumulator {
@@ -231,6 +242,7 @@ impl Accumulator {
             idempotent,
             producer: None,
             reset_producer: false,
+            txn: None,
         }
     }
 
@@ -354,6 +366,16 @@ impl Accumulator {
             // Nothing is sent until the producer id is (re)initialised.
             return out;
         }
+        // A transactional producer that failed fatally sends nothing more
+        // (its queued batches are failed by the sender).
+        if self
+            .txn
+            .as_ref()
+            .is_some_and(|t| t.state() == TxnState::FatalError)
+        {
+            return out;
+        }
+        let txn = self.txn.as_ref();
         let closed = self.closed;
         let flush_up_to = self.flush_up_to;
         let max_in_flight = if producer.is_some() {
@@ -376,6 +398,11 @@ impl Accumulator {
                 let Some(b) = q.batches.front() else {
                     continue;
                 };
+                // Sent only once the coordinator has the partition in the
+                // transaction (the sender asks for it first).
+                if txn.is_some_and(|t| !t.is_partition_added(topic, partition as i32)) {
+                    continue;
+                }
                 if b.attempts > 0 && !q.in_flight.is_empty() {
                     continue;
                 }
@@ -431,11 +458,22 @@ impl Accumulator {
         if let Some(q) = self.queue_mut(&b.tp) {
             q.in_flight.retain(|id| *id != b.id);
         }
-        if result.is_err() && self.idempotent && b.stamp.is_some_and(|s| s.0 >= 0) {
-            self.reset_producer = true;
+        if let Err(e) = &result {
+            self.failed_for_good(b, e, b.stamp.is_some_and(|s| s.0 >= 0));
         }
         self.release(b);
         b.outcome.complete(result);
+    }
+
+    /// A batch failed for good after it took sequence numbers (`drained`) or
+    /// before: an idempotent producer takes a new producer id; in a
+    /// transaction the transaction becomes abortable (or fatal) instead.
+    fn failed_for_good(&mut self, b: &ProducerBatch, e: &Error, drained: bool) {
+        if let Some(t) = self.txn.as_mut() {
+            t.batch_failed(e, drained && b.stamp.is_some());
+        } else if drained && self.idempotent {
+            self.reset_producer = true;
+        }
     }
 
     /// An in-flight batch whose last attempt failed with a retriable error
@@ -450,11 +488,10 @@ impl Accumulator {
 
     /// A batch expired before it was sent.
     pub fn expire(&mut self, b: &ProducerBatch, delivery_timeout: Duration) {
-        if b.sent && self.idempotent {
-            self.reset_producer = true;
-        }
+        let e = expiry(b, delivery_timeout, None);
+        self.failed_for_good(b, &e, b.sent);
         self.release(b);
-        b.outcome.complete(Err(expiry(b, delivery_timeout, None)));
+        b.outcome.complete(Err(e));
     }
 
     /// Puts a batch back at the front of its queue to be retried.
@@ -486,22 +523,45 @@ impl Accumulator {
         }
     }
 
-    /// Fails every batch still queued (close with a timeout); returns the record count.
-    pub fn abort_all(&mut self, why: &str) -> usize {
+    /// Fails the queued batches that never took sequence numbers (Kafka's
+    /// `abortUndrainedBatches`: the transaction is being aborted, or must
+    /// be); batches already drained go on to their outcome, so no sequence
+    /// number is left unanswered. Returns the record count.
+    pub fn abort_undrained(&mut self, err: &Error) -> usize {
+        self.fail_queued(err, |b| b.stamp.is_none())
+    }
+
+    /// Fails every queued batch with `err` (a transactional producer that
+    /// failed fatally sends nothing more). Returns the record count.
+    pub fn abort_queued(&mut self, err: &Error) -> usize {
+        self.fail_queued(err, |_| true)
+    }
+
+    fn fail_queued(&mut self, err: &Error, which: impl Fn(&ProducerBatch) -> bool) -> usize {
+        let mut failed = Vec::new();
+        for q in self.queues.values_mut().flatten() {
+            let mut kept = VecDeque::with_capacity(q.batches.len());
+            for b in q.batches.drain(..) {
+                if which(&b) {
+                    failed.push(b);
+                } else {
+                    kept.push_back(b);
+                }
+            }
+            q.batches = kept;
+        }
         let mut n = 0;
-        let batches: Vec<ProducerBatch> = self
-            .queues
-            .values_mut()
-            .flatten()
-            .flat_map(|q| q.batches.drain(..))
-            .collect();
-        for b in batches {
+        for b in failed {
             n += b.builder.record_count() as usize;
             self.release(&b);
-            b.outcome
-                .complete(Err(Error::IllegalState(why.to_string())));
+            b.outcome.complete(Err(err.clone()));
         }
         n
+    }
+
+    /// Fails every batch still queued (close with a timeout); returns the record count.
+    pub fn abort_all(&mut self, why: &str) -> usize {
+        self.abort_queued(&Error::IllegalState(why.to_string()))
     }
 }
 
@@ -580,6 +640,68 @@ mod tests {
             acc.finish(&out[0], Ok((seq as i64, -1)));
         }
         assert!(acc.is_idle());
+    }
+
+    #[test]
+    fn a_transactional_batch_waits_for_its_partition_and_an_abort_fails_only_undrained_ones() {
+        let (mut acc, cfg) = with_batches(0);
+        let mut t = TransactionManager::new("tx");
+        t.begin_init().unwrap();
+        t.init_done().unwrap();
+        t.begin().unwrap();
+        acc.txn = Some(t);
+        for p in [0, 1] {
+            let _ = acc.append("t", p, 1, None, Some(b"v"), &[], None, &cfg);
+            acc.txn.as_mut().unwrap().maybe_add_partition("t", p);
+        }
+        assert!(
+            drain_once(&mut acc, &cfg).is_empty(),
+            "no partition added yet"
+        );
+        let txn = acc.txn.as_mut().unwrap();
+        assert_eq!(txn.take_partitions_to_add(Instant::now()).unwrap().len(), 2);
+        txn.partitions_added();
+        let sent = drain_once(&mut acc, &cfg);
+        assert_eq!(sent.len(), 2);
+        // Two more batches: one drained (on the wire), one not.
+        let _ = acc.append("t", 0, 1, None, Some(b"w"), &[], None, &cfg);
+        let _ = acc.append("t", 1, 1, None, Some(b"w"), &[], None, &cfg);
+        acc.finish(&sent[0], Ok((0, -1)));
+        let on_the_wire = drain_once(&mut acc, &cfg);
+        assert_eq!(on_the_wire.len(), 1);
+        let aborted = Error::TransactionAborted {
+            transactional_id: "tx".into(),
+        };
+        assert_eq!(acc.abort_undrained(&aborted), 1);
+        // The drained ones still get their own outcome.
+        assert!(!acc.is_idle());
+        acc.finish(&sent[1], Ok((0, -1)));
+        acc.finish(&on_the_wire[0], Ok((1, -1)));
+        assert!(acc.is_idle());
+    }
+
+    #[test]
+    fn a_failed_transactional_batch_makes_the_transaction_abortable_not_a_new_producer_id() {
+        let (mut acc, cfg) = with_batches(1);
+        let mut t = TransactionManager::new("tx");
+        t.begin_init().unwrap();
+        t.init_done().unwrap();
+        t.begin().unwrap();
+        t.maybe_add_partition("t", 0);
+        t.take_partitions_to_add(Instant::now()).unwrap();
+        t.partitions_added();
+        acc.txn = Some(t);
+        let b = drain_once(&mut acc, &cfg).remove(0);
+        acc.finish(
+            &b,
+            Err(Error::broker(
+                rill_protocol::ErrorCode::InvalidProducerEpoch.code(),
+                "produce to t-0",
+            )),
+        );
+        assert!(!acc.reset_producer);
+        assert_eq!(acc.txn.as_ref().unwrap().state(), TxnState::AbortableError);
+        assert!(acc.txn.as_ref().unwrap().epoch_bump_required());
     }
 
     #[test]

@@ -23,25 +23,45 @@
 //!   before the next batch, so later batches never hit a sequence gap
 //!   (Kafka's epoch bump, KIP-360);
 //! - every record gets exactly one outcome; nothing is dropped silently.
+//!
+//! With a `transactional.id` the producer is transactional (KIP-98):
+//! `init_transactions` once, then records and consumed offsets
+//! (`send_offsets_to_transaction`, KIP-447) inside `begin_transaction` …
+//! `commit_transaction` / `abort_transaction`; read_committed consumers see
+//! a transaction's records only once it is committed. The state machine and
+//! its rules are in `transaction_manager`, the coordinator requests in
+//! `txn_requests`. `close` follows Java: it sends what is buffered and, if
+//! a transaction is still open, aborts it within the close timeout; a
+//! producer dropped without `close` (or whose timeout ran out) leaves its
+//! transaction to the coordinator, which aborts it after
+//! `transaction.timeout.ms`, or when the next producer with the same
+//! `transactional.id` calls `init_transactions`.
 
 mod accumulator;
 mod partitioner;
 mod sender;
+mod transaction_manager;
+mod txn_requests;
 
 pub use partitioner::partition_for_key;
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tracing::warn;
+use tracing::{info, warn};
 
 use crate::cluster::Cluster;
 use crate::config::{ClientConfig, ProducerConfig};
+use crate::consumer::GroupMetadata;
 use crate::error::{Error, Result};
+use crate::rpc::OffsetAndMetadata;
 use crate::runtime::{block_on, io_handle};
+use crate::TopicPartition;
 use accumulator::{Accumulator, Outcome};
+use transaction_manager::{Start, TransactionManager, TxnState};
 
 /// A record to send.
 #[derive(Debug, Clone, Default)]
@@ -204,6 +224,8 @@ pub(crate) struct Inner {
     pub changed: Condvar,
     /// Wakes the sender task.
     pub wake: tokio::sync::Notify,
+    /// Held while a transactional request is under way: one at a time.
+    pub txn_requests: tokio::sync::Mutex<()>,
 }
 
 impl Inner {
@@ -238,12 +260,15 @@ impl Producer {
     pub fn new(config: &ClientConfig) -> Result<Self> {
         let cfg = ProducerConfig::from_config(config)?;
         let cluster = Cluster::new(cfg.common.clone());
+        let mut acc = Accumulator::new(cfg.enable_idempotence);
+        acc.txn = cfg.transactional_id.as_deref().map(TransactionManager::new);
         let inner = Arc::new(Inner {
-            acc: Mutex::new(Accumulator::new(cfg.enable_idempotence)),
+            acc: Mutex::new(acc),
             cfg,
             cluster,
             changed: Condvar::new(),
             wake: tokio::sync::Notify::new(),
+            txn_requests: tokio::sync::Mutex::new(()),
         });
         io_handle().spawn(sender::run(inner.clone()));
         Ok(Self {
@@ -307,6 +332,13 @@ impl Producer {
                 detail: "empty topic name".into(),
             });
         }
+        // A transactional producer sends only inside a transaction: say so
+        // before waiting for metadata (checked again when appending).
+        if cfg.transactional_id.is_some() {
+            if let Some(t) = &self.inner.lock().txn {
+                t.check_send()?;
+            }
+        }
         let started = Instant::now();
         // The metadata snapshot is shared, not copied: sending must not
         // allocate per record beyond the record itself.
@@ -331,6 +363,9 @@ impl Producer {
         let mut acc = self.inner.lock();
         if acc.closed {
             return Err(Error::Closed("producer"));
+        }
+        if let Some(t) = &acc.txn {
+            t.check_send()?;
         }
         let partition = match record.partition {
             Some(p) if p < 0 || p as usize >= count => {
@@ -381,6 +416,13 @@ impl Producer {
             if acc.closed {
                 return Err(Error::Closed("producer"));
             }
+            // The transaction may have failed or ended while this waited.
+            if let Some(t) = &acc.txn {
+                t.check_send()?;
+            }
+        }
+        if let Some(t) = acc.txn.as_mut() {
+            t.maybe_add_partition(&record.topic, partition);
         }
         let (outcome, index, wake) = acc.append(
             &record.topic,
@@ -430,8 +472,297 @@ impl Producer {
         Ok(())
     }
 
+    /// Waits until every batch up to `mark` has an outcome and no
+    /// AddPartitionsToTxn is under way (EndTxn is decided on what the
+    /// coordinator knows), or `deadline` (a timeout naming `op`).
+    fn wait_for_batches(&self, mark: u64, deadline: Instant, op: &str) -> Result<()> {
+        let mut acc = self.inner.lock();
+        while acc.has_incomplete_up_to(mark)
+            || acc.txn.as_ref().is_some_and(|t| t.has_pending_add())
+        {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::Timeout {
+                    what: format!("{op}: waiting for the records sent before it to be acknowledged (max.block.ms)"),
+                    timeout_ms: self.inner.cfg.max_block.as_millis() as u64,
+                });
+            }
+            acc = self
+                .inner
+                .changed
+                .wait_timeout(acc, (deadline - now).min(Duration::from_millis(100)))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        Ok(())
+    }
+
+    /// Runs `f` on the transaction state; for a producer without a
+    /// `transactional.id`, an error naming `op` (Java's "transactional
+    /// method invoked on a non-transactional producer").
+    fn with_txn<T>(
+        &self,
+        op: &str,
+        f: impl FnOnce(&mut TransactionManager) -> Result<T>,
+    ) -> Result<T> {
+        let mut acc = self.inner.lock();
+        match acc.txn.as_mut() {
+            Some(t) => f(t),
+            None => Err(Error::IllegalState(format!(
+                "{op} was called on a producer without transactional.id; set transactional.id to use transactions"
+            ))),
+        }
+    }
+
+    /// Applies a failed transactional request to the state; the error to return.
+    fn txn_failed(&self, op: &str, f: transaction_manager::TxnFailure) -> Error {
+        self.with_txn(op, |t| Ok(t.fail(f))).unwrap_or_else(|e| e)
+    }
+
+    /// A producer id from InitProducerId (init or an abort's epoch bump):
+    /// sequences restart, the state becomes `Ready`.
+    fn producer_id_arrived(
+        &self,
+        op: &str,
+        r: std::result::Result<(i64, i16), transaction_manager::TxnFailure>,
+    ) -> Result<()> {
+        match r {
+            Ok((pid, epoch)) => {
+                let mut acc = self.inner.lock();
+                acc.reset_to(pid, epoch);
+                let Some(t) = acc.txn.as_mut() else {
+                    return Err(Error::IllegalState(format!("{op}: no transaction state")));
+                };
+                info!(
+                    transactional_id = t.transactional_id(),
+                    producer_id = pid,
+                    epoch,
+                    "transactional producer id initialised"
+                );
+                t.init_done()
+            }
+            Err(f) => Err(self.txn_failed(op, f)),
+        }
+    }
+
+    /// Readies a transactional producer (Kafka's `initTransactions`): finds
+    /// the transaction coordinator of `transactional.id`, and gets a producer
+    /// id and a new epoch from it (InitProducerId with
+    /// `transaction.timeout.ms`). The coordinator completes any transaction
+    /// a previous producer with this id left open (aborting it), and fences
+    /// that producer: its next transactional call fails with
+    /// [`Error::ProducerFenced`]. Call once, before the first transaction.
+    ///
+    /// Retries while the coordinator is loading, moving or completing a
+    /// previous transaction, up to `max.block.ms`; a timeout leaves the call
+    /// to be made again. Fails with [`Error::ProducerFenced`] or
+    /// [`Error::TransactionFatal`] when the coordinator refuses (both fatal),
+    /// and with [`Error::IllegalState`] when called twice or on a producer
+    /// without `transactional.id`.
+    pub fn init_transactions(&self) -> Result<()> {
+        const OP: &str = "init_transactions";
+        self.with_txn(OP, |t| t.begin_init())?;
+        let deadline = Instant::now() + self.inner.cfg.max_block;
+        let r = block_on(
+            "Producer::init_transactions",
+            txn_requests::init_producer_id(&self.inner, None, deadline),
+        )?;
+        self.producer_id_arrived(OP, r)
+    }
+
+    /// Opens a transaction (Kafka's `beginTransaction`): records sent from
+    /// now until `commit_transaction` or `abort_transaction` belong to it.
+    /// No request is sent; the coordinator learns of the transaction with
+    /// its first partition or offsets.
+    pub fn begin_transaction(&self) -> Result<()> {
+        self.with_txn("begin_transaction", |t| t.begin())
+    }
+
+    /// Adds a consumer group's offsets to the open transaction (Kafka's
+    /// `sendOffsetsToTransaction`, KIP-447): they are committed if and only
+    /// if the transaction is. `offsets` are the next offsets to consume (a
+    /// consumer's positions); `group` is the consumer's
+    /// [`Consumer::group_metadata`](crate::Consumer::group_metadata), whose
+    /// member id and generation let the group coordinator refuse the
+    /// offsets of a member that was fenced or left (the transaction then
+    /// must be aborted).
+    ///
+    /// Sends AddOffsetsToTxn to the transaction coordinator, then
+    /// TxnOffsetCommit to the group's coordinator, retrying up to
+    /// `max.block.ms`.
+    pub fn send_offsets_to_transaction(
+        &self,
+        offsets: &BTreeMap<TopicPartition, OffsetAndMetadata>,
+        group: &GroupMetadata,
+    ) -> Result<()> {
+        const OP: &str = "send_offsets_to_transaction";
+        self.with_txn(OP, |t| t.check_add_offsets())?;
+        if group.group_id.is_empty() {
+            return Err(Error::IllegalState(format!(
+                "{OP} needs the consumer's group metadata with its group.id; the group id given is empty"
+            )));
+        }
+        let deadline = Instant::now() + self.inner.cfg.max_block;
+        let inner = &self.inner;
+        let r = block_on("Producer::send_offsets_to_transaction", async {
+            txn_requests::add_offsets(inner, &group.group_id, deadline).await?;
+            // The coordinator knows of the transaction from here on, even if
+            // the offset commit below fails: it must be ended with EndTxn.
+            if let Some(t) = inner.lock().txn.as_mut() {
+                t.offsets_added();
+            }
+            txn_requests::txn_offset_commit(inner, offsets, group, deadline).await
+        })?;
+        r.map_err(|f| self.txn_failed(OP, f))
+    }
+
+    /// Commits the open transaction (Kafka's `commitTransaction`): sends
+    /// every buffered record and waits until each is acknowledged, then
+    /// ends the transaction with EndTxn(commit). If any record of the
+    /// transaction failed, nothing is committed: the call fails with
+    /// [`Error::TransactionAbortable`] carrying the first record's error,
+    /// and only `abort_transaction` is allowed next.
+    ///
+    /// Bounded by `max.block.ms`; a timeout leaves the commit under way and
+    /// the call may be made again to finish it. Fencing is fatal
+    /// ([`Error::ProducerFenced`]).
+    pub fn commit_transaction(&self) -> Result<()> {
+        const OP: &str = "commit_transaction";
+        self.with_txn(OP, |t| t.begin_commit())?;
+        let deadline = Instant::now() + self.inner.cfg.max_block;
+        self.finish_commit(deadline)
+    }
+
+    /// The rest of a commit, once in `CommittingTransaction`.
+    fn finish_commit(&self, deadline: Instant) -> Result<()> {
+        const OP: &str = "commit_transaction";
+        let mark = self.inner.lock().flush_mark();
+        self.inner.wake.notify_one();
+        self.wait_for_batches(mark, deadline, OP)?;
+        // A record that failed made the transaction abortable meanwhile.
+        let started = self.with_txn(OP, |t| {
+            t.fail_if_in_error()?;
+            Ok(t.is_started())
+        })?;
+        if started {
+            let r = block_on(
+                "Producer::commit_transaction",
+                txn_requests::end_txn(&self.inner, true, deadline),
+            )?;
+            if let Err(f) = r {
+                return Err(self.txn_failed(OP, f));
+            }
+        }
+        self.with_txn(OP, |t| t.complete())
+    }
+
+    /// Aborts the open transaction (Kafka's `abortTransaction`): records not
+    /// sent yet fail with [`Error::TransactionAborted`], those already on
+    /// their way get their outcome first, then EndTxn(abort) makes every
+    /// record of the transaction invisible to read_committed consumers and
+    /// drops its offsets. The only call allowed after an abortable error.
+    /// If a record of the transaction failed after it was sent, the producer
+    /// then takes a new epoch (KIP-360), so the next transaction starts with
+    /// fresh sequence numbers.
+    ///
+    /// Bounded by `max.block.ms`; a timeout leaves the abort under way and
+    /// the call may be made again to finish it.
+    pub fn abort_transaction(&self) -> Result<()> {
+        const OP: &str = "abort_transaction";
+        self.with_txn(OP, |t| t.begin_abort())?;
+        let deadline = Instant::now() + self.inner.cfg.max_block;
+        self.finish_abort(deadline, true)
+    }
+
+    /// The rest of an abort, once in `AbortingTransaction` (or
+    /// `Initializing` for its epoch bump); `bump`: take the new epoch if
+    /// one is needed (not when closing).
+    fn finish_abort(&self, deadline: Instant, bump: bool) -> Result<()> {
+        const OP: &str = "abort_transaction";
+        {
+            let mut acc = self.inner.lock();
+            let aborted = acc.txn.as_ref().map(|t| Error::TransactionAborted {
+                transactional_id: t.transactional_id().to_string(),
+            });
+            if let Some(e) = aborted {
+                acc.abort_undrained(&e);
+            }
+        }
+        self.inner.changed.notify_all();
+        self.inner.wake.notify_one();
+        // EndTxn waits until no batch of the transaction can still be written.
+        self.wait_for_batches(u64::MAX, deadline, OP)?;
+        let (state, started) = self.with_txn(OP, |t| Ok((t.state(), t.is_started())))?;
+        if state == TxnState::AbortingTransaction {
+            if started {
+                let r = block_on(
+                    "Producer::abort_transaction",
+                    txn_requests::end_txn(&self.inner, false, deadline),
+                )?;
+                if let Err(f) = r {
+                    return Err(self.txn_failed(OP, f));
+                }
+            }
+            self.with_txn(OP, |t| t.complete())?;
+        }
+        let needs_bump = self.with_txn(OP, |t| Ok(t.state() == TxnState::Initializing))?;
+        if bump && needs_bump {
+            let current = self.inner.lock().producer;
+            let r = block_on(
+                "Producer::abort_transaction",
+                txn_requests::init_producer_id(&self.inner, current, deadline),
+            )?;
+            self.producer_id_arrived(OP, r)?;
+        }
+        Ok(())
+    }
+
+    /// Java's close with an open transaction: a commit under way is
+    /// finished, any other open transaction is aborted, within `deadline`.
+    /// Failures are logged (closing goes on).
+    fn end_transaction_on_close(&self, deadline: Instant) {
+        let Some((state, id)) = self
+            .inner
+            .lock()
+            .txn
+            .as_ref()
+            .map(|t| (t.state(), t.transactional_id().to_string()))
+        else {
+            return;
+        };
+        if !state.has_ongoing_transaction() {
+            return;
+        }
+        if Instant::now() >= deadline {
+            warn!(
+                transactional_id = %id,
+                "the producer closed with a transaction open and no time left to abort it; the coordinator aborts it after transaction.timeout.ms or when another producer with this transactional.id calls init_transactions"
+            );
+            return;
+        }
+        let r = if state == TxnState::CommittingTransaction {
+            self.finish_commit(deadline)
+        } else {
+            info!(transactional_id = %id, "aborting the open transaction because the producer is closing");
+            self.with_txn("close", |t| t.begin_abort().map(|_: Start| ()))
+                .and_then(|()| self.finish_abort(deadline, false))
+        };
+        if let Err(e) = r {
+            warn!(transactional_id = %id, error = %e, "could not end the open transaction while closing; the coordinator aborts it after transaction.timeout.ms");
+        }
+    }
+
     /// Sends what is buffered, waits for it (at most `timeout`), and stops.
     /// Records still pending at the timeout fail with a timeout error.
+    ///
+    /// A transactional producer then ends its open transaction, as Java's
+    /// does: a commit under way is finished, any other open transaction is
+    /// aborted, within what is left of `timeout`. When no time is left (or
+    /// the producer is dropped without `close`), the transaction stays open
+    /// until the coordinator aborts it after `transaction.timeout.ms`, or
+    /// until another producer with the same `transactional.id` calls
+    /// `init_transactions`; read_committed consumers of its partitions wait
+    /// until then.
     pub fn close(self, timeout: Duration) -> Result<()> {
         let deadline = Instant::now() + timeout;
         {
@@ -458,6 +789,8 @@ impl Producer {
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
+        drop(acc);
+        self.end_transaction_on_close(deadline);
         Ok(())
     }
 

@@ -2,26 +2,44 @@
 //! leaders (at most `max.in.flight.requests.per.connection` requests per
 //! broker), and completes, retries or fails each batch from the answer.
 //! It exits once the producer is closed and every batch has an outcome.
+//!
+//! For a transactional producer it first does the transaction's part of
+//! each round, as Java's sender does before it sends data: it fails the
+//! batches an error state or an abort rules out, and adds the partitions
+//! that got their first records to the transaction (AddPartitionsToTxn, one
+//! request at a time) before their batches may be drained. Its batches carry
+//! the transactional attribute and its Produce requests the
+//! `transactional.id`, at Produce v11 at most (transaction version 1; v12
+//! would ask the broker to add partitions itself, KIP-890 part 2).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::{Bytes, BytesMut};
 use rill_protocol::kafka_protocol::messages::{
     produce_request::{PartitionProduceData, TopicProduceData},
-    InitProducerIdRequest, ProduceRequest, ProducerId,
+    InitProducerIdRequest, ProduceRequest, ProducerId, TransactionalId,
 };
-use rill_protocol::records::{ProducerStamp, NO_SEQUENCE};
+use rill_protocol::records::{compute_crc, ProducerStamp, BATCH_HEADER_LEN, NO_SEQUENCE};
 use rill_protocol::{ApiKey, ErrorCode, RequestKind, ResponseKind};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, warn};
 
 use super::accumulator::ProducerBatch;
+use super::transaction_manager::TxnState;
+use super::txn_requests::{self, Verdict};
 use super::Inner;
 use crate::config::Acks;
 use crate::conn::{Connection, PendingAnswer};
 use crate::error::{needs_metadata_refresh, Error, Result};
-use crate::rpc::topic_name;
+use crate::rpc::{sb, topic_name};
+
+/// The highest Produce version of transaction version 1 (Java's
+/// `LAST_STABLE_VERSION_BEFORE_TRANSACTION_V2`).
+const PRODUCE_TRANSACTION_V1_MAX: i16 = 11;
+/// The transactional bit of a batch's attributes.
+const ATTR_TRANSACTIONAL: i16 = 0x10;
 
 pub(super) async fn run(inner: Arc<Inner>) {
     let cfg = &inner.cfg;
@@ -32,9 +50,13 @@ pub(super) async fn run(inner: Arc<Inner>) {
     > = HashMap::new();
     let mut last_refresh: Option<Instant> = None;
     loop {
+        // A transactional producer's id comes from init_transactions (and
+        // the epoch bump of an abort), never from here.
+        let add_retry_at = transaction_step(&inner).await;
         let need_producer_id = {
             let acc = inner.lock();
             acc.idempotent
+                && acc.txn.is_none()
                 && (acc.producer.is_none() || acc.reset_producer)
                 && !acc.in_flight()
                 && !acc.is_idle()
@@ -123,8 +145,11 @@ pub(super) async fn run(inner: Arc<Inner>) {
                 break;
             }
         }
-        let wait = drained
-            .next_wakeup
+        let wake_at = match (drained.next_wakeup, add_retry_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let wait = wake_at
             .map(|w| w.saturating_duration_since(Instant::now()))
             .unwrap_or(Duration::from_secs(1))
             .min(if drained.needs_metadata {
@@ -138,6 +163,83 @@ pub(super) async fn run(inner: Arc<Inner>) {
         }
     }
     debug!("producer sender stopped");
+}
+
+/// A transactional producer's part of a round (see the module header):
+/// fails what the transaction's state rules out, then adds new partitions
+/// to the transaction. Returns when to try adding again after a retriable
+/// refusal. Does nothing for other producers.
+async fn transaction_step(inner: &Inner) -> Option<Instant> {
+    inner.cfg.transactional_id.as_ref()?;
+    let (partitions, first) = {
+        let mut acc = inner.lock();
+        let t = acc.txn.as_ref()?;
+        let (fail_with, all) = match t.state() {
+            TxnState::FatalError => (t.last_error().cloned(), true),
+            TxnState::AbortableError => (t.last_error().cloned(), false),
+            TxnState::AbortingTransaction => (
+                Some(Error::TransactionAborted {
+                    transactional_id: t.transactional_id().to_string(),
+                }),
+                false,
+            ),
+            _ => (None, false),
+        };
+        if let Some(e) = fail_with {
+            let n = if all {
+                acc.abort_queued(&e)
+            } else {
+                acc.abort_undrained(&e)
+            };
+            if n > 0 {
+                debug!(records = n, error = %e, "failed records the transaction cannot send");
+                inner.changed.notify_all();
+            }
+        }
+        let t = acc.txn.as_mut()?;
+        let first = !t.is_started();
+        match t.take_partitions_to_add(Instant::now()) {
+            Some(p) => (p, first),
+            None => return t.add_retry_at,
+        }
+    };
+    let verdict = txn_requests::add_partitions(inner, &partitions, first).await;
+    let mut acc = inner.lock();
+    let t = acc.txn.as_mut()?;
+    match verdict {
+        Verdict::Done(()) => {
+            debug!(
+                partitions = partitions.len(),
+                "partitions added to the transaction"
+            );
+            t.partitions_added();
+        }
+        Verdict::Retry { backoff, last, .. } => {
+            debug!(error = %last, "AddPartitionsToTxn: retrying");
+            t.retry_partitions_at(Instant::now() + backoff);
+        }
+        Verdict::Fail(f) => {
+            t.fail(f);
+        }
+    }
+    let retry_at = t.add_retry_at;
+    drop(acc);
+    inner.changed.notify_all();
+    retry_at
+}
+
+/// Sets a built batch's transactional attribute and recomputes its CRC
+/// (which covers the attributes).
+fn mark_transactional(batch: Bytes) -> Bytes {
+    if batch.len() < BATCH_HEADER_LEN {
+        return batch;
+    }
+    let mut b = BytesMut::from(&batch[..]);
+    let attributes = i16::from_be_bytes([b[21], b[22]]) | ATTR_TRANSACTIONAL;
+    b[21..23].copy_from_slice(&attributes.to_be_bytes());
+    let crc = compute_crc(&b);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    b.freeze()
 }
 
 async fn init_producer_id(inner: &Inner) -> Result<(i64, i16)> {
@@ -216,6 +318,9 @@ async fn write_request(
                 base_sequence: seq,
             };
             match b.builder.build(cfg.compression, stamp) {
+                Ok(bytes) if cfg.transactional_id.is_some() => {
+                    b.encoded = Some(mark_transactional(bytes))
+                }
                 Ok(bytes) => b.encoded = Some(bytes),
                 Err(e) => {
                     let err = Error::Protocol {
@@ -251,6 +356,11 @@ async fn write_request(
         );
     }
     let req = ProduceRequest::default()
+        .with_transactional_id(
+            cfg.transactional_id
+                .as_deref()
+                .map(|t| TransactionalId(sb(t))),
+        )
         .with_acks(cfg.acks.wire())
         .with_timeout_ms(cfg.common.request_timeout.as_millis().min(i32::MAX as u128) as i32)
         .with_topic_data(
@@ -266,7 +376,12 @@ async fn write_request(
     for b in ready.iter_mut() {
         b.sent = true;
     }
-    let version = match conn.version(ApiKey::Produce, 3, 12) {
+    let max_version = if cfg.transactional_id.is_some() {
+        PRODUCE_TRANSACTION_V1_MAX
+    } else {
+        12
+    };
+    let version = match conn.version(ApiKey::Produce, 3, max_version) {
         Ok(v) => v,
         Err(e) => {
             for b in ready {
@@ -368,5 +483,30 @@ async fn complete_request(inner: &Inner, request: InFlightRequest) {
     }
     if refresh {
         let _ = inner.cluster.refresh(Some(&[]), false).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rill_protocol::records::{validate_batch, BatchBuilder, Compression};
+
+    #[test]
+    fn a_transactional_batch_has_the_attribute_and_a_valid_crc() {
+        let mut builder = BatchBuilder::with_capacity(128);
+        builder.append(1, Some(b"k"), Some(b"v"), &[]);
+        let stamp = ProducerStamp {
+            producer_id: 7,
+            producer_epoch: 2,
+            base_sequence: 0,
+        };
+        for codec in [Compression::None, Compression::Zstd] {
+            let plain = builder.build(codec, stamp).unwrap();
+            assert!(!validate_batch(&plain, true).unwrap().is_transactional());
+            let h = validate_batch(&mark_transactional(plain), true).unwrap();
+            assert!(h.is_transactional() && !h.is_control());
+            assert_eq!(h.compression(), Some(codec));
+            assert_eq!((h.producer_id, h.producer_epoch), (7, 2));
+        }
     }
 }
