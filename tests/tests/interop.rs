@@ -377,6 +377,74 @@ fn third_party_transactions_match_apache_kafka() {
     }
 }
 
+/// Kafka's own `kafka-transactions.sh` (TransactionsCommand: ListTransactions,
+/// DescribeTransactions, DescribeProducers through the Java AdminClient)
+/// reads an open transaction and then its commit the same way from the
+/// embedded broker as from Apache Kafka.
+#[test]
+fn kafka_transactions_tool_reads_transaction_state() {
+    use rill_client::{ClientConfig, Producer, ProducerRecord};
+    const TOOL: &str = "org.apache.kafka.tools.TransactionsCommand";
+    let cluster = Embedded::default_cluster();
+    for bootstrap in [cluster.bootstrap(), shared_kafka().to_string()] {
+        let topic = unique_topic("txn-tool");
+        rill_tests::client_scenarios::create_topic(&bootstrap, &topic, 1);
+        let id = format!("tool-{topic}");
+        let p = Producer::new(
+            &ClientConfig::new()
+                .set("bootstrap.servers", bootstrap.as_str())
+                .set("transactional.id", id.as_str()),
+        )
+        .unwrap();
+        p.init_transactions().unwrap();
+        p.begin_transaction().unwrap();
+        let sent = p
+            .send(ProducerRecord::new(topic.as_str()).value("x"))
+            .unwrap();
+        p.flush().unwrap();
+        sent.wait().unwrap();
+        let run = |args: &[&str]| {
+            let mut all = vec!["--bootstrap-server", bootstrap.as_str()];
+            all.extend_from_slice(args);
+            tools::kafka_tool(TOOL, &all).unwrap_or_else(|e| panic!("{args:?} on {bootstrap}: {e}"))
+        };
+        let row = |out: &str, needle: &str| -> Vec<String> {
+            out.lines()
+                .find(|l| l.split_whitespace().any(|w| w == needle))
+                .unwrap_or_else(|| panic!("no row with {needle} in:\n{out}"))
+                .split_whitespace()
+                .map(str::to_string)
+                .collect()
+        };
+        let list = run(&["list"]);
+        assert!(row(&list, &id).contains(&"Ongoing".to_string()), "{list}");
+        let described = run(&["describe", "--transactional-id", &id]);
+        let r = row(&described, &id);
+        assert!(r.contains(&"Ongoing".to_string()), "{described}");
+        assert!(r.contains(&format!("{topic}-0")), "{described}");
+        let producers = run(&["describe-producers", "--topic", &topic, "--partition", "0"]);
+        // ProducerId ProducerEpoch LatestCoordinatorEpoch LastSequence
+        // LastTimestamp CurrentTransactionStartOffset: the open transaction
+        // began at offset 0.
+        let last = producers
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .last()
+            .unwrap_or_default()
+            .split_whitespace()
+            .last()
+            .unwrap_or_default()
+            .to_string();
+        assert_eq!(last, "0", "on {bootstrap}:\n{producers}");
+        p.commit_transaction().unwrap();
+        let described = run(&["describe", "--transactional-id", &id]);
+        assert!(
+            row(&described, &id).contains(&"CompleteCommit".to_string()),
+            "{described}"
+        );
+    }
+}
+
 /// librdkafka (confluent-kafka) and the Java clients against the embedded
 /// broker's SASL_SSL listener (SCRAM-SHA-512 and PLAIN, sessions
 /// re-authenticated every 4 s) and its mTLS listener: admin, idempotent
