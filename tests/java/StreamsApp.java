@@ -6,7 +6,9 @@
 //       --bootstrap B --application-id A --input I --output O \
 //       --state-dir D [--topology passthrough|wordcount] [--threads N] \
 //       [--group-instance-id ID] [--session-ms MS] [--commit-ms MS]
+//       [--processing-guarantee exactly_once_v2] [--config FILE]
 //
+// `--config FILE` adds Java properties (the harness's app properties).
 // `passthrough` copies input to output; `wordcount` splits values on
 // whitespace, repartitions by word and counts in a RocksDB store with a
 // changelog (Kafka Streams' defaults, including its 10 MiB record cache;
@@ -70,6 +72,17 @@ public class StreamsApp {
         p.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, a.getOrDefault("--commit-ms", "200"));
         // Kafka's default record cache unless --cache-bytes says otherwise
         // (rill-streams-app takes the same flag).
+        if (a.containsKey("--processing-guarantee")) {
+            p.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, a.get("--processing-guarantee"));
+        }
+        if (a.containsKey("--config")) {
+            // Extra properties (the rolling harness's app properties).
+            try (java.io.FileInputStream in = new java.io.FileInputStream(a.get("--config"))) {
+                Properties extra = new Properties();
+                extra.load(in);
+                p.putAll(extra);
+            }
+        }
         if (a.containsKey("--cache-bytes")) {
             p.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, a.get("--cache-bytes"));
         }

@@ -50,6 +50,10 @@ pub enum AppTopology {
     /// (every input value is one unique word `seq-<n>`, so the output's keys
     /// say which inputs arrived).
     WordCount,
+    /// re-keyed to `g<seq % 7>` → repartition → "sum,min,max,count" of the
+    /// sequence numbers per group (Kafka's EOS system-test shape): the last
+    /// output per group must equal what the inputs give.
+    Aggregate,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,6 +134,9 @@ pub struct RollReport {
     pub restored_per_restart: Vec<u64>,
     /// Time from each restart to `RUNNING`.
     pub restart_to_running_ms: Vec<u64>,
+    /// `Aggregate` only: groups whose last "sum,min,max,count" differs from
+    /// what the inputs give, as `group: got (expected)`.
+    pub aggregate_mismatches: Vec<String>,
 }
 
 impl RollReport {
@@ -179,6 +186,7 @@ fn spawn(cfg: &RollConfig, n: &Names, state_dir: &Path, index: usize) -> Instanc
         match cfg.topology {
             AppTopology::Passthrough => "passthrough",
             AppTopology::WordCount => "wordcount",
+            AppTopology::Aggregate => "aggregate",
         }
         .into(),
     ];
@@ -440,8 +448,6 @@ pub fn roll(bootstrap: &str, cfg: &RollConfig) -> RollReport {
 
     // The output reader: arrivals per partition, latencies, sequence numbers.
     let stop_read = Arc::new(AtomicBool::new(false));
-    /// Times each sequence number arrived, latencies (ms), arrival times per partition.
-    type Seen = (BTreeMap<u64, u32>, Vec<i64>, BTreeMap<i32, Vec<i64>>);
     let seen: Arc<Mutex<Seen>> = Arc::default();
     let reader = {
         let (stop, seen) = (stop_read.clone(), seen.clone());
@@ -469,20 +475,27 @@ pub fn roll(bootstrap: &str, cfg: &RollConfig) -> RollReport {
                 let at = now_ms();
                 let mut s = seen.lock().unwrap();
                 for r in records {
-                    let text = match topo {
-                        AppTopology::Passthrough => r.value.as_deref(),
-                        AppTopology::WordCount => r.key.as_deref(),
-                    }
-                    .map(|b| String::from_utf8_lossy(b).into_owned())
-                    .unwrap_or_default();
-                    if let Some(seq) = text
+                    let text = |b: Option<&[u8]>| {
+                        b.map(|b| String::from_utf8_lossy(b).into_owned())
+                            .unwrap_or_default()
+                    };
+                    let seq_text = match topo {
+                        AppTopology::Passthrough => text(r.value.as_deref()),
+                        AppTopology::WordCount => text(r.key.as_deref()),
+                        AppTopology::Aggregate => {
+                            s.aggregates
+                                .insert(text(r.key.as_deref()), text(r.value.as_deref()));
+                            String::new()
+                        }
+                    };
+                    if let Some(seq) = seq_text
                         .strip_prefix("seq-")
                         .and_then(|x| x.parse::<u64>().ok())
                     {
-                        *s.0.entry(seq).or_default() += 1;
+                        *s.seqs.entry(seq).or_default() += 1;
                     }
-                    s.1.push(at - r.timestamp);
-                    s.2.entry(r.partition).or_default().push(at);
+                    s.latencies.push(at - r.timestamp);
+                    s.arrivals.entry(r.partition).or_default().push(at);
                 }
             }
         })
@@ -526,7 +539,7 @@ pub fn roll(bootstrap: &str, cfg: &RollConfig) -> RollReport {
 
     // Let everything flow before the roll starts.
     let settled = crate::client_scenarios::wait_until(Duration::from_secs(120), || {
-        seen.lock().unwrap().0.len() as u64 > cfg.preload + 100 && stable(&group_admin)
+        seen.lock().unwrap().progress() > cfg.preload + 100 && stable(&group_admin)
     });
     assert!(settled, "the app never processed steadily before the roll");
     let gap_window_start = now_ms();
@@ -551,9 +564,9 @@ pub fn roll(bootstrap: &str, cfg: &RollConfig) -> RollReport {
                 .restart_to_running_ms
                 .push(restarted.elapsed().as_millis() as u64);
             // Until it processes again: new output arrives.
-            let mark = seen.lock().unwrap().0.len();
+            let mark = seen.lock().unwrap().progress();
             crate::client_scenarios::wait_until(Duration::from_secs(30), || {
-                seen.lock().unwrap().0.len() > mark + 20
+                seen.lock().unwrap().progress() > mark + 20
             });
             report
                 .restored_per_restart
@@ -575,7 +588,10 @@ pub fn roll(bootstrap: &str, cfg: &RollConfig) -> RollReport {
     // Wait for the tail, then stop observing.
     crate::client_scenarios::wait_until(Duration::from_secs(60), || {
         let s = seen.lock().unwrap();
-        (0..total).all(|q| s.0.contains_key(&q))
+        match cfg.topology {
+            AppTopology::Aggregate => s.progress() >= total,
+            _ => (0..total).all(|q| s.seqs.contains_key(&q)),
+        }
     });
     report.rebalances = left_stable.load(Ordering::Acquire) as usize;
     stop_obs.store(true, Ordering::Release);
@@ -585,9 +601,36 @@ pub fn roll(bootstrap: &str, cfg: &RollConfig) -> RollReport {
 
     let s = seen.lock().unwrap();
     report.produced = total;
-    report.lost = (0..total).filter(|q| !s.0.contains_key(q)).count() as u64;
-    report.duplicated = s.0.values().map(|&c| u64::from(c.saturating_sub(1))).sum();
-    let mut lat = s.1.clone();
+    if cfg.topology == AppTopology::Aggregate {
+        let counted = s.progress();
+        report.lost = total.saturating_sub(counted);
+        report.duplicated = counted.saturating_sub(total);
+        report.aggregate_mismatches = (0..7u64)
+            .filter_map(|g| {
+                let seqs = (0..total).filter(|q| q % 7 == g);
+                let count = seqs.clone().count() as i64;
+                let want = if count == 0 {
+                    "0,-1,-1,0".to_string()
+                } else {
+                    let sum: i64 = seqs.clone().map(|q| q as i64).sum();
+                    let min = seqs.clone().min().unwrap_or(0);
+                    let max = seqs.max().unwrap_or(0);
+                    format!("{sum},{min},{max},{count}")
+                };
+                let key = format!("g{g}");
+                let got = s.aggregates.get(&key).cloned().unwrap_or_default();
+                (count > 0 && got != want).then(|| format!("{key}: {got} ({want})"))
+            })
+            .collect();
+    } else {
+        report.lost = (0..total).filter(|q| !s.seqs.contains_key(q)).count() as u64;
+        report.duplicated = s
+            .seqs
+            .values()
+            .map(|&c| u64::from(c.saturating_sub(1)))
+            .sum();
+    }
+    let mut lat = s.latencies.clone();
     lat.sort_unstable();
     let pct = |p: f64| -> u64 {
         if lat.is_empty() {
@@ -599,20 +642,21 @@ pub fn roll(bootstrap: &str, cfg: &RollConfig) -> RollReport {
     report.latency_p50_ms = pct(0.50);
     report.latency_p99_ms = pct(0.99);
     report.latency_max_ms = lat.last().copied().unwrap_or(0).max(0) as u64;
-    report.max_gap_ms =
-        s.2.values()
-            .map(|arrivals| {
-                let mut w: Vec<i64> = arrivals
-                    .iter()
-                    .copied()
-                    .filter(|t| (gap_window_start..=gap_window_end).contains(t))
-                    .collect();
-                w.insert(0, gap_window_start);
-                w.push(gap_window_end);
-                w.windows(2).map(|x| x[1] - x[0]).max().unwrap_or(0).max(0) as u64
-            })
-            .max()
-            .unwrap_or(0);
+    report.max_gap_ms = s
+        .arrivals
+        .values()
+        .map(|arrivals| {
+            let mut w: Vec<i64> = arrivals
+                .iter()
+                .copied()
+                .filter(|t| (gap_window_start..=gap_window_end).contains(t))
+                .collect();
+            w.insert(0, gap_window_start);
+            w.push(gap_window_end);
+            w.windows(2).map(|x| x[1] - x[0]).max().unwrap_or(0).max(0) as u64
+        })
+        .max()
+        .unwrap_or(0);
     drop(s);
     for i in &mut instances {
         i.stop(StopMode::Clean);
@@ -620,10 +664,37 @@ pub fn roll(bootstrap: &str, cfg: &RollConfig) -> RollReport {
     report
 }
 
+/// What the output reader saw.
+#[derive(Default)]
+struct Seen {
+    /// Times each sequence number arrived.
+    seqs: BTreeMap<u64, u32>,
+    /// End-to-end latencies (ms).
+    latencies: Vec<i64>,
+    /// Arrival times per output partition.
+    arrivals: BTreeMap<i32, Vec<i64>>,
+    /// `Aggregate`: the last value per group.
+    aggregates: BTreeMap<String, String>,
+}
+
+impl Seen {
+    /// Inputs accounted for: distinct sequence numbers, or for `Aggregate`
+    /// the sum of the groups' counts.
+    fn progress(&self) -> u64 {
+        if self.aggregates.is_empty() {
+            return self.seqs.len() as u64;
+        }
+        self.aggregates
+            .values()
+            .filter_map(|v| v.rsplit(',').next()?.parse::<u64>().ok())
+            .sum()
+    }
+}
+
 /// One line with every figure of a roll.
 pub fn describe(cfg: &RollConfig, r: &RollReport) -> String {
     format!(
-        "{:?} {:?} {}{} {:?}: {}x{} x{} rounds: rebalances {}, moves {:?}, produced {}, lost {}, duplicated {}, latency p50/p99/max {}/{}/{} ms, max gap {} ms, restored per restart {:?}, restart→RUNNING {:?} ms",
+        "{:?} {:?} {}{} {:?}: {}x{} x{} rounds: rebalances {}, moves {:?}, produced {}, lost {}, duplicated {}, aggregate mismatches {:?}, latency p50/p99/max {}/{}/{} ms, max gap {} ms, restored per restart {:?}, restart→RUNNING {:?} ms",
         cfg.runtime,
         cfg.topology,
         if cfg.static_membership { "static" } else { "dynamic" },
@@ -637,6 +708,7 @@ pub fn describe(cfg: &RollConfig, r: &RollReport) -> String {
         r.produced,
         r.lost,
         r.duplicated,
+        r.aggregate_mismatches,
         r.latency_p50_ms,
         r.latency_p99_ms,
         r.latency_max_ms,
@@ -697,8 +769,10 @@ pub fn streams_roll_static_kill9(bootstrap: &str, runtime: Runtime) {
 }
 
 /// Exactly-once (`exactly_once_v2`), static members, rounds of kill -9 and
-/// restart under load, read back `read_committed`, for the stateless echo
-/// and for the repartitioning RocksDB count (30,000 records of state first,
+/// restart under load, read back `read_committed`, for the stateless echo,
+/// a repartitioning per-group sum/min/max/count (every group's last output
+/// must equal what the inputs give), and the repartitioning RocksDB word
+/// count (30,000 records of state first,
 /// and a clean first round so every store has a checkpoint before the
 /// kills): Kafka's EOS acceptance rules —
 /// nothing lost, nothing duplicated (every transaction left open by a kill
@@ -708,7 +782,11 @@ pub fn streams_roll_static_kill9(bootstrap: &str, runtime: Runtime) {
 /// aborted writes out of RocksDB, so nothing is wiped (Kafka Streams
 /// restores such a store from scratch, KAFKA-7192).
 pub fn streams_eos_kill9(bootstrap: &str, runtime: Runtime) {
-    for topology in [AppTopology::Passthrough, AppTopology::WordCount] {
+    for topology in [
+        AppTopology::Passthrough,
+        AppTopology::Aggregate,
+        AppTopology::WordCount,
+    ] {
         let mut cfg = RollConfig::small(runtime, topology);
         cfg.stop = StopMode::Kill9;
         cfg.exactly_once = true;
@@ -721,6 +799,7 @@ pub fn streams_eos_kill9(bootstrap: &str, runtime: Runtime) {
         let d = describe(&cfg, &r);
         assert_eq!(r.lost, 0, "{d}");
         assert_eq!(r.duplicated, 0, "{d}");
+        assert!(r.aggregate_mismatches.is_empty(), "{d}");
         assert_eq!(r.rebalances, 0, "{d}");
         assert!(r.produced > 0, "{d}");
         if topology == AppTopology::WordCount {

@@ -428,11 +428,10 @@ fn kafka_transactions_tool_reads_transaction_state() {
         // began at offset 0.
         let last = producers
             .lines()
-            .filter(|l| !l.trim().is_empty())
-            .last()
+            .rfind(|l| !l.trim().is_empty())
             .unwrap_or_default()
             .split_whitespace()
-            .last()
+            .next_back()
             .unwrap_or_default()
             .to_string();
         assert_eq!(last, "0", "on {bootstrap}:\n{producers}");

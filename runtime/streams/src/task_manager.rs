@@ -115,6 +115,11 @@ pub(crate) struct TaskManager {
     cache_budget: Option<Arc<CacheBudget>>,
     /// Partitions paused for back-pressure.
     paused: BTreeSet<TopicPartition>,
+    /// Under exactly-once: the offsets the last transaction committed, so
+    /// an idle thread does not commit a transaction every 100 ms for
+    /// offsets that did not move (Kafka Streams commits only tasks that
+    /// processed something).
+    txn_committed: BTreeMap<TopicPartition, i64>,
 }
 
 /// What the [`TaskExecutor`](crate::task_executor::TaskExecutor) works on:
@@ -168,6 +173,7 @@ impl TaskManager {
             fatal: None,
             topic_cache: RefCell::default(),
             paused: BTreeSet::new(),
+            txn_committed: BTreeMap::new(),
         })
     }
 
@@ -477,8 +483,11 @@ impl TaskManager {
             }
         }
         if self.collector.is_transactional() {
+            offsets.retain(|tp, o| self.txn_committed.get(tp) != Some(&o.offset));
             self.collector
                 .commit_transaction(&offsets, consumer.group_metadata())?;
+            self.txn_committed
+                .extend(offsets.iter().map(|(tp, o)| (tp.clone(), o.offset)));
             // Committed: the stores may take what they held back.
             for t in self.tasks.values_mut() {
                 t.task.commit_stores()?;
@@ -567,6 +576,10 @@ impl TaskManager {
                         "the commit before a revocation failed: {e}"
                     )));
             }
+        }
+        for tp in partitions {
+            // Another member may commit it before it comes back.
+            self.txn_committed.remove(tp);
         }
         let revoked: BTreeSet<TaskId> = partitions
             .iter()
@@ -764,6 +777,7 @@ impl TaskManager {
     /// group refused): every task goes, uncommitted.
     pub fn on_lost(&mut self) {
         self.pending.clear();
+        self.txn_committed.clear();
         self.collector.forget_in_flight();
         let all: Vec<TaskId> = self
             .tasks

@@ -4,6 +4,8 @@
 //!
 //! `--topology passthrough` (default: input → output, records unchanged),
 //! `wordcount` (lines → words → repartition → RocksDB count → output),
+//! `aggregate` (re-keyed to `g<seq % 7>` → repartition → "sum,min,max,count"
+//! of the sequence numbers per group → output),
 //! `windowed` (the word count per 10-second tumbling window, 1 h grace,
 //! windowed keys in Kafka's time-windowed layout), `join` (each record
 //! joined with the value of its key in the table read from `--table`) or
@@ -16,6 +18,7 @@
 //! `RILL_APP_CONFIG=k=v,k2=v2` sets any Rill config key (bench experiments);
 //! `RILL_CONFIG_<KEY>` variables are read as in every app (a refused one
 //! exits 2 with the error on stderr).
+//! `--processing-guarantee G` sets `processing.guarantee` (`exactly_once_v2`).
 //! `--cache-bytes N` sets `statestore.cache.max.bytes` (default 10 MiB, 0:
 //! every count update reaches the output).
 //! `--application-server HOST:PORT` (port 0: any) starts the REST server
@@ -157,6 +160,32 @@ fn main() {
             .count(Materialized::as_store("counts"))
             .to_stream()
             .to(&output, Produced::with(Serdes::string(), Serdes::i64())),
+        // Kafka's EOS system test shape: re-key every record to one of 7
+        // groups (a repartition), then keep "sum,min,max,count" of the
+        // sequence numbers per group; the output's last value per group
+        // tells whether every input counted exactly once.
+        "aggregate" => b
+            .stream(&[input.as_str()], Consumed::with(bytes(), Serdes::string()))
+            .group_by(
+                |_, v: &String| {
+                    let seq: u64 = v.trim_start_matches("seq-").parse().unwrap_or(0);
+                    format!("g{}", seq % 7)
+                },
+                Grouped::with(Serdes::string(), Serdes::string()),
+            )
+            .aggregate(
+                || "0,-1,-1,0".to_string(),
+                |_, v: &String, agg: &String| {
+                    let seq: i64 = v.trim_start_matches("seq-").parse().unwrap_or(0);
+                    let f: Vec<i64> = agg.split(',').filter_map(|x| x.parse().ok()).collect();
+                    let (sum, min, max, count) = (f[0], f[1], f[2], f[3]);
+                    let min = if min < 0 { seq } else { min.min(seq) };
+                    format!("{},{},{},{}", sum + seq, min, max.max(seq), count + 1)
+                },
+                Materialized::as_store("aggregates").with_value_serde(Serdes::string()),
+            )
+            .to_stream()
+            .to(&output, Produced::with(Serdes::string(), Serdes::string())),
         "windowed" => b
             .stream(&[input.as_str()], Consumed::with(bytes(), Serdes::string()))
             .flat_map_values(|line: &String| {
@@ -199,7 +228,7 @@ fn main() {
             .to(&output, Produced::with(Serdes::string(), Serdes::string()))
         }
         other => {
-            eprintln!("unknown --topology {other} (passthrough, wordcount, windowed, join, raw)");
+            eprintln!("unknown --topology {other} (passthrough, wordcount, aggregate, windowed, join, raw)");
             std::process::exit(2);
         }
     }
@@ -231,6 +260,9 @@ fn main() {
         for (k, v) in props.iter() {
             cfg = cfg.set(k, v);
         }
+    }
+    if let Some(g) = arg("--processing-guarantee") {
+        cfg = cfg.set("processing.guarantee", g);
     }
     if let Some(bytes) = arg("--cache-bytes") {
         cfg = cfg.set("statestore.cache.max.bytes", bytes);

@@ -1,0 +1,571 @@
+//! Exactly-once (issue 19): Rill vs Kafka Streams 4.1.1, both with
+//! `processing.guarantee=exactly_once_v2` and `commit.interval.ms` 100
+//! (Kafka Streams' EOS default), side by side on the same broker in one
+//! run. Apache Kafka 4.1.1 (single KRaft node) is the broker of record;
+//! `BROKERS=kafka,embedded` adds the embedded broker as a second table.
+//! Both apps are separate OS processes with the same command line
+//! (`rill-streams-app` and `tests/java/StreamsApp.java`, 2 stream threads).
+//!
+//! 1. Throughput: inputs written before the app starts — passthrough
+//!    `RECORDS` (default 10,000,000 × ~10 B), word count `LINES` (default
+//!    1,000,000 lines of 10 words from a 1,000-word vocabulary, record cache
+//!    on) — and the output read `read_committed` until every input is
+//!    accounted for: input records/s from RUNNING to the last output,
+//!    records per CPU-second of the app, peak RSS. `ROUNDS` (3) rounds after
+//!    a warm-up round, Rill and Kafka Streams alternating which goes first;
+//!    medians and min–max of the pairwise ratios.
+//! 2. Latency under load: passthrough at a fixed `RATE` records/s (default:
+//!    half of Kafka Streams' median passthrough rate from part 1) for
+//!    `SECS` (30) s; p50/p99/p99.9 from each input's timestamp to its
+//!    arrival at a `read_committed` reader, over the middle 80 % of the run.
+//! 3. Restore after kill -9: an uncached word count over `KEYS` (1,000,000)
+//!    distinct words (a `KEYS`-record changelog), killed with SIGKILL once
+//!    its output is complete and a second of commits passed, restarted on
+//!    the same state directory: records restored (the apps' `RESTORED`
+//!    lines) and time to RUNNING. Kafka Streams cannot trust a store after
+//!    an unclean shutdown under EOS and restores it from scratch
+//!    (KAFKA-7192); Rill's transactional stores hold only committed data.
+//!
+//! Command: `cargo bench -p rill-benches --bench eos` (needs Java 17 and
+//! Maven for the Kafka jars; `PARTS=throughput,latency,restore`).
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use rill_benches::{cpu_seconds, machine_summary, median, peak_rss_kib, ratio_stats};
+use rill_client::admin::NewTopic;
+use rill_client::{Admin, ClientConfig, Consumer, Producer, ProducerRecord, TopicPartition};
+use rill_tests::backend::ApacheKafka;
+use rill_tests::rolling::{self, Runtime};
+
+const PARTITIONS: i32 = 6;
+const WORDS_PER_LINE: usize = 10;
+
+fn env_or<T: std::str::FromStr>(k: &str, d: T) -> T {
+    std::env::var(k)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(d)
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+fn name(r: Runtime) -> &'static str {
+    match r {
+        Runtime::Rill => "Rill",
+        Runtime::KafkaStreams => "Kafka Streams",
+    }
+}
+
+struct Topics {
+    app: String,
+    input: String,
+    output: String,
+}
+
+fn topics(bootstrap: &str, tag: &str) -> Topics {
+    let t = Topics {
+        app: format!("eos-{tag}"),
+        input: format!("eos-{tag}-in"),
+        output: format!("eos-{tag}-out"),
+    };
+    let admin = Admin::new(&ClientConfig::new().set("bootstrap.servers", bootstrap)).unwrap();
+    for topic in [&t.input, &t.output] {
+        admin
+            .create_topic(NewTopic::new(topic.as_str(), PARTITIONS, 1))
+            .unwrap();
+    }
+    t
+}
+
+/// Writes the inputs: `n` records `seq-<i>` (passthrough), or `n` lines of
+/// `WORDS_PER_LINE` words from `vocabulary` words (0: every word distinct).
+fn load(bootstrap: &str, topic: &str, n: usize, words: Option<usize>) {
+    let p = Producer::new(
+        &ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("linger.ms", "20")
+            .set("batch.size", "262144"),
+    )
+    .unwrap();
+    let mut pending = Vec::new();
+    for i in 0..n {
+        let value = match words {
+            None => format!("seq-{i}"),
+            Some(0) => (0..WORDS_PER_LINE)
+                .map(|w| format!("w{}", i * WORDS_PER_LINE + w))
+                .collect::<Vec<_>>()
+                .join(" "),
+            Some(v) => (0..WORDS_PER_LINE)
+                .map(|w| format!("w{}", (i * 7 + w * 13) % v))
+                .collect::<Vec<_>>()
+                .join(" "),
+        };
+        pending.push(
+            p.send(ProducerRecord::new(topic).key(format!("k{i}")).value(value))
+                .unwrap(),
+        );
+        if pending.len() >= 100_000 {
+            for f in pending.drain(..) {
+                f.wait().expect("load");
+            }
+        }
+    }
+    p.flush().unwrap();
+    for f in pending {
+        f.wait().expect("load");
+    }
+}
+
+fn start(
+    runtime: Runtime,
+    bin: &Path,
+    bootstrap: &str,
+    t: &Topics,
+    topology: &str,
+    state: &Path,
+    cache_bytes: Option<&str>,
+) -> Child {
+    let mut cmd = rolling::app_command(runtime, bin);
+    cmd.args(["--bootstrap", bootstrap, "--application-id", &t.app])
+        .args(["--input", &t.input, "--output", &t.output])
+        .args([
+            "--topology",
+            topology,
+            "--threads",
+            "2",
+            "--commit-ms",
+            "100",
+        ])
+        .args(["--processing-guarantee", "exactly_once_v2"])
+        .args(["--state-dir", &state.display().to_string()]);
+    if let Some(b) = cache_bytes {
+        cmd.args(["--cache-bytes", b]);
+    }
+    cmd.env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("app starts")
+}
+
+fn lines_of(child: &mut Child) -> crossbeam_channel::Receiver<String> {
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = crossbeam_channel::unbounded();
+    std::thread::spawn(move || {
+        for l in BufReader::new(stdout).lines().map_while(|l| l.ok()) {
+            let _ = tx.send(l);
+        }
+    });
+    rx
+}
+
+fn await_running(rx: &crossbeam_channel::Receiver<String>, within: Duration) -> u64 {
+    let deadline = Instant::now() + within;
+    let mut restored = 0;
+    loop {
+        let l = rx.recv_deadline(deadline).expect("the app reaches RUNNING");
+        if l == "RUNNING" {
+            return restored;
+        }
+        if let Some(n) = l.strip_prefix("RESTORED ") {
+            restored += n.trim().parse::<u64>().unwrap_or(0);
+        }
+    }
+}
+
+/// A `read_committed` reader of the output.
+struct Output {
+    consumer: Consumer,
+    records: u64,
+    /// Word count: the latest count per word, and their sum.
+    latest: HashMap<bytes::Bytes, i64>,
+    sum: i64,
+}
+
+impl Output {
+    fn new(bootstrap: &str, topic: &str) -> Self {
+        let mut consumer = Consumer::new(
+            &ClientConfig::new()
+                .set("bootstrap.servers", bootstrap)
+                .set("isolation.level", "read_committed")
+                .set("enable.auto.commit", "false")
+                .set("max.poll.records", "10000"),
+        )
+        .unwrap();
+        let tps: Vec<TopicPartition> = (0..PARTITIONS)
+            .map(|p| TopicPartition::new(topic, p))
+            .collect();
+        consumer.assign(&tps).unwrap();
+        consumer.seek_to_beginning(&tps).unwrap();
+        Self {
+            consumer,
+            records: 0,
+            latest: HashMap::new(),
+            sum: 0,
+        }
+    }
+
+    /// Reads what is visible; `counts`: the values are word counts.
+    fn poll(&mut self, counts: bool, mut each: impl FnMut(i64)) {
+        for r in self
+            .consumer
+            .poll(Duration::from_millis(20))
+            .expect("poll the output")
+        {
+            self.records += 1;
+            each(r.timestamp);
+            if counts {
+                let (Some(k), Some(v)) = (r.key, r.value) else {
+                    panic!("word count output without key or value")
+                };
+                let c = i64::from_be_bytes(v[..].try_into().expect("an 8-byte count"));
+                let old = self.latest.insert(k, c).unwrap_or(0);
+                self.sum += c - old;
+            }
+        }
+    }
+}
+
+struct Run {
+    rate: f64,
+    per_cpu_s: f64,
+    rss_mib: f64,
+    secs: f64,
+}
+
+fn throughput_run(
+    bin: &Path,
+    bootstrap: &str,
+    runtime: Runtime,
+    wordcount: bool,
+    n: usize,
+    tag: &str,
+) -> Run {
+    let t = topics(bootstrap, tag);
+    load(bootstrap, &t.input, n, wordcount.then_some(1000));
+    let expected = if wordcount {
+        (n * WORDS_PER_LINE) as i64
+    } else {
+        n as i64
+    };
+    let state = tempfile::tempdir().unwrap();
+    let topology = if wordcount {
+        "wordcount"
+    } else {
+        "passthrough"
+    };
+    let mut child = start(runtime, bin, bootstrap, &t, topology, state.path(), None);
+    let pid = child.id();
+    let rx = lines_of(&mut child);
+    await_running(&rx, Duration::from_secs(300));
+    let (t0, cpu0) = (Instant::now(), cpu_seconds(pid));
+    let mut out = Output::new(bootstrap, &t.output);
+    let deadline = Instant::now() + Duration::from_secs(1800);
+    loop {
+        out.poll(wordcount, |_| {});
+        let done = if wordcount {
+            out.sum >= expected
+        } else {
+            out.records as i64 >= expected
+        };
+        if done {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{tag}: output stuck");
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let cpu = cpu_seconds(pid) - cpu0;
+    let rss = peak_rss_kib(pid) as f64 / 1024.0;
+    rill_tests::send_signal(pid, libc::SIGTERM);
+    let _ = child.wait();
+    if !wordcount {
+        assert_eq!(
+            out.records as i64, expected,
+            "{tag}: duplicates in the output"
+        );
+    }
+    Run {
+        rate: n as f64 / secs,
+        per_cpu_s: n as f64 / cpu.max(1e-3),
+        rss_mib: rss,
+        secs,
+    }
+}
+
+fn throughput_part(bin: &Path, bootstrap: &str, broker: &str) -> Option<f64> {
+    let records: usize = env_or("RECORDS", 10_000_000);
+    let lines: usize = env_or("LINES", 1_000_000);
+    let rounds: usize = env_or("ROUNDS", 3);
+    let mut rows: Vec<(&str, bool, Vec<Run>, Vec<Run>)> = vec![
+        ("passthrough", false, Vec::new(), Vec::new()),
+        ("word count", true, Vec::new(), Vec::new()),
+    ];
+    for round in 0..=rounds {
+        for (label, wordcount, rill, ks) in rows.iter_mut() {
+            let n = if *wordcount { lines } else { records };
+            let order = if round % 2 == 0 {
+                [Runtime::Rill, Runtime::KafkaStreams]
+            } else {
+                [Runtime::KafkaStreams, Runtime::Rill]
+            };
+            for runtime in order {
+                let tag = format!(
+                    "{}-{}-{round}-{}",
+                    label.replace(' ', ""),
+                    if runtime == Runtime::Rill {
+                        "rill"
+                    } else {
+                        "ks"
+                    },
+                    std::process::id()
+                );
+                let r = throughput_run(bin, bootstrap, runtime, *wordcount, n, &tag);
+                println!(
+                    "round {round} {} {label}: {:.0} records/s over {:.1} s, {:.0} per CPU-s, peak RSS {:.0} MiB{}",
+                    name(runtime),
+                    r.rate,
+                    r.secs,
+                    r.per_cpu_s,
+                    r.rss_mib,
+                    if round == 0 { " (warm-up, not counted)" } else { "" }
+                );
+                if round > 0 {
+                    match runtime {
+                        Runtime::Rill => rill.push(r),
+                        Runtime::KafkaStreams => ks.push(r),
+                    }
+                }
+            }
+        }
+    }
+    println!("\n## exactly_once_v2 throughput on {broker}: passthrough {records} records, word count {lines} lines of {WORDS_PER_LINE} words (1,000-word vocabulary, cache on), {PARTITIONS} partitions, 2 stream threads, commit.interval.ms 100, output read read_committed; median of {rounds} rounds (min–max of pairwise ratios)");
+    println!("| app | Rill records/s | Kafka Streams records/s | ratio | Rill per CPU-s | KS per CPU-s | ratio | Rill RSS MiB | KS RSS MiB | run length Rill / KS s |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    let mut ks_passthrough = None;
+    for (label, _, rill, ks) in &rows {
+        let f = |v: &[Run], g: fn(&Run) -> f64| v.iter().map(g).collect::<Vec<_>>();
+        let (rr, kr) = (f(rill, |r| r.rate), f(ks, |r| r.rate));
+        let (rc, kc) = (f(rill, |r| r.per_cpu_s), f(ks, |r| r.per_cpu_s));
+        let (m, lo, hi) = ratio_stats(&rr, &kr);
+        let (cm, clo, chi) = ratio_stats(&rc, &kc);
+        println!(
+            "| {label} | {:.0} | {:.0} | {m:.2}× ({lo:.2}–{hi:.2}) | {:.0} | {:.0} | {cm:.2}× ({clo:.2}–{chi:.2}) | {:.0} | {:.0} | {:.1} / {:.1} |",
+            median(&rr),
+            median(&kr),
+            median(&rc),
+            median(&kc),
+            median(&f(rill, |r| r.rss_mib)),
+            median(&f(ks, |r| r.rss_mib)),
+            median(&f(rill, |r| r.secs)),
+            median(&f(ks, |r| r.secs)),
+        );
+        if *label == "passthrough" {
+            ks_passthrough = Some(median(&kr));
+        }
+    }
+    ks_passthrough
+}
+
+/// p50/p99/p99.9 (ms) of a passthrough at `rate` records/s for `secs` s.
+fn latency_run(
+    bin: &Path,
+    bootstrap: &str,
+    runtime: Runtime,
+    rate: u64,
+    secs: u64,
+    tag: &str,
+) -> (i64, i64, i64) {
+    let t = topics(bootstrap, tag);
+    let state = tempfile::tempdir().unwrap();
+    let mut child = start(
+        runtime,
+        bin,
+        bootstrap,
+        &t,
+        "passthrough",
+        state.path(),
+        None,
+    );
+    let rx = lines_of(&mut child);
+    await_running(&rx, Duration::from_secs(300));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let generator = {
+        let (bootstrap, input, stop) = (bootstrap.to_string(), t.input.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let p = Producer::new(
+                &ClientConfig::new()
+                    .set("bootstrap.servers", bootstrap.as_str())
+                    .set("linger.ms", "0"),
+            )
+            .unwrap();
+            let start = Instant::now();
+            let mut i = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                let due = start + Duration::from_micros(i * 1_000_000 / rate);
+                if let Some(w) = due.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(w);
+                }
+                p.send_with_callback(
+                    ProducerRecord::new(input.as_str())
+                        .key(format!("k{i}"))
+                        .value(format!("seq-{i}"))
+                        .timestamp(now_ms()),
+                    move |r| {
+                        if let Err(e) = r {
+                            panic!("the generator's send of seq-{i} failed: {e}");
+                        }
+                    },
+                )
+                .expect("send");
+                i += 1;
+            }
+            p.flush().unwrap();
+            i
+        })
+    };
+    let started = now_ms();
+    let total = secs as i64 * 1000;
+    let (from, to) = (started + total / 10, started + total * 9 / 10);
+    let mut out = Output::new(bootstrap, &t.output);
+    let mut lat = Vec::new();
+    let end = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < end {
+        out.poll(false, |ts| {
+            if (from..to).contains(&ts) {
+                lat.push(now_ms() - ts);
+            }
+        });
+    }
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    let sent = generator.join().unwrap();
+    let drain = Instant::now() + Duration::from_secs(60);
+    while out.records < sent && Instant::now() < drain {
+        out.poll(false, |_| {});
+    }
+    assert_eq!(out.records, sent, "{tag}: output count differs from input");
+    rill_tests::send_signal(child.id(), libc::SIGTERM);
+    let _ = child.wait();
+    lat.sort_unstable();
+    let pct = |p: f64| lat[((lat.len() as f64 - 1.0) * p).round() as usize];
+    (pct(0.5), pct(0.99), pct(0.999))
+}
+
+/// Records restored after kill -9 of an uncached EOS word count over
+/// `keys` distinct words, and ms from restart to RUNNING.
+fn restore_run(
+    bin: &Path,
+    bootstrap: &str,
+    runtime: Runtime,
+    keys: usize,
+    tag: &str,
+) -> (u64, u64) {
+    let t = topics(bootstrap, tag);
+    load(bootstrap, &t.input, keys / WORDS_PER_LINE, Some(0));
+    let state = tempfile::tempdir().unwrap();
+    let mut child = start(
+        runtime,
+        bin,
+        bootstrap,
+        &t,
+        "wordcount",
+        state.path(),
+        Some("0"),
+    );
+    let rx = lines_of(&mut child);
+    await_running(&rx, Duration::from_secs(300));
+    let mut out = Output::new(bootstrap, &t.output);
+    let deadline = Instant::now() + Duration::from_secs(1800);
+    while (out.records as usize) < keys {
+        out.poll(false, |_| {});
+        assert!(Instant::now() < deadline, "{tag}: output stuck");
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    rill_tests::send_signal(child.id(), libc::SIGKILL);
+    let _ = child.wait();
+    let restarted = Instant::now();
+    let mut child = start(
+        runtime,
+        bin,
+        bootstrap,
+        &t,
+        "wordcount",
+        state.path(),
+        Some("0"),
+    );
+    let rx = lines_of(&mut child);
+    let mut restored = await_running(&rx, Duration::from_secs(900));
+    let to_running = restarted.elapsed().as_millis() as u64;
+    // Kafka Streams may finish restoring after its first RUNNING.
+    let settle = Instant::now() + Duration::from_secs(30);
+    while let Ok(l) = rx.recv_deadline(settle) {
+        if let Some(n) = l.strip_prefix("RESTORED ") {
+            restored += n.trim().parse::<u64>().unwrap_or(0);
+        }
+    }
+    rill_tests::send_signal(child.id(), libc::SIGTERM);
+    let _ = child.wait();
+    (restored, to_running)
+}
+
+fn run_parts(bin: &Path, bootstrap: &str, broker: &str) {
+    let parts = std::env::var("PARTS").unwrap_or_else(|_| "throughput,latency,restore".into());
+    let mut ks_rate = None;
+    if parts.contains("throughput") {
+        ks_rate = throughput_part(bin, bootstrap, broker);
+    }
+    if parts.contains("latency") {
+        let rate: u64 = env_or("RATE", ks_rate.map_or(5_000, |r| (r / 2.0) as u64));
+        let secs: u64 = env_or("SECS", 30);
+        println!("\n## exactly_once_v2 latency on {broker}: passthrough at {rate} records/s for {secs} s, commit.interval.ms 100, read_committed reader, middle 80 % of the run");
+        println!("| app | p50 ms | p99 ms | p99.9 ms |");
+        println!("|---|---|---|---|");
+        for runtime in [Runtime::Rill, Runtime::KafkaStreams] {
+            let tag = format!(
+                "lat-{}-{}",
+                name(runtime).replace(' ', ""),
+                std::process::id()
+            );
+            let (p50, p99, p999) = latency_run(bin, bootstrap, runtime, rate, secs, &tag);
+            println!("| {} | {p50} | {p99} | {p999} |", name(runtime));
+        }
+    }
+    if parts.contains("restore") {
+        let keys: usize = env_or("KEYS", 1_000_000);
+        println!("\n## exactly_once_v2 restore after kill -9 on {broker}: uncached word count over {keys} distinct words, restarted on the same state directory");
+        println!("| app | records restored | restart → RUNNING ms |");
+        println!("|---|---|---|");
+        for runtime in [Runtime::Rill, Runtime::KafkaStreams] {
+            let tag = format!(
+                "rst-{}-{}",
+                name(runtime).replace(' ', ""),
+                std::process::id()
+            );
+            let (restored, ms) = restore_run(bin, bootstrap, runtime, keys, &tag);
+            println!("| {} | {restored} | {ms} |", name(runtime));
+        }
+    }
+}
+
+fn main() {
+    rill_benches::serve_broker_if_requested();
+    let bin = rill_benches::streams_app_binary();
+    println!("{}", machine_summary());
+    let brokers = std::env::var("BROKERS").unwrap_or_else(|_| "kafka".into());
+    if brokers.contains("kafka") {
+        let kafka = ApacheKafka::start().expect("Apache Kafka starts");
+        run_parts(&bin, &kafka.bootstrap, "Apache Kafka 4.1.1");
+    }
+    if brokers.contains("embedded") {
+        let broker = rill_benches::spawn_broker_process();
+        run_parts(&bin, &broker.bootstrap, "the embedded broker");
+    }
+}
