@@ -110,6 +110,20 @@ fn group_moved(e: &ClientError) -> bool {
     }
 }
 
+/// Whether a transaction failed because a record was refused for good
+/// (an unauthorised or missing output topic, a record the broker rejects):
+/// processing it again would fail the same way, so the thread stops, as
+/// Kafka Streams' default production handler does, rather than revive its
+/// tasks in a loop.
+fn record_refused(e: &ClientError) -> bool {
+    match e {
+        ClientError::TransactionAbortable { cause, .. } => {
+            matches!(**cause, ClientError::Broker { .. }) && !cause.is_retriable()
+        }
+        _ => false,
+    }
+}
+
 impl RecordCollector {
     /// At-least-once: `producer` as it is.
     pub fn new(producer: Producer) -> Self {
@@ -235,6 +249,12 @@ impl RecordCollector {
                 StreamsError::TaskMigrated(format!(
                     "the group rebalanced while committing the transaction: {e}"
                 ))
+            } else if record_refused(&e) {
+                StreamsError::Processor {
+                    task: "(thread)".into(),
+                    processor: "producer".into(),
+                    reason: format!("sending a record failed: {e}"),
+                }
             } else {
                 StreamsError::TransactionAborted(e.to_string())
             }
@@ -315,5 +335,49 @@ impl RecordCollector {
                 tracing::warn!("closing the producer: {e}");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn abortable(cause: ClientError) -> ClientError {
+        ClientError::TransactionAbortable {
+            transactional_id: "app-p-1".into(),
+            cause: Box::new(cause),
+        }
+    }
+
+    fn broker(code: ErrorCode) -> ClientError {
+        ClientError::Broker {
+            code: code.code(),
+            name: format!("{code:?}"),
+            context: "produce to out-0".into(),
+        }
+    }
+
+    #[test]
+    fn failed_transactions_are_classified_as_kafka_streams_does() {
+        // A record refused for good stops the thread (no revive loop).
+        assert!(record_refused(&abortable(broker(
+            ErrorCode::TopicAuthorizationFailed
+        ))));
+        // Transient causes revive the tasks instead.
+        assert!(!record_refused(&abortable(broker(
+            ErrorCode::NotLeaderOrFollower
+        ))));
+        assert!(!record_refused(&abortable(ClientError::RequestTimeout {
+            api: "Produce".into(),
+            broker: "broker 1".into(),
+            timeout_ms: 30_000,
+        })));
+        // A stale generation in TxnOffsetCommit: the tasks migrated.
+        assert!(group_moved(&abortable(broker(
+            ErrorCode::IllegalGeneration
+        ))));
+        assert!(!group_moved(&abortable(broker(
+            ErrorCode::TopicAuthorizationFailed
+        ))));
     }
 }
