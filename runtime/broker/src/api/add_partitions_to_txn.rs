@@ -68,8 +68,12 @@ fn add_one(
                     code
                 })
         };
+    // Looked up once for the whole request, not per partition.
+    let current = verify_only
+        .then(|| ctx.broker.transactions.describe(transactional_id))
+        .flatten();
     let verified = |topic: &str, p: i32| -> Option<ErrorCode> {
-        let m = ctx.broker.transactions.describe(transactional_id)?;
+        let m = current.as_ref()?;
         let ok = m.producer_id == producer_id
             && m.producer_epoch == epoch
             && m.state == crate::transaction::TxnState::Ongoing

@@ -19,6 +19,31 @@ use super::Ctx;
 use crate::clock::now_ms;
 use crate::coordinator::{CommittedOffset, OFFSET_METADATA_MAX_BYTES};
 
+/// The per-partition checks of an offset commit, transactional or not,
+/// after the group-level `group_error`: the topic is authorised, the
+/// partition exists (`partitions`: the topic's count, `None` when it does
+/// not exist) and the metadata fits `offset.metadata.max.bytes`.
+pub(super) fn partition_error(
+    ctx: &Ctx<'_>,
+    group_error: Option<ErrorCode>,
+    topic: &str,
+    partitions: Option<usize>,
+    partition: i32,
+    metadata: Option<&str>,
+) -> Option<ErrorCode> {
+    if group_error.is_some() {
+        group_error
+    } else if !ctx.can_topic(topic) {
+        Some(ErrorCode::TopicAuthorizationFailed)
+    } else if partitions.is_none_or(|n| partition < 0 || partition as usize >= n) {
+        Some(ErrorCode::UnknownTopicOrPartition)
+    } else if metadata.is_some_and(|m| m.len() > OFFSET_METADATA_MAX_BYTES) {
+        Some(ErrorCode::OffsetMetadataTooLarge)
+    } else {
+        None
+    }
+}
+
 pub(super) fn handle(ctx: &Ctx<'_>, req: OffsetCommitRequest) -> OffsetCommitResponse {
     let group = req.group_id.to_string();
     let instance = if ctx.version >= 7 {
@@ -48,21 +73,15 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: OffsetCommitRequest) -> OffsetCommitRes
             .map(|m| m.partitions.len());
         let mut tr = OffsetCommitResponseTopic::default().with_name(t.name.clone());
         for p in &t.partitions {
-            let code = if let Some(e) = group_error {
-                Some(e)
-            } else if !ctx.can_topic(&t.name) {
-                Some(ErrorCode::TopicAuthorizationFailed)
-            } else if exists
-                .is_none_or(|n| p.partition_index < 0 || p.partition_index as usize >= n)
-            {
-                Some(ErrorCode::UnknownTopicOrPartition)
-            } else if p
-                .committed_metadata
-                .as_ref()
-                .is_some_and(|m| m.len() > OFFSET_METADATA_MAX_BYTES)
-            {
-                Some(ErrorCode::OffsetMetadataTooLarge)
-            } else {
+            let code = partition_error(
+                ctx,
+                group_error,
+                &t.name,
+                exists,
+                p.partition_index,
+                p.committed_metadata.as_deref(),
+            );
+            if code.is_none() {
                 commits.push((
                     t.name.to_string(),
                     p.partition_index,
@@ -77,8 +96,7 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: OffsetCommitRequest) -> OffsetCommitRes
                         commit_timestamp: now,
                     },
                 ));
-                None
-            };
+            }
             tr.partitions.push(
                 OffsetCommitResponsePartition::default()
                     .with_partition_index(p.partition_index)

@@ -17,9 +17,10 @@ use rill_protocol::kafka_protocol::messages::txn_offset_commit_response::{
 use rill_protocol::kafka_protocol::messages::{TxnOffsetCommitRequest, TxnOffsetCommitResponse};
 use rill_protocol::ErrorCode;
 
+use super::offset_commit::partition_error;
 use super::Ctx;
 use crate::clock::now_ms;
-use crate::coordinator::{CommittedOffset, OFFSET_METADATA_MAX_BYTES};
+use crate::coordinator::CommittedOffset;
 
 pub(super) fn handle(ctx: &Ctx<'_>, req: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse {
     let group = req.group_id.to_string();
@@ -67,21 +68,15 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: TxnOffsetCommitRequest) -> TxnOffsetCom
             .map(|m| m.partitions.len());
         let mut tr = TxnOffsetCommitResponseTopic::default().with_name(t.name.clone());
         for p in &t.partitions {
-            let code = if let Some(e) = group_error {
-                Some(e)
-            } else if !ctx.can_topic(&t.name) {
-                Some(ErrorCode::TopicAuthorizationFailed)
-            } else if exists
-                .is_none_or(|n| p.partition_index < 0 || p.partition_index as usize >= n)
-            {
-                Some(ErrorCode::UnknownTopicOrPartition)
-            } else if p
-                .committed_metadata
-                .as_ref()
-                .is_some_and(|m| m.len() > OFFSET_METADATA_MAX_BYTES)
-            {
-                Some(ErrorCode::OffsetMetadataTooLarge)
-            } else {
+            let code = partition_error(
+                ctx,
+                group_error,
+                &t.name,
+                exists,
+                p.partition_index,
+                p.committed_metadata.as_deref(),
+            );
+            if code.is_none() {
                 staged.push((
                     t.name.to_string(),
                     p.partition_index,
@@ -96,8 +91,7 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: TxnOffsetCommitRequest) -> TxnOffsetCom
                         commit_timestamp: now,
                     },
                 ));
-                None
-            };
+            }
             tr.partitions.push(
                 TxnOffsetCommitResponsePartition::default()
                     .with_partition_index(p.partition_index)

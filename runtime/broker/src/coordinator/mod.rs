@@ -274,107 +274,95 @@ impl GroupCoordinator {
             let Some((log, _)) = host.offsets_log(p) else {
                 continue;
             };
-            let mut offset = log.offsets().log_start_offset;
-            loop {
-                let chunk = log
-                    .read(offset, 1 << 20, true)
-                    .map_err(|e| io::Error::other(e.to_string()))?;
-                if chunk.records.is_empty() {
-                    break;
-                }
-                for r in records::decode_records(&chunk.records).map_err(io::Error::other)? {
-                    let Some(key) = r
-                        .key
-                        .as_ref()
-                        .and_then(|k| serde_json::from_slice::<StoredKey>(k).ok())
-                    else {
-                        warn!(
-                            offset = r.offset,
-                            "skipping unreadable record in {OFFSETS_TOPIC}-{p}"
-                        );
-                        continue;
-                    };
-                    loaded += 1;
-                    match key {
-                        StoredKey::Offset {
-                            group,
-                            topic,
-                            partition,
-                        } => {
-                            let g = groups
-                                .entry(group.clone())
-                                .or_insert_with(|| Group::new(&group));
-                            match r
-                                .value
-                                .as_ref()
-                                .and_then(|v| serde_json::from_slice::<CommittedOffset>(v).ok())
-                            {
-                                Some(c) => {
-                                    g.offsets.insert((topic, partition), c);
-                                }
-                                None => {
-                                    g.offsets.remove(&(topic, partition));
-                                }
-                            }
-                        }
-                        StoredKey::Group { group } => match r
+            log.replay(|r| {
+                let Some(key) = r
+                    .key
+                    .as_ref()
+                    .and_then(|k| serde_json::from_slice::<StoredKey>(k).ok())
+                else {
+                    warn!(
+                        offset = r.offset,
+                        "skipping unreadable record in {OFFSETS_TOPIC}-{p}"
+                    );
+                    return;
+                };
+                loaded += 1;
+                match key {
+                    StoredKey::Offset {
+                        group,
+                        topic,
+                        partition,
+                    } => {
+                        let g = groups
+                            .entry(group.clone())
+                            .or_insert_with(|| Group::new(&group));
+                        match r
                             .value
                             .as_ref()
-                            .and_then(|v| serde_json::from_slice::<GroupSnapshot>(v).ok())
+                            .and_then(|v| serde_json::from_slice::<CommittedOffset>(v).ok())
                         {
-                            Some(snap) => {
-                                let g = groups
-                                    .entry(group.clone())
-                                    .or_insert_with(|| Group::new(&group));
-                                g.classic = ClassicGroup::restore(&group, snap, now);
+                            Some(c) => {
+                                g.offsets.insert((topic, partition), c);
                             }
                             None => {
-                                groups.remove(&group);
+                                g.offsets.remove(&(topic, partition));
                             }
-                        },
-                        StoredKey::ConsumerGroup { group } => {
-                            let v = r.value.as_ref().and_then(|v| {
-                                serde_json::from_slice::<consumer::GroupRecord>(v).ok()
-                            });
-                            consumer_meta.insert(group, v);
                         }
-                        StoredKey::ConsumerMember { group, member } => {
-                            let v = r.value.as_ref().and_then(|v| {
-                                serde_json::from_slice::<consumer::MemberRecord>(v).ok()
-                            });
-                            consumer_members.insert((group, member), v);
-                        }
-                        StoredKey::PendingTxn { group, producer_id } => {
+                    }
+                    StoredKey::Group { group } => match r
+                        .value
+                        .as_ref()
+                        .and_then(|v| serde_json::from_slice::<GroupSnapshot>(v).ok())
+                    {
+                        Some(snap) => {
                             let g = groups
                                 .entry(group.clone())
                                 .or_insert_with(|| Group::new(&group));
-                            match r
-                                .value
-                                .as_ref()
-                                .and_then(|v| serde_json::from_slice::<Vec<StagedOffset>>(v).ok())
-                            {
-                                Some(staged) => {
-                                    g.pending_txn.insert(
-                                        producer_id,
-                                        staged
-                                            .into_iter()
-                                            .map(|s| ((s.topic, s.partition), s.offset))
-                                            .collect(),
-                                    );
-                                }
-                                None => {
-                                    g.pending_txn.remove(&producer_id);
-                                }
+                            g.classic = ClassicGroup::restore(&group, snap, now);
+                        }
+                        None => {
+                            groups.remove(&group);
+                        }
+                    },
+                    StoredKey::ConsumerGroup { group } => {
+                        let v = r
+                            .value
+                            .as_ref()
+                            .and_then(|v| serde_json::from_slice::<consumer::GroupRecord>(v).ok());
+                        consumer_meta.insert(group, v);
+                    }
+                    StoredKey::ConsumerMember { group, member } => {
+                        let v = r
+                            .value
+                            .as_ref()
+                            .and_then(|v| serde_json::from_slice::<consumer::MemberRecord>(v).ok());
+                        consumer_members.insert((group, member), v);
+                    }
+                    StoredKey::PendingTxn { group, producer_id } => {
+                        let g = groups
+                            .entry(group.clone())
+                            .or_insert_with(|| Group::new(&group));
+                        match r
+                            .value
+                            .as_ref()
+                            .and_then(|v| serde_json::from_slice::<Vec<StagedOffset>>(v).ok())
+                        {
+                            Some(staged) => {
+                                g.pending_txn.insert(
+                                    producer_id,
+                                    staged
+                                        .into_iter()
+                                        .map(|s| ((s.topic, s.partition), s.offset))
+                                        .collect(),
+                                );
+                            }
+                            None => {
+                                g.pending_txn.remove(&producer_id);
                             }
                         }
                     }
                 }
-                // Compaction leaves gaps: continue after the last batch read.
-                offset = records::BatchIter::new(&chunk.records)
-                    .map(|(_, h)| h.next_offset())
-                    .last()
-                    .unwrap_or(offset + 1);
-            }
+            })?;
         }
         for (group, meta) in consumer_meta {
             let Some(meta) = meta else { continue };

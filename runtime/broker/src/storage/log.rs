@@ -409,27 +409,10 @@ impl PartitionLog {
         let mut batch =
             records::control_batch(kind, producer_id, producer_epoch, coordinator_epoch, now_ms)
                 .to_vec();
-        if self.should_roll(&inner, batch.len(), 0, now_ms) {
-            self.roll(&mut inner, now_ms)
-                .map_err(|e| self.append_io_err(&tp, e))?;
-        }
-        let offset = inner.next_offset;
-        records::set_base_offset(&mut batch, offset);
-        records::set_partition_leader_epoch(&mut batch, leader_epoch);
-        let stamped = BatchHeader::parse(&batch).expect("a marker batch has a header");
-        let interval = inner.settings.index_interval_bytes;
-        let active = inner
-            .segments
-            .values_mut()
-            .next_back()
-            .expect("a log always has a segment");
-        active
-            .append(&batch, &stamped, interval, now_ms)
-            .map_err(|e| self.append_io_err(&tp, e))?;
-        inner.next_offset = stamped.next_offset();
+        let stamped = self.write_batch(&mut inner, &tp, &mut batch, leader_epoch, now_ms)?;
+        let offset = stamped.base_offset;
         inner.producers.note_marker(producer_id, producer_epoch);
         inner.txns.on_batch(&stamped, Some(kind));
-        note_epoch(&mut inner.epochs, leader_epoch, offset);
         // Markers decide what read_committed readers see: make them durable
         // now rather than at the next flush interval.
         let active = inner.segments.values().next_back().unwrap();
@@ -493,34 +476,16 @@ impl PartitionLog {
                 )
             })?;
         }
-        if self.should_roll(&inner, batch.len(), h.last_offset_delta, now_ms) {
-            self.roll(&mut inner, now_ms)
-                .map_err(|e| self.append_io_err(&tp, e))?;
-        }
-        records::set_base_offset(&mut batch, base_offset);
-        records::set_partition_leader_epoch(&mut batch, leader_epoch);
         let mut log_append_time = -1;
         if settings.log_append_time {
+            // The CRC covers the timestamps, not the base offset or epoch
+            // `write_batch` stamps next.
             records::set_log_append_time(&mut batch, now_ms);
             log_append_time = now_ms;
         }
-        let stamped = BatchHeader::parse(&batch).expect("validated batch has a header");
-        let interval = settings.index_interval_bytes;
-        let active = inner
-            .segments
-            .values_mut()
-            .next_back()
-            .expect("a log always has a segment");
-        active
-            .append(&batch, &stamped, interval, now_ms)
-            .map_err(|e| self.append_io_err(&tp, e))?;
-        if disk_full_ends(&DISK_FULL) {
-            info!(partition = %tp, "appends succeed again: the disk-full episode is over");
-        }
-        inner.next_offset = stamped.next_offset();
+        let stamped = self.write_batch(&mut inner, &tp, &mut batch, leader_epoch, now_ms)?;
         inner.producers.record(&stamped);
         inner.txns.on_batch(&stamped, None);
-        note_epoch(&mut inner.epochs, leader_epoch, base_offset);
         inner.unflushed_messages += stamped.record_count as i64;
         if inner.unflushed_messages >= settings.flush_messages
             || now_ms.saturating_sub(inner.last_flush_ms) >= settings.flush_ms
@@ -539,6 +504,43 @@ impl PartitionLog {
             log_start_offset,
             duplicate: false,
         })
+    }
+
+    /// Writes a validated batch at the log end: rolls the active segment
+    /// when due, stamps the base offset and leader epoch, appends, and moves
+    /// the log end and the leader-epoch cache. The batch's header as written.
+    fn write_batch(
+        &self,
+        inner: &mut LogInner,
+        tp: &str,
+        batch: &mut [u8],
+        leader_epoch: i32,
+        now_ms: i64,
+    ) -> Result<BatchHeader, AppendError> {
+        let last_delta = BatchHeader::parse(batch).map_or(0, |h| h.last_offset_delta);
+        if self.should_roll(inner, batch.len(), last_delta, now_ms) {
+            self.roll(inner, now_ms)
+                .map_err(|e| self.append_io_err(tp, e))?;
+        }
+        let base_offset = inner.next_offset;
+        records::set_base_offset(batch, base_offset);
+        records::set_partition_leader_epoch(batch, leader_epoch);
+        let stamped = BatchHeader::parse(batch).expect("a validated batch has a header");
+        let interval = inner.settings.index_interval_bytes;
+        let active = inner
+            .segments
+            .values_mut()
+            .next_back()
+            .expect("a log always has a segment");
+        active
+            .append(batch, &stamped, interval, now_ms)
+            .map_err(|e| self.append_io_err(tp, e))?;
+        if disk_full_ends(&DISK_FULL) {
+            info!(partition = %tp, "appends succeed again: the disk-full episode is over");
+        }
+        inner.next_offset = stamped.next_offset();
+        note_epoch(&mut inner.epochs, leader_epoch, base_offset);
+        Ok(stamped)
     }
 
     fn validate(
@@ -756,6 +758,28 @@ impl PartitionLog {
             return Ok(result(Bytes::from(buf)));
         }
         Ok(result(Bytes::new()))
+    }
+
+    /// Every record from the log start to the end, in order — how a
+    /// coordinator replays its compacted internal topic at start.
+    /// Compaction leaves gaps: each read continues after the last batch.
+    pub fn replay(&self, mut f: impl FnMut(records::Record)) -> io::Result<()> {
+        let mut offset = self.offsets().log_start_offset;
+        loop {
+            let chunk = self
+                .read(offset, 1 << 20, true)
+                .map_err(|e| io::Error::other(e.to_string()))?;
+            if chunk.records.is_empty() {
+                return Ok(());
+            }
+            for r in records::decode_records(&chunk.records).map_err(io::Error::other)? {
+                f(r);
+            }
+            offset = BatchIter::new(&chunk.records)
+                .map(|(_, h)| h.next_offset())
+                .last()
+                .unwrap_or(offset + 1);
+        }
     }
 
     /// The first record at or after `timestamp`: (offset, timestamp), for

@@ -84,6 +84,15 @@ pub struct TransactionCoordinator {
     max_timeout_ms: i32,
 }
 
+fn allocate_producer_id(host: &dyn TxnHost) -> Result<i64, TxnError> {
+    host.new_producer_id().map_err(|e| {
+        (
+            ErrorCode::CoordinatorNotAvailable,
+            format!("no producer id could be allocated: {e}"),
+        )
+    })
+}
+
 fn fenced(m: &TxnMetadata, epoch: i16) -> TxnError {
     (
         ErrorCode::ProducerFenced,
@@ -137,40 +146,27 @@ impl TransactionCoordinator {
             let Some((log, _)) = host.state_log(p) else {
                 continue;
             };
-            let mut offset = log.offsets().log_start_offset;
-            loop {
-                let chunk = log
-                    .read(offset, 1 << 20, true)
-                    .map_err(|e| io::Error::other(e.to_string()))?;
-                if chunk.records.is_empty() {
-                    break;
-                }
-                for r in records::decode_records(&chunk.records).map_err(io::Error::other)? {
-                    let Some(key) = r
-                        .key
-                        .as_ref()
-                        .and_then(|k| serde_json::from_slice::<StoredKey>(k).ok())
-                    else {
-                        warn!(
-                            offset = r.offset,
-                            "skipping unreadable record in {TRANSACTION_STATE_TOPIC}-{p}"
-                        );
-                        continue;
-                    };
-                    match r
-                        .value
-                        .as_ref()
-                        .and_then(|v| serde_json::from_slice::<TxnMetadata>(v).ok())
-                    {
-                        Some(m) => loaded.insert(key.transactional_id, m),
-                        None => loaded.remove(&key.transactional_id),
-                    };
-                }
-                offset = records::BatchIter::new(&chunk.records)
-                    .map(|(_, h)| h.next_offset())
-                    .last()
-                    .unwrap_or(offset + 1);
-            }
+            log.replay(|r| {
+                let Some(key) = r
+                    .key
+                    .as_ref()
+                    .and_then(|k| serde_json::from_slice::<StoredKey>(k).ok())
+                else {
+                    warn!(
+                        offset = r.offset,
+                        "skipping unreadable record in {TRANSACTION_STATE_TOPIC}-{p}"
+                    );
+                    return;
+                };
+                match r
+                    .value
+                    .as_ref()
+                    .and_then(|v| serde_json::from_slice::<TxnMetadata>(v).ok())
+                {
+                    Some(m) => loaded.insert(key.transactional_id, m),
+                    None => loaded.remove(&key.transactional_id),
+                };
+            })?;
         }
         let open = loaded.values().filter(|m| m.state.is_open()).count();
         info!(
@@ -255,12 +251,7 @@ impl TransactionCoordinator {
         let now = now_ms();
         let mut txns = self.txns();
         let Some(current) = txns.get(transactional_id).cloned() else {
-            let pid = host.new_producer_id().map_err(|e| {
-                (
-                    ErrorCode::CoordinatorNotAvailable,
-                    format!("no producer id could be allocated: {e}"),
-                )
-            })?;
+            let pid = allocate_producer_id(host)?;
             let m = TxnMetadata::new(transactional_id, pid, timeout_ms, now);
             let m = self.store(host, &mut txns, m)?;
             info!(transactional_id, producer_id = pid, "new transactional id");
@@ -289,13 +280,9 @@ impl TransactionCoordinator {
                 epoch = m.producer_epoch,
                 "aborting the open transaction of a fenced producer"
             );
-            self.bump_epoch(host, &mut m)?;
-            m.transition(TxnState::PrepareAbort, now)
-                .map_err(|e| (ErrorCode::ConcurrentTransactions, e))?;
-            let epoch = m.producer_epoch;
-            m = self.store(host, &mut txns, m)?;
-            self.finish(host, &mut m, epoch)?;
+            let result = self.fence_and_abort(host, &mut txns, &mut m, now);
             txns.insert(m.transactional_id.clone(), m.clone());
+            result?;
         }
         self.bump_epoch(host, &mut m)?;
         m.timeout_ms = timeout_ms;
@@ -311,16 +298,30 @@ impl TransactionCoordinator {
         Ok((m.producer_id, m.producer_epoch))
     }
 
+    /// Fences the producer of `m`'s open transaction (a new epoch) and
+    /// aborts the transaction with markers at that epoch; `m` ends
+    /// CompleteAbort, or PrepareAbort when a marker could not be written
+    /// (the periodic check retries).
+    fn fence_and_abort(
+        &self,
+        host: &dyn TxnHost,
+        txns: &mut HashMap<String, TxnMetadata>,
+        m: &mut TxnMetadata,
+        now: i64,
+    ) -> Result<(), TxnError> {
+        self.bump_epoch(host, m)?;
+        m.transition(TxnState::PrepareAbort, now)
+            .map_err(|e| (ErrorCode::InvalidTxnState, e))?;
+        *m = self.store(host, txns, m.clone())?;
+        let epoch = m.producer_epoch;
+        self.finish(host, m, epoch)
+    }
+
     /// Moves to the next epoch, or to a new producer id at epoch 0 when the
     /// epoch is exhausted (Kafka does the same).
     fn bump_epoch(&self, host: &dyn TxnHost, m: &mut TxnMetadata) -> Result<(), TxnError> {
         if m.producer_epoch >= i16::MAX - 1 {
-            let pid = host.new_producer_id().map_err(|e| {
-                (
-                    ErrorCode::CoordinatorNotAvailable,
-                    format!("no producer id could be allocated: {e}"),
-                )
-            })?;
+            let pid = allocate_producer_id(host)?;
             m.producer_id = pid;
             m.last_producer_epoch = -1;
             m.producer_epoch = 0;
@@ -388,16 +389,7 @@ impl TransactionCoordinator {
         epoch: i16,
         group: &str,
     ) -> Result<(), TxnError> {
-        let mut txns = self.txns();
-        let mut m = Self::open_for(&txns, transactional_id, producer_id, epoch)?;
-        if m.state == TxnState::Ongoing && m.groups.contains(group) {
-            return Ok(());
-        }
-        m.transition(TxnState::Ongoing, now_ms())
-            .map_err(|e| (ErrorCode::InvalidTxnState, e))?;
-        m.groups.insert(group.to_string());
-        self.store(host, &mut txns, m)?;
-        Ok(())
+        self.check_offset_commit(host, transactional_id, producer_id, epoch, group, true)
     }
 
     /// TxnOffsetCommit's check: the producer is current and added `group`
@@ -647,18 +639,14 @@ impl TransactionCoordinator {
             .collect();
         for id in ids {
             let mut m = txns[&id].clone();
-            let result = (|| {
-                if m.state.is_open() {
-                    info!(transactional_id = %id, producer_id = m.producer_id, timeout_ms = m.timeout_ms,
-                          "aborting a transaction past transaction.timeout.ms");
-                    self.bump_epoch(host, &mut m)?;
-                    m.transition(TxnState::PrepareAbort, now)
-                        .map_err(|e| (ErrorCode::InvalidTxnState, e))?;
-                    m = self.store(host, &mut txns, m.clone())?;
-                }
+            let result = if m.state.is_open() {
+                info!(transactional_id = %id, producer_id = m.producer_id, timeout_ms = m.timeout_ms,
+                      "aborting a transaction past transaction.timeout.ms");
+                self.fence_and_abort(host, &mut txns, &mut m, now)
+            } else {
                 let epoch = m.producer_epoch;
                 self.finish(host, &mut m, epoch)
-            })();
+            };
             txns.insert(id.clone(), m);
             if let Err((_, e)) = result {
                 warn!(transactional_id = %id, error = %e, "could not abort or finish a transaction; will retry");
