@@ -420,6 +420,9 @@ impl App {
             dropped_records: Default::default(),
             queryable: Default::default(),
             partitions: Default::default(),
+            standby_tasks: Default::default(),
+            standby_queryable: Default::default(),
+            store_lags: Default::default(),
             metrics: Default::default(),
             request_app_shutdown: AtomicBool::new(request_shutdown),
             on_change: Box::new(move || {

@@ -2,11 +2,15 @@
 //! by the group leader inside the classic protocol).
 //!
 //! It assigns tasks, not partitions: every partition of a task goes to the
-//! same member, so co-partitioned topics meet in one task. Balanced (no
-//! member gets more than ⌈tasks / members⌉) and sticky: a task stays with the
-//! member that owned it (members report their tasks in the subscription's
-//! user data), else goes to a member whose process has its state on disk,
-//! else to the least loaded member. Members are ordered by
+//! same member, so co-partitioned topics meet in one task. Tasks go to
+//! instances (the members sharing a process id) and then to their threads:
+//! balanced by thread count and sticky (a task stays where it ran, else
+//! goes where its state is least behind, else to the least loaded), with
+//! KIP-441's high availability on top: standby replicas on other instances
+//! (`num.standby.replicas`, rack-aware by client tags, KIP-708), and a
+//! stateful task that would move to an instance not yet caught up stays
+//! where its state is while a warm-up replica catches up, until a probing
+//! rebalance ([`assign_tasks`]). Members are ordered by
 //! `group.instance.id`, so with static members the outcome does not depend
 //! on member ids that change across restarts (KIP-345).
 //!
@@ -52,6 +56,26 @@ pub struct SubscriptionInfo {
     /// rebalance, in Kafka's classic protocol.
     #[serde(default)]
     pub metadata_refresh: u32,
+    /// Standby (and warm-up) tasks this member runs now, so they stay put.
+    #[serde(default)]
+    pub standby_tasks: Vec<String>,
+    /// KIP-441 task lags: for every task whose state this member's process
+    /// has (running it as active, as a standby, or only on disk), how many
+    /// changelog records its stores are behind the changelogs' ends (0:
+    /// running as active). Kafka's members send offset sums and the leader
+    /// reads the end offsets; Rill's members subtract themselves, because
+    /// the assignor runs inside the consumer's join, on the client's
+    /// runtime, where it must not block on a request of its own.
+    #[serde(default)]
+    pub task_lags: BTreeMap<String, i64>,
+    /// `client.tag.*` (KIP-708).
+    #[serde(default)]
+    pub client_tags: BTreeMap<String, String>,
+    /// Bumped when this member asks for a probing rebalance (KIP-441): a
+    /// known member that rejoins with changed subscription bytes makes the
+    /// leader assign again.
+    #[serde(default)]
+    pub probing_rebalance: u32,
 }
 
 /// One member in the leader's answer.
@@ -75,6 +99,9 @@ pub struct MemberInfo {
     pub thread_name: String,
     /// Ids (`<subtopology>_<partition>`) of the tasks assigned to the member in this generation.
     pub tasks: Vec<String>,
+    /// Ids of the standby tasks (including warm-up replicas) the member keeps up to date.
+    #[serde(default)]
+    pub standby_tasks: Vec<String>,
     /// Input partitions of those tasks, as `(topic, partition)`.
     pub partitions: Vec<(String, i32)>,
 }
@@ -95,6 +122,11 @@ pub struct AssignmentInfo {
     /// Some member asked every instance to shut down (KIP-671's SHUTDOWN_REQUESTED).
     #[serde(default)]
     pub shutdown_requested: bool,
+    /// Wall-clock time (ms since the epoch) of the next probing rebalance,
+    /// when warm-up replicas are running (KIP-441); the first member listed
+    /// asks for it.
+    #[serde(default)]
+    pub next_probing_rebalance_ms: Option<i64>,
 }
 
 /// This member's side of the exchange, shared with its stream thread.
@@ -110,6 +142,32 @@ pub(crate) struct StreamsAssignor {
     pub topology: Arc<Topology>,
     pub application_id: String,
     pub local: Arc<Mutex<LocalInfo>>,
+    pub ha: HaConfig,
+    /// `probing.rebalance.interval.ms`.
+    pub probing_interval_ms: i64,
+}
+
+impl StreamsAssignor {
+    /// Tasks of sub-topologies with a logged store: the ones standbys and
+    /// warm-ups are for.
+    fn stateful(&self, tasks: &BTreeMap<TaskId, Vec<TopicPartition>>) -> BTreeSet<TaskId> {
+        let logged: BTreeSet<u32> = self
+            .topology
+            .subtopologies()
+            .iter()
+            .filter(|st| {
+                st.stores
+                    .iter()
+                    .any(|s| self.topology.stores.get(s).is_some_and(|d| d.logged))
+            })
+            .map(|st| st.id)
+            .collect();
+        tasks
+            .keys()
+            .filter(|t| logged.contains(&t.subtopology))
+            .copied()
+            .collect()
+    }
 }
 
 /// The tasks of each sub-topology and the partitions behind each task.
@@ -161,62 +219,331 @@ fn parse_tasks(v: &[String]) -> BTreeSet<TaskId> {
     v.iter().filter_map(|t| t.parse().ok()).collect()
 }
 
-/// The balanced, sticky task placement; `members` in assignment order.
-pub(crate) fn place_tasks(
+/// The high-availability settings the leader assigns with (KIP-441, KIP-708).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct HaConfig {
+    /// `num.standby.replicas`.
+    pub standbys: u32,
+    /// `acceptable.recovery.lag`.
+    pub acceptable_lag: i64,
+    /// `max.warmup.replicas`.
+    pub max_warmups: u32,
+    /// `rack.aware.assignment.tags`.
+    pub rack_tags: Vec<String>,
+}
+
+/// One member as the task placement sees it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Member {
+    pub id: String,
+    /// The instance (process id) the member's thread belongs to; members of
+    /// one process share its state directory.
+    pub process: String,
+    pub prev_active: BTreeSet<TaskId>,
+    pub prev_standby: BTreeSet<TaskId>,
+    /// Changelog records the process is behind on each task it has state
+    /// for (0 for a task it runs as active).
+    pub lags: BTreeMap<TaskId, i64>,
+    pub tags: BTreeMap<String, String>,
+}
+
+/// Where the tasks go.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct Placement {
+    pub active: BTreeMap<String, Vec<TaskId>>,
+    /// Standby and warm-up replicas per member.
+    pub standby: BTreeMap<String, Vec<TaskId>>,
+    /// Warm-up replicas among the standbys: a probing rebalance should follow.
+    pub warmups: usize,
+    /// Standby replicas that found no instance to run on.
+    pub unplaced_standbys: usize,
+}
+
+/// An instance: the members of one process.
+struct Client {
+    members: Vec<usize>,
+    prev_active: BTreeSet<TaskId>,
+    prev_standby: BTreeSet<TaskId>,
+    lags: BTreeMap<TaskId, i64>,
+    tags: BTreeMap<String, String>,
+}
+
+fn clients_of(members: &[Member]) -> Vec<Client> {
+    let mut out: Vec<Client> = Vec::new();
+    let mut index: BTreeMap<&str, usize> = BTreeMap::new();
+    for (i, m) in members.iter().enumerate() {
+        let key = if m.process.is_empty() { &m.id } else { &m.process };
+        let c = *index.entry(key).or_insert_with(|| {
+            out.push(Client {
+                members: Vec::new(),
+                prev_active: BTreeSet::new(),
+                prev_standby: BTreeSet::new(),
+                lags: BTreeMap::new(),
+                tags: m.tags.clone(),
+            });
+            out.len() - 1
+        });
+        let c = &mut out[c];
+        c.members.push(i);
+        c.prev_active.extend(&m.prev_active);
+        c.prev_standby.extend(&m.prev_standby);
+        for (&t, &lag) in &m.lags {
+            let e = c.lags.entry(t).or_insert(lag);
+            *e = (*e).min(lag);
+        }
+        for &t in &m.prev_active {
+            c.lags.insert(t, 0);
+        }
+    }
+    out
+}
+
+/// KIP-441's high-availability placement, at the level of instances and
+/// then of their threads:
+///
+/// 1. Actives, balanced by thread count (no instance above its share of
+///    all tasks, nor of each sub-topology's) and sticky: a task stays on
+///    the instance that ran it, else goes to the instance with the least
+///    lag on it, else to the least loaded. Stateful tasks are placed first;
+///    stateless ones then fill what is left, so they even out the load.
+/// 2. A stateful task placed on an instance that is not caught up
+///    (further behind than `acceptable.recovery.lag`) while another one
+///    is stays with the caught-up one (its previous owner first), and the
+///    intended instance gets a warm-up replica (at most
+///    `max.warmup.replicas` in all); the probing rebalance moves it once
+///    warm.
+///    An instance left above its share then hands tasks on to instances
+///    with room that are caught up on them.
+/// 3. `num.standby.replicas` standbys per stateful task, each on a
+///    different instance than the active and each other, preferring
+///    instances whose `rack.aware.assignment.tags` values differ from
+///    those already holding the task (KIP-708), then the previous standby
+///    (or any state on disk), then the fewest standbys per thread.
+/// 4. Within an instance, each thread keeps what it ran when its share
+///    allows; the rest go to its least loaded threads.
+pub(crate) fn assign_tasks(
     tasks: &[TaskId],
-    members: &[(String, BTreeSet<TaskId>, BTreeSet<TaskId>)],
-) -> BTreeMap<String, Vec<TaskId>> {
-    let mut out: BTreeMap<String, Vec<TaskId>> = members
-        .iter()
-        .map(|(m, _, _)| (m.clone(), Vec::new()))
-        .collect();
+    stateful: &BTreeSet<TaskId>,
+    members: &[Member],
+    ha: &HaConfig,
+) -> Placement {
+    let mut out = Placement {
+        active: members.iter().map(|m| (m.id.clone(), Vec::new())).collect(),
+        standby: members.iter().map(|m| (m.id.clone(), Vec::new())).collect(),
+        ..Default::default()
+    };
     if members.is_empty() {
         return out;
     }
-    // Balanced overall and per sub-topology (as Kafka balances each
-    // sub-topology's tasks), so stateful and stateless tasks both spread.
-    let cap = tasks.len().div_ceil(members.len());
+    let clients = clients_of(members);
+    let total = members.len();
+    let threads = |c: usize| clients[c].members.len();
     let mut per_sub: BTreeMap<u32, usize> = BTreeMap::new();
     for t in tasks {
         *per_sub.entry(t.subtopology).or_default() += 1;
     }
-    let sub_cap: BTreeMap<u32, usize> = per_sub
-        .iter()
-        .map(|(&st, &n)| (st, n.div_ceil(members.len())))
+    // Each instance's share, in proportion to its threads; the remainder
+    // goes to the instances that ran the most tasks (fewest moves).
+    let mut cap: Vec<usize> = (0..clients.len())
+        .map(|c| tasks.len() * threads(c) / total)
         .collect();
+    let mut by_prev: Vec<usize> = (0..clients.len()).collect();
+    by_prev.sort_by_key(|&c| (std::cmp::Reverse(clients[c].prev_active.len()), c));
+    let mut remainder = tasks.len() - cap.iter().sum::<usize>();
+    for &c in by_prev.iter().cycle().take(clients.len() * 2) {
+        if remainder == 0 {
+            break;
+        }
+        cap[c] += 1;
+        remainder -= 1;
+    }
+    let sub_cap = |c: usize, st: u32| (per_sub[&st] * threads(c)).div_ceil(total);
+    let mut active: Vec<Vec<TaskId>> = vec![Vec::new(); clients.len()];
     let in_sub = |v: &[TaskId], st: u32| v.iter().filter(|t| t.subtopology == st).count();
-    let give = |out: &mut BTreeMap<String, Vec<TaskId>>, m: &str, t: TaskId| -> bool {
-        let v = out.get_mut(m).expect("member listed");
-        if v.len() < cap && in_sub(v, t.subtopology) < sub_cap[&t.subtopology] {
-            v.push(t);
-            true
-        } else {
-            false
-        }
+    let fits = |active: &[Vec<TaskId>], c: usize, t: TaskId| {
+        active[c].len() < cap[c] && in_sub(&active[c], t.subtopology) < sub_cap(c, t.subtopology)
     };
-    let mut left: Vec<TaskId> = Vec::new();
-    for &t in tasks {
-        let prev = members.iter().find(|(_, prev, _)| prev.contains(&t));
-        if !prev.is_some_and(|(m, _, _)| give(&mut out, m, t)) {
-            left.push(t);
+    let least_loaded = |active: &[Vec<TaskId>], t: TaskId| {
+        (0..clients.len())
+            .min_by_key(|&c| {
+                (
+                    in_sub(&active[c], t.subtopology) * total / threads(c),
+                    active[c].len() * total / threads(c),
+                    c,
+                )
+            })
+            .expect("clients is not empty")
+    };
+    let (stateful_tasks, stateless_tasks): (Vec<TaskId>, Vec<TaskId>) =
+        tasks.iter().partition(|t| stateful.contains(t));
+    for group in [&stateful_tasks, &stateless_tasks] {
+        let mut left = Vec::new();
+        for &t in group {
+            match (0..clients.len()).find(|&c| clients[c].prev_active.contains(&t)) {
+                Some(c) if fits(&active, c, t) => active[c].push(t),
+                _ => left.push(t),
+            }
+        }
+        for t in left {
+            let mut holders: Vec<usize> = (0..clients.len())
+                .filter(|&c| clients[c].lags.contains_key(&t))
+                .collect();
+            holders.sort_by_key(|&c| (clients[c].lags[&t], c));
+            match holders.into_iter().find(|&c| fits(&active, c, t)) {
+                Some(c) => active[c].push(t),
+                None => {
+                    let c = least_loaded(&active, t);
+                    active[c].push(t);
+                }
+            }
         }
     }
-    let mut rest = Vec::new();
-    for t in left {
-        let holder = members.iter().find(|(_, _, state)| state.contains(&t));
-        if !holder.is_some_and(|(m, _, _)| give(&mut out, m, t)) {
-            rest.push(t);
+    // Tasks stay where their state is while a warm-up catches up.
+    let caught_up = |c: usize, t: &TaskId| {
+        clients[c]
+            .lags
+            .get(t)
+            .is_some_and(|&lag| lag <= ha.acceptable_lag)
+    };
+    // (task, the instance it was meant for) for tasks kept with their state.
+    let mut kept: Vec<(TaskId, usize)> = Vec::new();
+    for &t in &stateful_tasks {
+        let Some(d) = (0..clients.len()).find(|&c| active[c].contains(&t)) else {
+            continue;
+        };
+        if caught_up(d, &t) {
+            continue;
+        }
+        let source = (0..clients.len())
+            .filter(|&c| caught_up(c, &t))
+            .min_by_key(|&c| (!clients[c].prev_active.contains(&t), clients[c].lags[&t], c));
+        if let Some(s) = source {
+            active[d].retain(|x| *x != t);
+            active[s].push(t);
+            kept.push((t, d));
         }
     }
-    for t in rest {
-        let (m, _, _) = members
-            .iter()
-            .min_by_key(|(m, _, _)| (in_sub(&out[m], t.subtopology), out[m].len()))
-            .expect("members is not empty");
-        out.get_mut(m).expect("member listed").push(t);
+    // Keeping tasks with their state can leave an instance above its
+    // share: hand tasks on to instances with room that are caught up on
+    // them (or take any stateless task).
+    loop {
+        let mut moved = false;
+        for s in 0..clients.len() {
+            while active[s].len() > cap[s] {
+                let next = active[s].iter().copied().find_map(|x| {
+                    (0..clients.len())
+                        .find(|&u| {
+                            u != s
+                                && active[u].len() < cap[u]
+                                && (!stateful.contains(&x) || caught_up(u, &x))
+                        })
+                        .map(|u| (x, u))
+                });
+                let Some((x, u)) = next else { break };
+                active[s].retain(|y| *y != x);
+                active[u].push(x);
+                moved = true;
+            }
+        }
+        if !moved {
+            break;
+        }
     }
-    for v in out.values_mut() {
-        v.sort();
+    // Warm-ups where a kept task should go and there is still room for it.
+    let mut warm: Vec<BTreeSet<TaskId>> = vec![BTreeSet::new(); clients.len()];
+    let mut room: Vec<usize> = (0..clients.len())
+        .map(|c| cap[c].saturating_sub(active[c].len()))
+        .collect();
+    for (t, d) in kept {
+        if out.warmups < ha.max_warmups as usize && room[d] > 0 && !active[d].contains(&t) {
+            room[d] -= 1;
+            warm[d].insert(t);
+            out.warmups += 1;
+        }
+    }
+    // Standbys on other instances, rack-aware.
+    let mut standby: Vec<BTreeSet<TaskId>> = warm;
+    let mut standby_load: Vec<usize> = standby.iter().map(BTreeSet::len).collect();
+    for &t in &stateful_tasks {
+        let Some(a) = (0..clients.len()).find(|&c| active[c].contains(&t)) else {
+            continue;
+        };
+        let mut holding: Vec<usize> = vec![a];
+        holding.extend((0..clients.len()).filter(|&c| standby[c].contains(&t)));
+        for _ in 0..ha.standbys {
+            let same_tags = |c: usize| {
+                ha.rack_tags
+                    .iter()
+                    .filter(|tag| {
+                        let v = clients[c].tags.get(*tag);
+                        v.is_some() && holding.iter().any(|&h| clients[h].tags.get(*tag) == v)
+                    })
+                    .count()
+            };
+            let pick = (0..clients.len())
+                .filter(|c| !holding.contains(c))
+                .min_by_key(|&c| {
+                    (
+                        same_tags(c),
+                        !clients[c].prev_standby.contains(&t),
+                        clients[c].lags.get(&t).copied().unwrap_or(i64::MAX),
+                        standby_load[c] * total / threads(c),
+                        c,
+                    )
+                });
+            match pick {
+                Some(c) => {
+                    standby[c].insert(t);
+                    standby_load[c] += 1;
+                    holding.push(c);
+                }
+                None => out.unplaced_standbys += 1,
+            }
+        }
+    }
+    // Threads within each instance.
+    for (c, client) in clients.iter().enumerate() {
+        let ms = &client.members;
+        let share = active[c].len().div_ceil(ms.len());
+        let mut mine: BTreeMap<usize, Vec<TaskId>> = ms.iter().map(|&m| (m, Vec::new())).collect();
+        let mut left = Vec::new();
+        active[c].sort();
+        for &t in &active[c] {
+            match ms.iter().find(|&&m| members[m].prev_active.contains(&t)) {
+                Some(m) if mine[m].len() < share => mine.get_mut(m).expect("listed").push(t),
+                _ => left.push(t),
+            }
+        }
+        for t in left {
+            let m = *ms
+                .iter()
+                .min_by_key(|&&m| (in_sub(&mine[&m], t.subtopology), mine[&m].len()))
+                .expect("an instance has a member");
+            mine.get_mut(&m).expect("listed").push(t);
+        }
+        let mut spare: BTreeMap<usize, Vec<TaskId>> =
+            ms.iter().map(|&m| (m, Vec::new())).collect();
+        for &t in &standby[c] {
+            let sticky = ms.iter().find(|&&m| {
+                members[m].prev_standby.contains(&t) || members[m].prev_active.contains(&t)
+            });
+            let m = match sticky {
+                Some(&m) => m,
+                None => *ms
+                    .iter()
+                    .min_by_key(|&&m| (spare[&m].len(), mine[&m].len()))
+                    .expect("an instance has a member"),
+            };
+            spare.get_mut(&m).expect("listed").push(t);
+        }
+        for (m, mut v) in mine {
+            v.sort();
+            out.active.insert(members[m].id.clone(), v);
+        }
+        for (m, mut v) in spare {
+            v.sort();
+            out.standby.insert(members[m].id.clone(), v);
+        }
     }
     out
 }
@@ -272,7 +599,7 @@ impl PartitionAssignor for StreamsAssignor {
         // Stickiness keyed by group.instance.id: a static member that comes
         // back after a restart reports no tasks of its own, but the last
         // assignment this member saw still says what its instance id ran.
-        let previous: BTreeMap<String, Vec<String>> = self
+        let previous: BTreeMap<String, (Vec<String>, Vec<String>)> = self
             .local
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -281,25 +608,66 @@ impl PartitionAssignor for StreamsAssignor {
             .map(|a| {
                 a.members
                     .iter()
-                    .filter_map(|m| m.instance_id.clone().map(|id| (id, m.tasks.clone())))
+                    .filter_map(|m| {
+                        m.instance_id
+                            .clone()
+                            .map(|id| (id, (m.tasks.clone(), m.standby_tasks.clone())))
+                    })
                     .collect()
             })
             .unwrap_or_default();
-        let members: Vec<(String, BTreeSet<TaskId>, BTreeSet<TaskId>)> = subs
+        let members: Vec<Member> = subs
             .iter()
             .map(|s| {
                 let i = &infos[s.member_id.as_str()];
-                let mut prev = parse_tasks(&i.prev_tasks);
-                if prev.is_empty() {
-                    if let Some(t) = s.group_instance_id.as_ref().and_then(|id| previous.get(id)) {
-                        prev = parse_tasks(t);
+                let mut prev_active = parse_tasks(&i.prev_tasks);
+                let mut prev_standby = parse_tasks(&i.standby_tasks);
+                if prev_active.is_empty() && prev_standby.is_empty() {
+                    if let Some((a, sb)) =
+                        s.group_instance_id.as_ref().and_then(|id| previous.get(id))
+                    {
+                        prev_active = parse_tasks(a);
+                        prev_standby = parse_tasks(sb);
                     }
                 }
-                (s.member_id.clone(), prev, parse_tasks(&i.state_tasks))
+                let mut lags: BTreeMap<TaskId, i64> = i
+                    .task_lags
+                    .iter()
+                    .filter_map(|(t, &lag)| t.parse().ok().map(|t| (t, lag)))
+                    .collect();
+                // A member too old to report lags still has its state on disk.
+                for t in parse_tasks(&i.state_tasks) {
+                    lags.entry(t).or_insert(i64::MAX);
+                }
+                Member {
+                    id: s.member_id.clone(),
+                    process: i.process_id.clone(),
+                    prev_active,
+                    prev_standby,
+                    lags,
+                    tags: i.client_tags.clone(),
+                }
             })
             .collect();
         let ids: Vec<TaskId> = tasks.keys().copied().collect();
-        let placed = place_tasks(&ids, &members);
+        let stateful = self.stateful(&tasks);
+        let placed = assign_tasks(&ids, &stateful, &members, &self.ha);
+        if placed.unplaced_standbys > 0 {
+            tracing::warn!(
+                application.id = %self.application_id,
+                "num.standby.replicas={} but {} standby replicas found no instance other than their active's to run on",
+                self.ha.standbys,
+                placed.unplaced_standbys
+            );
+        }
+        if placed.warmups > 0 {
+            tracing::info!(
+                application.id = %self.application_id,
+                warmups = placed.warmups,
+                "tasks stay where their state is while warm-up replicas catch up; a probing rebalance follows in {} ms",
+                self.probing_interval_ms
+            );
+        }
         for e in &errors {
             tracing::error!(application.id = %self.application_id, "assignment: {e}");
         }
@@ -313,9 +681,11 @@ impl PartitionAssignor for StreamsAssignor {
             members: Vec::new(),
             errors,
             shutdown_requested,
+            next_probing_rebalance_ms: (placed.warmups > 0)
+                .then(|| crate::task_manager::now_ms() + self.probing_interval_ms),
         };
         for s in &subs {
-            let mine = &placed[&s.member_id];
+            let mine = &placed.active[&s.member_id];
             let sub = &infos[s.member_id.as_str()];
             info.members.push(MemberInfo {
                 member_id: s.member_id.clone(),
@@ -324,6 +694,10 @@ impl PartitionAssignor for StreamsAssignor {
                 endpoint: sub.endpoint.clone(),
                 thread_name: sub.thread_name.clone(),
                 tasks: mine.iter().map(|t| t.to_string()).collect(),
+                standby_tasks: placed.standby[&s.member_id]
+                    .iter()
+                    .map(|t| t.to_string())
+                    .collect(),
                 partitions: mine
                     .iter()
                     .flat_map(|t| tasks[t].iter().map(|tp| (tp.topic.clone(), tp.partition)))
@@ -336,7 +710,7 @@ impl PartitionAssignor for StreamsAssignor {
         Ok(subs
             .iter()
             .map(|s| {
-                let partitions = placed[&s.member_id]
+                let partitions = placed.active[&s.member_id]
                     .iter()
                     .flat_map(|t| tasks[t].iter().cloned())
                     .collect();
@@ -397,13 +771,36 @@ mod tests {
         }
     }
 
-    #[test]
-    fn sticky_by_instance_id_when_members_come_back_without_tasks() {
-        let assignor = StreamsAssignor {
+    fn assignor() -> StreamsAssignor {
+        StreamsAssignor {
             topology: stateless_topology(),
             application_id: "app".into(),
             local: Arc::default(),
-        };
+            ha: HaConfig::default(),
+            probing_interval_ms: 600_000,
+        }
+    }
+
+    fn member(id: &str, process: &str) -> Member {
+        Member {
+            id: id.into(),
+            process: process.into(),
+            ..Default::default()
+        }
+    }
+
+    fn ha(standbys: u32) -> HaConfig {
+        HaConfig {
+            standbys,
+            acceptable_lag: 100,
+            max_warmups: 2,
+            rack_tags: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn sticky_by_instance_id_when_members_come_back_without_tasks() {
+        let assignor = assignor();
         let parts = BTreeMap::from([("in".to_string(), 4)]);
         // "b" sorts after "a", so a fresh group gives "a" tasks 0_0 and 0_1;
         // the last assignment says the opposite, and it wins.
@@ -439,18 +836,12 @@ mod tests {
     fn each_subtopology_spreads_over_the_members() {
         // Two sub-topologies × 4 partitions; the two old members ran all 8.
         let all: Vec<TaskId> = (0..2).flat_map(|s| (0..4).map(move |p| t(s, p))).collect();
-        let t1: BTreeSet<_> = [t(0, 0), t(0, 2), t(1, 0), t(1, 2)].into();
-        let t2: BTreeSet<_> = [t(0, 1), t(0, 3), t(1, 1), t(1, 3)].into();
-        let none = BTreeSet::new;
-        let placed = place_tasks(
-            &all,
-            &[
-                ("a1".into(), t1, none()),
-                ("a2".into(), t2, none()),
-                ("b1".into(), none(), none()),
-                ("b2".into(), none(), none()),
-            ],
-        );
+        let mut a1 = member("a1", "a1");
+        a1.prev_active = [t(0, 0), t(0, 2), t(1, 0), t(1, 2)].into();
+        let mut a2 = member("a2", "a2");
+        a2.prev_active = [t(0, 1), t(0, 3), t(1, 1), t(1, 3)].into();
+        let members = [a1, a2, member("b1", "b1"), member("b2", "b2")];
+        let placed = assign_tasks(&all, &BTreeSet::new(), &members, &ha(0)).active;
         for (m, v) in &placed {
             assert_eq!(v.len(), 2, "{m}: {v:?}");
             assert_eq!(
@@ -466,37 +857,182 @@ mod tests {
     #[test]
     fn balanced_and_sticky() {
         let tasks: Vec<TaskId> = (0..6).map(|p| t(0, p)).collect();
-        let none = BTreeSet::new;
+        let none = BTreeSet::new();
         // Fresh group: 3 members get 2 each.
-        let placed = place_tasks(
-            &tasks,
-            &[
-                ("a".into(), none(), none()),
-                ("b".into(), none(), none()),
-                ("c".into(), none(), none()),
-            ],
-        );
+        let fresh = [member("a", "a"), member("b", "b"), member("c", "c")];
+        let placed = assign_tasks(&tasks, &none, &fresh, &ha(0)).active;
         assert!(placed.values().all(|v| v.len() == 2), "{placed:?}");
         // Previous owners keep their tasks; a newcomer takes from the overloaded.
-        let prev_a: BTreeSet<_> = [t(0, 0), t(0, 1), t(0, 2)].into();
-        let prev_b: BTreeSet<_> = [t(0, 3), t(0, 4), t(0, 5)].into();
-        let placed = place_tasks(
-            &tasks,
-            &[
-                ("a".into(), prev_a, none()),
-                ("b".into(), prev_b, none()),
-                ("c".into(), none(), none()),
-            ],
-        );
+        let mut a = member("a", "a");
+        a.prev_active = [t(0, 0), t(0, 1), t(0, 2)].into();
+        let mut b = member("b", "b");
+        b.prev_active = [t(0, 3), t(0, 4), t(0, 5)].into();
+        let placed = assign_tasks(&tasks, &none, &[a, b, member("c", "c")], &ha(0)).active;
         assert_eq!(placed["a"], vec![t(0, 0), t(0, 1)]);
         assert_eq!(placed["b"], vec![t(0, 3), t(0, 4)]);
         assert_eq!(placed["c"], vec![t(0, 2), t(0, 5)]);
         // Local state attracts a task when nobody owned it.
-        let state_c: BTreeSet<_> = [t(0, 5)].into();
-        let placed = place_tasks(
-            &[t(0, 5), t(0, 0)],
-            &[("a".into(), none(), none()), ("c".into(), none(), state_c)],
+        let mut c = member("c", "c");
+        c.lags.insert(t(0, 5), 3);
+        let placed = assign_tasks(&[t(0, 5), t(0, 0)], &none, &[member("a", "a"), c], &ha(0));
+        assert_eq!(placed.active["c"], vec![t(0, 5)]);
+    }
+
+    /// Two threads per instance: a fourth instance joining three gets its
+    /// share (balance is per instance, by thread count, not per member).
+    #[test]
+    fn a_new_instance_gets_its_share() {
+        let tasks: Vec<TaskId> = (0..12).map(|p| t(0, p)).collect();
+        let mut members = Vec::new();
+        for (i, inst) in ["a", "b", "c"].iter().enumerate() {
+            for th in 0..2 {
+                let mut m = member(&format!("{inst}{th}"), inst);
+                m.prev_active = (0..2).map(|k| t(0, (i * 4 + th * 2 + k) as i32)).collect();
+                members.push(m);
+            }
+        }
+        members.push(member("d0", "d"));
+        members.push(member("d1", "d"));
+        let placed = assign_tasks(&tasks, &BTreeSet::new(), &members, &ha(0)).active;
+        for (m, v) in &placed {
+            assert!(!v.is_empty() && v.len() <= 2, "{m}: {v:?} in {placed:?}");
+        }
+        assert_eq!(placed["d0"].len() + placed["d1"].len(), 3, "{placed:?}");
+    }
+
+    /// Every stateful task gets its standbys on other instances, never on
+    /// the active's; and they stay where they were.
+    #[test]
+    fn standbys_go_to_other_instances_and_stay() {
+        let tasks: Vec<TaskId> = (0..6).map(|p| t(0, p)).collect();
+        let stateful: BTreeSet<TaskId> = tasks.iter().copied().collect();
+        let members = [
+            member("a0", "a"),
+            member("a1", "a"),
+            member("b0", "b"),
+            member("b1", "b"),
+            member("c0", "c"),
+            member("c1", "c"),
+        ];
+        let process = |m: &str| m[..1].to_string();
+        let p = assign_tasks(&tasks, &stateful, &members, &ha(1));
+        assert_eq!(p.unplaced_standbys, 0);
+        let holder = |map: &BTreeMap<String, Vec<TaskId>>, task: TaskId| -> Vec<String> {
+            map.iter()
+                .filter(|(_, v)| v.contains(&task))
+                .map(|(m, _)| m.clone())
+                .collect()
+        };
+        for &task in &tasks {
+            let a = holder(&p.active, task);
+            let s = holder(&p.standby, task);
+            assert_eq!((a.len(), s.len()), (1, 1), "{task}: {p:?}");
+            assert_ne!(process(&a[0]), process(&s[0]), "{task}: {p:?}");
+        }
+        let per_instance = |x: &str| {
+            p.standby
+                .iter()
+                .filter(|(m, _)| process(m) == x)
+                .map(|(_, v)| v.len())
+                .sum::<usize>()
+        };
+        assert_eq!(
+            (per_instance("a"), per_instance("b"), per_instance("c")),
+            (2, 2, 2)
         );
-        assert_eq!(placed["c"], vec![t(0, 5)]);
+        // The same group again, reporting what it runs: nothing moves.
+        let again: Vec<Member> = members
+            .iter()
+            .map(|m| {
+                let mut m = m.clone();
+                m.prev_active = p.active[&m.id].iter().copied().collect();
+                m.prev_standby = p.standby[&m.id].iter().copied().collect();
+                m.lags = m.prev_standby.iter().map(|&t| (t, 5)).collect();
+                m
+            })
+            .collect();
+        let q = assign_tasks(&tasks, &stateful, &again, &ha(1));
+        assert_eq!(q, p);
+        // Only one instance: the standbys have nowhere to go, and say so.
+        let alone = assign_tasks(&tasks, &stateful, &members[..2], &ha(1));
+        assert_eq!(alone.unplaced_standbys, 6);
+        assert!(alone.standby.values().all(Vec::is_empty));
+    }
+
+    /// KIP-441: an instance that dies leaves its tasks to those holding
+    /// their standbys; a new instance without state gets warm-ups, not
+    /// tasks, until it has caught up.
+    #[test]
+    fn failover_to_standbys_and_warmups_for_newcomers() {
+        let tasks: Vec<TaskId> = (0..4).map(|p| t(0, p)).collect();
+        let stateful: BTreeSet<TaskId> = tasks.iter().copied().collect();
+        // a ran 0 and 1 (standbys on b), b ran 2 and 3 (standbys on c).
+        let mut b = member("b", "b");
+        b.prev_active = [t(0, 2), t(0, 3)].into();
+        b.prev_standby = [t(0, 0), t(0, 1)].into();
+        b.lags = [(t(0, 0), 7), (t(0, 1), 9)].into();
+        let mut c = member("c", "c");
+        c.prev_standby = [t(0, 2), t(0, 3)].into();
+        c.lags = [(t(0, 2), 1), (t(0, 3), 1)].into();
+        // a is gone: its tasks go to b, which is caught up on them, and c
+        // (balanced) would get two of b's — but it is caught up on 2 and 3.
+        let p = assign_tasks(&tasks, &stateful, &[b.clone(), c.clone()], &ha(1));
+        let all_active: Vec<TaskId> = p.active.values().flatten().copied().collect();
+        assert_eq!(all_active.len(), 4, "{p:?}");
+        assert_eq!(p.active["b"], vec![t(0, 0), t(0, 1)], "{p:?}");
+        assert_eq!(p.active["c"], vec![t(0, 2), t(0, 3)], "{p:?}");
+        assert_eq!(p.warmups, 0);
+        // A new instance d without state: balance wants to give it a task,
+        // but d is not caught up, so the task stays and d warms up.
+        let mut b2 = member("b", "b");
+        b2.prev_active = [t(0, 0), t(0, 1)].into();
+        let mut c2 = member("c", "c");
+        c2.prev_active = [t(0, 2), t(0, 3)].into();
+        let d = member("d", "d");
+        let p = assign_tasks(&tasks, &stateful, &[b2.clone(), c2.clone(), d], &ha(0));
+        assert!(p.active["d"].is_empty(), "{p:?}");
+        assert_eq!(p.warmups, 1, "{p:?}");
+        assert_eq!(p.standby["d"].len(), 1, "{p:?}");
+        let warming = p.standby["d"][0];
+        // The probing rebalance: d is within acceptable.recovery.lag now.
+        let mut d = member("d", "d");
+        d.prev_standby = [warming].into();
+        d.lags = [(warming, 40)].into();
+        let q = assign_tasks(&tasks, &stateful, &[b2, c2, d], &ha(0));
+        assert_eq!(q.active["d"], vec![warming], "{q:?}");
+        assert_eq!(q.warmups, 0);
+    }
+
+    /// KIP-708: with zone tags, a standby goes to another zone than its
+    /// active whenever one has an instance.
+    #[test]
+    fn rack_aware_standbys_avoid_the_active_zone() {
+        let tasks: Vec<TaskId> = (0..8).map(|p| t(0, p)).collect();
+        let stateful: BTreeSet<TaskId> = tasks.iter().copied().collect();
+        let zone_of = |p: &str| if p < "c" { "z1" } else { "z2" };
+        let members: Vec<Member> = ["a", "b", "c", "d"]
+            .iter()
+            .map(|p| {
+                let mut m = member(p, p);
+                m.tags.insert("zone".into(), zone_of(p).into());
+                m
+            })
+            .collect();
+        let mut cfg = ha(1);
+        cfg.rack_tags = vec!["zone".into()];
+        let p = assign_tasks(&tasks, &stateful, &members, &cfg);
+        for &task in &tasks {
+            let find = |map: &BTreeMap<String, Vec<TaskId>>| {
+                map.iter()
+                    .find(|(_, v)| v.contains(&task))
+                    .map(|(m, _)| m.clone())
+                    .unwrap()
+            };
+            let (a, s) = (find(&p.active), find(&p.standby));
+            assert_ne!(zone_of(&a), zone_of(&s), "{task}: active {a}, standby {s}");
+        }
+        // Without the tag setting, the same members may share a zone.
+        let p = assign_tasks(&tasks, &stateful, &members, &ha(1));
+        assert_eq!(p.unplaced_standbys, 0);
     }
 }

@@ -48,6 +48,8 @@ pub struct ThreadMetadata {
     pub member_id: Option<String>,
     /// Tasks the thread runs as active tasks.
     pub active_tasks: BTreeSet<TaskId>,
+    /// Standby tasks (warm-up replicas included) the thread keeps current.
+    pub standby_tasks: BTreeSet<TaskId>,
     /// Partitions of the active tasks.
     pub partitions: Vec<(String, i32)>,
 }
@@ -224,6 +226,7 @@ impl KafkaStreams {
                 group_instance_id: self.app.instance_id_of(t.index),
                 member_id: lock(&t.shared.member_id).clone(),
                 active_tasks: lock(&t.shared.active_tasks).clone(),
+                standby_tasks: lock(&t.shared.standby_tasks).keys().copied().collect(),
                 partitions: lock(&t.shared.partitions).clone(),
                 thread_name: t.name,
             })
@@ -284,6 +287,45 @@ impl KafkaStreams {
                 })
         })
         .transpose()
+    }
+
+    /// Reads `key` from `store` here, accepting a standby's copy when this
+    /// instance keeps a standby of the key's task rather than the active
+    /// one (Kafka's `StoreQueryParameters.enableStaleStores()`, KIP-535);
+    /// the answer says which copy answered and how far behind it is.
+    pub fn query_store_stale<K: 'static, V: 'static>(
+        &self,
+        store: &str,
+        key: &K,
+        key_serde: &SharedSerde<K>,
+        value_serde: &SharedSerde<V>,
+    ) -> std::result::Result<crate::StaleRead<V>, StoreQueryError> {
+        let k = crate::metadata::serialize_key(store, key, key_serde)?;
+        let (_, v, lag) = self.app.query_local_stale(store, &k, true)?;
+        let value = v
+            .map(|b| {
+                value_serde
+                    .deserialize(store, Some(&b))
+                    .map_err(|reason| StoreQueryError::Failed {
+                        store: store.into(),
+                        reason: format!("the stored value does not deserialize: {reason}"),
+                    })
+            })
+            .transpose()?;
+        Ok(crate::StaleRead {
+            value,
+            from_standby: lag.is_some(),
+            offset_lag: lag.unwrap_or(0),
+        })
+    }
+
+    /// Every local store partition (active and standby tasks) with its
+    /// changelog position, end and lag (Kafka's `allLocalStorePartitionLags`,
+    /// KIP-535): store → partition → lag.
+    pub fn all_local_store_partition_lags(
+        &self,
+    ) -> std::collections::BTreeMap<String, std::collections::BTreeMap<i32, crate::LagInfo>> {
+        self.app.local_store_lags()
     }
 
     /// Renders stored values of `store` as JSON in REST answers (without

@@ -67,6 +67,7 @@ mod rest;
 mod rest_tls;
 mod restore;
 mod serdes;
+mod standby;
 mod state_manager;
 mod streams_config;
 mod task;
@@ -91,8 +92,8 @@ pub use kafka_streams::{
     CloseOptions, KafkaStreams, State, StreamThreadExceptionResponse, ThreadMetadata,
 };
 pub use metadata::{
-    ApplicationMetadata, KeyQueryMetadata, PartitionLag, PartitionRef, RebalanceEvent,
-    StoreQueryError, StreamThreadMetadata, StreamsMetadata,
+    ApplicationMetadata, KeyQueryMetadata, LagInfo, PartitionLag, PartitionRef, RebalanceEvent,
+    StaleRead, StoreQueryError, StreamThreadMetadata, StreamsMetadata,
 };
 pub use processor::{
     Headers, Processor, ProcessorContext, PunctuationType, Record, RecordMetadata, ScheduleId,

@@ -7,6 +7,7 @@
 //! Invariant: live fields (`state`, `thread_state`) are `None` for other
 //! instances unless the REST layer asked them.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -39,8 +40,12 @@ pub struct StreamThreadMetadata {
     pub thread_state: Option<String>,
     /// Ids (`<subtopology>_<partition>`) of the tasks the thread runs as active tasks.
     pub active_tasks: Vec<String>,
-    /// Rill keeps no standby replicas yet, so this is always empty.
+    /// Ids of the standby tasks (warm-up replicas included) the thread keeps current (KIP-441).
     pub standby_tasks: Vec<String>,
+    /// For this instance's threads: each standby task's lag in changelog records (KIP-535);
+    /// empty for other instances.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub standby_lags: BTreeMap<String, i64>,
     /// Input partitions of the active tasks.
     pub partitions: Vec<PartitionRef>,
 }
@@ -116,8 +121,34 @@ pub struct KeyQueryMetadata {
     pub active_host: Option<String>,
     /// Process id of the instance running that task; `None` if no member owns it.
     pub active_process_id: Option<String>,
-    /// Always empty: no standby replicas yet.
+    /// Endpoints of the instances keeping a standby of the task (KIP-535), for queries that
+    /// accept stale data.
     pub standby_hosts: Vec<String>,
+}
+
+/// How far one local store partition is behind its changelog (Kafka's `LagInfo`, KIP-535).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LagInfo {
+    /// The next changelog offset the local store lacks.
+    pub current_offset_position: i64,
+    /// The changelog's end offset as last seen (an active task's own position).
+    pub end_offset_position: i64,
+    /// `end_offset_position - current_offset_position`.
+    pub offset_lag: i64,
+    /// Whether a standby task holds this copy (else an active task).
+    pub standby: bool,
+}
+
+/// A value read by an interactive query that accepts stale data
+/// (Kafka's `StoreQueryParameters.enableStaleStores()`, KIP-535).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StaleRead<V> {
+    /// The value, `None` when the key is absent.
+    pub value: Option<V>,
+    /// Whether a standby answered (else the active task).
+    pub from_standby: bool,
+    /// Changelog records the answering copy is behind (0 for an active task).
+    pub offset_lag: i64,
 }
 
 /// One rebalance a local thread went through (the dashboard's timeline).

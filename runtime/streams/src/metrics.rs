@@ -44,6 +44,10 @@ pub(crate) struct ThreadSample {
     pub restore_remaining: u64,
     /// (topic, partition, lag).
     pub lags: Vec<(String, i32, i64)>,
+    /// Changelog records applied to standby tasks.
+    pub standby_updated: u64,
+    /// (standby task id, changelog records behind).
+    pub standby_lags: Vec<(String, i64)>,
 }
 
 /// Everything one scrape shows.
@@ -128,6 +132,12 @@ impl Collector for Sample {
             "Changelog records restored into stores.",
             |t| t.restored,
         )?;
+        self.counter(
+            &mut encoder,
+            "rill_streams_standby_update_records",
+            "Changelog records applied to standby tasks (Kafka's standby update-total).",
+            |t| t.standby_updated,
+        )?;
         {
             let mut family = encoder.encode_descriptor(
                 "rill_streams_commit_latency_seconds",
@@ -167,6 +177,20 @@ impl Collector for Sample {
                 lags.push((l, *lag as f64));
             }
         }
+        let mut standby = Vec::new();
+        for t in &self.threads {
+            for (task, lag) in &t.standby_lags {
+                let mut l = self.labels(t);
+                l.push(("task".into(), task.clone()));
+                standby.push((l, *lag as f64));
+            }
+        }
+        self.gauge(
+            &mut encoder,
+            "rill_streams_standby_lag_records",
+            "Changelog records a standby task is behind its changelogs' ends (KIP-441/535).",
+            standby,
+        )?;
         self.gauge(
             &mut encoder,
             "rill_streams_records_lag",
@@ -320,11 +344,15 @@ mod tests {
                 restored: 0,
                 restore_remaining: 0,
                 lags: vec![("in".into(), 0, 3)],
+                standby_updated: 7,
+                standby_lags: vec![("1_0".into(), 12)],
             }],
         });
         for line in [
             "rill_streams_process_total{application_id=\"app\",thread=\"StreamThread-1\"} 5",
             "rill_streams_state{application_id=\"app\",state=\"Running\"} 1",
+            "rill_streams_standby_update_records_total{application_id=\"app\",thread=\"StreamThread-1\"} 7",
+            "rill_streams_standby_lag_records{application_id=\"app\",thread=\"StreamThread-1\",task=\"1_0\"} 12",
             "process_resident_memory_bytes ",
             "process_cpu_seconds_total ",
             "# EOF",

@@ -11,7 +11,8 @@
 //! - Live fields (`state`, `thread_state`) are known for this process only.
 //! - A store is queried only through the task that owns it, and only while
 //!   that task is active here (not restoring, not suspended), like Kafka's
-//!   `InvalidStateStoreException` rule.
+//!   `InvalidStateStoreException` rule — unless the caller accepts stale
+//!   data (KIP-535): then a standby here answers too, saying its lag.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
@@ -22,8 +23,8 @@ use rill_client::producer::partition_for_key;
 use crate::app::App;
 use crate::assignor::AssignmentInfo;
 use crate::metadata::{
-    to_refs, ApplicationMetadata, KeyQueryMetadata, PartitionLag, RebalanceEvent, StoreQueryError,
-    StreamThreadMetadata, StreamsMetadata,
+    to_refs, ApplicationMetadata, KeyQueryMetadata, LagInfo, PartitionLag, RebalanceEvent,
+    StoreQueryError, StreamThreadMetadata, StreamsMetadata,
 };
 use crate::metrics::{Sample, ThreadSample};
 use crate::task_id::TaskId;
@@ -58,7 +59,14 @@ impl App {
                         .iter()
                         .map(|t| t.to_string())
                         .collect(),
-                    standby_tasks: Vec::new(),
+                    standby_tasks: lock(&sh.standby_tasks)
+                        .keys()
+                        .map(|t| t.to_string())
+                        .collect(),
+                    standby_lags: lock(&sh.standby_tasks)
+                        .iter()
+                        .map(|(t, lag)| (t.to_string(), *lag))
+                        .collect(),
                     partitions: to_refs(&lock(&sh.partitions)),
                     thread_name: t.name,
                 }
@@ -121,7 +129,8 @@ impl App {
                 member_id: Some(m.member_id.clone()),
                 thread_state: None,
                 active_tasks: m.tasks.clone(),
-                standby_tasks: Vec::new(),
+                standby_tasks: m.standby_tasks.clone(),
+                standby_lags: BTreeMap::new(),
                 partitions: to_refs(&m.partitions),
             });
         }
@@ -239,21 +248,100 @@ impl App {
         // source or repartition topic was written with murmur2).
         let partition = partition_for_key(key, n as usize);
         let task = TaskId::new(sub, partition);
-        let owner = self.latest_assignment().and_then(|a| {
-            a.members.into_iter().find(|m| {
-                m.tasks
-                    .iter()
-                    .any(|t| t.parse::<TaskId>().ok() == Some(task))
-            })
-        });
+        let members = self
+            .latest_assignment()
+            .map(|a| a.members)
+            .unwrap_or_default();
+        let has = |v: &[String]| v.iter().any(|t| t.parse::<TaskId>().ok() == Some(task));
+        let owner = members.iter().find(|m| has(&m.tasks));
+        let standby_hosts: BTreeSet<String> = members
+            .iter()
+            .filter(|m| has(&m.standby_tasks))
+            .filter_map(|m| m.endpoint.clone())
+            .collect();
         Ok(KeyQueryMetadata {
             store: store.into(),
             partition,
             task: task.to_string(),
-            active_host: owner.as_ref().and_then(|m| m.endpoint.clone()),
-            active_process_id: owner.map(|m| m.process_id),
-            standby_hosts: Vec::new(),
+            active_host: owner.and_then(|m| m.endpoint.clone()),
+            active_process_id: owner.map(|m| m.process_id.clone()),
+            standby_hosts: standby_hosts.into_iter().collect(),
         })
+    }
+
+    /// Every local store partition's changelog position, end and lag, for
+    /// active and standby tasks (Kafka's `allLocalStorePartitionLags`).
+    pub(crate) fn local_store_lags(&self) -> BTreeMap<String, BTreeMap<i32, LagInfo>> {
+        let mut out: BTreeMap<String, BTreeMap<i32, LagInfo>> = BTreeMap::new();
+        for t in self.threads() {
+            for l in lock(&t.shared.store_lags).iter() {
+                out.entry(l.store.clone()).or_default().insert(
+                    l.partition,
+                    LagInfo {
+                        current_offset_position: l.position,
+                        end_offset_position: l.end,
+                        offset_lag: (l.end - l.position).max(0),
+                        standby: l.standby,
+                    },
+                );
+            }
+        }
+        out
+    }
+
+    /// Reads `key` from a local standby of its task (KIP-535's stale
+    /// read); `None` when no standby here holds it. Gives the value and
+    /// the standby's lag.
+    fn query_standby(
+        &self,
+        store: &str,
+        key: &[u8],
+        task: TaskId,
+    ) -> Result<Option<(Option<Bytes>, i64)>, StoreQueryError> {
+        let found = self.threads().iter().find_map(|t| {
+            let shared = lock(&t.shared.standby_queryable)
+                .get(&task)
+                .and_then(|stores| stores.get(store).cloned())?;
+            let lag = lock(&t.shared.standby_tasks)
+                .get(&task)
+                .copied()
+                .unwrap_or(0);
+            Some((shared, lag))
+        });
+        let Some((shared, lag)) = found else {
+            return Ok(None);
+        };
+        let value = shared
+            .lock()
+            .peek(key)
+            .map_err(|e| StoreQueryError::Failed {
+                store: store.into(),
+                reason: e.to_string(),
+            })?;
+        Ok(Some((value, lag)))
+    }
+
+    /// Reads `key` from `store` here: the active task's copy, or (when
+    /// `stale` is accepted) a standby's. Gives the metadata, the value and
+    /// the lag of a standby that answered (`None`: the active answered).
+    pub(crate) fn query_local_stale(
+        &self,
+        store: &str,
+        key: &[u8],
+        stale: bool,
+    ) -> Result<(KeyQueryMetadata, Option<Bytes>, Option<i64>), StoreQueryError> {
+        match self.query_local(store, key) {
+            Ok((md, v)) => Ok((md, v, None)),
+            Err(e) if stale => {
+                let md = self.key_metadata(store, key)?;
+                let task: TaskId = md.task.parse().expect("formatted by key_metadata");
+                match self.query_standby(store, key, task)? {
+                    Some((v, lag)) => Ok((md, v, Some(lag))),
+                    None => Err(e),
+                }
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Reads `key` from `store` if this process runs the task owning it.
@@ -323,6 +411,11 @@ impl App {
                     restored: load(&m.restored),
                     restore_remaining: load(&m.restore_remaining),
                     lags: lock(&m.lags).clone(),
+                    standby_updated: load(&m.standby_updated),
+                    standby_lags: lock(&t.shared.standby_tasks)
+                        .iter()
+                        .map(|(task, lag)| (task.to_string(), *lag))
+                        .collect(),
                 }
             })
             .collect();

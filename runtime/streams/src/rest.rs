@@ -129,6 +129,7 @@ fn router(inner: Arc<App>) -> Router {
         .route("/v1/instances/self", get(instance_self))
         .route("/v1/history", get(history))
         .route("/v1/lag", get(group_lag))
+        .route("/v1/store-lags", get(store_lags))
         .route("/v1/stores/{store}/keys/{key}", get(store_key))
         .route("/v1/shutdown", post(shutdown))
         .fallback(|| async {
@@ -455,6 +456,9 @@ async fn history(State(inner): State<Shared>, headers: HeaderMap) -> Response {
 struct KeyQuery {
     #[serde(default)]
     forwarded: bool,
+    /// Accept a standby's copy here (KIP-535); the answer gives its lag.
+    #[serde(default)]
+    stale: bool,
     /// How the path's key becomes bytes: `string` (UTF-8, default) or `hex`.
     key_format: Option<String>,
 }
@@ -496,6 +500,15 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
+/// This instance's store partitions with their changelog lags, active and
+/// standby (KIP-535's `allLocalStorePartitionLags`).
+async fn store_lags(State(inner): State<Shared>, headers: HeaderMap) -> Response {
+    if let Err(r) = authorize(&inner, &headers, false) {
+        return *r;
+    }
+    Json(json!({ "stores": inner.local_store_lags() })).into_response()
+}
+
 async fn store_key(
     State(inner): State<Shared>,
     headers: HeaderMap,
@@ -514,18 +527,20 @@ async fn store_key(
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
     let answer = tokio::task::spawn_blocking(move || {
-        let local = inner.query_local(&store, &bytes);
+        let local = inner.query_local_stale(&store, &bytes, q.stale);
         let endpoint = inner.endpoint().map(str::to_string);
         match local {
-            Ok((md, Some(v))) => (
+            Ok((md, Some(v), lag)) => (
                 StatusCode::OK,
                 json!({
                     "store": store, "key": key, "partition": md.partition, "task": md.task,
                     "value": render_value(&inner, &store, &v),
-                    "owner": endpoint, "served_by": "owner",
+                    "owner": if lag.is_some() { json!(md.active_host) } else { json!(endpoint) },
+                    "served_by": if lag.is_some() { "standby" } else { "owner" },
+                    "offset_lag": lag.unwrap_or(0),
                 }),
             ),
-            Ok((md, None)) => (
+            Ok((md, None, _)) => (
                 StatusCode::NOT_FOUND,
                 json!({
                     "error": "key not found",

@@ -46,6 +46,12 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("max.task.idle.ms", "0"),
     ("buffered.records.per.partition", "1000"),
     ("restore.batch.size", "1000"),
+    // KIP-441 / KIP-708: standby replicas and high-availability assignment.
+    ("num.standby.replicas", "0"),
+    ("acceptable.recovery.lag", "10000"),
+    ("max.warmup.replicas", "2"),
+    ("probing.rebalance.interval.ms", "600000"),
+    ("rack.aware.assignment.tags", ""),
     // KIP-63 record cache for DSL stores, per instance, split evenly over
     // the stream threads (Kafka's default: 10 MiB; 0 turns caching off).
     ("statestore.cache.max.bytes", "10485760"),
@@ -103,9 +109,86 @@ impl std::fmt::Debug for StreamsConfig {
             .field("max_task_idle_ms", &self.max_task_idle_ms)
             .field("restore_batch_size", &self.restore_batch_size)
             .field("cache_max_bytes", &self.cache_max_bytes)
+            .field("num_standby_replicas", &self.num_standby_replicas)
+            .field("acceptable_recovery_lag", &self.acceptable_recovery_lag)
+            .field("max_warmup_replicas", &self.max_warmup_replicas)
+            .field(
+                "probing_rebalance_interval",
+                &self.probing_rebalance_interval,
+            )
+            .field(
+                "rack_aware_assignment_tags",
+                &self.rack_aware_assignment_tags,
+            )
+            .field("client_tags", &self.client_tags)
             .field("client_overrides", &overrides)
             .finish()
     }
+}
+
+/// `client.tag.<key>` (KIP-708).
+const CLIENT_TAG_PREFIX: &str = "client.tag.";
+
+/// Kafka's limits on client tags (KIP-708).
+const MAX_CLIENT_TAGS: usize = 5;
+const MAX_TAG_KEY_LEN: usize = 20;
+const MAX_TAG_VALUE_LEN: usize = 30;
+
+/// `client.tag.*` and `rack.aware.assignment.tags`, checked as Kafka
+/// checks them: at most five tags, keys ≤ 20 and values ≤ 30 characters,
+/// every rack-aware tag defined as a client tag.
+fn rack_awareness(
+    flat: &mut BTreeMap<String, String>,
+) -> Result<(Vec<String>, BTreeMap<String, String>)> {
+    let keys: Vec<String> = flat
+        .keys()
+        .filter(|k| k.starts_with(CLIENT_TAG_PREFIX))
+        .cloned()
+        .collect();
+    let mut tags = BTreeMap::new();
+    for k in keys {
+        let v = flat.remove(&k).unwrap_or_default();
+        let tag = &k[CLIENT_TAG_PREFIX.len()..];
+        if tag.is_empty() || tag.len() > MAX_TAG_KEY_LEN {
+            return Err(StreamsError::config(
+                &k,
+                &v,
+                format!("a client tag key must have 1 to {MAX_TAG_KEY_LEN} characters"),
+            ));
+        }
+        if v.len() > MAX_TAG_VALUE_LEN {
+            return Err(StreamsError::config(
+                &k,
+                &v,
+                format!("a client tag value may have at most {MAX_TAG_VALUE_LEN} characters"),
+            ));
+        }
+        tags.insert(tag.to_string(), v);
+    }
+    if tags.len() > MAX_CLIENT_TAGS {
+        return Err(StreamsError::config(
+            "client.tag.*",
+            &tags.len().to_string(),
+            format!("at most {MAX_CLIENT_TAGS} client tags may be set"),
+        ));
+    }
+    let raw = flat
+        .remove("rack.aware.assignment.tags")
+        .unwrap_or_default();
+    let rack: Vec<String> = raw
+        .split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(str::to_string)
+        .collect();
+    if let Some(missing) = rack.iter().find(|t| !tags.contains_key(*t)) {
+        return Err(StreamsError::config(
+            "rack.aware.assignment.tags",
+            &raw,
+            format!("names {missing}, which is not set as client.tag.{missing}"),
+        ));
+    }
+    Ok((rack, tags))
 }
 
 /// Keys without a default.
@@ -232,6 +315,24 @@ pub struct StreamsConfig {
     pub restore_batch_size: usize,
     /// `statestore.cache.max.bytes`: the record caches' budget per instance.
     pub cache_max_bytes: usize,
+    /// `num.standby.replicas` (default 0): how many other instances keep a warm copy of each
+    /// stateful task's stores, read from its changelogs (never on the active's instance).
+    pub num_standby_replicas: u32,
+    /// `acceptable.recovery.lag` (default 10000): changelog records an instance may be behind on a
+    /// task and still count as caught up, so the task may move to it at once (KIP-441).
+    pub acceptable_recovery_lag: i64,
+    /// `max.warmup.replicas` (default 2): standbys the assignor may add beyond
+    /// `num.standby.replicas` to warm a task's state on the instance it should move to (KIP-441).
+    pub max_warmup_replicas: u32,
+    /// `probing.rebalance.interval.ms` (default 600000): while warm-up replicas run, how long until
+    /// the rebalance that checks whether they caught up. Kafka refuses values below 60000; Rill
+    /// accepts down to 1000 so tests and demos can watch a warm-up finish.
+    pub probing_rebalance_interval: Duration,
+    /// `rack.aware.assignment.tags` (KIP-708): client tag keys standbys should differ on from their
+    /// active (each must be set as `client.tag.<key>`).
+    pub rack_aware_assignment_tags: Vec<String>,
+    /// `client.tag.<key>=<value>` (KIP-708): this instance's tags, e.g. `client.tag.zone=eu-1a`.
+    pub client_tags: BTreeMap<String, String>,
     /// Client settings, as set: unprefixed keys a client knows (each client
     /// that knows one gets it, as in Kafka Streams) and keys under a client
     /// prefix (`consumer.`, `main.consumer.`, `restore.consumer.`,
@@ -683,7 +784,10 @@ fn runtime_owned_reason(key: &str) -> &'static str {
 fn parse(mut flat: BTreeMap<String, String>) -> Result<StreamsConfig> {
     let mut client_overrides = BTreeMap::new();
     for (k, v) in &flat {
-        if DEFAULTS.iter().any(|(d, _)| d == k) || OPTIONAL.contains(&k.as_str()) {
+        if DEFAULTS.iter().any(|(d, _)| d == k)
+            || OPTIONAL.contains(&k.as_str())
+            || k.starts_with(CLIENT_TAG_PREFIX)
+        {
             continue;
         }
         if let Some((prefix, rest)) = CLIENT_PREFIXES
@@ -719,6 +823,7 @@ fn parse(mut flat: BTreeMap<String, String>) -> Result<StreamsConfig> {
         }
         client_overrides.insert(k.clone(), v.clone());
     }
+    let (rack_aware_assignment_tags, client_tags) = rack_awareness(&mut flat)?;
     let mut take = |k: &str| flat.remove(k).filter(|v| !v.is_empty());
     let required = |k: &str, v: Option<String>| {
         v.ok_or_else(|| StreamsError::config(k, "", "required (no default)"))
@@ -836,6 +941,18 @@ fn parse(mut flat: BTreeMap<String, String>) -> Result<StreamsConfig> {
     let state_dir = take("state.dir")
         .map(PathBuf::from)
         .unwrap_or_else(|| std::env::temp_dir().join("rill-streams"));
+    let num_standby_replicas = num("num.standby.replicas", take("num.standby.replicas"), 0u32)?;
+    let acceptable_recovery_lag = num(
+        "acceptable.recovery.lag",
+        take("acceptable.recovery.lag"),
+        0i64,
+    )?;
+    let max_warmup_replicas = num("max.warmup.replicas", take("max.warmup.replicas"), 1u32)?;
+    let probing_rebalance_interval = Duration::from_millis(num(
+        "probing.rebalance.interval.ms",
+        take("probing.rebalance.interval.ms"),
+        1000u64,
+    )?);
     Ok(StreamsConfig {
         num_stream_threads: num("num.stream.threads", take("num.stream.threads"), 1usize)?,
         commit_interval: Duration::from_millis(num(
@@ -862,6 +979,12 @@ fn parse(mut flat: BTreeMap<String, String>) -> Result<StreamsConfig> {
             take("statestore.cache.max.bytes"),
             0usize,
         )?,
+        num_standby_replicas,
+        acceptable_recovery_lag,
+        max_warmup_replicas,
+        probing_rebalance_interval,
+        rack_aware_assignment_tags,
+        client_tags,
         group_instance_id: take("group.instance.id"),
         client_id: take("client.id"),
         application_id,
@@ -935,6 +1058,44 @@ mod tests {
             .build()
             .unwrap_err();
         assert!(e.to_string().contains("application.id"), "{e}");
+    }
+
+    /// KIP-441 and KIP-708 keys: Kafka's defaults, client tags collected,
+    /// rack-aware tags that are not client tags refused by name.
+    #[test]
+    fn standby_and_rack_awareness_keys() {
+        let c = base().build().unwrap();
+        assert_eq!(c.num_standby_replicas, 0);
+        assert_eq!(c.acceptable_recovery_lag, 10_000);
+        assert_eq!(c.max_warmup_replicas, 2);
+        assert_eq!(c.probing_rebalance_interval, Duration::from_secs(600));
+        assert!(c.client_tags.is_empty() && c.rack_aware_assignment_tags.is_empty());
+        let c = base()
+            .set("num.standby.replicas", "1")
+            .set("client.tag.zone", "eu-1a")
+            .set("client.tag.cluster", "k8s-1")
+            .set("rack.aware.assignment.tags", "zone, cluster")
+            .build()
+            .unwrap();
+        assert_eq!(c.num_standby_replicas, 1);
+        assert_eq!(c.client_tags["zone"], "eu-1a");
+        assert_eq!(c.rack_aware_assignment_tags, ["zone", "cluster"]);
+        let e = base()
+            .set("rack.aware.assignment.tags", "zone")
+            .build()
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("rack.aware.assignment.tags")
+                && e.to_string().contains("client.tag.zone"),
+            "{e}"
+        );
+        let e = base()
+            .set("client.tag.a-key-longer-than-twenty", "x")
+            .build()
+            .unwrap_err();
+        assert!(e.to_string().contains("client.tag.a-key"), "{e}");
+        let e = base().set("max.warmup.replicas", "0").build().unwrap_err();
+        assert!(e.to_string().contains("max.warmup.replicas"), "{e}");
     }
 
     /// Security settings reach every client the runtime creates; a

@@ -49,10 +49,11 @@ use crate::metadata::{RebalanceEvent, HISTORY_LIMIT};
 use crate::processor_context::StoreHandle;
 use crate::record_collector::RecordCollector;
 use crate::restore::{restore_stores, RestoreJob};
+use crate::standby::Standbys;
 use crate::state_manager::RestorePlan;
 use crate::task::{StreamTask, TaskState};
 use crate::task_id::TaskId;
-use crate::thread_state::{lock, RestoreMetrics, ThreadContext, ThreadState};
+use crate::thread_state::{lock, RestoreMetrics, StoreLag, ThreadContext, ThreadState};
 
 /// A commit writes a checkpoint (flushing the stores' memtables first) only
 /// once the changelogs moved this far past the last one, or when the task
@@ -128,6 +129,12 @@ pub(crate) struct TaskManager {
     /// offsets that did not move (Kafka Streams commits only tasks that
     /// processed something).
     txn_committed: BTreeMap<TopicPartition, i64>,
+    /// Standby and warm-up tasks (KIP-441), fed by the restore consumer
+    /// between restorations.
+    standbys: Standbys,
+    /// Changelog ends as last listed, for the lags of tasks this thread
+    /// does not run as active (KIP-441 subscription, KIP-535 lags).
+    ends: BTreeMap<TopicPartition, i64>,
 }
 
 /// What the [`TaskExecutor`](crate::task_executor::TaskExecutor) works on:
@@ -182,6 +189,8 @@ impl TaskManager {
             topic_cache: RefCell::default(),
             paused: BTreeSet::new(),
             txn_committed: BTreeMap::new(),
+            standbys: Standbys::default(),
+            ends: BTreeMap::new(),
         })
     }
 
@@ -268,7 +277,16 @@ impl TaskManager {
                 .map(|t| t.to_string())
                 .collect();
             local.subscription.state_tasks = self.state_tasks_on_disk();
+            local.subscription.standby_tasks =
+                self.standbys.ids().iter().map(|t| t.to_string()).collect();
         }
+        self.publish_lags();
+        *lock(&self.ctx.shared.standby_queryable) = self
+            .standbys
+            .tasks
+            .iter()
+            .map(|(id, t)| (*id, t.queryable()))
+            .collect();
         *lock(&self.ctx.shared.active_tasks) = ids;
         *lock(&self.ctx.shared.queryable) = self
             .tasks
@@ -293,6 +311,158 @@ impl TaskManager {
                     .map(|tp| (tp.topic.clone(), tp.partition))
             })
             .collect();
+    }
+
+    /// The changelog partitions of a task's logged stores.
+    fn changelogs_of(&self, id: TaskId) -> Vec<(String, TopicPartition)> {
+        let app = &self.ctx.config.application_id;
+        let Some(st) = self.ctx.topology.subtopologies().get(id.subtopology as usize) else {
+            return Vec::new();
+        };
+        st.stores
+            .iter()
+            .filter(|s| self.ctx.topology.stores.get(*s).is_some_and(|d| d.logged))
+            .map(|s| {
+                (
+                    s.clone(),
+                    TopicPartition::new(
+                        crate::state_manager::changelog_topic(app, s),
+                        id.partition,
+                    ),
+                )
+            })
+            .collect()
+    }
+
+    /// Lists the changelog ends of the standbys and of the tasks whose state
+    /// is only on disk here, then publishes the lags.
+    pub fn refresh_lags(&mut self) {
+        let active: BTreeSet<TaskId> = self.tasks.keys().copied().collect();
+        let mut ids = self.standbys.ids();
+        ids.extend(
+            self.state_tasks_on_disk()
+                .iter()
+                .filter_map(|t| t.parse::<TaskId>().ok())
+                .filter(|t| !active.contains(t)),
+        );
+        let wanted: BTreeMap<TopicPartition, rill_client::OffsetSpec> = ids
+            .iter()
+            .flat_map(|&id| self.changelogs_of(id))
+            .map(|(_, tp)| (tp, rill_client::OffsetSpec::Latest))
+            .collect();
+        if !wanted.is_empty() {
+            match self.ctx.admin.list_offsets(&wanted) {
+                Ok(ends) => {
+                    self.ends = ends.into_iter().map(|(tp, o)| (tp, o.offset)).collect();
+                }
+                Err(e) => {
+                    tracing::debug!(thread = %self.ctx.name, "listing changelog ends for task lags: {e}")
+                }
+            }
+        }
+        self.publish_lags();
+    }
+
+    /// KIP-441 task lags into the subscription, KIP-535 store lags and
+    /// the standbys' lags for metadata and metrics.
+    fn publish_lags(&self) {
+        let mut task_lags: BTreeMap<String, i64> = BTreeMap::new();
+        let mut store_lags: Vec<StoreLag> = Vec::new();
+        for (id, t) in &self.tasks {
+            task_lags.insert(id.to_string(), 0);
+            for (store, tp) in self.changelogs_of(*id) {
+                let key = (tp.topic.clone(), tp.partition);
+                let position = t.changelog_end.get(&key).copied().unwrap_or(0);
+                store_lags.push(StoreLag {
+                    store,
+                    partition: id.partition,
+                    position,
+                    end: position,
+                    standby: false,
+                });
+            }
+        }
+        let mut standby_lags = BTreeMap::new();
+        for (id, t) in &self.standbys.tasks {
+            let mut lag = 0;
+            for (store, tp, position) in t.positions() {
+                let end = match t.lag.get(tp) {
+                    Some(l) => position + l,
+                    None => self.ends.get(tp).copied().unwrap_or(position),
+                };
+                lag += (end - position).max(0);
+                store_lags.push(StoreLag {
+                    store: store.to_string(),
+                    partition: id.partition,
+                    position,
+                    end: end.max(position),
+                    standby: true,
+                });
+            }
+            standby_lags.insert(*id, lag);
+            task_lags.insert(id.to_string(), lag);
+        }
+        let dir = self.ctx.config.state_dir.join(&self.ctx.config.application_id);
+        for name in self.state_tasks_on_disk() {
+            let Ok(id) = name.parse::<TaskId>() else {
+                continue;
+            };
+            if task_lags.contains_key(&name) {
+                continue;
+            }
+            let Ok((cp, None)) = rill_state::state_dir::read_checkpoint(&dir.join(&name)) else {
+                continue;
+            };
+            let mut lag = Some(0i64);
+            for (_, tp) in self.changelogs_of(id) {
+                let from = cp
+                    .offsets
+                    .get(&(tp.topic.clone(), tp.partition))
+                    .copied()
+                    .unwrap_or(0);
+                lag = match (lag, self.ends.get(&tp)) {
+                    (Some(l), Some(end)) => Some(l + (end - from).max(0)),
+                    _ => None,
+                };
+            }
+            if let Some(lag) = lag {
+                task_lags.insert(name, lag);
+            }
+        }
+        lock(&self.ctx.shared.local).subscription.task_lags = task_lags;
+        *lock(&self.ctx.shared.store_lags) = store_lags;
+        *lock(&self.ctx.shared.standby_tasks) = standby_lags;
+    }
+
+    /// This member's standby tasks in the group's last assignment (found by
+    /// `group.instance.id`, which survives a static restart, else member id).
+    fn assigned_standbys(&self, consumer: &Consumer) -> BTreeSet<TaskId> {
+        let member_id = consumer.group_metadata().map(|g| g.member_id);
+        let instance_id = self.ctx.instance_id();
+        let local = lock(&self.ctx.shared.local);
+        let Some(a) = local.assignment.as_ref() else {
+            return BTreeSet::new();
+        };
+        a.members
+            .iter()
+            .find(|m| match &instance_id {
+                Some(id) => m.instance_id.as_deref() == Some(id.as_str()),
+                None => Some(&m.member_id) == member_id.as_ref(),
+            })
+            .map(|m| {
+                m.standby_tasks
+                    .iter()
+                    .filter_map(|t| t.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Applies what the changelogs brought to the standby tasks.
+    pub fn update_standbys(&mut self) -> Result<()> {
+        self.standbys
+            .update(&self.ctx, &mut self.restore_consumer)
+            .map(|_| ())
     }
 
     /// Opens a task's stores and creates it; the stores still need
@@ -359,6 +529,7 @@ impl TaskManager {
                 }
             })
             .collect();
+        self.standbys.consumer_reassigned();
         let ends = restore_stores(
             &mut self.restore_consumer,
             &self.ctx.admin,
@@ -519,6 +690,7 @@ impl TaskManager {
     }
 
     fn write_checkpoints(&mut self, enforce: bool) {
+        self.standbys.checkpoint(enforce);
         let threshold = if self.collector.is_transactional() {
             CHECKPOINT_DELTA_EOS
         } else {
@@ -639,6 +811,15 @@ impl TaskManager {
             let t = self.suspended.remove(&id).expect("listed");
             Self::close_task(t, true);
         }
+        // A standby that becomes active here hands its directory (and its
+        // state, current to its last position) to the active task.
+        let standby_wanted = self.assigned_standbys(consumer);
+        for id in wanted.keys() {
+            if self.standbys.ids().contains(id) {
+                info!(thread = %self.ctx.name, task = %id, "standby task promoted to active");
+                self.standbys.close(*id);
+            }
+        }
         let mut gained = Vec::new();
         let mut created = Vec::new();
         for (id, parts) in wanted {
@@ -679,6 +860,10 @@ impl TaskManager {
                 gained.clear();
                 self.fatal.get_or_insert(e);
             }
+        }
+        if let Err(e) = self.standbys.set(&self.ctx, &standby_wanted) {
+            warn!(thread = %self.ctx.name, "could not create the standby tasks: {e}");
+            self.fatal.get_or_insert(e);
         }
         self.record_rebalance(&gained);
         self.publish_tasks();
@@ -833,6 +1018,7 @@ impl TaskManager {
                 Self::close_task(t, r.is_ok());
             }
         }
+        self.standbys.close_all();
         self.publish_tasks();
         r
     }

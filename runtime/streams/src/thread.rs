@@ -48,6 +48,10 @@ const PROCESS_BUDGET: usize = 10_000;
 /// How often the published consumer lags are refreshed.
 const LAG_REFRESH: Duration = Duration::from_secs(1);
 
+/// How often the task lags (KIP-441, KIP-535) are refreshed from the
+/// changelogs' ends.
+const TASK_LAG_REFRESH: Duration = Duration::from_secs(5);
+
 /// Hands the consumer's rebalance callbacks to the task manager.
 struct Listener(Arc<Mutex<TaskManager>>);
 
@@ -93,6 +97,9 @@ struct StreamThread {
     executor: TaskExecutor,
     next_commit: Instant,
     next_lag_refresh: Instant,
+    next_task_lag_refresh: Instant,
+    /// The probing rebalance (KIP-441) this thread already asked for.
+    probed_at_ms: Option<i64>,
     /// Metadata refreshes asked for so far, and the generation of the last.
     metadata_refreshes: u32,
     refreshed_generation: Option<i32>,
@@ -110,12 +117,20 @@ impl StreamThread {
             local.subscription.process_id = ctx.process_id.clone();
             local.subscription.endpoint = ctx.endpoint.clone();
             local.subscription.thread_name = ctx.name.clone();
+            local.subscription.client_tags = ctx.config.client_tags.clone();
         }
         lock(&tasks).publish_tasks();
         let assignor: Arc<dyn PartitionAssignor> = Arc::new(StreamsAssignor {
             topology: ctx.topology.clone(),
             application_id: ctx.config.application_id.clone(),
             local: ctx.shared.local.clone(),
+            ha: crate::assignor::HaConfig {
+                standbys: ctx.config.num_standby_replicas,
+                acceptable_lag: ctx.config.acceptable_recovery_lag,
+                max_warmups: ctx.config.max_warmup_replicas,
+                rack_tags: ctx.config.rack_aware_assignment_tags.clone(),
+            },
+            probing_interval_ms: ctx.config.probing_rebalance_interval.as_millis() as i64,
         });
         let mut consumer = Consumer::with_assignors(
             &ctx.config.consumer_config(&ctx.client_id, ctx.index),
@@ -128,6 +143,8 @@ impl StreamThread {
             executor: TaskExecutor::new(PROCESS_BUDGET, ctx.config.max_task_idle_ms),
             next_commit: Instant::now() + ctx.config.commit_interval,
             next_lag_refresh: Instant::now(),
+            next_task_lag_refresh: Instant::now(),
+            probed_at_ms: None,
             metadata_refreshes: 0,
             refreshed_generation: None,
             ctx,
@@ -172,6 +189,11 @@ impl StreamThread {
             self.ctx.shared.set_state(ThreadState::Running);
         }
         tm.add_records(records, &mut self.consumer)?;
+        tm.update_standbys()?;
+        if Instant::now() >= self.next_task_lag_refresh {
+            self.next_task_lag_refresh = Instant::now() + TASK_LAG_REFRESH;
+            tm.refresh_lags();
+        }
         let step = self.process(&mut tm).and_then(|()| self.punctuate(&mut tm));
         tm.update_back_pressure(&mut self.consumer);
         let step = step.and_then(|()| self.maybe_commit(&mut tm));
@@ -265,7 +287,47 @@ impl StreamThread {
                 self.ctx.name
             )));
         }
+        if self.maybe_probe()? {
+            return Ok(true);
+        }
         self.maybe_refresh_metadata()
+    }
+
+    /// KIP-441's probing rebalance: while warm-up replicas run, the
+    /// assignment names a time to assign again, so tasks whose warm-ups
+    /// caught up move; the first member listed asks for it, rejoining with
+    /// changed subscription bytes (its task lags and a counter).
+    fn maybe_probe(&mut self) -> Result<bool> {
+        let mut local = lock(&self.ctx.shared.local);
+        let Some(at) = local
+            .assignment
+            .as_ref()
+            .and_then(|a| a.next_probing_rebalance_ms)
+        else {
+            return Ok(false);
+        };
+        if crate::task_manager::now_ms() < at || self.probed_at_ms == Some(at) {
+            return Ok(false);
+        }
+        let member_id = self.consumer.group_metadata().map(|g| g.member_id);
+        let instance_id = self.ctx.instance_id();
+        let first = local.assignment.as_ref().and_then(|a| a.members.first());
+        let mine = first.is_some_and(|m| match &instance_id {
+            Some(id) => m.instance_id.as_deref() == Some(id.as_str()),
+            None => Some(&m.member_id) == member_id.as_ref(),
+        });
+        if !mine {
+            return Ok(false);
+        }
+        self.probed_at_ms = Some(at);
+        local.subscription.probing_rebalance += 1;
+        drop(local);
+        info!("probing rebalance: warm-up replicas may have caught up (KIP-441)");
+        lock(&self.tasks).refresh_lags();
+        self.consumer
+            .enforce_rebalance()
+            .map_err(|e| StreamsError::client("requesting a probing rebalance", e))?;
+        Ok(true)
     }
 
     /// A static member that restarts keeps its assignment without a

@@ -116,8 +116,26 @@ pub(crate) struct ThreadShared {
     pub queryable: Mutex<BTreeMap<TaskId, BTreeMap<String, SharedStore>>>,
     /// Partitions of the active tasks.
     pub partitions: Mutex<Vec<(String, i32)>>,
+    /// Standby (and warm-up) tasks with their lag in changelog records.
+    pub standby_tasks: Mutex<BTreeMap<TaskId, i64>>,
+    /// Stores of the standby tasks, for queries that accept stale data (KIP-535).
+    pub standby_queryable: Mutex<BTreeMap<TaskId, BTreeMap<String, SharedStore>>>,
+    /// Every local store partition's changelog position and end (KIP-535).
+    pub store_lags: Mutex<Vec<StoreLag>>,
     pub metrics: ThreadMetrics,
     pub on_change: Box<dyn Fn() + Send + Sync>,
+}
+
+/// One store partition's changelog position on this thread (KIP-535).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StoreLag {
+    pub store: String,
+    pub partition: i32,
+    /// Next changelog offset the local store lacks.
+    pub position: i64,
+    /// The changelog's end as last seen (an active task's own position).
+    pub end: i64,
+    pub standby: bool,
 }
 
 /// The commit-latency histogram, with a `Default` for [`ThreadMetrics`].
@@ -141,6 +159,8 @@ pub(crate) struct ThreadMetrics {
     pub commit_latency: CommitLatency,
     pub restored: AtomicU64,
     pub restore_remaining: AtomicU64,
+    /// Changelog records applied to standby tasks (Kafka's standby `update-total`).
+    pub standby_updated: AtomicU64,
     /// (topic, partition, lag) as of the last refresh.
     pub lags: Mutex<Vec<(String, i32, i64)>>,
 }
