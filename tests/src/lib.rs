@@ -16,6 +16,7 @@ pub mod rolling;
 pub mod scenarios;
 pub mod secure;
 pub mod security_scenarios;
+pub mod standby_scenarios;
 pub mod streams_scenarios;
 pub mod tools;
 pub mod txn_scenarios;

@@ -24,7 +24,7 @@ use serde_json::Value;
 use crate::client_scenarios::{admin, wait_until};
 use crate::streams_scenarios::{lines, start, wordcount, Setup, PARTITIONS};
 
-fn http() -> ureq::Agent {
+pub(crate) fn http() -> ureq::Agent {
     ureq::AgentBuilder::new()
         .timeout(Duration::from_secs(10))
         .build()
@@ -52,7 +52,7 @@ fn with_token(r: ureq::Request, token: Option<&str>) -> ureq::Request {
 }
 
 /// (status, JSON body) of a GET.
-fn get(url: &str, token: Option<&str>) -> (u16, Value) {
+pub(crate) fn get(url: &str, token: Option<&str>) -> (u16, Value) {
     answer("GET", url, with_token(http().get(url), token).call())
 }
 
@@ -63,7 +63,7 @@ fn post(url: &str, token: Option<&str>, body: &str) -> (u16, Value) {
 }
 
 /// group.instance.id → partitions of `topic`, from a `/v1/instances` answer.
-fn partitions_by_instance_id(view: &Value, topic: &str) -> BTreeMap<String, Vec<i32>> {
+pub(crate) fn partitions_by_instance_id(view: &Value, topic: &str) -> BTreeMap<String, Vec<i32>> {
     let mut out = BTreeMap::new();
     for i in view["instances"].as_array().expect("instances") {
         for t in i["threads"].as_array().expect("threads") {
@@ -82,13 +82,13 @@ fn partitions_by_instance_id(view: &Value, topic: &str) -> BTreeMap<String, Vec<
 }
 
 /// Every partition of `topic` appears exactly once.
-fn covers_exactly_once(by_id: &BTreeMap<String, Vec<i32>>) -> bool {
+pub(crate) fn covers_exactly_once(by_id: &BTreeMap<String, Vec<i32>>) -> bool {
     let mut all: Vec<i32> = by_id.values().flatten().copied().collect();
     all.sort();
     all == (0..PARTITIONS).collect::<Vec<_>>()
 }
 
-fn expected_ids(prefix: &str, threads: usize) -> BTreeSet<String> {
+pub(crate) fn expected_ids(prefix: &str, threads: usize) -> BTreeSet<String> {
     (1..=threads)
         .map(|n| format!("{prefix}-thread-{n}"))
         .collect()
@@ -502,31 +502,49 @@ pub fn streams_rest_shutdown_leaves_group(bootstrap: &str) {
 }
 
 /// A `rill-streams-app` process serving REST.
-struct RestApp {
+/// The word-count app (`rill-streams-app`) as a child process with its
+/// REST address.
+pub(crate) struct RestApp {
     child: std::process::Child,
-    rest: String,
+    pub(crate) rest: String,
+    /// Changelog records its tasks restored so far (its `RESTORED n` lines).
+    pub(crate) restored: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl RestApp {
-    fn start(s: &Setup, state_dir: &Path, instance: &str) -> Self {
+    pub(crate) fn start(s: &Setup, state_dir: &Path, instance: &str) -> Self {
         Self::start_with(s, state_dir, instance, &[])
     }
 
     /// Starts the app with extra environment variables.
-    fn start_with(s: &Setup, state_dir: &Path, instance: &str, env: &[(&str, &str)]) -> Self {
+    pub(crate) fn start_with(
+        s: &Setup,
+        state_dir: &Path,
+        instance: &str,
+        env: &[(&str, &str)],
+    ) -> Self {
         let mut child = Self::command(s, state_dir, instance, env)
             .stdout(std::process::Stdio::piped())
             .spawn()
             .expect("app starts");
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = crossbeam_channel::bounded(2);
+        let restored = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counter = restored.clone();
+        let name = instance.to_string();
         std::thread::spawn(move || {
             for line in std::io::BufReader::new(stdout)
                 .lines()
                 .map_while(|l| l.ok())
             {
-                if line.starts_with("REST ") || line == "RUNNING" {
+                if let Some(n) = line.strip_prefix("RESTORED ") {
+                    let n: u64 = n.trim().parse().unwrap_or(0);
+                    counter.fetch_add(n, std::sync::atomic::Ordering::SeqCst);
+                } else if line.starts_with("REST ") || line == "RUNNING" {
                     let _ = tx.send(line);
+                } else if line.contains("ERROR") || line.contains("WARN") {
+                    // The app's logs (with RUST_LOG set) go to its stdout.
+                    eprintln!("[{name}] {line}");
                 }
             }
         });
@@ -538,6 +556,7 @@ impl RestApp {
         RestApp {
             child,
             rest: rest.trim_start_matches("REST ").to_string(),
+            restored,
         }
     }
 
@@ -565,7 +584,7 @@ impl RestApp {
         let _ = self.child.wait();
     }
 
-    fn kill_9(&mut self) {
+    pub(crate) fn kill_9(&mut self) {
         crate::send_signal(self.child.id(), libc::SIGKILL);
         let _ = self.child.wait();
     }

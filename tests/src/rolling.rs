@@ -757,6 +757,25 @@ pub fn streams_roll_static_stateful(bootstrap: &str, runtime: Runtime) {
     }
 }
 
+/// The stateful app with `num.standby.replicas=1` (KIP-441), static, clean
+/// stops: standbys change nothing for a roll — no rebalance, no moves,
+/// nothing lost, and each restart restores only its changelog tails.
+pub fn streams_roll_static_standby(bootstrap: &str, runtime: Runtime) {
+    let mut cfg = RollConfig::small(runtime, AppTopology::WordCount);
+    cfg.app_properties
+        .push(("num.standby.replicas".into(), "1".into()));
+    cfg.preload = 20_000;
+    let r = run(bootstrap, cfg.clone());
+    let d = describe(&cfg, &r);
+    assert_eq!(r.rebalances, 0, "{d}");
+    assert_eq!(r.moves(), 0, "{d}");
+    assert_eq!(r.lost, 0, "{d}");
+    let share = (r.produced + cfg.preload) / cfg.instances as u64;
+    for (i, n) in r.restored_per_restart.iter().enumerate() {
+        assert!(*n < share / 4, "restart {i} restored {n} of ~{share}: {d}");
+    }
+}
+
 /// Static members, kill -9 and a restart inside the session timeout: no
 /// rebalance, nothing lost (duplicates allowed: at-least-once).
 pub fn streams_roll_static_kill9(bootstrap: &str, runtime: Runtime) {

@@ -34,7 +34,12 @@ pub use crate::dsl_scenarios::{
 // The rolling-restart guarantees too.
 pub use crate::rolling::{
     streams_eos_kill9, streams_eos_roll_static_clean, streams_roll_dynamic,
-    streams_roll_static_clean, streams_roll_static_kill9, streams_roll_static_stateful, Runtime,
+    streams_roll_static_clean, streams_roll_static_kill9, streams_roll_static_stateful,
+    streams_roll_static_standby, Runtime,
+};
+// Standby replicas and KIP-441 warm-ups too.
+pub use crate::standby_scenarios::{
+    streams_standby_failover, streams_standby_rack_aware, streams_standby_warmup,
 };
 
 pub(crate) const PARTITIONS: i32 = 4;
@@ -60,6 +65,7 @@ pub(crate) fn wordcount(input: &str, output: &str, backend: StoreBackend) -> Top
     b.build().expect("topology builds")
 }
 
+#[derive(Clone)]
 pub(crate) struct Setup {
     pub(crate) bootstrap: String,
     pub(crate) app: String,
@@ -1164,6 +1170,10 @@ macro_rules! for_each_streams_scenario {
             streams_eos_kill9 => streams_eos_kill9(Runtime::Rill),
             streams_eos_roll_static_clean => streams_eos_roll_static_clean(Runtime::Rill),
             streams_roll_dynamic => streams_roll_dynamic(Runtime::Rill),
+            streams_standby_failover => streams_standby_failover(),
+            streams_standby_warmup => streams_standby_warmup(),
+            streams_standby_rack_aware => streams_standby_rack_aware(),
+            streams_roll_static_standby => streams_roll_static_standby(Runtime::Rill),
         );
     };
 }

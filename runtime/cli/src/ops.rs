@@ -201,7 +201,8 @@ pub fn instances(a: InstancesArgs) -> CliResult {
                 ]);
             } else {
                 // Fits 100 columns: the thread by its number, the
-                // partitions by count; --wide and --json have the rest.
+                // partitions and standby tasks by count; --wide and --json
+                // have the rest.
                 let name = s(&t["thread_name"]);
                 let thread = name
                     .rsplit_once("StreamThread-")
@@ -245,8 +246,8 @@ pub fn instances(a: InstancesArgs) -> CliResult {
                 "THREAD",
                 "GROUP.INSTANCE.ID",
                 "THREAD STATE",
-                "PARTITIONS",
-                "STANDBYS",
+                "PARTS",
+                "STANDBY",
             ],
             &rows,
         );

@@ -68,6 +68,14 @@ pub struct SubscriptionInfo {
     /// runtime, where it must not block on a request of its own.
     #[serde(default)]
     pub task_lags: BTreeMap<String, i64>,
+    /// The changelog end-offset sums this member knows, per task (its
+    /// active tasks' own positions, its standbys' fetched ends, listed ends
+    /// of tasks on disk): the leader takes the highest report as a task's
+    /// end, so an instance without the task's state is `end` behind (KIP-441
+    /// counts a missing store as offset sum 0) and, for a small store, may
+    /// already count as caught up.
+    #[serde(default)]
+    pub task_ends: BTreeMap<String, i64>,
     /// `client.tag.*` (KIP-708).
     #[serde(default)]
     pub client_tags: BTreeMap<String, String>,
@@ -244,6 +252,8 @@ pub(crate) struct Member {
     /// Changelog records the process is behind on each task it has state
     /// for (0 for a task it runs as active).
     pub lags: BTreeMap<TaskId, i64>,
+    /// Changelog end-offset sums the member reported.
+    pub ends: BTreeMap<TaskId, i64>,
     pub tags: BTreeMap<String, String>,
 }
 
@@ -336,6 +346,22 @@ pub(crate) fn assign_tasks(
         return out;
     }
     let clients = clients_of(members);
+    let mut end_of: BTreeMap<TaskId, i64> = BTreeMap::new();
+    for m in members {
+        for (&t, &e) in &m.ends {
+            let x = end_of.entry(t).or_insert(e);
+            *x = (*x).max(e);
+        }
+    }
+    // How far an instance is behind on a task: its reported lag, else the
+    // whole changelog (no state at all), when some member knows its end.
+    let lag_of = |c: usize, t: &TaskId| -> Option<i64> {
+        clients[c]
+            .lags
+            .get(t)
+            .copied()
+            .or_else(|| end_of.get(t).copied())
+    };
     let total = members.len();
     let threads = |c: usize| clients[c].members.len();
     let mut per_sub: BTreeMap<u32, usize> = BTreeMap::new();
@@ -399,12 +425,7 @@ pub(crate) fn assign_tasks(
         }
     }
     // Tasks stay where their state is while a warm-up catches up.
-    let caught_up = |c: usize, t: &TaskId| {
-        clients[c]
-            .lags
-            .get(t)
-            .is_some_and(|&lag| lag <= ha.acceptable_lag)
-    };
+    let caught_up = |c: usize, t: &TaskId| lag_of(c, t).is_some_and(|lag| lag <= ha.acceptable_lag);
     // (task, the instance it was meant for) for tasks kept with their state.
     let mut kept: Vec<(TaskId, usize)> = Vec::new();
     for &t in &stateful_tasks {
@@ -416,7 +437,7 @@ pub(crate) fn assign_tasks(
         }
         let source = (0..clients.len())
             .filter(|&c| caught_up(c, &t))
-            .min_by_key(|&c| (!clients[c].prev_active.contains(&t), clients[c].lags[&t], c));
+            .min_by_key(|&c| (!clients[c].prev_active.contains(&t), lag_of(c, &t), c));
         if let Some(s) = source {
             active[d].retain(|x| *x != t);
             active[s].push(t);
@@ -630,11 +651,12 @@ impl PartitionAssignor for StreamsAssignor {
                         prev_standby = parse_tasks(sb);
                     }
                 }
-                let mut lags: BTreeMap<TaskId, i64> = i
-                    .task_lags
-                    .iter()
-                    .filter_map(|(t, &lag)| t.parse().ok().map(|t| (t, lag)))
-                    .collect();
+                let parse = |m: &BTreeMap<String, i64>| -> BTreeMap<TaskId, i64> {
+                    m.iter()
+                        .filter_map(|(t, &v)| t.parse().ok().map(|t| (t, v)))
+                        .collect()
+                };
+                let mut lags = parse(&i.task_lags);
                 // A member too old to report lags still has its state on disk.
                 for t in parse_tasks(&i.state_tasks) {
                     lags.entry(t).or_insert(i64::MAX);
@@ -645,6 +667,7 @@ impl PartitionAssignor for StreamsAssignor {
                     prev_active,
                     prev_standby,
                     lags,
+                    ends: parse(&i.task_ends),
                     tags: i.client_tags.clone(),
                 }
             })
@@ -1001,6 +1024,26 @@ mod tests {
         let q = assign_tasks(&tasks, &stateful, &[b2, c2, d], &ha(0));
         assert_eq!(q.active["d"], vec![warming], "{q:?}");
         assert_eq!(q.warmups, 0);
+    }
+
+    /// KIP-441 counts an instance without a task's state as the whole
+    /// changelog behind: a small store is within `acceptable.recovery.lag`
+    /// anywhere, so a newcomer gets its share at once, without warm-ups.
+    #[test]
+    fn small_stores_move_at_once() {
+        let tasks: Vec<TaskId> = (0..4).map(|p| t(0, p)).collect();
+        let stateful: BTreeSet<TaskId> = tasks.iter().copied().collect();
+        let mut a = member("a", "a");
+        a.prev_active = stateful.clone();
+        a.ends = tasks.iter().map(|&t| (t, 40)).collect();
+        let p = assign_tasks(&tasks, &stateful, &[a.clone(), member("b", "b")], &ha(0));
+        assert_eq!(p.active["b"].len(), 2, "{p:?}");
+        assert_eq!(p.warmups, 0);
+        // The same with stores past the acceptable lag: warm-ups instead.
+        a.ends = tasks.iter().map(|&t| (t, 4_000)).collect();
+        let p = assign_tasks(&tasks, &stateful, &[a, member("b", "b")], &ha(0));
+        assert!(p.active["b"].is_empty(), "{p:?}");
+        assert_eq!(p.warmups, 2);
     }
 
     /// KIP-708: with zone tags, a standby goes to another zone than its

@@ -51,6 +51,7 @@ impl App {
             .into_iter()
             .map(|t| {
                 let sh = &t.shared;
+                let standbys = lock(&sh.standby_tasks).clone();
                 StreamThreadMetadata {
                     group_instance_id: self.instance_id_of(t.index),
                     member_id: lock(&sh.member_id).clone(),
@@ -59,11 +60,8 @@ impl App {
                         .iter()
                         .map(|t| t.to_string())
                         .collect(),
-                    standby_tasks: lock(&sh.standby_tasks)
-                        .keys()
-                        .map(|t| t.to_string())
-                        .collect(),
-                    standby_lags: lock(&sh.standby_tasks)
+                    standby_tasks: standbys.keys().map(|t| t.to_string()).collect(),
+                    standby_lags: standbys
                         .iter()
                         .map(|(t, lag)| (t.to_string(), *lag))
                         .collect(),

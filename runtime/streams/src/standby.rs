@@ -34,7 +34,7 @@ use tracing::{info, warn};
 use crate::error::{Result, StreamsError};
 use crate::processor_context::Stores;
 use crate::task_id::TaskId;
-use crate::thread_state::ThreadContext;
+use crate::thread_state::{lock, ThreadContext};
 
 /// Applied records between a standby's checkpoints (as active tasks under
 /// at-least-once).
@@ -199,8 +199,11 @@ impl Standbys {
 
     /// Closes a standby (its stores flushed and checkpointed), releasing
     /// its directory: it is about to become active here, or moved away.
-    pub fn close(&mut self, id: TaskId) {
+    /// Its stores leave the queryable set first: a handle left there would
+    /// keep RocksDB open under the next owner of the directory.
+    pub fn close(&mut self, ctx: &ThreadContext, id: TaskId) {
         self.pending.remove(&id);
+        lock(&ctx.shared.standby_queryable).remove(&id);
         if let Some(mut t) = self.tasks.remove(&id) {
             t.checkpoint(true);
             self.reading = false;
@@ -213,7 +216,7 @@ impl Standbys {
     pub fn set(&mut self, ctx: &ThreadContext, wanted: &BTreeSet<TaskId>) -> Result<()> {
         let gone: Vec<TaskId> = self.ids().difference(wanted).copied().collect();
         for id in gone {
-            self.close(id);
+            self.close(ctx, id);
         }
         for &id in wanted {
             if !self.tasks.contains_key(&id) {
@@ -347,10 +350,10 @@ impl Standbys {
     }
 
     /// Closes every standby, checkpointed.
-    pub fn close_all(&mut self) {
+    pub fn close_all(&mut self, ctx: &ThreadContext) {
         let ids: Vec<TaskId> = self.ids().into_iter().collect();
         for id in ids {
-            self.close(id);
+            self.close(ctx, id);
         }
     }
 }

@@ -367,12 +367,19 @@ impl TaskManager {
     /// the standbys' lags for metadata and metrics.
     fn publish_lags(&self) {
         let mut task_lags: BTreeMap<String, i64> = BTreeMap::new();
+        let mut task_ends: BTreeMap<String, i64> = BTreeMap::new();
         let mut store_lags: Vec<StoreLag> = Vec::new();
-        for (id, t) in &self.tasks {
+        // Suspended tasks too: an eager rebalance suspends every task
+        // before the JoinGroup that reports these.
+        for (id, t) in self.tasks.iter().chain(&self.suspended) {
             task_lags.insert(id.to_string(), 0);
             for (store, tp) in self.changelogs_of(*id) {
                 let key = (tp.topic.clone(), tp.partition);
                 let position = t.changelog_end.get(&key).copied().unwrap_or(0);
+                *task_ends.entry(id.to_string()).or_default() += position;
+                if !self.tasks.contains_key(id) {
+                    continue;
+                }
                 store_lags.push(StoreLag {
                     store,
                     partition: id.partition,
@@ -391,6 +398,7 @@ impl TaskManager {
                     None => self.ends.get(tp).copied().unwrap_or(position),
                 };
                 lag += (end - position).max(0);
+                *task_ends.entry(id.to_string()).or_default() += end.max(position);
                 store_lags.push(StoreLag {
                     store: store.to_string(),
                     partition: id.partition,
@@ -413,7 +421,7 @@ impl TaskManager {
             let Ok((cp, None)) = rill_state::state_dir::read_checkpoint(&dir.join(&name)) else {
                 continue;
             };
-            let mut lag = Some(0i64);
+            let mut lag = Some((0i64, 0i64));
             for (_, tp) in self.changelogs_of(id) {
                 let from = cp
                     .offsets
@@ -421,15 +429,20 @@ impl TaskManager {
                     .copied()
                     .unwrap_or(0);
                 lag = match (lag, self.ends.get(&tp)) {
-                    (Some(l), Some(end)) => Some(l + (end - from).max(0)),
+                    (Some((l, e)), Some(end)) => Some((l + (end - from).max(0), e + end)),
                     _ => None,
                 };
             }
-            if let Some(lag) = lag {
-                task_lags.insert(name, lag);
+            if let Some((lag, end)) = lag {
+                task_lags.insert(name.clone(), lag);
+                task_ends.insert(name, end);
             }
         }
-        lock(&self.ctx.shared.local).subscription.task_lags = task_lags;
+        {
+            let mut local = lock(&self.ctx.shared.local);
+            local.subscription.task_lags = task_lags;
+            local.subscription.task_ends = task_ends;
+        }
         *lock(&self.ctx.shared.store_lags) = store_lags;
         *lock(&self.ctx.shared.standby_tasks) = standby_lags;
     }
@@ -817,7 +830,7 @@ impl TaskManager {
         for id in wanted.keys() {
             if self.standbys.ids().contains(id) {
                 info!(thread = %self.ctx.name, task = %id, "standby task promoted to active");
-                self.standbys.close(*id);
+                self.standbys.close(&self.ctx, *id);
             }
         }
         let mut gained = Vec::new();
@@ -1018,7 +1031,7 @@ impl TaskManager {
                 Self::close_task(t, r.is_ok());
             }
         }
-        self.standbys.close_all();
+        self.standbys.close_all(&self.ctx);
         self.publish_tasks();
         r
     }
