@@ -150,10 +150,12 @@ pub fn streams_standby_failover(bootstrap: &str) {
     // acceptable.recovery.lag below a task's store (~4,500 changelog
     // records): only a standby's holder counts as caught up on it, so the
     // tasks must go there (with Kafka's default of 10,000 any instance
-    // would qualify and a full restore would be "acceptable").
+    // would qualify and a full restore would be "acceptable"). The first
+    // instance may fill its stores before the others join: they then warm
+    // up, and probing rebalances every 5 s settle the layout.
     let env = [(
         "RILL_APP_CONFIG",
-        "num.standby.replicas=1,acceptable.recovery.lag=1000",
+        "num.standby.replicas=1,acceptable.recovery.lag=1000,probing.rebalance.interval.ms=5000",
     )];
     let mut apps: Vec<RestApp> = (0..3)
         .map(|i| RestApp::start_with(&s, dirs[i].path(), &ids[i], &env))

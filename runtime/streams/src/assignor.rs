@@ -470,14 +470,15 @@ pub(crate) fn assign_tasks(
             break;
         }
     }
-    // Warm-ups where a kept task should go and there is still room for it.
+    // Warm-ups where a kept task should go and its sub-topology still has
+    // room there (the hand-back above may have filled the instance's total
+    // with stateless tasks; the stateful share is what the warm-up is for).
     let mut warm: Vec<BTreeSet<TaskId>> = vec![BTreeSet::new(); clients.len()];
-    let mut room: Vec<usize> = (0..clients.len())
-        .map(|c| cap[c].saturating_sub(active[c].len()))
-        .collect();
     for (t, d) in kept {
-        if out.warmups < ha.max_warmups as usize && room[d] > 0 && !active[d].contains(&t) {
-            room[d] -= 1;
+        let st = t.subtopology;
+        let used = in_sub(&active[d], st) + warm[d].iter().filter(|w| w.subtopology == st).count();
+        if out.warmups < ha.max_warmups as usize && used < sub_cap(d, st) && !active[d].contains(&t)
+        {
             warm[d].insert(t);
             out.warmups += 1;
         }
@@ -1044,6 +1045,50 @@ mod tests {
         let p = assign_tasks(&tasks, &stateful, &[a, member("b", "b")], &ha(0));
         assert!(p.active["b"].is_empty(), "{p:?}");
         assert_eq!(p.warmups, 2);
+    }
+
+    /// The stateless tasks an instance hands back must not take the room a
+    /// newcomer's warm-up is for: one instance ran every stateful task
+    /// (large stores), two others only stateless ones, and the newcomer
+    /// still gets warm-ups, so a probing rebalance follows.
+    #[test]
+    fn stateless_hand_back_leaves_room_for_warmups() {
+        let stateless: Vec<TaskId> = (0..4).map(|p| t(0, p)).collect();
+        let stateful: BTreeSet<TaskId> = (0..4).map(|p| t(1, p)).collect();
+        let tasks: Vec<TaskId> = stateless.iter().chain(&stateful).copied().collect();
+        let mut a = member("a", "a");
+        a.prev_active = stateful.iter().copied().chain([t(0, 0)]).collect();
+        a.ends = stateful.iter().map(|&t| (t, 4_000)).collect();
+        let mut b = member("b", "b");
+        b.prev_active = [t(0, 1), t(0, 2)].into();
+        let mut c = member("c", "c");
+        c.prev_active = [t(0, 3)].into();
+        let p = assign_tasks(
+            &tasks,
+            &stateful,
+            &[a.clone(), b.clone(), c.clone(), member("d", "d")],
+            &ha(0),
+        );
+        assert_eq!(p.warmups, 2, "{p:?}");
+        // The probing rebalance: the first two warm-ups caught up and take
+        // their tasks; the newcomer warms up the next one.
+        let warm: Vec<(String, TaskId)> = p
+            .standby
+            .iter()
+            .flat_map(|(m, v)| v.iter().map(move |t| (m.clone(), *t)))
+            .collect();
+        let mut round2 = vec![a, b, c, member("d", "d")];
+        for (m, task) in &warm {
+            let x = round2.iter_mut().find(|x| &x.id == m).unwrap();
+            x.prev_standby.insert(*task);
+            x.lags.insert(*task, 10);
+        }
+        let q = assign_tasks(&tasks, &stateful, &round2, &ha(0));
+        for (m, task) in &warm {
+            assert!(q.active[m].contains(task), "{m} should run {task}: {q:?}");
+        }
+        assert_eq!(q.warmups, 1, "{q:?}");
+        assert_eq!(q.standby["d"].len(), 1, "{q:?}");
     }
 
     /// KIP-708: with zone tags, a standby goes to another zone than its
