@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rill_benches::{machine_summary, median, ratio_stats};
+use rill_benches::{env_or, machine_summary, median, ratio_stats};
 use rill_client::admin::NewTopic;
 use rill_client::{
     Admin, ClientConfig, Consumer, OffsetAndMetadata, Producer, ProducerRecord, TopicPartition,
@@ -37,13 +37,6 @@ use rill_tests::tools::python_with_confluent_kafka;
 use rill_tests::unique_topic;
 
 const PARTITIONS: i32 = 6;
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
 enum Peer {

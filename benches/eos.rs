@@ -32,12 +32,13 @@
 //! Maven for the Kafka jars; `PARTS=throughput,latency,restore`).
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use rill_benches::{cpu_seconds, machine_summary, median, peak_rss_kib, ratio_stats};
+use rill_benches::{
+    cpu_seconds, env_or, lines_of, machine_summary, median, peak_rss_kib, ratio_stats,
+};
 use rill_client::admin::NewTopic;
 use rill_client::{Admin, ClientConfig, Consumer, Producer, ProducerRecord, TopicPartition};
 use rill_tests::backend::ApacheKafka;
@@ -45,13 +46,6 @@ use rill_tests::rolling::{self, Runtime};
 
 const PARTITIONS: i32 = 6;
 const WORDS_PER_LINE: usize = 10;
-
-fn env_or<T: std::str::FromStr>(k: &str, d: T) -> T {
-    std::env::var(k)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(d)
-}
 
 fn now_ms() -> i64 {
     SystemTime::now()
@@ -162,17 +156,6 @@ fn start(
         .stderr(Stdio::null())
         .spawn()
         .expect("app starts")
-}
-
-fn lines_of(child: &mut Child) -> crossbeam_channel::Receiver<String> {
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = crossbeam_channel::unbounded();
-    std::thread::spawn(move || {
-        for l in BufReader::new(stdout).lines().map_while(|l| l.ok()) {
-            let _ = tx.send(l);
-        }
-    });
-    rx
 }
 
 fn await_running(rx: &crossbeam_channel::Receiver<String>, within: Duration) -> u64 {

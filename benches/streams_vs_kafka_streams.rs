@@ -27,13 +27,14 @@
 //! startup,restore` picks parts).
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use plotters::prelude::*;
-use rill_benches::{cpu_seconds, machine_summary, median, peak_rss_kib, spawn_broker_process};
+use rill_benches::{
+    cpu_seconds, env_or, lines_of, machine_summary, median, peak_rss_kib, spawn_broker_process,
+};
 use rill_client::admin::NewTopic;
 use rill_client::{Admin, ClientConfig, Producer, ProducerRecord};
 use rill_tests::backend::repo_root;
@@ -41,13 +42,6 @@ use rill_tests::rolling::{self, AppTopology, RollConfig, Runtime};
 
 const PARTITIONS: i32 = 6;
 const WORDS_PER_LINE: usize = 10;
-
-fn env_or<T: std::str::FromStr>(k: &str, d: T) -> T {
-    std::env::var(k)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(d)
-}
 
 fn admin(bootstrap: &str) -> Admin {
     Admin::new(&ClientConfig::new().set("bootstrap.servers", bootstrap)).unwrap()
@@ -495,18 +489,6 @@ fn throughput_part(bin: &Path, bootstrap: &str) -> BTreeMap<String, Vec<Run>> {
 }
 
 // ------------------------------------------------------- startup and restore
-
-/// Reads stdout lines until `RUNNING`; the restored total seen meanwhile.
-fn lines_of(child: &mut Child) -> crossbeam_channel::Receiver<String> {
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = crossbeam_channel::unbounded();
-    std::thread::spawn(move || {
-        for l in BufReader::new(stdout).lines().map_while(|l| l.ok()) {
-            let _ = tx.send(l);
-        }
-    });
-    rx
-}
 
 fn wait_output(admin: &Admin, topic: &str, at_least: i64, within: Duration) {
     let deadline = Instant::now() + within;

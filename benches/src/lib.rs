@@ -204,6 +204,26 @@ pub fn streams_app_binary() -> std::path::PathBuf {
         .join("rill-streams-app")
 }
 
+/// `k` from the environment, parsed, else `d`.
+pub fn env_or<T: std::str::FromStr>(k: &str, d: T) -> T {
+    std::env::var(k)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(d)
+}
+
+/// A child's stdout, line by line, on a channel (read on its own thread).
+pub fn lines_of(child: &mut Child) -> crossbeam_channel::Receiver<String> {
+    let stdout = child.stdout.take().expect("the child's stdout is piped");
+    let (tx, rx) = crossbeam_channel::unbounded();
+    std::thread::spawn(move || {
+        for l in BufReader::new(stdout).lines().map_while(|l| l.ok()) {
+            let _ = tx.send(l);
+        }
+    });
+    rx
+}
+
 /// The sum of the end offsets of `topic`'s partitions `0..partitions` (0 on error).
 pub fn total_end_offset(admin: &rill_client::Admin, topic: &str, partitions: i32) -> i64 {
     use rill_client::OffsetSpec;
