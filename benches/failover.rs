@@ -19,7 +19,8 @@
 //! `ROUNDS` (2) rounds, the four configurations alternating in order.
 //!
 //! Command: `cargo bench -p rill-benches --bench failover` (needs Java 17
-//! and Maven for the Kafka jars).
+//! and Maven for the Kafka jars). `FAILOVER_APP_LOG=info` passes that log
+//! level to the apps and prints their output, for a timeline of a failover.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -98,7 +99,10 @@ fn start(
         .args(["--group-instance-id", instance])
         .args(["--state-dir", &state.display().to_string()])
         .args(["--config", &props.display().to_string()])
-        .env("RUST_LOG", "warn")
+        .env(
+            "RUST_LOG",
+            std::env::var("FAILOVER_APP_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -110,6 +114,9 @@ fn start(
 fn drain(rx: &crossbeam_channel::Receiver<String>, deadline: Instant, until_running: bool) -> u64 {
     let mut restored = 0;
     while let Ok(l) = rx.recv_deadline(deadline) {
+        if std::env::var_os("FAILOVER_APP_LOG").is_some() {
+            eprintln!("app: {l}");
+        }
         if until_running && l == "RUNNING" {
             break;
         }
@@ -199,7 +206,12 @@ fn failover_run(
     // Remove the killed instance's static members now (its thread ids are
     // `<id>-thread-1` in Rill, `<id>-1` in Kafka Streams).
     let a = admin(bootstrap);
-    let group = a.describe_groups(&[app.as_str()]).unwrap().remove(&app).unwrap().unwrap();
+    let group = a
+        .describe_groups(&[app.as_str()])
+        .unwrap()
+        .remove(&app)
+        .unwrap()
+        .unwrap();
     let gone: Vec<String> = group
         .members
         .iter()
@@ -236,7 +248,11 @@ fn failover_run(
     }
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     load.join().unwrap();
-    assert_eq!(first.len(), PARTITIONS as usize, "{tag}: some partitions never resumed");
+    assert_eq!(
+        first.len(),
+        PARTITIONS as usize,
+        "{tag}: some partitions never resumed"
+    );
     let (mut survivor, rx) = apps.pop().unwrap();
     let restored = drain(&rx, Instant::now() + Duration::from_secs(2), false);
     rill_tests::send_signal(survivor.id(), libc::SIGTERM);
@@ -255,7 +271,13 @@ fn run_all(bin: &Path, bootstrap: &str, broker: &str) {
     admin(bootstrap)
         .create_topic(NewTopic::new(input.as_str(), PARTITIONS, 1))
         .unwrap();
-    write_lines(&producer(bootstrap), &input, "w", 0, (2 * keys) as usize / WORDS_PER_LINE);
+    write_lines(
+        &producer(bootstrap),
+        &input,
+        "w",
+        0,
+        (2 * keys) as usize / WORDS_PER_LINE,
+    );
     let configs = [
         (Runtime::Rill, 1),
         (Runtime::KafkaStreams, 1),
@@ -273,7 +295,10 @@ fn run_all(bin: &Path, bootstrap: &str, broker: &str) {
                 r.resume_ms,
                 r.restored
             );
-            results.entry((name(runtime), standbys)).or_default().push(r);
+            results
+                .entry((name(runtime), standbys))
+                .or_default()
+                .push(r);
         }
     }
     println!("\n## Failover after kill -9 on {broker}: uncached RocksDB word count, 2 static instances × 1 thread, {} distinct words ({keys} on the killed instance), static members removed right after the kill, {rounds} rounds", 2 * keys);

@@ -186,7 +186,9 @@ pub fn streams_standby_failover(bootstrap: &str) {
     assert!(
         current,
         "standbys did not catch up: {:?}",
-        apps.iter().map(|a| standby_lags(&url(a))).collect::<Vec<_>>()
+        apps.iter()
+            .map(|a| standby_lags(&url(a)))
+            .collect::<Vec<_>>()
     );
     let before = placement(&get(&format!("{url_a}/v1/instances"), None).1);
     // The victim: the instance running the most stateful tasks (a balanced
@@ -269,7 +271,10 @@ pub fn streams_standby_failover(bootstrap: &str) {
     );
     // The survivors keep standbys of each other's tasks again.
     let rebuilt = wait_until(Duration::from_secs(60), || {
-        standbys_placed(&placement(&get(&format!("{url_a}/v1/instances"), None).1), 1)
+        standbys_placed(
+            &placement(&get(&format!("{url_a}/v1/instances"), None).1),
+            1,
+        )
     });
     assert!(
         rebuilt,
@@ -287,7 +292,10 @@ pub fn streams_standby_failover(bootstrap: &str) {
         "{wide_out}"
     );
     assert!(
-        after.standby.keys().any(|t| wide_out.contains(&format!("{t}:"))),
+        after
+            .standby
+            .keys()
+            .any(|t| wide_out.contains(&format!("{t}:"))),
         "{wide_out}"
     );
     // Metrics: standby updates and lags are exported.
@@ -313,7 +321,10 @@ pub fn streams_standby_warmup(bootstrap: &str) {
     let s = Setup::new(bootstrap, "warmup");
     let mut expected = BTreeMap::new();
     s.produce(&unique_lines(0, 6000), &mut expected);
-    let config = "acceptable.recovery.lag=500,max.warmup.replicas=2,probing.rebalance.interval.ms=3000,statestore.cache.max.bytes=0";
+    // Uncached, so every input updates the output at once: a pause in a
+    // task's output is a pause in its processing.
+    let config = "acceptable.recovery.lag=500,max.warmup.replicas=2,probing.rebalance.interval.ms=3000,statestore.cache.max.bytes=0,commit.interval.ms=3000";
+    let commit_interval = Duration::from_millis(3000);
     let env = [("RILL_APP_CONFIG", config)];
     let dirs: Vec<_> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
     let ids: Vec<String> = ["a", "b", "c", "d"]
@@ -346,6 +357,27 @@ pub fn streams_standby_warmup(bootstrap: &str) {
             }
         })
     };
+    // Output arrivals per partition, from before the fourth instance joins.
+    let mut watch = s.reader();
+    let outputs: Vec<TopicPartition> = (0..PARTITIONS)
+        .map(|p| TopicPartition::new(s.output.clone(), p))
+        .collect();
+    watch.seek_to_end(&outputs).unwrap();
+    let arrivals: Arc<Mutex<BTreeMap<i32, Vec<Instant>>>> = Arc::default();
+    let watcher = {
+        let (arrivals, stop) = (arrivals.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                let polled = watch.poll(Duration::from_millis(20)).unwrap();
+                let now = Instant::now();
+                let mut a = arrivals.lock().unwrap();
+                for r in polled {
+                    a.entry(r.partition).or_default().push(now);
+                }
+            }
+        })
+    };
+    let joined = Instant::now();
     let d = RestApp::start_with(&s, dirs[3].path(), &ids[3], &env);
     let url_d = url(&d);
     // Watch d: which stateful tasks it warms up, and when it runs them.
@@ -392,8 +424,39 @@ pub fn streams_standby_warmup(bootstrap: &str) {
         restored_d <= bound,
         "d restored {restored_d} records for {moved:?} (bound {bound}, a full restore reads {full})"
     );
+    // Keep the load a little longer so the moved tasks' output after the
+    // move is seen too.
+    std::thread::sleep(Duration::from_secs(2));
     stop.store(true, Ordering::SeqCst);
     load.join().unwrap();
+    watcher.join().unwrap();
+    // The moved tasks (count task 1_p writes output partition p) never
+    // paused longer than a commit interval: not while the newcomer joined,
+    // not while the tasks moved to it.
+    let arrivals = arrivals.lock().unwrap();
+    for task in &moved {
+        let p: i32 = task.rsplit('_').next().unwrap().parse().unwrap();
+        let times = arrivals.get(&p).cloned().unwrap_or_default();
+        assert!(
+            times.len() >= 10,
+            "task {task}: only {} outputs seen while the load ran",
+            times.len()
+        );
+        let mut last = joined;
+        let mut longest = Duration::ZERO;
+        for t in times {
+            longest = longest.max(t.saturating_duration_since(last));
+            last = t;
+        }
+        eprintln!(
+            "warm-up: task {task}: longest output gap {longest:?} over {} outputs",
+            arrivals.get(&p).map_or(0, Vec::len)
+        );
+        assert!(
+            longest <= commit_interval,
+            "task {task}'s output paused {longest:?}, longer than commit.interval.ms"
+        );
+    }
     let expected = expected.lock().unwrap().clone();
     await_counts(&mut reader, &mut seen, &expected, &[]);
     drop(apps);

@@ -34,8 +34,8 @@ pub use crate::dsl_scenarios::{
 // The rolling-restart guarantees too.
 pub use crate::rolling::{
     streams_eos_kill9, streams_eos_roll_static_clean, streams_roll_dynamic,
-    streams_roll_static_clean, streams_roll_static_kill9, streams_roll_static_stateful,
-    streams_roll_static_standby, Runtime,
+    streams_roll_static_clean, streams_roll_static_kill9, streams_roll_static_standby,
+    streams_roll_static_stateful, Runtime,
 };
 // Standby replicas and KIP-441 warm-ups too.
 pub use crate::standby_scenarios::{

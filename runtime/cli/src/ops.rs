@@ -218,7 +218,10 @@ pub fn instances(a: InstancesArgs) -> CliResult {
                     s(&t["group_instance_id"]),
                     s(&t["thread_state"]),
                     t["partitions"].as_array().map_or(0, Vec::len).to_string(),
-                    t["standby_tasks"].as_array().map_or(0, Vec::len).to_string(),
+                    t["standby_tasks"]
+                        .as_array()
+                        .map_or(0, Vec::len)
+                        .to_string(),
                 ]);
             }
         }

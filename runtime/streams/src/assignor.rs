@@ -282,7 +282,11 @@ fn clients_of(members: &[Member]) -> Vec<Client> {
     let mut out: Vec<Client> = Vec::new();
     let mut index: BTreeMap<&str, usize> = BTreeMap::new();
     for (i, m) in members.iter().enumerate() {
-        let key = if m.process.is_empty() { &m.id } else { &m.process };
+        let key = if m.process.is_empty() {
+            &m.id
+        } else {
+            &m.process
+        };
         let c = *index.entry(key).or_insert_with(|| {
             out.push(Client {
                 members: Vec::new(),
@@ -543,8 +547,7 @@ pub(crate) fn assign_tasks(
                 .expect("an instance has a member");
             mine.get_mut(&m).expect("listed").push(t);
         }
-        let mut spare: BTreeMap<usize, Vec<TaskId>> =
-            ms.iter().map(|&m| (m, Vec::new())).collect();
+        let mut spare: BTreeMap<usize, Vec<TaskId>> = ms.iter().map(|&m| (m, Vec::new())).collect();
         for &t in &standby[c] {
             let sticky = ms.iter().find(|&&m| {
                 members[m].prev_standby.contains(&t) || members[m].prev_active.contains(&t)

@@ -316,7 +316,12 @@ impl TaskManager {
     /// The changelog partitions of a task's logged stores.
     fn changelogs_of(&self, id: TaskId) -> Vec<(String, TopicPartition)> {
         let app = &self.ctx.config.application_id;
-        let Some(st) = self.ctx.topology.subtopologies().get(id.subtopology as usize) else {
+        let Some(st) = self
+            .ctx
+            .topology
+            .subtopologies()
+            .get(id.subtopology as usize)
+        else {
             return Vec::new();
         };
         st.stores
@@ -410,7 +415,11 @@ impl TaskManager {
             standby_lags.insert(*id, lag);
             task_lags.insert(id.to_string(), lag);
         }
-        let dir = self.ctx.config.state_dir.join(&self.ctx.config.application_id);
+        let dir = self
+            .ctx
+            .config
+            .state_dir
+            .join(&self.ctx.config.application_id);
         for name in self.state_tasks_on_disk() {
             let Ok(id) = name.parse::<TaskId>() else {
                 continue;
