@@ -12,7 +12,11 @@
 //! and the standbys had `SETTLE` (10) s to catch up, one instance gets
 //! SIGKILL and its static members are removed at once with the admin API
 //! (what `rill groups remove-members` does; otherwise the survivor waits
-//! out `session.timeout.ms`). A producer then writes 20 lines of new words
+//! out `session.timeout.ms`); for Rill, the survivor then gets the
+//! `POST /v1/rejoin` that `rill groups remove-members --from-url` sends to
+//! live instances, so it joins the rebalance at once instead of at its
+//! next heartbeat (Kafka Streams has no such call: it waits for its
+//! heartbeat, every 500 ms here). A producer then writes 20 lines of new words
 //! every 100 ms. Measured from the removal: the time until every output
 //! partition shows a new count (the moved tasks are the last to resume),
 //! and the changelog records the survivor restored (its `RESTORED` lines).
@@ -35,6 +39,7 @@ use rill_tests::rolling::{self, Runtime};
 
 const PARTITIONS: i32 = 6;
 const WORDS_PER_LINE: usize = 10;
+const REST_TOKEN: &str = "failover-bench";
 
 fn name(r: Runtime) -> &'static str {
     match r {
@@ -91,8 +96,14 @@ fn start(
 ) -> Child {
     let props = state.join("app.properties");
     std::fs::write(&props, format!("num.standby.replicas={standbys}\n")).unwrap();
-    rolling::app_command(runtime, bin)
-        .args(["--bootstrap", bootstrap, "--application-id", app])
+    let mut cmd = rolling::app_command(runtime, bin);
+    if runtime == Runtime::Rill {
+        // Its REST API takes the rejoin request `rill groups remove-members`
+        // sends to the live instances after a removal.
+        cmd.args(["--application-server", "127.0.0.1:0"])
+            .args(["--rest-token", REST_TOKEN]);
+    }
+    cmd.args(["--bootstrap", bootstrap, "--application-id", app])
         .args(["--input", input, "--output", output])
         .args(["--topology", "wordcount", "--threads", "1"])
         .args(["--commit-ms", "1000", "--cache-bytes", "0"])
@@ -110,9 +121,13 @@ fn start(
 }
 
 /// Sums the `RESTORED n` lines seen until `deadline` or `RUNNING` (when
-/// `until_running`).
-fn drain(rx: &crossbeam_channel::Receiver<String>, deadline: Instant, until_running: bool) -> u64 {
-    let mut restored = 0;
+/// `until_running`); the REST address if the app printed one.
+fn drain(
+    rx: &crossbeam_channel::Receiver<String>,
+    deadline: Instant,
+    until_running: bool,
+) -> (u64, Option<String>) {
+    let (mut restored, mut rest) = (0, None);
     while let Ok(l) = rx.recv_deadline(deadline) {
         if std::env::var_os("FAILOVER_APP_LOG").is_some() {
             eprintln!("app: {l}");
@@ -123,8 +138,11 @@ fn drain(rx: &crossbeam_channel::Receiver<String>, deadline: Instant, until_runn
         if let Some(n) = l.strip_prefix("RESTORED ") {
             restored += n.trim().parse::<u64>().unwrap_or(0);
         }
+        if let Some(a) = l.strip_prefix("REST ") {
+            rest = Some(a.trim().to_string());
+        }
     }
-    restored
+    (restored, rest)
 }
 
 struct Failover {
@@ -182,9 +200,10 @@ fn failover_run(
             (c, rx)
         })
         .collect();
-    for (_, rx) in &apps {
-        drain(rx, Instant::now() + Duration::from_secs(300), true);
-    }
+    let rest: Vec<Option<String>> = apps
+        .iter()
+        .map(|(_, rx)| drain(rx, Instant::now() + Duration::from_secs(300), true).1)
+        .collect();
     // Every word counted once (uncached: one output per input word).
     let mut out = output_reader(bootstrap, &output);
     let mut seen = 0u64;
@@ -221,6 +240,13 @@ fn failover_run(
     let gone_refs: Vec<&str> = gone.iter().map(String::as_str).collect();
     a.remove_members_from_group(&app, &gone_refs).unwrap();
     let removed = Instant::now();
+    if let Some(addr) = &rest[0] {
+        // What `rill groups remove-members --from-url` does next.
+        ureq::post(&format!("http://{addr}/v1/rejoin"))
+            .set("Authorization", &format!("Bearer {REST_TOKEN}"))
+            .call()
+            .expect("the survivor takes the rejoin request");
+    }
     // Skip what is already there, then wait for new counts on every partition.
     while !out.poll(Duration::from_millis(50)).unwrap().is_empty() {}
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -254,7 +280,7 @@ fn failover_run(
         "{tag}: some partitions never resumed"
     );
     let (mut survivor, rx) = apps.pop().unwrap();
-    let restored = drain(&rx, Instant::now() + Duration::from_secs(2), false);
+    let (restored, _) = drain(&rx, Instant::now() + Duration::from_secs(2), false);
     rill_tests::send_signal(survivor.id(), libc::SIGTERM);
     let _ = survivor.wait();
     Failover {

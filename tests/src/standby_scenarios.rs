@@ -155,7 +155,7 @@ pub fn streams_standby_failover(bootstrap: &str) {
     // up, and probing rebalances every 5 s settle the layout.
     let env = [(
         "RILL_APP_CONFIG",
-        "num.standby.replicas=1,acceptable.recovery.lag=1000,probing.rebalance.interval.ms=5000",
+        "num.standby.replicas=1,acceptable.recovery.lag=1000,probing.rebalance.interval.ms=5000,rest.admin.token=standby-admin",
     )];
     let mut apps: Vec<RestApp> = (0..3)
         .map(|i| RestApp::start_with(&s, dirs[i].path(), &ids[i], &env))
@@ -221,15 +221,29 @@ pub fn streams_standby_failover(bootstrap: &str) {
     s.produce(&after_kill, &mut expected);
     let out = std::process::Command::new(rill_binary())
         .args(["groups", "remove-members", "--bootstrap-server", bootstrap])
-        .args(["--from-url", &url_a, "--offline-only"])
+        .args([
+            "--from-url",
+            &url_a,
+            "--offline-only",
+            "--token",
+            "standby-admin",
+        ])
         .output()
         .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
+        "{stdout}{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // The live instances were told to rejoin at once (not at their next
+    // heartbeat).
+    for a in &apps {
+        assert!(
+            stdout.contains(&format!("asked {} to rejoin the group now", url(a))),
+            "{stdout}"
+        );
+    }
     let survivors: BTreeSet<String> = survivor_ids
         .iter()
         .flat_map(|id| expected_ids(id, 2))

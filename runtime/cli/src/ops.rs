@@ -554,6 +554,8 @@ fn groups_describe(a: GroupsDescribeArgs) -> CliResult {
 
 fn remove_members(a: RemoveMembersArgs) -> CliResult {
     let admin = a.settings.admin(a.bootstrap_server.as_deref())?;
+    // Live instances (REST bases) to tell to rejoin after a removal.
+    let mut live_instances: Vec<String> = Vec::new();
     let (group, targets): (String, Vec<(String, Option<String>)>) = match &a.from_url {
         None => (
             a.group
@@ -603,6 +605,13 @@ fn remove_members(a: RemoveMembersArgs) -> CliResult {
                 &probes,
                 &current,
                 view["generation"].as_i64().unwrap_or(-1),
+            );
+            live_instances.push(a.settings.rest_base(url)?);
+            live_instances.extend(
+                probes
+                    .iter()
+                    .filter(|(_, p)| matches!(p, offline::Probe::Threads(_)))
+                    .map(|(e, _)| format!("{}://{e}", crate::http::scheme())),
             );
             pb.finish_and_clear();
             if !a.offline_only {
@@ -667,6 +676,10 @@ fn remove_members(a: RemoveMembersArgs) -> CliResult {
             }
         }
     }
+    if failed < ids.len() {
+        let token = a.settings.token(a.token.as_deref())?;
+        ask_to_rejoin(&live_instances, token.as_deref());
+    }
     if failed > 0 {
         Err(format!(
             "{failed} of {} members were not removed",
@@ -674,6 +687,42 @@ fn remove_members(a: RemoveMembersArgs) -> CliResult {
         ))
     } else {
         Ok(())
+    }
+}
+
+/// Tells live instances to rejoin now: the removal started a rebalance,
+/// which they would otherwise hear of only at their next heartbeat (up to
+/// `heartbeat.interval.ms` later). Needs the admin token; without it, or
+/// if an instance does not answer, it just says so.
+fn ask_to_rejoin(bases: &[String], token: Option<&str>) {
+    if bases.is_empty() {
+        return;
+    }
+    let Some(token) = token else {
+        println!(
+            "(no rest.admin.token: the live instances join the rebalance at their next heartbeat)"
+        );
+        return;
+    };
+    let agent = crate::http::agent(HTTP_TIMEOUT);
+    for base in bases {
+        let url = format!("{base}/v1/rejoin");
+        match agent
+            .post(&url)
+            .set("Authorization", &format!("Bearer {token}"))
+            .call()
+        {
+            Ok(_) => println!("asked {base} to rejoin the group now"),
+            Err(ureq::Error::Status(code, _)) => {
+                println!(
+                    "{url} refused the rejoin request ({code}); it joins at its next heartbeat"
+                )
+            }
+            Err(e) => println!(
+                "{url}: {}; it joins at its next heartbeat",
+                transport_reason(&e)
+            ),
+        }
     }
 }
 

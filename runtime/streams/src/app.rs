@@ -311,6 +311,20 @@ impl App {
         lock(&self.renderers).get(store).cloned()
     }
 
+    /// Asks every live thread to rejoin the group at its next loop; the
+    /// number asked.
+    pub fn request_rejoin(&self) -> usize {
+        let threads = self.threads();
+        let live: Vec<&ThreadView> = threads
+            .iter()
+            .filter(|t| t.shared.state().is_alive())
+            .collect();
+        for t in &live {
+            t.shared.rejoin_requested.store(true, Ordering::Release);
+        }
+        live.len()
+    }
+
     /// The instance's threads as they are now.
     pub fn threads(&self) -> Vec<ThreadView> {
         lock(&self.threads)
@@ -425,6 +439,7 @@ impl App {
             store_lags: Default::default(),
             metrics: Default::default(),
             request_app_shutdown: AtomicBool::new(request_shutdown),
+            rejoin_requested: AtomicBool::new(false),
             on_change: Box::new(move || {
                 if let Some(app) = weak.upgrade() {
                     // Off the calling thread's locks: recompute takes the thread list lock.

@@ -132,6 +132,7 @@ fn router(inner: Arc<App>) -> Router {
         .route("/v1/store-lags", get(store_lags))
         .route("/v1/stores/{store}/keys/{key}", get(store_key))
         .route("/v1/shutdown", post(shutdown))
+        .route("/v1/rejoin", post(rejoin))
         .fallback(|| async {
             error(
                 StatusCode::NOT_FOUND,
@@ -639,6 +640,22 @@ fn encode(s: &str) -> String {
 struct ShutdownRequest {
     #[serde(default)]
     leave_group: bool,
+}
+
+/// Every live thread rejoins the group now (admin token): `rill groups
+/// remove-members` calls it on the live instances after removing dead
+/// members, so they take the dead members' tasks without waiting for
+/// their next heartbeat to hear of the rebalance.
+async fn rejoin(State(inner): State<Shared>, headers: HeaderMap) -> Response {
+    if let Err(r) = authorize(&inner, &headers, true) {
+        return *r;
+    }
+    let threads = inner.request_rejoin();
+    (
+        StatusCode::ACCEPTED,
+        Json(json!({"process_id": inner.process_id(), "threads": threads})),
+    )
+        .into_response()
 }
 
 async fn shutdown(State(inner): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {

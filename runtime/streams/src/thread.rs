@@ -287,6 +287,15 @@ impl StreamThread {
                 self.ctx.name
             )));
         }
+        if shared.rejoin_requested.swap(false, Ordering::AcqRel) {
+            // Members were removed: the group is rebalancing, and this
+            // thread joins now rather than at its next heartbeat.
+            info!("rejoining the group now, as asked");
+            self.consumer
+                .enforce_rebalance()
+                .map_err(|e| StreamsError::client("rejoining the group", e))?;
+            return Ok(true);
+        }
         if self.maybe_probe()? {
             return Ok(true);
         }

@@ -110,6 +110,9 @@ pub(crate) struct ThreadShared {
     pub member_id: Mutex<Option<String>>,
     /// Ask every instance to shut down at the next rebalance (shutdown-application).
     pub request_app_shutdown: AtomicBool,
+    /// Rejoin the group now instead of at the next heartbeat (an operator
+    /// removed dead members, so a rebalance is already under way).
+    pub rejoin_requested: AtomicBool,
     /// Records dropped by the log-and-continue handler (Kafka's `dropped-records-total`).
     pub dropped_records: AtomicU64,
     /// Stores of the active tasks, for interactive queries (task → store → handle).
