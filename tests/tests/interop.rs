@@ -975,11 +975,6 @@ mod kafka_streams_rolling {
     }
 
     #[test]
-    fn kafka_streams_roll_static_standby_on_apache_kafka() {
-        rolling::streams_roll_static_standby(shared_kafka(), Runtime::KafkaStreams);
-    }
-
-    #[test]
     fn kafka_streams_roll_dynamic_on_apache_kafka() {
         rolling::streams_roll_dynamic(shared_kafka(), Runtime::KafkaStreams);
     }
