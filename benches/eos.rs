@@ -85,40 +85,24 @@ fn topics(bootstrap: &str, tag: &str) -> Topics {
 /// Writes the inputs: `n` records `seq-<i>` (passthrough), or `n` lines of
 /// `WORDS_PER_LINE` words from `vocabulary` words (0: every word distinct).
 fn load(bootstrap: &str, topic: &str, n: usize, words: Option<usize>) {
-    let p = Producer::new(
-        &ClientConfig::new()
-            .set("bootstrap.servers", bootstrap)
-            .set("linger.ms", "20")
-            .set("batch.size", "262144"),
-    )
-    .unwrap();
-    let mut pending = Vec::new();
-    for i in 0..n {
-        let value = match words {
-            None => format!("seq-{i}"),
-            Some(0) => (0..WORDS_PER_LINE)
-                .map(|w| format!("w{}", i * WORDS_PER_LINE + w))
-                .collect::<Vec<_>>()
-                .join(" "),
-            Some(v) => (0..WORDS_PER_LINE)
-                .map(|w| format!("w{}", (i * 7 + w * 13) % v))
-                .collect::<Vec<_>>()
-                .join(" "),
-        };
-        pending.push(
-            p.send(ProducerRecord::new(topic).key(format!("k{i}")).value(value))
-                .unwrap(),
-        );
-        if pending.len() >= 100_000 {
-            for f in pending.drain(..) {
-                f.wait().expect("load");
-            }
-        }
-    }
-    p.flush().unwrap();
-    for f in pending {
-        f.wait().expect("load");
-    }
+    let p = rill_benches::load_producer(bootstrap);
+    rill_benches::send_all(
+        &p,
+        (0..n).map(|i| {
+            let value = match words {
+                None => format!("seq-{i}"),
+                Some(0) => (0..WORDS_PER_LINE)
+                    .map(|w| format!("w{}", i * WORDS_PER_LINE + w))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                Some(v) => (0..WORDS_PER_LINE)
+                    .map(|w| format!("w{}", (i * 7 + w * 13) % v))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            };
+            ProducerRecord::new(topic).key(format!("k{i}")).value(value)
+        }),
+    );
 }
 
 #[allow(clippy::too_many_arguments)] // the apps' command line, one argument per flag

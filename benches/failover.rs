@@ -31,7 +31,7 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use rill_benches::{env_or, lines_of, machine_summary, median};
+use rill_benches::{env_or, lines_of, machine_summary, median, send_all};
 use rill_client::admin::NewTopic;
 use rill_client::{Admin, ClientConfig, Consumer, Producer, ProducerRecord, TopicPartition};
 use rill_tests::backend::ApacheKafka;
@@ -52,35 +52,18 @@ fn admin(bootstrap: &str) -> Admin {
     Admin::new(&ClientConfig::new().set("bootstrap.servers", bootstrap)).unwrap()
 }
 
-fn producer(bootstrap: &str) -> Producer {
-    Producer::new(
-        &ClientConfig::new()
-            .set("bootstrap.servers", bootstrap)
-            .set("linger.ms", "20")
-            .set("batch.size", "262144"),
-    )
-    .unwrap()
-}
-
 /// `lines` lines of distinct words `<prefix><n>`.
 fn write_lines(p: &Producer, topic: &str, prefix: &str, from: usize, lines: usize) {
-    let mut pending = Vec::new();
-    for i in from..from + lines {
-        let value = (0..WORDS_PER_LINE)
-            .map(|w| format!("{prefix}{}", i * WORDS_PER_LINE + w))
-            .collect::<Vec<_>>()
-            .join(" ");
-        pending.push(p.send(ProducerRecord::new(topic).value(value)).unwrap());
-        if pending.len() >= 50_000 {
-            for f in pending.drain(..) {
-                f.wait().expect("load");
-            }
-        }
-    }
-    p.flush().unwrap();
-    for f in pending {
-        f.wait().expect("load");
-    }
+    send_all(
+        p,
+        (from..from + lines).map(|i| {
+            let value = (0..WORDS_PER_LINE)
+                .map(|w| format!("{prefix}{}", i * WORDS_PER_LINE + w))
+                .collect::<Vec<_>>()
+                .join(" ");
+            ProducerRecord::new(topic).value(value)
+        }),
+    );
 }
 
 #[allow(clippy::too_many_arguments)] // the apps' command line, one argument per flag
@@ -254,7 +237,7 @@ fn failover_run(
         let (stop, bootstrap, input) = (stop.clone(), bootstrap.to_string(), input.to_string());
         let tag = tag.to_string();
         std::thread::spawn(move || {
-            let p = producer(&bootstrap);
+            let p = rill_benches::load_producer(&bootstrap);
             let mut i = 0;
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
                 write_lines(&p, &input, &format!("new-{tag}-"), i, 20);
@@ -298,7 +281,7 @@ fn run_all(bin: &Path, bootstrap: &str, broker: &str) {
         .create_topic(NewTopic::new(input.as_str(), PARTITIONS, 1))
         .unwrap();
     write_lines(
-        &producer(bootstrap),
+        &rill_benches::load_producer(bootstrap),
         &input,
         "w",
         0,

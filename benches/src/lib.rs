@@ -212,6 +212,38 @@ pub fn env_or<T: std::str::FromStr>(k: &str, d: T) -> T {
         .unwrap_or(d)
 }
 
+/// A producer for loading inputs (20 ms linger, 256 KiB batches).
+pub fn load_producer(bootstrap: &str) -> rill_client::Producer {
+    rill_client::Producer::new(
+        &rill_client::ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("linger.ms", "20")
+            .set("batch.size", "262144"),
+    )
+    .expect("producer")
+}
+
+/// Sends every record, waiting for acknowledgements every 50,000 sends and
+/// at the end (load generators: bounded memory, nothing left unsent).
+pub fn send_all(
+    p: &rill_client::Producer,
+    records: impl IntoIterator<Item = rill_client::ProducerRecord>,
+) {
+    let mut pending = Vec::new();
+    for r in records {
+        pending.push(p.send(r).expect("send"));
+        if pending.len() >= 50_000 {
+            for f in pending.drain(..) {
+                f.wait().expect("load");
+            }
+        }
+    }
+    p.flush().expect("flush");
+    for f in pending {
+        f.wait().expect("load");
+    }
+}
+
 /// A child's stdout, line by line, on a channel (read on its own thread).
 pub fn lines_of(child: &mut Child) -> crossbeam_channel::Receiver<String> {
     let stdout = child.stdout.take().expect("the child's stdout is piped");

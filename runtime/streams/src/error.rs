@@ -140,6 +140,18 @@ pub enum StreamsError {
 }
 
 impl StreamsError {
+    /// A task directory another thread of this process still locks (it has
+    /// not closed its copy of the task yet): retry later.
+    pub(crate) fn is_locked(&self) -> bool {
+        matches!(
+            self,
+            StreamsError::State {
+                source: rill_state::Error::Locked { .. },
+                ..
+            }
+        )
+    }
+
     /// A [`StreamsError::Client`] for a client error raised while doing `context`.
     pub fn client(context: impl Into<String>, source: ClientError) -> Self {
         StreamsError::Client {

@@ -30,6 +30,21 @@ use crate::metrics::{Sample, ThreadSample};
 use crate::task_id::TaskId;
 use crate::thread_state::lock;
 
+/// Reads `key` from one copy of `store`.
+fn peek(
+    store: &str,
+    shared: &rill_state::SharedStore,
+    key: &[u8],
+) -> Result<Option<Bytes>, StoreQueryError> {
+    shared
+        .lock()
+        .peek(key)
+        .map_err(|e| StoreQueryError::Failed {
+            store: store.into(),
+            reason: e.to_string(),
+        })
+}
+
 impl App {
     fn stores_of_tasks<'a>(&self, tasks: impl Iterator<Item = &'a String>) -> Vec<String> {
         let subs: BTreeSet<u32> = tasks
@@ -309,14 +324,7 @@ impl App {
         let Some((shared, lag)) = found else {
             return Ok(None);
         };
-        let value = shared
-            .lock()
-            .peek(key)
-            .map_err(|e| StoreQueryError::Failed {
-                store: store.into(),
-                reason: e.to_string(),
-            })?;
-        Ok(Some((value, lag)))
+        Ok(Some((peek(store, &shared, key)?, lag)))
     }
 
     /// Reads `key` from `store` here: the active task's copy, or (when
@@ -374,14 +382,7 @@ impl App {
                 owner,
             });
         };
-        let value = shared
-            .lock()
-            .peek(key)
-            .map_err(|e| StoreQueryError::Failed {
-                store: store.into(),
-                reason: e.to_string(),
-            })?;
-        Ok((md, value))
+        Ok((md, peek(store, &shared, key)?))
     }
 
     pub(crate) fn rebalance_history(&self) -> Vec<RebalanceEvent> {

@@ -173,16 +173,9 @@ pub(crate) struct Standbys {
     /// Whether the restore consumer is assigned the standbys' changelogs
     /// (a restoration takes it over and then gives it back unassigned).
     reading: bool,
-}
-
-fn is_locked(e: &StreamsError) -> bool {
-    matches!(
-        e,
-        StreamsError::State {
-            source: rill_state::Error::Locked { .. },
-            ..
-        }
-    )
+    /// Changelog partition → the standby it feeds, as of the last
+    /// assignment (built there, not on every update).
+    owner: BTreeMap<TopicPartition, TaskId>,
 }
 
 impl Standbys {
@@ -236,7 +229,7 @@ impl Standbys {
                     self.tasks.insert(id, t);
                     self.reading = false;
                 }
-                Err(e) if is_locked(&e) => {}
+                Err(e) if e.is_locked() => {}
                 Err(e) => return Err(e),
             }
         }
@@ -258,13 +251,13 @@ impl Standbys {
             }
             return Ok(0);
         }
-        let owner: BTreeMap<TopicPartition, TaskId> = self
-            .tasks
-            .values()
-            .flat_map(|t| t.changelogs.keys().map(move |tp| (tp.clone(), t.id)))
-            .collect();
         if !self.reading {
-            let tps: Vec<TopicPartition> = owner.keys().cloned().collect();
+            self.owner = self
+                .tasks
+                .values()
+                .flat_map(|t| t.changelogs.keys().map(move |tp| (tp.clone(), t.id)))
+                .collect();
+            let tps: Vec<TopicPartition> = self.owner.keys().cloned().collect();
             consumer.assign(&tps).map_err(|e| {
                 StreamsError::client(format!("standby: assigning changelogs {tps:?}"), e)
             })?;
@@ -294,7 +287,7 @@ impl Standbys {
                     .is_some_and(|tp| tp.partition == r.partition && *tp.topic == *r.topic);
                 if !tp_matches {
                     if let Some(tp) = current.take() {
-                        applied += self.flush_batch(&owner, &tp, &mut batch)?;
+                        applied += self.flush_batch(&tp, &mut batch)?;
                     }
                     current = Some(r.topic_partition());
                 }
@@ -303,7 +296,7 @@ impl Standbys {
                 }
             }
             if let Some(tp) = current.take() {
-                applied += self.flush_batch(&owner, &tp, &mut batch)?;
+                applied += self.flush_batch(&tp, &mut batch)?;
             }
         }
         for t in self.tasks.values_mut() {
@@ -327,12 +320,11 @@ impl Standbys {
 
     fn flush_batch(
         &mut self,
-        owner: &BTreeMap<TopicPartition, TaskId>,
         tp: &TopicPartition,
         batch: &mut Vec<(Bytes, Option<Bytes>)>,
     ) -> Result<u64> {
         let n = batch.len() as u64;
-        if let Some(t) = owner.get(tp).and_then(|id| self.tasks.get_mut(id)) {
+        if let Some(t) = self.owner.get(tp).and_then(|id| self.tasks.get_mut(id)) {
             if !batch.is_empty() {
                 t.apply(tp, batch)?;
             }

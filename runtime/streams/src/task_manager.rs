@@ -144,16 +144,6 @@ pub(crate) struct Running<'a> {
     pub collector: &'a mut RecordCollector,
 }
 
-fn is_locked(e: &StreamsError) -> bool {
-    matches!(
-        e,
-        StreamsError::State {
-            source: rill_state::Error::Locked { .. },
-            ..
-        }
-    )
-}
-
 impl TaskManager {
     pub fn new(ctx: Arc<ThreadContext>) -> Result<Self> {
         let c = &ctx.config;
@@ -266,6 +256,7 @@ impl TaskManager {
     /// this thread owns now.
     pub fn publish_tasks(&self) {
         let ids: BTreeSet<TaskId> = self.tasks.keys().copied().collect();
+        let on_disk = self.state_tasks_on_disk();
         {
             let mut local = lock(&self.ctx.shared.local);
             // Suspended tasks count as owned: an eager rebalance suspends
@@ -276,11 +267,11 @@ impl TaskManager {
                 .chain(self.suspended.keys())
                 .map(|t| t.to_string())
                 .collect();
-            local.subscription.state_tasks = self.state_tasks_on_disk();
+            local.subscription.state_tasks = on_disk.clone();
             local.subscription.standby_tasks =
                 self.standbys.ids().iter().map(|t| t.to_string()).collect();
         }
-        self.publish_lags();
+        self.publish_lags(&on_disk);
         *lock(&self.ctx.shared.standby_queryable) = self
             .standbys
             .tasks
@@ -343,9 +334,10 @@ impl TaskManager {
     /// is only on disk here, then publishes the lags.
     pub fn refresh_lags(&mut self) {
         let active: BTreeSet<TaskId> = self.tasks.keys().copied().collect();
+        let on_disk = self.state_tasks_on_disk();
         let mut ids = self.standbys.ids();
         ids.extend(
-            self.state_tasks_on_disk()
+            on_disk
                 .iter()
                 .filter_map(|t| t.parse::<TaskId>().ok())
                 .filter(|t| !active.contains(t)),
@@ -365,12 +357,13 @@ impl TaskManager {
                 }
             }
         }
-        self.publish_lags();
+        self.publish_lags(&on_disk);
     }
 
     /// KIP-441 task lags into the subscription, KIP-535 store lags and
-    /// the standbys' lags for metadata and metrics.
-    fn publish_lags(&self) {
+    /// the standbys' lags for metadata and metrics; `on_disk`: the task
+    /// directories with a checkpoint.
+    fn publish_lags(&self, on_disk: &[String]) {
         let mut task_lags: BTreeMap<String, i64> = BTreeMap::new();
         let mut task_ends: BTreeMap<String, i64> = BTreeMap::new();
         let mut store_lags: Vec<StoreLag> = Vec::new();
@@ -420,7 +413,7 @@ impl TaskManager {
             .config
             .state_dir
             .join(&self.ctx.config.application_id);
-        for name in self.state_tasks_on_disk() {
+        for name in on_disk.iter().cloned() {
             let Ok(id) = name.parse::<TaskId>() else {
                 continue;
             };
@@ -860,7 +853,7 @@ impl TaskManager {
                     gained.push(id);
                     created.push(t);
                 }
-                Err(e) if is_locked(&e) => {
+                Err(e) if e.is_locked() => {
                     info!(thread = %self.ctx.name, task = %id, "task directory still locked by another thread; retrying");
                     let _ = consumer.pause(&parts);
                     self.pending.insert(id, parts);
@@ -946,7 +939,7 @@ impl TaskManager {
                     info!(thread = %self.ctx.name, task = %id, "created the task after its directory was released");
                     self.publish_tasks();
                 }
-                Err(e) if is_locked(&e) => {}
+                Err(e) if e.is_locked() => {}
                 Err(e) => return Err(e),
             }
         }
