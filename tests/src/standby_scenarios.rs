@@ -295,23 +295,26 @@ pub fn streams_standby_failover(bootstrap: &str) {
         "{:#}",
         get(&format!("{url_a}/v1/instances"), None).1
     );
-    // `rill instances --wide` shows the standbys with their lags.
-    let wide = std::process::Command::new(rill_binary())
-        .args(["instances", "--wide", "--url", &url_a])
-        .output()
-        .unwrap();
-    let wide_out = String::from_utf8_lossy(&wide.stdout);
-    assert!(
-        wide.status.success() && wide_out.contains("STANDBY TASKS"),
-        "{wide_out}"
-    );
-    assert!(
-        after
-            .standby
-            .keys()
-            .any(|t| wide_out.contains(&format!("{t}:"))),
-        "{wide_out}"
-    );
+    // `rill instances --wide` shows the standbys with their lags (a
+    // rebalance may be under way — a probing one, or a member catching up
+    // — during which an instance reports its standbys without lags; the
+    // lags come back once it runs again).
+    let mut wide_out = String::new();
+    let lags_shown = wait_until(Duration::from_secs(30), || {
+        let wide = std::process::Command::new(rill_binary())
+            .args(["instances", "--wide", "--url", &url_a])
+            .output()
+            .unwrap();
+        wide_out = String::from_utf8_lossy(&wide.stdout).into_owned();
+        let placed = placement(&get(&format!("{url_a}/v1/instances"), None).1);
+        wide.status.success()
+            && wide_out.contains("STANDBY TASKS")
+            && placed
+                .standby
+                .keys()
+                .any(|t| wide_out.contains(&format!("{t}:")))
+    });
+    assert!(lags_shown, "{wide_out}");
     // Metrics: standby updates and lags are exported.
     let metrics = http()
         .get(&format!("{url_a}/metrics"))

@@ -200,13 +200,17 @@ pub fn instances(a: InstancesArgs) -> CliResult {
                     standbys(t),
                 ]);
             } else {
-                // Fits 100 columns: the thread by its number, the
-                // partitions and standby tasks by count; --wide and --json
-                // have the rest.
+                // Fits 100 columns (with ids of ~35 characters): a static
+                // thread by its group.instance.id (which ends in its
+                // number), a dynamic one by its number, the partitions and
+                // standby tasks by count; --wide and --json have the rest.
                 let name = s(&t["thread_name"]);
-                let thread = name
-                    .rsplit_once("StreamThread-")
-                    .map_or(name.clone(), |(_, n)| n.to_string());
+                let thread = match s(&t["group_instance_id"]) {
+                    id if !id.is_empty() => id,
+                    _ => name
+                        .rsplit_once("StreamThread-")
+                        .map_or(name.clone(), |(_, n)| format!("thread-{n} (dynamic)")),
+                };
                 let state = match (s(&i["state"]), reach) {
                     (st, "unreachable") => format!("{st} (unreachable)"),
                     (st, _) => st,
@@ -215,7 +219,6 @@ pub fn instances(a: InstancesArgs) -> CliResult {
                     s(&i["endpoint"]),
                     state,
                     thread,
-                    s(&t["group_instance_id"]),
                     s(&t["thread_state"]),
                     t["partitions"].as_array().map_or(0, Vec::len).to_string(),
                     t["standby_tasks"]
@@ -246,8 +249,7 @@ pub fn instances(a: InstancesArgs) -> CliResult {
             &[
                 "ENDPOINT",
                 "STATE",
-                "THREAD",
-                "GROUP.INSTANCE.ID",
+                "THREAD (GROUP.INSTANCE.ID)",
                 "THREAD STATE",
                 "PARTS",
                 "STANDBY",

@@ -113,4 +113,17 @@ impl SharedStore {
     pub fn lock(&self) -> MutexGuard<'_, CachedStore> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// Whether this is the store's only handle.
+    pub fn is_unshared(&self) -> bool {
+        Arc::strong_count(&self.0) == 1
+    }
+
+    /// The store back, if this is its last handle (a standby task's stores
+    /// become the active task's without closing RocksDB); else `self`.
+    pub fn try_into_inner(self) -> std::result::Result<CachedStore, SharedStore> {
+        Arc::try_unwrap(self.0)
+            .map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()))
+            .map_err(SharedStore)
+    }
 }

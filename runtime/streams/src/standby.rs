@@ -13,9 +13,12 @@
 //!   `exactly_once_v2` the consumer reads committed records only, so a
 //!   standby never holds aborted writes.
 //! - A checkpoint follows a flush of the stores, every
-//!   `CHECKPOINT_DELTA` applied records and at close: a standby promoted
-//!   to active (closed here, then created as an active task from the same
-//!   directory) restores from its last position.
+//!   `CHECKPOINT_DELTA` applied records and at close.
+//! - A standby promoted to active on its thread hands over its stores
+//!   still open (`Standbys::promote`, as Kafka Streams recycles a standby):
+//!   no flush, no RocksDB close and reopen; the active task restores from
+//!   the standby's positions, so only the tail. If a query still holds a
+//!   store, the standby is closed (checkpointed) and the directory reopened.
 //!
 //! Invariant: a standby's checkpoint never claims more than its stores
 //! hold (stores flushed first), and its positions are the restore
@@ -33,6 +36,7 @@ use tracing::{info, warn};
 
 use crate::error::{Result, StreamsError};
 use crate::processor_context::Stores;
+use crate::state_manager::OpenStore;
 use crate::task_id::TaskId;
 use crate::thread_state::{lock, ThreadContext};
 
@@ -92,6 +96,29 @@ impl StandbyTask {
             changelogs,
             position,
         })
+    }
+
+    /// Gives up the stores for the active task this standby becomes
+    /// (KIP-441's promotion): each with the changelog position it
+    /// reflects, with the directory and its lock, RocksDB left open. `None`
+    /// when a store is still shared (a query holds it): the caller closes
+    /// and reopens instead.
+    fn into_stores(self) -> Option<(Vec<OpenStore>, Option<TaskDirLock>, Option<PathBuf>)> {
+        let position: BTreeMap<&str, i64> = self
+            .changelogs
+            .iter()
+            .map(|(tp, store)| (store.as_str(), self.position[tp]))
+            .collect();
+        let mut out = Vec::with_capacity(self.stores.len());
+        for (name, h) in self.stores {
+            let cached = h.store.try_into_inner().ok()?;
+            out.push(OpenStore {
+                checkpointed: position.get(name.as_str()).copied(),
+                name,
+                store: cached.store,
+            });
+        }
+        Some((out, self._lock, self.dir))
     }
 
     /// The changelog positions (KIP-535's current offset position per store partition).
@@ -163,6 +190,13 @@ impl StandbyTask {
     }
 }
 
+/// A standby's stores, open, handed to the active task it became.
+pub(crate) struct Promoted {
+    pub stores: Vec<OpenStore>,
+    pub lock: Option<TaskDirLock>,
+    pub dir: Option<PathBuf>,
+}
+
 /// A thread's standby tasks.
 #[derive(Default)]
 pub(crate) struct Standbys {
@@ -202,6 +236,25 @@ impl Standbys {
             self.reading = false;
             info!(task = %id, "standby task closed");
         }
+    }
+
+    /// Takes a standby that becomes active on this thread: its stores,
+    /// still open and current to their positions, for the active task
+    /// (Kafka Streams recycles a standby the same way). `None` when there
+    /// is no such standby, or its stores are still shared (it is closed,
+    /// checkpointed, and the active task opens the directory again).
+    pub fn promote(&mut self, ctx: &ThreadContext, id: TaskId) -> Option<Promoted> {
+        self.pending.remove(&id);
+        lock(&ctx.shared.standby_queryable).remove(&id);
+        let mut t = self.tasks.remove(&id)?;
+        self.reading = false;
+        if t.stores.values().any(|h| !h.store.is_unshared()) {
+            t.checkpoint(true);
+            info!(task = %id, "standby task closed (a query still holds its stores)");
+            return None;
+        }
+        t.into_stores()
+            .map(|(stores, lock, dir)| Promoted { stores, lock, dir })
     }
 
     /// Makes the standby set `wanted`: closes the others, opens the new

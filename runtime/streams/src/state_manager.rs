@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use rill_state::cache::{CacheBudget, RecordCache};
 use rill_state::state_dir::{open_store, read_checkpoint};
-use rill_state::{StoreBackend, TaskDirLock};
+use rill_state::{KeyValueStore, StoreBackend, TaskDirLock};
 
 use crate::error::{Result, StreamsError};
 use crate::processor_context::{StoreHandle, Stores};
@@ -79,47 +79,125 @@ pub(crate) fn open(
     for name in &st.stores {
         let def = &topology.stores[name];
         let backend = def.backend.unwrap_or(default_backend);
-        let mut store = open_store(backend, name, &dir).map_err(state_err)?;
-        if exactly_once {
-            // Uncommitted writes stay out of the store until the thread's
-            // transaction commits, so a crash never leaves aborted state on
-            // disk and a restart restores only the changelog tail.
-            store = Box::new(rill_state::TransactionalStore::new(store));
-        }
-        out.persistent |= store.persistent();
-        let changelog = def
-            .logged
-            .then(|| (changelog_topic(application_id, name), task.partition));
-        if let Some((topic, partition)) = &changelog {
-            let checkpointed = store
-                .persistent()
-                .then(|| {
-                    checkpoint
-                        .offsets
-                        .get(&(topic.clone(), *partition))
-                        .copied()
-                })
-                .flatten();
-            if checkpointed.is_none() && store.persistent() {
-                store.clear().map_err(state_err)?;
-            }
-            out.restore.push(RestorePlan {
-                store: name.clone(),
-                topic: topic.clone(),
-                partition: *partition,
-                from: checkpointed.unwrap_or(0),
-            });
-        }
-        let mut handle = StoreHandle::new(
+        let store = open_store(backend, name, &dir).map_err(state_err)?;
+        let changelog = (changelog_topic(application_id, name), task.partition);
+        let checkpointed = store
+            .persistent()
+            .then(|| checkpoint.offsets.get(&changelog).copied())
+            .flatten();
+        let opened = OpenStore {
+            name: name.clone(),
             store,
-            cache_budget
-                .filter(|_| def.cached)
-                .map(|b| RecordCache::new(b.clone())),
-            changelog,
-        );
-        handle.send_old_values = topology.send_old_values.contains(name);
-        out.stores.insert(name.clone(), handle);
+            checkpointed,
+        };
+        add_store(
+            topology,
+            task,
+            application_id,
+            opened,
+            cache_budget,
+            exactly_once,
+            &mut out,
+        )?;
     }
     out.dir = Some(dir);
     Ok(out)
+}
+
+/// One store as opened, before the task's wrappers.
+pub(crate) struct OpenStore {
+    pub name: String,
+    pub store: Box<dyn KeyValueStore>,
+    /// The changelog offset its content reflects (`None`: unknown, so a
+    /// persistent store is wiped and restored in full).
+    pub checkpointed: Option<i64>,
+}
+
+/// Adopts the stores a standby task kept current (KIP-441's promotion
+/// without closing them): the same wrappers as [`open`], each logged store
+/// restoring from the standby's position, so only the tail is read.
+/// `stores` must be every store of the task's sub-topology.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn adopt(
+    topology: &Topology,
+    task: TaskId,
+    application_id: &str,
+    stores: Vec<OpenStore>,
+    lock: Option<TaskDirLock>,
+    dir: Option<PathBuf>,
+    cache_budget: Option<&Arc<CacheBudget>>,
+    exactly_once: bool,
+) -> Result<OpenedState> {
+    let mut out = OpenedState {
+        stores: Stores::new(),
+        lock,
+        dir,
+        restore: Vec::new(),
+        persistent: false,
+    };
+    for opened in stores {
+        add_store(
+            topology,
+            task,
+            application_id,
+            opened,
+            cache_budget,
+            exactly_once,
+            &mut out,
+        )?;
+    }
+    Ok(out)
+}
+
+/// Wraps one opened store for an active task (transactional under EOS,
+/// cached when its definition says so) and plans its restoration.
+fn add_store(
+    topology: &Topology,
+    task: TaskId,
+    application_id: &str,
+    opened: OpenStore,
+    cache_budget: Option<&Arc<CacheBudget>>,
+    exactly_once: bool,
+    out: &mut OpenedState,
+) -> Result<()> {
+    let OpenStore {
+        name,
+        mut store,
+        checkpointed,
+    } = opened;
+    let def = &topology.stores[&name];
+    if exactly_once {
+        // Uncommitted writes stay out of the store until the thread's
+        // transaction commits, so a crash never leaves aborted state on
+        // disk and a restart restores only the changelog tail.
+        store = Box::new(rill_state::TransactionalStore::new(store));
+    }
+    out.persistent |= store.persistent();
+    let changelog = def
+        .logged
+        .then(|| (changelog_topic(application_id, &name), task.partition));
+    if let Some((topic, partition)) = &changelog {
+        if checkpointed.is_none() && store.persistent() {
+            store.clear().map_err(|e| StreamsError::State {
+                task: task.to_string(),
+                source: e,
+            })?;
+        }
+        out.restore.push(RestorePlan {
+            store: name.clone(),
+            topic: topic.clone(),
+            partition: *partition,
+            from: checkpointed.unwrap_or(0),
+        });
+    }
+    let mut handle = StoreHandle::new(
+        store,
+        cache_budget
+            .filter(|_| def.cached)
+            .map(|b| RecordCache::new(b.clone())),
+        changelog,
+    );
+    handle.send_old_values = topology.send_old_values.contains(&name);
+    out.stores.insert(name, handle);
+    Ok(())
 }

@@ -49,7 +49,7 @@ use crate::metadata::{RebalanceEvent, HISTORY_LIMIT};
 use crate::processor_context::StoreHandle;
 use crate::record_collector::RecordCollector;
 use crate::restore::{restore_stores, RestoreJob};
-use crate::standby::Standbys;
+use crate::standby::{Promoted, Standbys};
 use crate::state_manager::RestorePlan;
 use crate::task::{StreamTask, TaskState};
 use crate::task_id::TaskId;
@@ -480,23 +480,37 @@ impl TaskManager {
             .map(|_| ())
     }
 
-    /// Opens a task's stores and creates it; the stores still need
-    /// restoring from the returned plans (`restore_tasks`).
+    /// Opens a task's stores (or adopts those of the standby it was,
+    /// `promoted`) and creates it; the stores still need restoring from
+    /// the returned plans (`restore_tasks`).
     fn create_task(
         &mut self,
         id: TaskId,
         partitions: &[TopicPartition],
+        promoted: Option<Promoted>,
     ) -> Result<(ActiveTask, Vec<RestorePlan>)> {
         let c = &self.ctx.config;
-        let opened = crate::state_manager::open(
-            &self.ctx.topology,
-            id,
-            &c.application_id,
-            &c.state_dir,
-            c.default_store,
-            self.cache_budget.as_ref(),
-            c.exactly_once,
-        )?;
+        let opened = match promoted {
+            Some(p) => crate::state_manager::adopt(
+                &self.ctx.topology,
+                id,
+                &c.application_id,
+                p.stores,
+                p.lock,
+                p.dir,
+                self.cache_budget.as_ref(),
+                c.exactly_once,
+            )?,
+            None => crate::state_manager::open(
+                &self.ctx.topology,
+                id,
+                &c.application_id,
+                &c.state_dir,
+                c.default_store,
+                self.cache_budget.as_ref(),
+                c.exactly_once,
+            )?,
+        };
         let mut stores = opened.stores;
         for (name, s) in &self.ctx.global_stores {
             stores.insert(name.clone(), StoreHandle::global(s.clone()));
@@ -718,32 +732,43 @@ impl TaskManager {
                     *end = (*end).max(w + 1);
                 }
             }
-            let (true, Some(dir)) = (t.persistent, &t.dir) else {
-                continue;
-            };
-            let delta: i64 = t
-                .changelog_end
-                .iter()
-                .map(|(tp, end)| end - t.checkpointed.get(tp).copied().unwrap_or(0))
-                .sum();
-            if delta == 0 || (!enforce && delta < threshold) {
-                continue;
-            }
-            // The stores must hold what the checkpoint claims before it says so.
-            if let Err(e) = t.task.flush_stores() {
-                warn!(task = %t.task.id, "could not flush the stores, no checkpoint: {e}");
-                continue;
-            }
-            let cp = Checkpoint {
-                offsets: t.changelog_end.clone(),
-            };
-            match cp.write(dir) {
-                Ok(()) => t.checkpointed = t.changelog_end.clone(),
-                Err(e) => warn!(task = %t.task.id, "could not write the checkpoint: {e}"),
-            }
+            Self::checkpoint_task(t, enforce, threshold);
         }
     }
 
+    /// Writes a task's checkpoint once its changelogs moved `threshold`
+    /// past the last one (any distance when `enforce`), stores flushed
+    /// first.
+    fn checkpoint_task(t: &mut ActiveTask, enforce: bool, threshold: i64) {
+        let (true, Some(dir)) = (t.persistent, &t.dir) else {
+            return;
+        };
+        let delta: i64 = t
+            .changelog_end
+            .iter()
+            .map(|(tp, end)| end - t.checkpointed.get(tp).copied().unwrap_or(0))
+            .sum();
+        if delta == 0 || (!enforce && delta < threshold) {
+            return;
+        }
+        // The stores must hold what the checkpoint claims before it says so.
+        if let Err(e) = t.task.flush_stores() {
+            warn!(task = %t.task.id, "could not flush the stores, no checkpoint: {e}");
+            return;
+        }
+        let cp = Checkpoint {
+            offsets: t.changelog_end.clone(),
+        };
+        match cp.write(dir) {
+            Ok(()) => t.checkpointed = t.changelog_end.clone(),
+            Err(e) => warn!(task = %t.task.id, "could not write the checkpoint: {e}"),
+        }
+    }
+
+    /// Closes a task; `clean` (its last commit succeeded): stores flushed
+    /// and checkpointed at the changelog positions of that commit. A
+    /// suspension does not checkpoint (the task usually resumes here), so
+    /// this is where a suspended task that moved away writes its checkpoint.
     fn close_task(mut t: ActiveTask, clean: bool) {
         if t.state != TaskState::Suspended {
             t.transition(TaskState::Suspended);
@@ -751,6 +776,7 @@ impl TaskManager {
         t.transition(TaskState::Closed);
         t.task.close();
         if clean {
+            Self::checkpoint_task(&mut t, true, 0);
             if let Err(e) = t.task.flush_stores() {
                 warn!(task = %t.task.id, "flushing stores on close failed: {e}");
             }
@@ -763,7 +789,10 @@ impl TaskManager {
         if partitions.is_empty() {
             return;
         }
-        if let Err(e) = self.commit_with(consumer, true) {
+        // No forced checkpoint: most suspended tasks resume here after the
+        // rebalance; one that moves away checkpoints when it is closed.
+        let committed = self.commit_with(consumer, false);
+        if let Err(e) = committed {
             warn!(thread = %self.ctx.name, "commit before revocation failed ({e}); the uncommitted records will be processed again");
             if self.collector.is_transactional() {
                 // The tasks' stores hold the aborted transaction's writes:
@@ -826,13 +855,16 @@ impl TaskManager {
             let t = self.suspended.remove(&id).expect("listed");
             Self::close_task(t, true);
         }
-        // A standby that becomes active here hands its directory (and its
-        // state, current to its last position) to the active task.
+        // A standby that becomes active here hands its stores (open, and
+        // current to its last position) to the active task.
         let standby_wanted = self.assigned_standbys(consumer);
+        let mut promoted = BTreeMap::new();
         for id in wanted.keys() {
             if self.standbys.ids().contains(id) {
                 info!(thread = %self.ctx.name, task = %id, "standby task promoted to active");
-                self.standbys.close(&self.ctx, *id);
+                if let Some(p) = self.standbys.promote(&self.ctx, *id) {
+                    promoted.insert(*id, p);
+                }
             }
         }
         let mut gained = Vec::new();
@@ -848,7 +880,7 @@ impl TaskManager {
                 self.tasks.insert(id, t);
                 continue;
             }
-            match self.create_task(id, &parts) {
+            match self.create_task(id, &parts, promoted.remove(&id)) {
                 Ok(t) => {
                     gained.push(id);
                     created.push(t);
@@ -926,7 +958,7 @@ impl TaskManager {
         let ids: Vec<TaskId> = self.pending.keys().copied().collect();
         for id in ids {
             let parts = self.pending[&id].clone();
-            match self.create_task(id, &parts) {
+            match self.create_task(id, &parts, None) {
                 Ok(t) => {
                     self.pending.remove(&id);
                     let mut created = [t];
