@@ -191,7 +191,7 @@ pub struct Drained {
 
 /// A partition's queue, created on first use (no allocation when it exists).
 fn queue_in<'a>(
-    queues: &'a mut HashMap<String, Vec<PartitionQueue>>,
+    queues: &'a mut TopicQueues,
     topic: &str,
     partition: i32,
 ) -> &'a mut PartitionQueue {
@@ -209,9 +209,13 @@ fn queue_in<'a>(
 /// Batches of one partition in flight at once (see the module header).
 const MAX_IN_FLIGHT_PER_PARTITION: usize = 1;
 
+/// Queues by topic (FxHash: topic names are the app's own, and the map is
+/// looked up for every record).
+type TopicQueues = HashMap<String, Vec<PartitionQueue>, rustc_hash::FxBuildHasher>;
+
 pub struct Accumulator {
     /// Queues by topic, then partition (looked up without allocating).
-    queues: HashMap<String, Vec<PartitionQueue>>,
+    queues: TopicQueues,
     pub buffer_used: usize,
     incomplete: BTreeSet<u64>,
     next_id: u64,
@@ -232,7 +236,7 @@ pub struct Accumulator {
 impl Accumulator {
     pub fn new(idempotent: bool) -> Self {
         Self {
-            queues: HashMap::new(),
+            queues: TopicQueues::default(),
             buffer_used: 0,
             incomplete: BTreeSet::new(),
             next_id: 1,

@@ -332,18 +332,22 @@ impl Producer {
                 detail: "empty topic name".into(),
             });
         }
-        // A transactional producer sends only inside a transaction: say so
-        // before waiting for metadata (checked again when appending).
-        if cfg.transactional_id.is_some() {
-            if let Some(t) = &self.inner.lock().txn {
-                t.check_send()?;
-            }
-        }
-        let started = Instant::now();
+        // `max.block.ms` counts from here, but the clock is read only when
+        // something may block (per record it is measurable).
+        let mut started: Option<Instant> = None;
         // The metadata snapshot is shared, not copied: sending must not
         // allocate per record beyond the record itself.
         let mut meta = self.inner.cluster.metadata();
         if meta.topic(&record.topic).is_none() {
+            started = Some(Instant::now());
+            // A transactional producer sends only inside a transaction: say
+            // so before waiting for metadata (checked again when appending,
+            // under the same lock as the append).
+            if cfg.transactional_id.is_some() {
+                if let Some(t) = &self.inner.lock().txn {
+                    t.check_send()?;
+                }
+            }
             block_on(
                 "Producer::send",
                 self.inner
@@ -395,9 +399,9 @@ impl Producer {
             },
         };
         // Back-pressure: wait for buffer memory up to max.block.ms.
-        let deadline = started + cfg.max_block;
         while acc.buffer_used + size > cfg.buffer_memory {
             let now = Instant::now();
+            let deadline = *started.get_or_insert(now) + cfg.max_block;
             if now >= deadline {
                 return Err(Error::Timeout {
                     what: format!(
