@@ -60,22 +60,25 @@ pub(crate) fn open(
         task: task.to_string(),
         source: e,
     };
-    let mut out = OpenedState {
-        stores: Stores::new(),
-        lock: None,
-        dir: None,
-        restore: Vec::new(),
-        persistent: false,
-    };
     if st.stores.is_empty() {
-        return Ok(out);
+        return adopt(
+            topology,
+            task,
+            application_id,
+            Vec::new(),
+            None,
+            None,
+            cache_budget,
+            exactly_once,
+        );
     }
     let dir = task_dir(state_dir, application_id, task);
-    out.lock = Some(TaskDirLock::acquire(&dir).map_err(state_err)?);
+    let lock = TaskDirLock::acquire(&dir).map_err(state_err)?;
     let (checkpoint, corrupt) = read_checkpoint(&dir).map_err(state_err)?;
     if let Some(e) = corrupt {
         tracing::warn!(task = %task, "{e}; wiping the task's stores and restoring them in full");
     }
+    let mut opened = Vec::with_capacity(st.stores.len());
     for name in &st.stores {
         let def = &topology.stores[name];
         let backend = def.backend.unwrap_or(default_backend);
@@ -85,23 +88,22 @@ pub(crate) fn open(
             .persistent()
             .then(|| checkpoint.offsets.get(&changelog).copied())
             .flatten();
-        let opened = OpenStore {
+        opened.push(OpenStore {
             name: name.clone(),
             store,
             checkpointed,
-        };
-        add_store(
-            topology,
-            task,
-            application_id,
-            opened,
-            cache_budget,
-            exactly_once,
-            &mut out,
-        )?;
+        });
     }
-    out.dir = Some(dir);
-    Ok(out)
+    adopt(
+        topology,
+        task,
+        application_id,
+        opened,
+        Some(lock),
+        Some(dir),
+        cache_budget,
+        exactly_once,
+    )
 }
 
 /// One store as opened, before the task's wrappers.
@@ -113,10 +115,12 @@ pub(crate) struct OpenStore {
     pub checkpointed: Option<i64>,
 }
 
-/// Adopts the stores a standby task kept current (KIP-441's promotion
-/// without closing them): the same wrappers as [`open`], each logged store
-/// restoring from the standby's position, so only the tail is read.
-/// `stores` must be every store of the task's sub-topology.
+/// Wraps a task's opened stores for processing (transactional under EOS,
+/// cached where defined) and plans each logged store's restoration from
+/// its `checkpointed` offset. [`open`] ends here; so does a standby's
+/// promotion (KIP-441), whose stores, still open, restore from the
+/// standby's positions, so only the tail is read. `stores` must be every
+/// store of the task's sub-topology.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn adopt(
     topology: &Topology,
