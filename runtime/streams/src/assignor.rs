@@ -708,12 +708,8 @@ impl PartitionAssignor for StreamsAssignor {
             members: Vec::new(),
             errors,
             shutdown_requested,
-            next_probing_rebalance_ms: (placed.warmups > 0).then(|| {
-                let now = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_millis() as i64);
-                now + self.probing_interval_ms
-            }),
+            next_probing_rebalance_ms: (placed.warmups > 0)
+                .then(|| crate::timestamp::now_ms() + self.probing_interval_ms),
         };
         for s in &subs {
             let mine = &placed.active[&s.member_id];

@@ -361,7 +361,7 @@ async fn instances(
             });
             // How long each unreachable instance has been down, as seen
             // from here (the dashboard shows it with the removal command).
-            let now = crate::task_manager::now_ms();
+            let now = crate::timestamp::now_ms();
             let mut since = inner.unreachable_since();
             since.retain(|pid, _| {
                 view.instances

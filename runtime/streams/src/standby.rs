@@ -229,13 +229,20 @@ impl Standbys {
     /// Its stores leave the queryable set first: a handle left there would
     /// keep RocksDB open under the next owner of the directory.
     pub fn close(&mut self, ctx: &ThreadContext, id: TaskId) {
-        self.pending.remove(&id);
-        lock(&ctx.shared.standby_queryable).remove(&id);
-        if let Some(mut t) = self.tasks.remove(&id) {
+        if let Some(mut t) = self.detach(ctx, id) {
             t.checkpoint(true);
-            self.reading = false;
             info!(task = %id, "standby task closed");
         }
+    }
+
+    /// Removes a standby from this thread (open or pending): out of the
+    /// queryable set first, and the restore consumer reassigned without it.
+    fn detach(&mut self, ctx: &ThreadContext, id: TaskId) -> Option<StandbyTask> {
+        self.pending.remove(&id);
+        lock(&ctx.shared.standby_queryable).remove(&id);
+        let t = self.tasks.remove(&id)?;
+        self.reading = false;
+        Some(t)
     }
 
     /// Takes a standby that becomes active on this thread: its stores,
@@ -244,10 +251,7 @@ impl Standbys {
     /// is no such standby, or its stores are still shared (it is closed,
     /// checkpointed, and the active task opens the directory again).
     pub fn promote(&mut self, ctx: &ThreadContext, id: TaskId) -> Option<Promoted> {
-        self.pending.remove(&id);
-        lock(&ctx.shared.standby_queryable).remove(&id);
-        let mut t = self.tasks.remove(&id)?;
-        self.reading = false;
+        let mut t = self.detach(ctx, id)?;
         if t.stores.values().any(|h| !h.store.is_unshared()) {
             t.checkpoint(true);
             info!(task = %id, "standby task closed (a query still holds its stores)");

@@ -18,8 +18,9 @@ use rill_client::TopicPartition;
 
 use crate::error::Result;
 use crate::processor_context::PunctuationType;
-use crate::task_manager::{now_ms, Running};
+use crate::task_manager::Running;
 use crate::thread_state::ThreadShared;
+use crate::timestamp::now_ms;
 
 /// Runs tasks for one stream thread.
 pub(crate) struct TaskExecutor {

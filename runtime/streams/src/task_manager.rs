@@ -37,7 +37,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use rill_client::{Consumer, ConsumerRecord, OffsetAndMetadata, Producer, TopicPartition};
 use rill_state::cache::CacheBudget;
@@ -54,6 +54,7 @@ use crate::state_manager::RestorePlan;
 use crate::task::{StreamTask, TaskState};
 use crate::task_id::TaskId;
 use crate::thread_state::{lock, RestoreMetrics, StoreLag, ThreadContext, ThreadState};
+use crate::timestamp::now_ms;
 
 /// A commit writes a checkpoint (flushing the stores' memtables first) only
 /// once the changelogs moved this far past the last one, or when the task
@@ -94,12 +95,6 @@ impl ActiveTask {
             warn!(task = %self.task.id, "ignoring task transition {:?} -> {next:?}", self.state);
         }
     }
-}
-
-pub(crate) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// Owns the thread's tasks (Kafka's `TaskManager`).
@@ -738,10 +733,10 @@ impl TaskManager {
 
     /// Writes a task's checkpoint once its changelogs moved `threshold`
     /// past the last one (any distance when `enforce`), stores flushed
-    /// first.
-    fn checkpoint_task(t: &mut ActiveTask, enforce: bool, threshold: i64) {
+    /// first; whether it flushed them.
+    fn checkpoint_task(t: &mut ActiveTask, enforce: bool, threshold: i64) -> bool {
         let (true, Some(dir)) = (t.persistent, &t.dir) else {
-            return;
+            return false;
         };
         let delta: i64 = t
             .changelog_end
@@ -749,12 +744,12 @@ impl TaskManager {
             .map(|(tp, end)| end - t.checkpointed.get(tp).copied().unwrap_or(0))
             .sum();
         if delta == 0 || (!enforce && delta < threshold) {
-            return;
+            return false;
         }
         // The stores must hold what the checkpoint claims before it says so.
         if let Err(e) = t.task.flush_stores() {
             warn!(task = %t.task.id, "could not flush the stores, no checkpoint: {e}");
-            return;
+            return false;
         }
         let cp = Checkpoint {
             offsets: t.changelog_end.clone(),
@@ -763,6 +758,7 @@ impl TaskManager {
             Ok(()) => t.checkpointed = t.changelog_end.clone(),
             Err(e) => warn!(task = %t.task.id, "could not write the checkpoint: {e}"),
         }
+        true
     }
 
     /// Closes a task; `clean` (its last commit succeeded): stores flushed
@@ -775,8 +771,7 @@ impl TaskManager {
         }
         t.transition(TaskState::Closed);
         t.task.close();
-        if clean {
-            Self::checkpoint_task(&mut t, true, 0);
+        if clean && !Self::checkpoint_task(&mut t, true, 0) {
             if let Err(e) = t.task.flush_stores() {
                 warn!(task = %t.task.id, "flushing stores on close failed: {e}");
             }

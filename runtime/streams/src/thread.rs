@@ -315,7 +315,7 @@ impl StreamThread {
         else {
             return Ok(false);
         };
-        if crate::task_manager::now_ms() < at || self.probed_at_ms == Some(at) {
+        if crate::timestamp::now_ms() < at || self.probed_at_ms == Some(at) {
             return Ok(false);
         }
         let member_id = self.consumer.group_metadata().map(|g| g.member_id);

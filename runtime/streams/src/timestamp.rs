@@ -82,10 +82,15 @@ pub struct WallclockTimestampExtractor;
 
 impl TimestampExtractor for WallclockTimestampExtractor {
     fn extract(&self, _: &ConsumerRecord, _: i64) -> Result<i64, String> {
-        Ok(std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64))
+        Ok(now_ms())
     }
+}
+
+/// Wall-clock milliseconds since the Unix epoch (0 before it).
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// A shareable extractor.
