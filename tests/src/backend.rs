@@ -188,6 +188,36 @@ wait $pid
 wait $pid
 "#;
 
+/// A new KRaft cluster id as Kafka's `Uuid.toString()` writes it (URL-safe
+/// base64 of 16 random bytes, unpadded). Kafka's `Uuid.randomUuid()` draws
+/// again while the string starts with '-': the tools' argument parser would
+/// take it for an option (seen here once: "argument --cluster-id/-t:
+/// expected one argument").
+fn kafka_cluster_id() -> String {
+    std::iter::repeat_with(|| {
+        use std::fmt::Write;
+        let u = uuid::Uuid::new_v4();
+        let mut s = String::new();
+        let table = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+        let mut bits = 0u32;
+        let mut n = 0;
+        for b in u.as_bytes() {
+            bits = (bits << 8) | *b as u32;
+            n += 8;
+            while n >= 6 {
+                n -= 6;
+                let _ = s.write_char(table[((bits >> n) & 63) as usize] as char);
+            }
+        }
+        if n > 0 {
+            let _ = s.write_char(table[((bits << (6 - n)) & 63) as usize] as char);
+        }
+        s
+    })
+    .find(|s| !s.starts_with('-'))
+    .expect("an endless supply of ids")
+}
+
 /// A single-node Apache Kafka (KRaft, combined broker+controller).
 pub struct ApacheKafka {
     child: Option<Child>,
@@ -230,10 +260,35 @@ impl ApacheKafka {
     }
 
     pub fn start_with(opts: KafkaOptions) -> io::Result<Self> {
-        let cp = kafka_classpath()?;
-        let dir = tempfile::Builder::new().prefix("rill-kafka-").tempdir()?;
         let broker_port = free_port();
         let controller_port = free_port();
+        let voters = format!("1@127.0.0.1:{controller_port}");
+        let mut k = Self::prepare(
+            &opts,
+            &kafka_cluster_id(),
+            1,
+            &voters,
+            broker_port,
+            controller_port,
+        )?;
+        k.child = Some(k.spawn()?);
+        k.wait_ready(Duration::from_secs(90))?;
+        Ok(k)
+    }
+
+    /// Writes one KRaft node's `server.properties` (broker and controller
+    /// roles, `voters` the quorum), formats its data directory with
+    /// `cluster_id`; the node is not started.
+    fn prepare(
+        opts: &KafkaOptions,
+        cluster_id: &str,
+        node_id: i32,
+        voters: &str,
+        broker_port: u16,
+        controller_port: u16,
+    ) -> io::Result<Self> {
+        let cp = kafka_classpath()?;
+        let dir = tempfile::Builder::new().prefix("rill-kafka-").tempdir()?;
         let extra: String = opts
             .extra_listeners
             .iter()
@@ -246,11 +301,8 @@ impl ApacheKafka {
             .collect();
         let mut props = vec![
             ("process.roles", "broker,controller".to_string()),
-            ("node.id", "1".into()),
-            (
-                "controller.quorum.voters",
-                format!("1@127.0.0.1:{controller_port}"),
-            ),
+            ("node.id", node_id.to_string()),
+            ("controller.quorum.voters", voters.to_string()),
             (
                 "listeners",
                 format!(
@@ -300,33 +352,6 @@ impl ApacheKafka {
             "status = warn\nappender.out.type = Console\nappender.out.name = OUT\nappender.out.layout.type = PatternLayout\n\
              appender.out.layout.pattern = [%d] %p %m (%c)%n\nrootLogger.level = INFO\nrootLogger.appenderRef.out.ref = OUT\n",
         )?;
-        // Kafka's Uuid.randomUuid() draws again while the string starts with
-        // '-': the tools' argument parser would take it for an option (seen
-        // here once: "argument --cluster-id/-t: expected one argument").
-        let cluster_id = std::iter::repeat_with(|| {
-            use std::fmt::Write;
-            let u = uuid::Uuid::new_v4();
-            // Kafka's Uuid.toString(): URL-safe base64 of the 16 bytes, unpadded.
-            let mut s = String::new();
-            let table = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-            let bytes = u.as_bytes();
-            let mut bits = 0u32;
-            let mut n = 0;
-            for b in bytes {
-                bits = (bits << 8) | *b as u32;
-                n += 8;
-                while n >= 6 {
-                    n -= 6;
-                    let _ = s.write_char(table[((bits >> n) & 63) as usize] as char);
-                }
-            }
-            if n > 0 {
-                let _ = s.write_char(table[((bits << (6 - n)) & 63) as usize] as char);
-            }
-            s
-        })
-        .find(|s| !s.starts_with('-'))
-        .expect("an endless supply of ids");
         let log4j_opt = format!("-Dlog4j2.configurationFile={}", log4j.display());
         run(
             Command::new("java")
@@ -337,7 +362,7 @@ impl ApacheKafka {
                     "kafka.tools.StorageTool",
                     "format",
                     "-t",
-                    &cluster_id,
+                    cluster_id,
                     "-c",
                 ])
                 .arg(&props_path)
@@ -357,15 +382,13 @@ impl ApacheKafka {
             .map(String::from),
         );
         java_args.push(props_path.display().to_string());
-        let mut k = Self {
+        let k = Self {
             child: None,
             java_args,
             bootstrap: format!("127.0.0.1:{broker_port}"),
             log: dir.path().join("kafka.log"),
             _dir: dir,
         };
-        k.child = Some(k.spawn()?);
-        k.wait_ready(Duration::from_secs(90))?;
         Ok(k)
     }
 
@@ -405,6 +428,15 @@ impl ApacheKafka {
                 std::thread::sleep(Duration::from_millis(100));
             }
             let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills the JVM without a shutdown (SIGKILL, sent by its guard when
+    /// our end of the guard's stdin closes).
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            drop(child.stdin.take());
             let _ = child.wait();
         }
     }
@@ -462,6 +494,124 @@ impl ApacheKafka {
 impl Drop for ApacheKafka {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// A multi-node Apache Kafka KRaft cluster on loopback for fault scenarios:
+/// every node is broker and controller (a quorum of all nodes, so any one
+/// can be down), replication factor 3 and `min.insync.replicas=2` for every
+/// topic including `__consumer_offsets` (as production clusters run), heaps
+/// sized for a 2-core machine. Nodes are stopped (SIGTERM), killed
+/// (SIGKILL) and started again by node id, on the same data and ports.
+pub struct KafkaCluster {
+    /// Node `i + 1` at index `i`.
+    nodes: Vec<ApacheKafka>,
+}
+
+impl KafkaCluster {
+    pub fn start(count: usize) -> io::Result<Self> {
+        let ports: Vec<(u16, u16)> = (0..count).map(|_| (free_port(), free_port())).collect();
+        let voters = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, c))| format!("{}@127.0.0.1:{c}", i + 1))
+            .collect::<Vec<_>>()
+            .join(",");
+        let rf = count.min(3).to_string();
+        let min_isr = count.min(3).saturating_sub(1).max(1).to_string();
+        let opts = KafkaOptions {
+            heap: vec!["-Xmx512m".into(), "-Xms512m".into()],
+            properties: [
+                ("default.replication.factor", rf.as_str()),
+                ("min.insync.replicas", min_isr.as_str()),
+                ("offsets.topic.replication.factor", rf.as_str()),
+                // Fewer than Kafka's 50: each is a replicated log to load.
+                ("offsets.topic.num.partitions", "10"),
+                ("transaction.state.log.replication.factor", rf.as_str()),
+                ("transaction.state.log.min.isr", min_isr.as_str()),
+                ("transaction.state.log.num.partitions", "10"),
+                ("share.coordinator.state.topic.replication.factor", rf.as_str()),
+                ("share.coordinator.state.topic.min.isr", min_isr.as_str()),
+                // A bounced node gets its leaderships back within seconds
+                // (Kafka's default checks every 300 s), so each bounce of
+                // "the leader" hits a node that leads something.
+                ("leader.imbalance.check.interval.seconds", "5"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+            ..KafkaOptions::default()
+        };
+        let cluster_id = kafka_cluster_id();
+        let mut nodes = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (b, c))| ApacheKafka::prepare(&opts, &cluster_id, i as i32 + 1, &voters, *b, *c))
+            .collect::<io::Result<Vec<_>>>()?;
+        // The quorum needs a majority up before any node is ready.
+        for n in &mut nodes {
+            n.child = Some(n.spawn()?);
+        }
+        for n in &mut nodes {
+            n.wait_ready(Duration::from_secs(120))?;
+        }
+        Ok(Self { nodes })
+    }
+
+    /// Every node's address, comma-separated.
+    pub fn bootstrap(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| n.bootstrap.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// `(node id, address)` of every node, running or not.
+    pub fn nodes(&self) -> Vec<(i32, String)> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (i as i32 + 1, n.bootstrap.clone()))
+            .collect()
+    }
+
+    fn node(&mut self, id: i32) -> io::Result<&mut ApacheKafka> {
+        let count = self.nodes.len();
+        usize::try_from(id - 1)
+            .ok()
+            .and_then(|i| self.nodes.get_mut(i))
+            .ok_or_else(|| io::Error::other(format!("no node {id} (the cluster has {count})")))
+    }
+
+    /// Stops node `id`: SIGTERM and a controlled shutdown, or (`hard`)
+    /// SIGKILL.
+    pub fn stop_node(&mut self, id: i32, hard: bool) -> io::Result<()> {
+        let n = self.node(id)?;
+        if hard {
+            n.kill();
+        } else {
+            n.stop();
+        }
+        Ok(())
+    }
+
+    /// Starts node `id` again; returns once it answers Metadata.
+    pub fn start_node(&mut self, id: i32) -> io::Result<()> {
+        let n = self.node(id)?;
+        if n.child.is_some() {
+            return Err(io::Error::other(format!("node {id} is running")));
+        }
+        n.child = Some(n.spawn()?);
+        n.wait_ready(Duration::from_secs(120))
+    }
+
+    /// The last lines of node `id`'s log.
+    pub fn tail_log(&self, id: i32, lines: usize) -> String {
+        self.nodes
+            .get((id - 1).max(0) as usize)
+            .map(|n| n.tail_log(lines))
+            .unwrap_or_default()
     }
 }
 

@@ -10,6 +10,8 @@
 pub mod backend;
 pub mod client_scenarios;
 pub mod dsl_scenarios;
+pub mod fault_scenarios;
+pub mod net_proxy;
 pub mod operator_scenarios;
 pub mod proxy;
 pub mod rolling;

@@ -175,7 +175,8 @@ fn serve(mut client: TcpStream, state: Arc<State>) -> io::Result<()> {
         }
         let out = match api {
             ApiKey::Metadata | ApiKey::FindCoordinator => {
-                rewrite(&frame, api, version, corr, &state).unwrap_or_else(|| {
+                let me = Some((state.host.clone(), state.port));
+                rewrite_brokers(&frame, api, version, corr, &|_| me.clone()).unwrap_or_else(|| {
                     let mut o = BytesMut::new();
                     rill_protocol::frame::encode_frame(&mut o, &frame);
                     o
@@ -196,25 +197,35 @@ fn serve(mut client: TcpStream, state: Arc<State>) -> io::Result<()> {
     Ok(())
 }
 
-/// Points every broker address in an answer at the proxy.
-fn rewrite(frame: &Bytes, api: ApiKey, version: i16, corr: i32, state: &State) -> Option<BytesMut> {
+/// Rewrites the broker addresses in a Metadata or FindCoordinator answer:
+/// node `id` becomes `to(id)` (kept when `None`). `None` when the frame is
+/// not such an answer or does not decode.
+pub(crate) fn rewrite_brokers(
+    frame: &Bytes,
+    api: ApiKey,
+    version: i16,
+    corr: i32,
+    to: &dyn Fn(i32) -> Option<(String, i32)>,
+) -> Option<BytesMut> {
     let (_, mut body) = decode_response(frame.clone(), api, version).ok()?;
-    let host = StrBytes::from_string(state.host.clone());
+    let point = |node: i32, host: &mut StrBytes, port: &mut i32| {
+        if let Some((h, p)) = to(node) {
+            *host = StrBytes::from_string(h);
+            *port = p;
+        }
+    };
     match &mut body {
         ResponseKind::Metadata(m) => {
             for b in m.brokers.iter_mut() {
-                b.host = host.clone();
-                b.port = state.port;
+                point(b.node_id.0, &mut b.host, &mut b.port);
             }
         }
         ResponseKind::FindCoordinator(f) => {
             if f.port > 0 {
-                f.host = host.clone();
-                f.port = state.port;
+                point(f.node_id.0, &mut f.host, &mut f.port);
             }
             for c in f.coordinators.iter_mut() {
-                c.host = host.clone();
-                c.port = state.port;
+                point(c.node_id.0, &mut c.host, &mut c.port);
             }
         }
         _ => return None,

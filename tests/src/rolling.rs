@@ -31,7 +31,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rill_client::{Consumer, Producer, ProducerRecord, TopicPartition};
 
-use crate::client_scenarios::{admin, config, create_topic};
+use crate::client_scenarios::{admin, config};
 use crate::unique_topic;
 
 /// Which runtime runs the app.
@@ -91,6 +91,11 @@ pub struct RollConfig {
     /// Stop the first round's instances cleanly whatever `stop` says (their
     /// stores get checkpoints), so later rounds show what a crash costs.
     pub clean_first_round: bool,
+    /// Replication factor of the input and output topics.
+    pub replication_factor: i16,
+    /// Bootstrap address of each instance's app, if not the harness's own
+    /// (e.g. through a per-instance fault proxy); index = instance.
+    pub instance_bootstrap: Vec<String>,
 }
 
 impl RollConfig {
@@ -111,6 +116,8 @@ impl RollConfig {
             exactly_once: false,
             preload: 0,
             clean_first_round: false,
+            replication_factor: 1,
+            instance_bootstrap: Vec::new(),
         }
     }
 }
@@ -145,7 +152,8 @@ impl RollReport {
     }
 }
 
-fn now_ms() -> i64 {
+/// Wall-clock milliseconds since the epoch (record timestamps, arrivals).
+pub fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
@@ -165,9 +173,14 @@ struct Names {
 }
 
 fn spawn(cfg: &RollConfig, n: &Names, state_dir: &Path, index: usize) -> Instance {
+    let bootstrap = cfg
+        .instance_bootstrap
+        .get(index)
+        .unwrap_or(&n.bootstrap)
+        .clone();
     let mut args: Vec<String> = vec![
         "--bootstrap".into(),
-        n.bootstrap.clone(),
+        bootstrap,
         "--application-id".into(),
         n.app.clone(),
         "--input".into(),
@@ -217,11 +230,24 @@ fn spawn(cfg: &RollConfig, n: &Names, state_dir: &Path, index: usize) -> Instanc
         .expect("app starts");
     let stdout = child.stdout.take().expect("piped");
     let (tx, rx) = crossbeam_channel::unbounded();
+    // `RILL_APP_LOG_DIR=DIR` (with `RUST_LOG` for Rill's app) keeps each
+    // instance's output in `DIR/<application id>-i<k>.log`, for diagnosis.
+    let mut log = std::env::var_os("RILL_APP_LOG_DIR").and_then(|d| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(Path::new(&d).join(format!("{}-i{index}.log", n.app)))
+            .ok()
+    });
     std::thread::spawn(move || {
         for line in std::io::BufReader::new(stdout)
             .lines()
             .map_while(|l| l.ok())
         {
+            if let Some(f) = log.as_mut() {
+                use std::io::Write;
+                let _ = writeln!(f, "{} {line}", now_ms());
+            }
             let _ = tx.send(line);
         }
     });
@@ -371,297 +397,476 @@ fn observe(admin: &rill_client::Admin, group: &str, input: &str) -> Option<Group
 
 /// Runs one roll and reports what an outsider saw.
 pub fn roll(bootstrap: &str, cfg: &RollConfig) -> RollReport {
-    let n = Names {
-        bootstrap: bootstrap.to_string(),
-        app: unique_topic("roll"),
-        input: unique_topic("roll-in"),
-        output: unique_topic("roll-out"),
-    };
-    create_topic(bootstrap, &n.input, cfg.partitions);
-    create_topic(bootstrap, &n.output, cfg.partitions);
-    if cfg.preload > 0 {
-        let p = Producer::new(&config(bootstrap, &[])).expect("producer");
-        let sent: Vec<_> = (0..cfg.preload)
-            .map(|seq| {
-                p.send(
-                    ProducerRecord::new(n.input.clone())
-                        .key(format!("k{}", seq % 60))
-                        .value(format!("seq-{seq}"))
-                        .timestamp(now_ms()),
-                )
-                .expect("preload send")
-            })
-            .collect();
-        p.flush().expect("preload flush");
-        for d in sent {
-            d.wait().expect("preload delivery");
-        }
-    }
-    let dirs: Vec<tempfile::TempDir> = (0..cfg.instances)
-        .map(|_| tempfile::tempdir().unwrap())
-        .collect();
-    let mut instances: Vec<Instance> = (0..cfg.instances)
-        .map(|i| spawn(cfg, &n, dirs[i].path(), i))
-        .collect();
-    for (i, inst) in instances.iter().enumerate() {
-        assert!(
-            inst.await_running(Duration::from_secs(120)).is_some(),
-            "instance {i} never reached RUNNING"
-        );
-    }
-
-    // The generator: fixed rate, keyed, sequence-numbered.
-    let stop_gen = Arc::new(AtomicBool::new(false));
-    let produced = Arc::new(AtomicU64::new(0));
-    let generator = {
-        let (stop, produced) = (stop_gen.clone(), produced.clone());
-        let (bootstrap, input, rate) = (n.bootstrap.clone(), n.input.clone(), cfg.rate);
-        let first = cfg.preload;
-        std::thread::spawn(move || {
-            let p = Producer::new(&config(&bootstrap, &[("linger.ms", "0")])).expect("producer");
-            let start = Instant::now();
-            let mut seq = first;
-            while !stop.load(Ordering::Acquire) {
-                let due = start + Duration::from_micros((seq - first) * 1_000_000 / rate);
-                if let Some(wait) = due.checked_duration_since(Instant::now()) {
-                    std::thread::sleep(wait);
-                }
-                // A failed send would look like a lost record: fail loudly.
-                p.send_with_callback(
-                    ProducerRecord::new(input.clone())
-                        .key(format!("k{}", seq % 60))
-                        .value(format!("seq-{seq}"))
-                        .timestamp(now_ms()),
-                    move |r| {
-                        if let Err(e) = r {
-                            panic!("the generator's send of seq-{seq} failed: {e}");
-                        }
-                    },
-                )
-                .expect("send");
-                seq += 1;
-                produced.store(seq, Ordering::Release);
-            }
-            p.flush().expect("flush");
-        })
-    };
-
-    // The output reader: arrivals per partition, latencies, sequence numbers.
-    let stop_read = Arc::new(AtomicBool::new(false));
-    let seen: Arc<Mutex<Seen>> = Arc::default();
-    let reader = {
-        let (stop, seen) = (stop_read.clone(), seen.clone());
-        let (bootstrap, output, parts, topo) = (
-            n.bootstrap.clone(),
-            n.output.clone(),
-            cfg.partitions,
-            cfg.topology,
-        );
-        let isolation = if cfg.exactly_once {
-            "read_committed"
-        } else {
-            "read_uncommitted"
-        };
-        std::thread::spawn(move || {
-            let mut c = Consumer::new(&config(&bootstrap, &[("isolation.level", isolation)]))
-                .expect("consumer");
-            let tps: Vec<TopicPartition> = (0..parts)
-                .map(|p| TopicPartition::new(output.clone(), p))
-                .collect();
-            c.assign(&tps).unwrap();
-            c.seek_to_beginning(&tps).unwrap();
-            while !stop.load(Ordering::Acquire) {
-                let records = c.poll(Duration::from_millis(50)).expect("poll");
-                let at = now_ms();
-                let mut s = seen.lock().unwrap();
-                for r in records {
-                    let text = |b: Option<&[u8]>| {
-                        b.map(|b| String::from_utf8_lossy(b).into_owned())
-                            .unwrap_or_default()
-                    };
-                    let seq_text = match topo {
-                        AppTopology::Passthrough => text(r.value.as_deref()),
-                        AppTopology::WordCount => text(r.key.as_deref()),
-                        AppTopology::Aggregate => {
-                            s.aggregates
-                                .insert(text(r.key.as_deref()), text(r.value.as_deref()));
-                            String::new()
-                        }
-                    };
-                    if let Some(seq) = seq_text
-                        .strip_prefix("seq-")
-                        .and_then(|x| x.parse::<u64>().ok())
-                    {
-                        *s.seqs.entry(seq).or_default() += 1;
-                    }
-                    s.latencies.push(at - r.timestamp);
-                    s.arrivals.entry(r.partition).or_default().push(at);
-                }
-            }
-        })
-    };
-
-    // The observer: group state and partition owners every 50 ms.
-    let stop_obs = Arc::new(AtomicBool::new(false));
-    let left_stable = Arc::new(AtomicU64::new(0));
-    let observer = {
-        let (stop, left) = (stop_obs.clone(), left_stable.clone());
-        let (bootstrap, app, input) = (n.bootstrap.clone(), n.app.clone(), n.input.clone());
-        std::thread::spawn(move || {
-            let admin = admin(&bootstrap);
-            let mut last = String::from("Stable");
-            let mut last_dynamic: Option<std::collections::BTreeSet<String>> = None;
-            while !stop.load(Ordering::Acquire) {
-                if let Some(GroupView { state, dynamic, .. }) = observe(&admin, &app, &input) {
-                    // A rebalance is the group leaving Stable; one too short
-                    // for a 50 ms poll still shows: dynamic members only come
-                    // and go through a rebalance (static replacements keep
-                    // their instance id and are not counted).
-                    let changed = last_dynamic.as_ref().is_some_and(|d| *d != dynamic);
-                    if last == "Stable" && (state != "Stable" || changed) {
-                        left.fetch_add(1, Ordering::AcqRel);
-                    }
-                    last = state;
-                    last_dynamic = Some(dynamic);
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        })
-    };
-
-    // The group as the harness checks it between restarts.
-    let group_admin = admin(bootstrap);
-    let stable = |a: &rill_client::Admin| {
-        observe(a, &n.app, &n.input)
-            .is_some_and(|v| v.state == "Stable" && v.owners.len() == cfg.partitions as usize)
-    };
-    let owners_now = |a: &rill_client::Admin| observe(a, &n.app, &n.input).map(|v| v.owners);
-
-    // Let everything flow before the roll starts.
-    let settled = crate::client_scenarios::wait_until(Duration::from_secs(120), || {
-        seen.lock().unwrap().progress() > cfg.preload + 100 && stable(&group_admin)
-    });
-    assert!(settled, "the app never processed steadily before the roll");
-    let gap_window_start = now_ms();
-    left_stable.store(0, Ordering::Release);
-
-    let mut report = RollReport::default();
+    let mut d = Deployment::start(bootstrap, cfg);
     for round in 0..cfg.rounds {
-        let before = owners_now(&group_admin);
         let stop = if round == 0 && cfg.clean_first_round {
             StopMode::Clean
         } else {
             cfg.stop
         };
-        for i in 0..cfg.instances {
-            instances[i].stop(stop);
-            let restarted = Instant::now();
-            instances[i] = spawn(cfg, &n, dirs[i].path(), i);
-            let restored = instances[i]
-                .await_running(Duration::from_secs(120))
-                .unwrap_or_else(|| panic!("instance {i} did not come back"));
-            report
-                .restart_to_running_ms
-                .push(restarted.elapsed().as_millis() as u64);
-            // Until it processes again: new output arrives.
-            let mark = seen.lock().unwrap().progress();
-            crate::client_scenarios::wait_until(Duration::from_secs(30), || {
-                seen.lock().unwrap().progress() > mark + 20
-            });
-            report
-                .restored_per_restart
-                .push(restored + instances[i].drain_restored());
-        }
-        // Owners once the group is stable again.
-        crate::client_scenarios::wait_until(Duration::from_secs(60), || stable(&group_admin));
-        let after = owners_now(&group_admin);
-        let moves = match (before, after) {
-            (Some(b), Some(a)) => (0..cfg.partitions).filter(|p| b.get(p) != a.get(p)).count(),
-            _ => cfg.partitions as usize,
-        };
-        report.moves_per_round.push(moves);
+        d.roll_round(stop, |_, _| {});
     }
-    let gap_window_end = now_ms();
-    stop_gen.store(true, Ordering::Release);
-    generator.join().expect("generator");
-    let total = produced.load(Ordering::Acquire);
-    // Wait for the tail, then stop observing.
-    crate::client_scenarios::wait_until(Duration::from_secs(60), || {
-        let s = seen.lock().unwrap();
-        match cfg.topology {
-            AppTopology::Aggregate => s.progress() >= total,
-            _ => (0..total).all(|q| s.seqs.contains_key(&q)),
-        }
-    });
-    report.rebalances = left_stable.load(Ordering::Acquire) as usize;
-    stop_obs.store(true, Ordering::Release);
-    stop_read.store(true, Ordering::Release);
-    observer.join().expect("observer");
-    reader.join().expect("reader");
+    d.finish()
+}
 
-    let s = seen.lock().unwrap();
-    report.produced = total;
-    if cfg.topology == AppTopology::Aggregate {
-        let counted = s.progress();
-        report.lost = total.saturating_sub(counted);
-        report.duplicated = counted.saturating_sub(total);
-        report.aggregate_mismatches = (0..7u64)
-            .filter_map(|g| {
-                let seqs = (0..total).filter(|q| q % 7 == g);
-                let count = seqs.clone().count() as i64;
-                let want = if count == 0 {
-                    "0,-1,-1,0".to_string()
-                } else {
-                    let sum: i64 = seqs.clone().map(|q| q as i64).sum();
-                    let min = seqs.clone().min().unwrap_or(0);
-                    let max = seqs.max().unwrap_or(0);
-                    format!("{sum},{min},{max},{count}")
-                };
-                let key = format!("g{g}");
-                let got = s.aggregates.get(&key).cloned().unwrap_or_default();
-                (count > 0 && got != want).then(|| format!("{key}: {got} ({want})"))
-            })
-            .collect();
-    } else {
-        report.lost = (0..total).filter(|q| !s.seqs.contains_key(q)).count() as u64;
-        report.duplicated = s
-            .seqs
-            .values()
-            .map(|&c| u64::from(c.saturating_sub(1)))
-            .sum();
-    }
-    let mut lat = s.latencies.clone();
-    lat.sort_unstable();
-    let pct = |p: f64| -> u64 {
-        if lat.is_empty() {
-            return 0;
+/// A running app under observation: its topics, K instance processes, the
+/// fixed-rate generator, the output reader and the group observer. The roll
+/// above and the fault scenarios (`fault_scenarios`) drive it; `finish`
+/// stops the load, waits for the tail and reports.
+pub struct Deployment {
+    cfg: RollConfig,
+    n: Names,
+    dirs: Vec<tempfile::TempDir>,
+    instances: Vec<Instance>,
+    stop_gen: Arc<AtomicBool>,
+    produced: Arc<AtomicU64>,
+    generator: Option<std::thread::JoinHandle<()>>,
+    stop_read: Arc<AtomicBool>,
+    seen: Arc<Mutex<Seen>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+    stop_obs: Arc<AtomicBool>,
+    left_stable: Arc<AtomicU64>,
+    observer: Option<std::thread::JoinHandle<()>>,
+    group_admin: rill_client::Admin,
+    gap_window_start: i64,
+    /// Input partition owners once the app first ran steadily.
+    initial_owners: Option<BTreeMap<i32, String>>,
+    report: RollReport,
+}
+
+impl Deployment {
+    /// Creates the topics, preloads, starts every instance and the load, and
+    /// returns once the app processes steadily with a stable group.
+    pub fn start(bootstrap: &str, cfg: &RollConfig) -> Self {
+        let n = Names {
+            bootstrap: bootstrap.to_string(),
+            app: unique_topic("roll"),
+            input: unique_topic("roll-in"),
+            output: unique_topic("roll-out"),
+        };
+        let topics = admin(bootstrap);
+        for t in [&n.input, &n.output] {
+            topics
+                .create_topic(rill_client::admin::NewTopic::new(
+                    t.as_str(),
+                    cfg.partitions,
+                    cfg.replication_factor,
+                ))
+                .unwrap_or_else(|e| panic!("create {t}: {e}"));
         }
-        let i = ((lat.len() as f64 - 1.0) * p).round() as usize;
-        lat[i].max(0) as u64
-    };
-    report.latency_p50_ms = pct(0.50);
-    report.latency_p99_ms = pct(0.99);
-    report.latency_max_ms = lat.last().copied().unwrap_or(0).max(0) as u64;
-    report.max_gap_ms = s
-        .arrivals
-        .values()
-        .map(|arrivals| {
-            let mut w: Vec<i64> = arrivals
-                .iter()
-                .copied()
-                .filter(|t| (gap_window_start..=gap_window_end).contains(t))
+        if cfg.preload > 0 {
+            let p = Producer::new(&config(bootstrap, &[])).expect("producer");
+            let sent: Vec<_> = (0..cfg.preload)
+                .map(|seq| {
+                    p.send(
+                        ProducerRecord::new(n.input.clone())
+                            .key(format!("k{}", seq % 60))
+                            .value(format!("seq-{seq}"))
+                            .timestamp(now_ms()),
+                    )
+                    .expect("preload send")
+                })
                 .collect();
-            w.insert(0, gap_window_start);
-            w.push(gap_window_end);
-            w.windows(2).map(|x| x[1] - x[0]).max().unwrap_or(0).max(0) as u64
-        })
-        .max()
-        .unwrap_or(0);
-    drop(s);
-    for i in &mut instances {
-        i.stop(StopMode::Clean);
+            p.flush().expect("preload flush");
+            for d in sent {
+                d.wait().expect("preload delivery");
+            }
+        }
+        let dirs: Vec<tempfile::TempDir> = (0..cfg.instances)
+            .map(|_| tempfile::tempdir().unwrap())
+            .collect();
+        let instances: Vec<Instance> = (0..cfg.instances)
+            .map(|i| spawn(cfg, &n, dirs[i].path(), i))
+            .collect();
+        for (i, inst) in instances.iter().enumerate() {
+            assert!(
+                inst.await_running(Duration::from_secs(120)).is_some(),
+                "instance {i} never reached RUNNING"
+            );
+        }
+
+        // The generator: fixed rate, keyed, sequence-numbered.
+        let stop_gen = Arc::new(AtomicBool::new(false));
+        let produced = Arc::new(AtomicU64::new(0));
+        let generator = {
+            let (stop, produced) = (stop_gen.clone(), produced.clone());
+            let (bootstrap, input, rate) = (n.bootstrap.clone(), n.input.clone(), cfg.rate);
+            let first = cfg.preload;
+            std::thread::spawn(move || {
+                let p =
+                    Producer::new(&config(&bootstrap, &[("linger.ms", "0")])).expect("producer");
+                let start = Instant::now();
+                let mut seq = first;
+                while !stop.load(Ordering::Acquire) {
+                    let due = start + Duration::from_micros((seq - first) * 1_000_000 / rate);
+                    if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                        std::thread::sleep(wait);
+                    }
+                    // A failed send would look like a lost record: fail loudly.
+                    p.send_with_callback(
+                        ProducerRecord::new(input.clone())
+                            .key(format!("k{}", seq % 60))
+                            .value(format!("seq-{seq}"))
+                            .timestamp(now_ms()),
+                        move |r| {
+                            if let Err(e) = r {
+                                panic!("the generator's send of seq-{seq} failed: {e}");
+                            }
+                        },
+                    )
+                    .expect("send");
+                    seq += 1;
+                    produced.store(seq, Ordering::Release);
+                }
+                p.flush().expect("flush");
+            })
+        };
+
+        // The output reader: arrivals per partition, latencies, sequence numbers.
+        let stop_read = Arc::new(AtomicBool::new(false));
+        let seen: Arc<Mutex<Seen>> = Arc::default();
+        let reader = {
+            let (stop, seen) = (stop_read.clone(), seen.clone());
+            let (bootstrap, output, parts, topo) = (
+                n.bootstrap.clone(),
+                n.output.clone(),
+                cfg.partitions,
+                cfg.topology,
+            );
+            let isolation = if cfg.exactly_once {
+                "read_committed"
+            } else {
+                "read_uncommitted"
+            };
+            std::thread::spawn(move || {
+                let mut c = Consumer::new(&config(&bootstrap, &[("isolation.level", isolation)]))
+                    .expect("consumer");
+                let tps: Vec<TopicPartition> = (0..parts)
+                    .map(|p| TopicPartition::new(output.clone(), p))
+                    .collect();
+                c.assign(&tps).unwrap();
+                c.seek_to_beginning(&tps).unwrap();
+                while !stop.load(Ordering::Acquire) {
+                    let records = c.poll(Duration::from_millis(50)).expect("poll");
+                    let at = now_ms();
+                    let mut s = seen.lock().unwrap();
+                    for r in records {
+                        let text = |b: Option<&[u8]>| {
+                            b.map(|b| String::from_utf8_lossy(b).into_owned())
+                                .unwrap_or_default()
+                        };
+                        let seq_text = match topo {
+                            AppTopology::Passthrough => text(r.value.as_deref()),
+                            AppTopology::WordCount => text(r.key.as_deref()),
+                            AppTopology::Aggregate => {
+                                s.aggregates
+                                    .insert(text(r.key.as_deref()), text(r.value.as_deref()));
+                                String::new()
+                            }
+                        };
+                        if let Some(seq) = seq_text
+                            .strip_prefix("seq-")
+                            .and_then(|x| x.parse::<u64>().ok())
+                        {
+                            *s.seqs.entry(seq).or_default() += 1;
+                        }
+                        s.latencies.push(at - r.timestamp);
+                        s.arrivals.entry(r.partition).or_default().push(at);
+                    }
+                }
+            })
+        };
+
+        // The observer: group state and partition owners every 50 ms.
+        let stop_obs = Arc::new(AtomicBool::new(false));
+        let left_stable = Arc::new(AtomicU64::new(0));
+        let observer = {
+            let (stop, left) = (stop_obs.clone(), left_stable.clone());
+            let (bootstrap, app, input) = (n.bootstrap.clone(), n.app.clone(), n.input.clone());
+            std::thread::spawn(move || {
+                let admin = admin(&bootstrap);
+                let mut last = String::from("Stable");
+                let mut last_dynamic: Option<std::collections::BTreeSet<String>> = None;
+                while !stop.load(Ordering::Acquire) {
+                    if let Some(GroupView { state, dynamic, .. }) = observe(&admin, &app, &input) {
+                        // A rebalance is the group leaving Stable; one too short
+                        // for a 50 ms poll still shows: dynamic members only come
+                        // and go through a rebalance (static replacements keep
+                        // their instance id and are not counted).
+                        let changed = last_dynamic.as_ref().is_some_and(|d| *d != dynamic);
+                        if last == "Stable" && (state != "Stable" || changed) {
+                            left.fetch_add(1, Ordering::AcqRel);
+                        }
+                        last = state;
+                        last_dynamic = Some(dynamic);
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            })
+        };
+
+        let mut d = Self {
+            cfg: cfg.clone(),
+            group_admin: admin(bootstrap),
+            n,
+            dirs,
+            instances,
+            stop_gen,
+            produced,
+            generator: Some(generator),
+            stop_read,
+            seen,
+            reader: Some(reader),
+            stop_obs,
+            left_stable,
+            observer: Some(observer),
+            gap_window_start: 0,
+            initial_owners: None,
+            report: RollReport::default(),
+        };
+        // Let everything flow before anything is done to it.
+        let settled = crate::client_scenarios::wait_until(Duration::from_secs(120), || {
+            d.seen.lock().unwrap().progress() > cfg.preload + 100 && d.stable()
+        });
+        assert!(settled, "the app never processed steadily");
+        d.gap_window_start = now_ms();
+        d.initial_owners = d.owners();
+        d.left_stable.store(0, Ordering::Release);
+        d
     }
-    report
+
+    /// The app's consumer group (its `application.id`).
+    pub fn group(&self) -> &str {
+        &self.n.app
+    }
+
+    /// The input topic.
+    pub fn input(&self) -> &str {
+        &self.n.input
+    }
+
+    /// Stable, with every input partition owned.
+    pub fn stable(&self) -> bool {
+        observe(&self.group_admin, &self.n.app, &self.n.input).is_some_and(|v| {
+            v.state == "Stable" && v.owners.len() == self.cfg.partitions as usize
+        })
+    }
+
+    fn owners(&self) -> Option<BTreeMap<i32, String>> {
+        observe(&self.group_admin, &self.n.app, &self.n.input).map(|v| v.owners)
+    }
+
+    /// Input partitions whose owner differs from when the app first ran
+    /// steadily.
+    pub fn moves_since_start(&self) -> usize {
+        match (&self.initial_owners, self.owners()) {
+            (Some(b), Some(a)) => (0..self.cfg.partitions)
+                .filter(|p| b.get(p) != a.get(p))
+                .count(),
+            _ => self.cfg.partitions as usize,
+        }
+    }
+
+    /// Times the group left Stable since the app first ran steadily.
+    pub fn rebalances(&self) -> usize {
+        self.left_stable.load(Ordering::Acquire) as usize
+    }
+
+    /// Instances whose process has exited (a terminal error: the app exits
+    /// when it reaches ERROR).
+    pub fn exited(&mut self) -> Vec<String> {
+        self.instances
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, inst)| match inst.child.try_wait() {
+                Ok(Some(status)) => Some(format!("instance {i} exited ({status})")),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Waits until every output partition got a record after `since` (ms
+    /// since the epoch); the time that took from `since`, or `None` after
+    /// `within`.
+    pub fn await_output_everywhere(&self, since: i64, within: Duration) -> Option<Duration> {
+        let done = crate::client_scenarios::wait_until(within, || {
+            let s = self.seen.lock().unwrap();
+            (0..self.cfg.partitions).all(|p| {
+                s.arrivals
+                    .get(&p)
+                    .and_then(|a| a.last())
+                    .is_some_and(|t| *t > since)
+            })
+        });
+        done.then(|| Duration::from_millis((now_ms() - since).max(0) as u64))
+    }
+
+    /// Instance `i`'s resident set size (KiB, from /proc), 0 if unknown.
+    pub fn rss_kib(&self, i: usize) -> u64 {
+        let pid = self.instances[i].child.id();
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("VmRSS:"))
+                    .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            })
+            .unwrap_or(0)
+    }
+
+    /// The instances' state directories' total size (KiB).
+    pub fn state_dir_kib(&self) -> u64 {
+        fn size(p: &Path) -> u64 {
+            let Ok(entries) = std::fs::read_dir(p) else {
+                return 0;
+            };
+            entries
+                .filter_map(Result::ok)
+                .map(|e| match e.metadata() {
+                    Ok(m) if m.is_dir() => size(&e.path()),
+                    Ok(m) => m.len(),
+                    Err(_) => 0,
+                })
+                .sum()
+        }
+        self.dirs.iter().map(|d| size(d.path())).sum::<u64>() / 1024
+    }
+
+    /// Stops instance `i` (`stop`), starts it again and waits until it runs
+    /// and new output arrives.
+    pub fn restart(&mut self, i: usize, stop: StopMode) {
+        self.instances[i].stop(stop);
+        let restarted = Instant::now();
+        self.instances[i] = spawn(&self.cfg, &self.n, self.dirs[i].path(), i);
+        let restored = self.instances[i]
+            .await_running(Duration::from_secs(120))
+            .unwrap_or_else(|| panic!("instance {i} did not come back"));
+        self.report
+            .restart_to_running_ms
+            .push(restarted.elapsed().as_millis() as u64);
+        // Until it processes again: new output arrives.
+        let mark = self.seen.lock().unwrap().progress();
+        crate::client_scenarios::wait_until(Duration::from_secs(30), || {
+            self.seen.lock().unwrap().progress() > mark + 20
+        });
+        self.report
+            .restored_per_restart
+            .push(restored + self.instances[i].drain_restored());
+    }
+
+    /// One round of the roll: every instance restarted in turn (`between`
+    /// runs before instance `i` is stopped, e.g. to bounce a broker mid-roll),
+    /// then the moves once the group is stable again.
+    pub fn roll_round(&mut self, stop: StopMode, mut between: impl FnMut(&mut Self, usize)) {
+        let before = self.owners();
+        for i in 0..self.cfg.instances {
+            between(self, i);
+            self.restart(i, stop);
+        }
+        crate::client_scenarios::wait_until(Duration::from_secs(60), || self.stable());
+        let after = self.owners();
+        let moves = match (before, after) {
+            (Some(b), Some(a)) => (0..self.cfg.partitions)
+                .filter(|p| b.get(p) != a.get(p))
+                .count(),
+            _ => self.cfg.partitions as usize,
+        };
+        self.report.moves_per_round.push(moves);
+    }
+
+    /// Stops the load, waits for the tail, stops the app and reports.
+    pub fn finish(mut self) -> RollReport {
+        let cfg = self.cfg.clone();
+        let gap_window_end = now_ms();
+        self.stop_gen.store(true, Ordering::Release);
+        if let Some(g) = self.generator.take() {
+            g.join().expect("generator");
+        }
+        let total = self.produced.load(Ordering::Acquire);
+        // Wait for the tail, then stop observing.
+        crate::client_scenarios::wait_until(Duration::from_secs(60), || {
+            let s = self.seen.lock().unwrap();
+            match cfg.topology {
+                AppTopology::Aggregate => s.progress() >= total,
+                _ => (0..total).all(|q| s.seqs.contains_key(&q)),
+            }
+        });
+        let mut report = std::mem::take(&mut self.report);
+        report.rebalances = self.rebalances();
+        self.stop_obs.store(true, Ordering::Release);
+        self.stop_read.store(true, Ordering::Release);
+        if let Some(o) = self.observer.take() {
+            o.join().expect("observer");
+        }
+        if let Some(r) = self.reader.take() {
+            r.join().expect("reader");
+        }
+
+        let s = self.seen.lock().unwrap();
+        report.produced = total;
+        if cfg.topology == AppTopology::Aggregate {
+            let counted = s.progress();
+            report.lost = total.saturating_sub(counted);
+            report.duplicated = counted.saturating_sub(total);
+            report.aggregate_mismatches = (0..7u64)
+                .filter_map(|g| {
+                    let seqs = (0..total).filter(|q| q % 7 == g);
+                    let count = seqs.clone().count() as i64;
+                    let want = if count == 0 {
+                        "0,-1,-1,0".to_string()
+                    } else {
+                        let sum: i64 = seqs.clone().map(|q| q as i64).sum();
+                        let min = seqs.clone().min().unwrap_or(0);
+                        let max = seqs.max().unwrap_or(0);
+                        format!("{sum},{min},{max},{count}")
+                    };
+                    let key = format!("g{g}");
+                    let got = s.aggregates.get(&key).cloned().unwrap_or_default();
+                    (count > 0 && got != want).then(|| format!("{key}: {got} ({want})"))
+                })
+                .collect();
+        } else {
+            report.lost = (0..total).filter(|q| !s.seqs.contains_key(q)).count() as u64;
+            report.duplicated = s
+                .seqs
+                .values()
+                .map(|&c| u64::from(c.saturating_sub(1)))
+                .sum();
+        }
+        let mut lat = s.latencies.clone();
+        lat.sort_unstable();
+        let pct = |p: f64| -> u64 {
+            if lat.is_empty() {
+                return 0;
+            }
+            let i = ((lat.len() as f64 - 1.0) * p).round() as usize;
+            lat[i].max(0) as u64
+        };
+        report.latency_p50_ms = pct(0.50);
+        report.latency_p99_ms = pct(0.99);
+        report.latency_max_ms = lat.last().copied().unwrap_or(0).max(0) as u64;
+        let start = self.gap_window_start;
+        report.max_gap_ms = s
+            .arrivals
+            .values()
+            .map(|arrivals| {
+                let mut w: Vec<i64> = arrivals
+                    .iter()
+                    .copied()
+                    .filter(|t| (start..=gap_window_end).contains(t))
+                    .collect();
+                w.insert(0, start);
+                w.push(gap_window_end);
+                w.windows(2).map(|x| x[1] - x[0]).max().unwrap_or(0).max(0) as u64
+            })
+            .max()
+            .unwrap_or(0);
+        drop(s);
+        for i in &mut self.instances {
+            i.stop(StopMode::Clean);
+        }
+        report
+    }
 }
 
 /// What the output reader saw.

@@ -507,7 +507,7 @@ impl Consumer {
         loop {
             self.update_group()?;
             self.maybe_auto_commit();
-            self.ensure_metadata();
+            self.ensure_metadata(false);
             self.update_positions()?;
             while let Some(a) = self.fetcher.try_answer() {
                 self.handle_answer(a)?;
@@ -549,8 +549,11 @@ impl Consumer {
             st.reset = Some(self.cfg.auto_offset_reset);
         }
         if fx.refresh_metadata {
-            self.last_metadata_refresh = None;
-            self.ensure_metadata();
+            // A failed fetch (connection refused, NOT_LEADER_OR_FOLLOWER…)
+            // means the snapshot's leader is wrong even though it is fresh
+            // (a broker stopped after a controlled shutdown moved its
+            // leaderships): refresh now, throttled by `retry.backoff.ms`.
+            self.ensure_metadata(true);
         }
         match fx.error {
             Some(e) => Err(e),
@@ -558,16 +561,16 @@ impl Consumer {
         }
     }
 
-    /// Refreshes metadata when an assigned partition has no known leader or
-    /// the snapshot is old (throttled by `retry.backoff.ms`).
-    fn ensure_metadata(&mut self) {
+    /// Refreshes metadata when `forced`, an assigned partition has no known
+    /// leader or the snapshot is old (throttled by `retry.backoff.ms`).
+    fn ensure_metadata(&mut self, forced: bool) {
         let meta = self.cluster.metadata();
         let missing = self
             .subs
             .assignment
             .keys()
             .any(|tp| meta.leader(&tp.topic, tp.partition).is_none());
-        if !missing && !self.cluster.metadata_is_stale() {
+        if !forced && !missing && !self.cluster.metadata_is_stale() {
             return;
         }
         if self
