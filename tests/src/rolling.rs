@@ -787,7 +787,16 @@ impl Deployment {
         crate::client_scenarios::wait_until(Duration::from_secs(60), || {
             let s = self.seen.lock().unwrap();
             match cfg.topology {
-                AppTopology::Aggregate => s.progress() >= total,
+                // Every group's last input reached its output with at
+                // least every input counted (at-least-once duplicates only
+                // add; a sum over groups would let them hide a group's tail).
+                AppTopology::Aggregate => (0..7u64).all(|g| {
+                    let want = expected_aggregate(total, g);
+                    want.count == 0
+                        || s.aggregate(g).is_some_and(|got| {
+                            got.max == want.max && got.count >= want.count
+                        })
+                }),
                 _ => (0..total).all(|q| s.seqs.contains_key(&q)),
             }
         });
@@ -805,26 +814,19 @@ impl Deployment {
         let s = self.seen.lock().unwrap();
         report.produced = total;
         if cfg.topology == AppTopology::Aggregate {
-            let counted = s.progress();
-            report.lost = total.saturating_sub(counted);
-            report.duplicated = counted.saturating_sub(total);
-            report.aggregate_mismatches = (0..7u64)
-                .filter_map(|g| {
-                    let seqs = (0..total).filter(|q| q % 7 == g);
-                    let count = seqs.clone().count() as i64;
-                    let want = if count == 0 {
-                        "0,-1,-1,0".to_string()
-                    } else {
-                        let sum: i64 = seqs.clone().map(|q| q as i64).sum();
-                        let min = seqs.clone().min().unwrap_or(0);
-                        let max = seqs.max().unwrap_or(0);
-                        format!("{sum},{min},{max},{count}")
-                    };
-                    let key = format!("g{g}");
-                    let got = s.aggregates.get(&key).cloned().unwrap_or_default();
-                    (count > 0 && got != want).then(|| format!("{key}: {got} ({want})"))
-                })
-                .collect();
+            // Per group: inputs missing from its count are lost, extra
+            // counts are duplicates (at-least-once replays after a crash).
+            for g in 0..7u64 {
+                let want = expected_aggregate(total, g);
+                let got = s.aggregate(g).unwrap_or_default();
+                report.lost += want.count.saturating_sub(got.count);
+                report.duplicated += got.count.saturating_sub(want.count);
+                if want.count > 0 && got != want {
+                    report
+                        .aggregate_mismatches
+                        .push(format!("g{g}: {} ({})", got.text(), want.text()));
+                }
+            }
         } else {
             report.lost = (0..total).filter(|q| !s.seqs.contains_key(q)).count() as u64;
             report.duplicated = s
@@ -869,6 +871,44 @@ impl Deployment {
     }
 }
 
+/// A group's "sum,min,max,count" (`Aggregate`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Aggregate {
+    sum: i64,
+    min: i64,
+    max: i64,
+    count: u64,
+}
+
+impl Aggregate {
+    fn parse(v: &str) -> Option<Self> {
+        let mut f = v.split(',');
+        let mut n = || f.next()?.trim().parse::<i64>().ok();
+        Some(Self {
+            sum: n()?,
+            min: n()?,
+            max: n()?,
+            count: u64::try_from(n()?).ok()?,
+        })
+    }
+
+    fn text(&self) -> String {
+        format!("{},{},{},{}", self.sum, self.min, self.max, self.count)
+    }
+}
+
+/// What group `g` (inputs `seq % 7 == g`) must show once inputs
+/// `0..total` are in.
+fn expected_aggregate(total: u64, g: u64) -> Aggregate {
+    let seqs = (g..total).step_by(7);
+    Aggregate {
+        sum: seqs.clone().map(|q| q as i64).sum(),
+        min: seqs.clone().next().map_or(0, |q| q as i64),
+        max: seqs.clone().last().map_or(0, |q| q as i64),
+        count: seqs.count() as u64,
+    }
+}
+
 /// What the output reader saw.
 #[derive(Default)]
 struct Seen {
@@ -883,6 +923,11 @@ struct Seen {
 }
 
 impl Seen {
+    /// `Aggregate`: group `g`'s last output.
+    fn aggregate(&self, g: u64) -> Option<Aggregate> {
+        Aggregate::parse(self.aggregates.get(&format!("g{g}"))?)
+    }
+
     /// Inputs accounted for: distinct sequence numbers, or for `Aggregate`
     /// the sum of the groups' counts.
     fn progress(&self) -> u64 {

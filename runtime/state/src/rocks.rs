@@ -38,6 +38,13 @@ fn options() -> Options {
     // buffer, three of them; the store is one of many in a process.
     o.set_write_buffer_size(16 << 20);
     o.set_max_write_buffer_number(3);
+    // As Kafka Streams: RocksDB's info log at ERROR only. Each open starts
+    // a new LOG and keeps the previous one as LOG.old.<time> (up to 1,000
+    // by default): a store reopened at every rolling restart grew its
+    // directory by ~25 KiB per restart (the soak's state directories went
+    // from 410 to 1,731 KiB in ten rounds). Two old logs are plenty.
+    o.set_log_level(rocksdb::LogLevel::Error);
+    o.set_keep_log_file_num(2);
     o
 }
 
