@@ -231,7 +231,8 @@ pub struct ApacheKafka {
 /// Options for starting Apache Kafka.
 #[derive(Debug, Clone)]
 pub struct KafkaOptions {
-    /// JVM heap options; Kafka's start script uses `-Xmx1G -Xms1G`.
+    /// JVM heap (and other JVM) options; Kafka's start script uses
+    /// `-Xmx1G -Xms1G` and G1 (added unless a `-XX:+Use…GC` is given).
     pub heap: Vec<String>,
     /// Extra `server.properties` lines.
     pub properties: Vec<(String, String)>,
@@ -370,9 +371,12 @@ impl ApacheKafka {
             "kafka StorageTool format",
         )?;
         let mut java_args = opts.heap.clone();
+        // Kafka's start script picks G1 unless the options choose a collector.
+        if !java_args.iter().any(|a| a.starts_with("-XX:+Use") && a.ends_with("GC")) {
+            java_args.push("-XX:+UseG1GC".into());
+        }
         java_args.extend(
             [
-                "-XX:+UseG1GC",
                 "-Djava.awt.headless=true",
                 &log4j_opt,
                 "-cp",
@@ -520,7 +524,18 @@ impl KafkaCluster {
         let rf = count.min(3).to_string();
         let min_isr = count.min(3).saturating_sub(1).max(1).to_string();
         let opts = KafkaOptions {
-            heap: vec!["-Xmx512m".into(), "-Xms512m".into()],
+            // Three JVM brokers share 2 cores with the apps under test: a
+            // restart's JIT work starved everything (load average 18, 30-45 s
+            // from launch to serving). C1 only and the serial collector cut
+            // a broker's CPU; peak broker speed does not matter here.
+            heap: [
+                "-Xmx512m",
+                "-Xms512m",
+                "-XX:TieredStopAtLevel=1",
+                "-XX:+UseSerialGC",
+            ]
+            .map(String::from)
+            .to_vec(),
             properties: [
                 ("default.replication.factor", rf.as_str()),
                 ("min.insync.replicas", min_isr.as_str()),
