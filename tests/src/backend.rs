@@ -372,7 +372,10 @@ impl ApacheKafka {
         )?;
         let mut java_args = opts.heap.clone();
         // Kafka's start script picks G1 unless the options choose a collector.
-        if !java_args.iter().any(|a| a.starts_with("-XX:+Use") && a.ends_with("GC")) {
+        if !java_args
+            .iter()
+            .any(|a| a.starts_with("-XX:+Use") && a.ends_with("GC"))
+        {
             java_args.push("-XX:+UseG1GC".into());
         }
         java_args.extend(
@@ -545,7 +548,10 @@ impl KafkaCluster {
                 ("transaction.state.log.replication.factor", rf.as_str()),
                 ("transaction.state.log.min.isr", min_isr.as_str()),
                 ("transaction.state.log.num.partitions", "10"),
-                ("share.coordinator.state.topic.replication.factor", rf.as_str()),
+                (
+                    "share.coordinator.state.topic.replication.factor",
+                    rf.as_str(),
+                ),
                 ("share.coordinator.state.topic.min.isr", min_isr.as_str()),
                 // A bounced node gets its leaderships back within seconds
                 // (Kafka's default checks every 300 s), so each bounce of
@@ -561,7 +567,9 @@ impl KafkaCluster {
         let mut nodes = ports
             .iter()
             .enumerate()
-            .map(|(i, (b, c))| ApacheKafka::prepare(&opts, &cluster_id, i as i32 + 1, &voters, *b, *c))
+            .map(|(i, (b, c))| {
+                ApacheKafka::prepare(&opts, &cluster_id, i as i32 + 1, &voters, *b, *c)
+            })
             .collect::<io::Result<Vec<_>>>()?;
         // The quorum needs a majority up before any node is ready.
         for n in &mut nodes {

@@ -27,7 +27,9 @@ use std::time::{Duration, Instant};
 
 use crate::backend::{Embedded, KafkaCluster};
 use crate::net_proxy::{ClusterProxy, NetFault};
-use crate::rolling::{describe, AppTopology, Deployment, RollConfig, RollReport, Runtime, StopMode};
+use crate::rolling::{
+    describe, AppTopology, Deployment, RollConfig, RollReport, Runtime, StopMode,
+};
 use crate::wire::Client;
 
 /// A cluster whose nodes the scenarios can stop and start by id.
@@ -53,10 +55,7 @@ impl FaultCluster for KafkaCluster {
     }
     fn start_node(&mut self, id: i32) {
         KafkaCluster::start_node(self, id).unwrap_or_else(|e| {
-            panic!(
-                "start node {id}: {e}; its log:\n{}",
-                self.tail_log(id, 30)
-            )
+            panic!("start node {id}: {e}; its log:\n{}", self.tail_log(id, 30))
         });
     }
 }
@@ -159,7 +158,10 @@ impl Apps {
                 c
             })
             .collect();
-        let apps = cfgs.iter().map(|c| Deployment::start(bootstrap, c)).collect();
+        let apps = cfgs
+            .iter()
+            .map(|c| Deployment::start(bootstrap, c))
+            .collect();
         Self { apps, cfgs }
     }
 
@@ -173,7 +175,12 @@ impl Apps {
             assert!(exited.is_empty(), "{step}: {exited:?}");
             let rec = d
                 .await_output_everywhere(since, Duration::from_secs(120))
-                .unwrap_or_else(|| panic!("{step}: {:?} never produced on every partition again", cfg.topology));
+                .unwrap_or_else(|| {
+                    panic!(
+                        "{step}: {:?} never produced on every partition again",
+                        cfg.topology
+                    )
+                });
             eprintln!(
                 "FAULT {step}: {:?} recovered in {} ms, rebalances so far {}",
                 cfg.topology,
@@ -321,7 +328,13 @@ pub fn faults_network(cluster: &mut dyn FaultCluster, runtime: Runtime) {
         x ^= x << 5;
         std::thread::sleep(Duration::from_millis(500 + u64::from(x % 1000)));
     }
-    apps.after(&format!("{resets} connection resets in {} s (instance 0)", storm.as_secs()), now_ms());
+    apps.after(
+        &format!(
+            "{resets} connection resets in {} s (instance 0)",
+            storm.as_secs()
+        ),
+        now_ms(),
+    );
 
     let before: Vec<usize> = apps.apps.iter().map(Deployment::rebalances).collect();
     proxy.fault(None, NetFault::BlackHole, Duration::from_secs(16));
@@ -358,7 +371,9 @@ pub fn faults_soak(cluster: &mut dyn FaultCluster) {
     let mut d = Deployment::start(&bootstrap, &cfg);
     let mut rss_at: Vec<Vec<u64>> = Vec::new();
     let mut dir_at: Vec<u64> = Vec::new();
-    eprintln!("SOAK round | RSS KiB per instance (before stop) | state dirs KiB | rebalances | moves");
+    eprintln!(
+        "SOAK round | RSS KiB per instance (before stop) | state dirs KiB | rebalances | moves"
+    );
     for round in 1..=rounds {
         let stop = if round % 10 == 0 {
             StopMode::Kill9

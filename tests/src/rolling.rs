@@ -647,9 +647,8 @@ impl Deployment {
 
     /// Stable, with every input partition owned.
     pub fn stable(&self) -> bool {
-        observe(&self.group_admin, &self.n.app, &self.n.input).is_some_and(|v| {
-            v.state == "Stable" && v.owners.len() == self.cfg.partitions as usize
-        })
+        observe(&self.group_admin, &self.n.app, &self.n.input)
+            .is_some_and(|v| v.state == "Stable" && v.owners.len() == self.cfg.partitions as usize)
     }
 
     fn owners(&self) -> Option<BTreeMap<i32, String>> {
@@ -793,9 +792,8 @@ impl Deployment {
                 AppTopology::Aggregate => (0..7u64).all(|g| {
                     let want = expected_aggregate(total, g);
                     want.count == 0
-                        || s.aggregate(g).is_some_and(|got| {
-                            got.max == want.max && got.count >= want.count
-                        })
+                        || s.aggregate(g)
+                            .is_some_and(|got| got.max == want.max && got.count >= want.count)
                 }),
                 _ => (0..total).all(|q| s.seqs.contains_key(&q)),
             }
@@ -822,9 +820,11 @@ impl Deployment {
                 report.lost += want.count.saturating_sub(got.count);
                 report.duplicated += got.count.saturating_sub(want.count);
                 if want.count > 0 && got != want {
-                    report
-                        .aggregate_mismatches
-                        .push(format!("g{g}: {} ({})", got.text(), want.text()));
+                    report.aggregate_mismatches.push(format!(
+                        "g{g}: {} ({})",
+                        got.text(),
+                        want.text()
+                    ));
                 }
             }
         } else {
