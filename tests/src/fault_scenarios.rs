@@ -396,8 +396,8 @@ pub fn faults_soak(cluster: &mut dyn FaultCluster) {
     // Round 10 is the baseline (round 5 in a 10-round run, so the check
     // still compares two rounds).
     let base = (rounds / 2).clamp(1, 10) - 1;
-    for i in 0..cfg.instances {
-        let (b, l) = (rss_at[base][i] as f64, rss_at[rounds - 1][i] as f64);
+    for (i, (b, l)) in rss_at[base].iter().zip(&rss_at[rounds - 1]).enumerate() {
+        let (b, l) = (*b as f64, *l as f64);
         assert!(
             l <= b * 1.10,
             "instance {i}: RSS {l} KiB at round {rounds} vs {b} KiB at round {}",

@@ -11,8 +11,9 @@
 //! - `Drop`: frames are discarded (requests never answered);
 //! - `BlackHole`: nothing moves, new connections are accepted but not
 //!   forwarded, until the fault ends, then the held frames go on (a network
-//!   partition that heals; no RST, no FIN);
-//! and `reset` ends every open connection to a broker with a TCP RST.
+//!   partition that heals; no RST, no FIN).
+//!
+//! `reset` ends every open connection to a broker with a TCP RST.
 //!
 //! Invariants: binds 127.0.0.1 port 0 only; the proxy's runtime and every
 //! connection task end when the proxy is dropped.
@@ -29,7 +30,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::broadcast;
 
-use crate::proxy::rewrite_brokers;
+use crate::proxy::{request_header, rewrite_brokers};
 
 /// A fault on the connections to one broker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -237,13 +238,8 @@ async fn serve(client: TcpStream, node: i32, shared: Arc<Shared>) {
                     if !shared.gate(node).await {
                         continue;
                     }
-                    if frame.len() >= 8 {
-                        let key = i16::from_be_bytes([frame[0], frame[1]]);
-                        let version = i16::from_be_bytes([frame[2], frame[3]]);
-                        let corr = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
-                        if let Ok(api) = ApiKey::try_from(key) {
-                            requests.lock().unwrap().insert(corr, (api, version));
-                        }
+                    if let Some((corr, api, version)) = request_header(&frame) {
+                        requests.lock().unwrap().insert(corr, (api, version));
                     }
                     if write_frame(&mut uw, &frame).await.is_err() {
                         break;

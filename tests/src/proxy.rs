@@ -128,13 +128,8 @@ fn serve(mut client: TcpStream, state: Arc<State>) -> io::Result<()> {
         let requests = requests.clone();
         thread::spawn(move || {
             while let Ok(frame) = read_frame(&mut c) {
-                if frame.len() >= 8 {
-                    let key = i16::from_be_bytes([frame[0], frame[1]]);
-                    let version = i16::from_be_bytes([frame[2], frame[3]]);
-                    let corr = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
-                    if let Ok(api) = ApiKey::try_from(key) {
-                        requests.lock().unwrap().insert(corr, (api, version));
-                    }
+                if let Some((corr, api, version)) = request_header(&frame) {
+                    requests.lock().unwrap().insert(corr, (api, version));
                 }
                 let mut out = (frame.len() as i32).to_be_bytes().to_vec();
                 out.extend_from_slice(&frame);
@@ -195,6 +190,16 @@ fn serve(mut client: TcpStream, state: Arc<State>) -> io::Result<()> {
     let _ = client.shutdown(Shutdown::Both);
     let _ = upstream.shutdown(Shutdown::Both);
     Ok(())
+}
+
+/// A request frame's correlation id, API and version (the answer is read
+/// by them); `None` for a frame too short or of an unknown API.
+pub(crate) fn request_header(frame: &[u8]) -> Option<(i32, ApiKey, i16)> {
+    let b = frame.get(..8)?;
+    let api = ApiKey::try_from(i16::from_be_bytes([b[0], b[1]])).ok()?;
+    let version = i16::from_be_bytes([b[2], b[3]]);
+    let corr = i32::from_be_bytes([b[4], b[5], b[6], b[7]]);
+    Some((corr, api, version))
 }
 
 /// Rewrites the broker addresses in a Metadata or FindCoordinator answer:
