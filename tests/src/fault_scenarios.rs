@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use crate::backend::{Embedded, KafkaCluster};
 use crate::net_proxy::{ClusterProxy, NetFault};
 use crate::rolling::{
-    describe, AppTopology, Deployment, RollConfig, RollReport, Runtime, StopMode,
+    describe, now_ms, AppTopology, Deployment, RollConfig, RollReport, Runtime, StopMode,
 };
 use crate::wire::Client;
 
@@ -205,10 +205,6 @@ impl Apps {
             })
             .collect()
     }
-}
-
-fn now_ms() -> i64 {
-    crate::rolling::now_ms()
 }
 
 /// Stops node `node` (cleanly or hard), waits 2 s (long enough for

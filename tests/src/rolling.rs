@@ -658,7 +658,17 @@ impl Deployment {
     /// Input partitions whose owner differs from when the app first ran
     /// steadily.
     pub fn moves_since_start(&self) -> usize {
-        match (&self.initial_owners, self.owners()) {
+        self.moves(self.initial_owners.as_ref(), self.owners().as_ref())
+    }
+
+    /// Input partitions whose owner differs between two views (all of them
+    /// when either view is missing).
+    fn moves(
+        &self,
+        before: Option<&BTreeMap<i32, String>>,
+        after: Option<&BTreeMap<i32, String>>,
+    ) -> usize {
+        match (before, after) {
             (Some(b), Some(a)) => (0..self.cfg.partitions)
                 .filter(|p| b.get(p) != a.get(p))
                 .count(),
@@ -763,13 +773,7 @@ impl Deployment {
             self.restart(i, stop);
         }
         crate::client_scenarios::wait_until(Duration::from_secs(60), || self.stable());
-        let after = self.owners();
-        let moves = match (before, after) {
-            (Some(b), Some(a)) => (0..self.cfg.partitions)
-                .filter(|p| b.get(p) != a.get(p))
-                .count(),
-            _ => self.cfg.partitions as usize,
-        };
+        let moves = self.moves(before.as_ref(), self.owners().as_ref());
         self.report.moves_per_round.push(moves);
     }
 
