@@ -40,7 +40,7 @@ use rill_broker::SecurityProtocol;
 use rill_client::admin::NewTopic;
 use rill_client::OffsetSpec;
 use rill_client::{Admin, ClientConfig, Consumer, Producer, ProducerRecord, TopicPartition};
-use rill_tests::backend::{repo_root, ApacheKafka};
+use rill_tests::backend::{repo_root, ApacheKafka, KAFKA_VERSION};
 use rill_tests::secure::{Login, SecureCluster};
 use rill_tests::tools::kafka_tool;
 
@@ -473,7 +473,7 @@ fn main() {
             );
         }
     }
-    println!("## Client throughput against Apache Kafka 4.1.1: {records} records of {SIZE} B, {PARTITIONS} partitions, {rounds} rounds\n");
+    println!("## Client throughput against Apache Kafka {KAFKA_VERSION}: {records} records of {SIZE} B, {PARTITIONS} partitions, {rounds} rounds\n");
     println!("{}\n", machine_summary());
     println!("| listener | client | produce records/s | produce MB/s | producer CPU s | consume records/s | consume MB/s | consumer CPU s |");
     println!("|---|---|---|---|---|---|---|---|");

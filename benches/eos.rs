@@ -1,7 +1,7 @@
-//! Exactly-once (issue 19): Rill vs Kafka Streams 4.1.1, both with
+//! Exactly-once (issue 19): Rill vs Kafka Streams (the KAFKA_VERSION of rill-tests), both with
 //! `processing.guarantee=exactly_once_v2` and `commit.interval.ms` 100
 //! (Kafka Streams' EOS default), side by side on the same broker in one
-//! run. Apache Kafka 4.1.1 (single KRaft node) is the broker of record;
+//! run. Apache Kafka (single KRaft node) is the broker of record;
 //! `BROKERS=kafka,embedded` adds the embedded broker as a second table.
 //! Both apps are separate OS processes with the same command line
 //! (`rill-streams-app` and `tests/java/StreamsApp.java`, 2 stream threads).
@@ -41,7 +41,7 @@ use rill_benches::{
 };
 use rill_client::admin::NewTopic;
 use rill_client::{Admin, ClientConfig, Consumer, Producer, ProducerRecord, TopicPartition};
-use rill_tests::backend::ApacheKafka;
+use rill_tests::backend::{ApacheKafka, KAFKA_VERSION};
 use rill_tests::rolling::{self, Runtime};
 
 const PARTITIONS: i32 = 6;
@@ -551,7 +551,11 @@ fn main() {
     let brokers = std::env::var("BROKERS").unwrap_or_else(|_| "kafka".into());
     if brokers.contains("kafka") {
         let kafka = ApacheKafka::start().expect("Apache Kafka starts");
-        run_parts(&bin, &kafka.bootstrap, "Apache Kafka 4.1.1");
+        run_parts(
+            &bin,
+            &kafka.bootstrap,
+            &format!("Apache Kafka {KAFKA_VERSION}"),
+        );
     }
     if brokers.contains("embedded") {
         let broker = rill_benches::spawn_broker_process();

@@ -1,6 +1,6 @@
-//! Failover after kill -9 (issue 20): Rill vs Kafka Streams 4.1.1, each
+//! Failover after kill -9 (issue 20): Rill vs Kafka Streams (the KAFKA_VERSION of rill-tests), each
 //! with one standby replica (`num.standby.replicas=1`) and with none, side
-//! by side on the same broker in one run. Apache Kafka 4.1.1 (single KRaft
+//! by side on the same broker in one run. Apache Kafka (single KRaft
 //! node) is the broker of record; `BROKERS=kafka,embedded` adds the
 //! embedded broker as a second table.
 //!
@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use rill_benches::{env_or, lines_of, machine_summary, median, send_all};
 use rill_client::admin::NewTopic;
 use rill_client::{Admin, ClientConfig, Consumer, Producer, ProducerRecord, TopicPartition};
-use rill_tests::backend::ApacheKafka;
+use rill_tests::backend::{ApacheKafka, KAFKA_VERSION};
 use rill_tests::rolling::{self, Runtime};
 
 const PARTITIONS: i32 = 6;
@@ -351,7 +351,11 @@ fn main() {
     let brokers = std::env::var("BROKERS").unwrap_or_else(|_| "kafka".into());
     if brokers.contains("kafka") {
         let kafka = ApacheKafka::start().expect("Apache Kafka starts");
-        run_all(&bin, &kafka.bootstrap, "Apache Kafka 4.1.1");
+        run_all(
+            &bin,
+            &kafka.bootstrap,
+            &format!("Apache Kafka {KAFKA_VERSION}"),
+        );
     }
     if brokers.contains("embedded") {
         let broker = rill_benches::spawn_broker_process();

@@ -1,4 +1,4 @@
-//! Rill vs Kafka Streams 4.1.1 (Java) on the same broker in the same run
+//! Rill vs Kafka Streams (Java) on the same broker in the same run
 //! (issue 8): rolling restarts, throughput, CPU, memory, startup and state
 //! restoration. Both apps are separate OS processes started with the same
 //! command line (`rill-streams-app` and `tests/java/StreamsApp.java`, same

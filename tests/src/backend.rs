@@ -19,8 +19,14 @@ use rill_broker::{EmbeddedCluster, EmbeddedClusterBuilder};
 
 use crate::wire::Conn;
 
-/// Apache Kafka version the interop suite runs (must match tests/java/pom.xml).
-pub const KAFKA_VERSION: &str = "4.1.1";
+/// Apache Kafka version the interop suite, the fault suite and the benches
+/// run (the default of tests/java/pom.xml's `kafka.version`): the newest.
+pub const KAFKA_VERSION: &str = "4.4.0";
+
+/// The 3.x release the interop suite's smaller older-cluster run uses
+/// (`interop::apache_kafka_3`, classic protocol only): many production
+/// clusters are still 3.x, and 3.9 is its last line.
+pub const KAFKA_3_VERSION: &str = "3.9.2";
 
 /// The repository root (this crate lives in `<root>/tests`).
 pub fn repo_root() -> PathBuf {
@@ -63,13 +69,18 @@ pub fn run(cmd: &mut Command, what: &str) -> io::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).to_string())
 }
 
-/// The directory of Kafka jars, resolving them with Maven on first use.
+/// The directory of the [`KAFKA_VERSION`] jars, resolving them with Maven
+/// on first use.
 pub fn kafka_lib_dir() -> io::Result<PathBuf> {
+    kafka_lib_dir_for(KAFKA_VERSION)
+}
+
+/// The directory of Apache Kafka `version`'s jars (broker, tools, clients,
+/// Kafka Streams): tests/java/pom.xml resolved with `-Dkafka.version`.
+pub fn kafka_lib_dir_for(version: &str) -> io::Result<PathBuf> {
     static LOCK: Mutex<()> = Mutex::new(());
     let _g = LOCK.lock().unwrap_or_else(|p| p.into_inner());
-    let lib = cache_dir()
-        .join(format!("kafka-{KAFKA_VERSION}"))
-        .join("lib");
+    let lib = cache_dir().join(format!("kafka-{version}")).join("lib");
     let pom = repo_root().join("tests/java/pom.xml");
     // The marker records which pom the jars came from; a changed pom re-resolves.
     let stamp = format!("{:016x}", fnv1a(&fs::read(&pom)?));
@@ -78,7 +89,7 @@ pub fn kafka_lib_dir() -> io::Result<PathBuf> {
         return Ok(lib);
     }
     eprintln!(
-        "interop: resolving Apache Kafka {KAFKA_VERSION} jars with Maven into {}",
+        "interop: resolving Apache Kafka {version} jars with Maven into {}",
         lib.display()
     );
     let _ = fs::remove_dir_all(&lib);
@@ -88,6 +99,7 @@ pub fn kafka_lib_dir() -> io::Result<PathBuf> {
             .args(["-q", "-B", "-f"])
             .arg(&pom)
             .arg("dependency:copy-dependencies")
+            .arg(format!("-Dkafka.version={version}"))
             .arg(format!("-DoutputDirectory={}", lib.display())),
         "mvn dependency:copy-dependencies",
     )?;
@@ -242,6 +254,9 @@ pub struct KafkaOptions {
     pub extra_listeners: Vec<(String, u16)>,
     /// Extra `kafka-storage format` arguments (e.g. `--add-scram`).
     pub format_args: Vec<String>,
+    /// The Apache Kafka release ([`KAFKA_VERSION`] unless an older-cluster
+    /// run asks for [`KAFKA_3_VERSION`]).
+    pub version: &'static str,
 }
 
 impl Default for KafkaOptions {
@@ -251,6 +266,7 @@ impl Default for KafkaOptions {
             properties: Vec::new(),
             extra_listeners: Vec::new(),
             format_args: Vec::new(),
+            version: KAFKA_VERSION,
         }
     }
 }
@@ -288,7 +304,7 @@ impl ApacheKafka {
         broker_port: u16,
         controller_port: u16,
     ) -> io::Result<Self> {
-        let cp = kafka_classpath()?;
+        let cp = format!("{}/*", kafka_lib_dir_for(opts.version)?.display());
         let dir = tempfile::Builder::new().prefix("rill-kafka-").tempdir()?;
         let extra: String = opts
             .extra_listeners
@@ -629,6 +645,17 @@ impl KafkaCluster {
         n.wait_ready(Duration::from_secs(120))
     }
 
+    /// Starts every node that is not running (after a scenario that failed
+    /// with a node down, so the next one starts from a whole cluster).
+    pub fn start_stopped_nodes(&mut self) -> io::Result<()> {
+        for id in 1..=self.nodes.len() as i32 {
+            if self.node(id)?.child.is_none() {
+                self.start_node(id)?;
+            }
+        }
+        Ok(())
+    }
+
     /// The last lines of node `id`'s log.
     pub fn tail_log(&self, id: i32, lines: usize) -> String {
         self.nodes
@@ -640,23 +667,40 @@ impl KafkaCluster {
 
 /// One Apache Kafka shared by all interop tests of a test binary (starting a
 /// JVM broker costs seconds; scenarios use unique topic names).
-#[allow(unsafe_code)] // atexit(3) registration, see SAFETY below
 pub fn shared_kafka() -> &'static str {
-    static KAFKA: OnceLock<(Mutex<Option<ApacheKafka>>, String)> = OnceLock::new();
+    static KAFKA: OnceLock<String> = OnceLock::new();
+    shared_kafka_of(KAFKA_VERSION, &KAFKA)
+}
+
+/// The shared [`KAFKA_3_VERSION`] broker of the older-cluster run.
+pub fn shared_kafka_3() -> &'static str {
+    static KAFKA: OnceLock<String> = OnceLock::new();
+    shared_kafka_of(KAFKA_3_VERSION, &KAFKA)
+}
+
+/// Starts `version` once per test binary; every broker started here is
+/// stopped cleanly (and its directory removed) when the binary exits.
+#[allow(unsafe_code)] // atexit(3) registration, see SAFETY below
+fn shared_kafka_of(version: &'static str, cell: &'static OnceLock<String>) -> &'static str {
+    static RUNNING: Mutex<Vec<ApacheKafka>> = Mutex::new(Vec::new());
+    static AT_EXIT: std::sync::Once = std::sync::Once::new();
     extern "C" fn stop_shared() {
-        if let Some((k, _)) = KAFKA.get() {
-            drop(k.lock().unwrap_or_else(|p| p.into_inner()).take());
-        }
+        drop(std::mem::take(
+            &mut *RUNNING.lock().unwrap_or_else(|p| p.into_inner()),
+        ));
     }
-    let (_, bootstrap) = KAFKA.get_or_init(|| {
-        let k = ApacheKafka::start().unwrap_or_else(|e| panic!("Apache Kafka did not start: {e}"));
+    cell.get_or_init(|| {
+        let k = ApacheKafka::start_with(KafkaOptions {
+            version,
+            ..KafkaOptions::default()
+        })
+        .unwrap_or_else(|e| panic!("Apache Kafka {version} did not start: {e}"));
         let b = k.bootstrap.clone();
-        // Stopped cleanly (and its directory removed) when the test binary exits.
-        // SAFETY: registering a plain extern "C" function.
-        unsafe {
+        // SAFETY: registering a plain extern "C" function, once.
+        AT_EXIT.call_once(|| unsafe {
             libc::atexit(stop_shared);
-        }
-        (Mutex::new(Some(k)), b)
-    });
-    bootstrap
+        });
+        RUNNING.lock().unwrap_or_else(|p| p.into_inner()).push(k);
+        b
+    })
 }

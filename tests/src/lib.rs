@@ -20,6 +20,7 @@ pub mod secure;
 pub mod security_scenarios;
 pub mod standby_scenarios;
 pub mod streams_scenarios;
+pub mod streams_wire;
 pub mod tools;
 pub mod txn_scenarios;
 pub mod wire;

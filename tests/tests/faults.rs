@@ -1,6 +1,10 @@
 //! The fault scenarios (`rill_tests::fault_scenarios`, issue 22) on a
 //! 3-node embedded cluster and (feature `interop`) on a 3-node Apache Kafka
-//! KRaft cluster. Each test starts its own cluster. Counts scale with
+//! KRaft cluster. Each embedded test starts its own cluster; the Apache
+//! Kafka tests share one (three JVM brokers take ~20 s to start on 2 cores;
+//! each scenario ends with every node up and every partition fully
+//! replicated, uses its own topics and groups, and a node a failed scenario
+//! left down is started again before the next). Counts scale with
 //! `RILL_FAULT_BOUNCES`, `RILL_FAULT_RESET_SECS` and `RILL_SOAK_ROUNDS`
 //! (the 100-round soak: `RILL_SOAK_ROUNDS=100 cargo test --release -p
 //! rill-tests --features interop --test faults soak -- --nocapture`).
@@ -43,27 +47,55 @@ mod embedded {
 mod apache_kafka {
     use super::*;
     use rill_tests::backend::KafkaCluster;
+    use std::sync::OnceLock;
 
-    fn cluster() -> KafkaCluster {
-        KafkaCluster::start(3).unwrap_or_else(|e| panic!("3-node Apache Kafka did not start: {e}"))
+    static CLUSTER: OnceLock<Mutex<Option<KafkaCluster>>> = OnceLock::new();
+
+    /// Stops the shared cluster's brokers and removes their directories when
+    /// the test binary exits.
+    extern "C" fn stop_cluster() {
+        if let Some(c) = CLUSTER.get() {
+            drop(c.lock().unwrap_or_else(|p| p.into_inner()).take());
+        }
+    }
+
+    /// The module's 3-node cluster, started on first use, every node up.
+    #[allow(unsafe_code)] // atexit(3) registration, see SAFETY below
+    fn cluster() -> MutexGuard<'static, Option<KafkaCluster>> {
+        let cell = CLUSTER.get_or_init(|| {
+            let c = KafkaCluster::start(3)
+                .unwrap_or_else(|e| panic!("3-node Apache Kafka did not start: {e}"));
+            // SAFETY: registering a plain extern "C" function, once.
+            unsafe {
+                libc::atexit(stop_cluster);
+            }
+            Mutex::new(Some(c))
+        });
+        let mut guard = cell.lock().unwrap_or_else(|p| p.into_inner());
+        guard
+            .as_mut()
+            .expect("the cluster lives until exit")
+            .start_stopped_nodes()
+            .unwrap_or_else(|e| panic!("restarting a stopped node: {e}"));
+        guard
     }
 
     #[test]
     fn broker_bounces() {
         let _one = one_at_a_time();
-        fault_scenarios::faults_broker_bounces(&mut cluster(), Runtime::Rill);
+        fault_scenarios::faults_broker_bounces(cluster().as_mut().unwrap(), Runtime::Rill);
     }
 
     #[test]
     fn network() {
         let _one = one_at_a_time();
-        fault_scenarios::faults_network(&mut cluster(), Runtime::Rill);
+        fault_scenarios::faults_network(cluster().as_mut().unwrap(), Runtime::Rill);
     }
 
     #[test]
     fn soak() {
         let _one = one_at_a_time();
-        fault_scenarios::faults_soak(&mut cluster());
+        fault_scenarios::faults_soak(cluster().as_mut().unwrap());
     }
 
     /// Kafka Streams through the same harness, the side-by-side reference
@@ -72,13 +104,13 @@ mod apache_kafka {
     #[ignore = "the Kafka Streams reference runs on demand (six JVM apps and three brokers on 2 cores)"]
     fn kafka_streams_broker_bounces() {
         let _one = one_at_a_time();
-        fault_scenarios::faults_broker_bounces(&mut cluster(), Runtime::KafkaStreams);
+        fault_scenarios::faults_broker_bounces(cluster().as_mut().unwrap(), Runtime::KafkaStreams);
     }
 
     #[test]
     #[ignore = "the Kafka Streams reference runs on demand (six JVM apps and three brokers on 2 cores)"]
     fn kafka_streams_network() {
         let _one = one_at_a_time();
-        fault_scenarios::faults_network(&mut cluster(), Runtime::KafkaStreams);
+        fault_scenarios::faults_network(cluster().as_mut().unwrap(), Runtime::KafkaStreams);
     }
 }

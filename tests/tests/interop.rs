@@ -953,12 +953,18 @@ fn rill_and_librdkafka_share_a_group_on_kafka() {
 
 /// The Kafka Streams (Java) reference app through the same rolling-restart
 /// harness, on both backends: static membership keeps the roll free of
-/// rebalances there too, and dynamic membership rebalances.
+/// rebalances there too, and dynamic membership rebalances. On Rill's
+/// embedded broker it is an interop test of the broker (in CI); on Apache
+/// Kafka it measures Kafka itself, the side-by-side reference for
+/// docs/rolling-restarts.md's figures, so those three run on demand
+/// (`--ignored kafka_streams_roll`): together they cost CI about 5 minutes
+/// of JVM apps and test nothing of Rill's.
 mod kafka_streams_rolling {
     use rill_tests::backend::{shared_kafka, Embedded};
     use rill_tests::rolling::{self, Runtime};
 
     #[test]
+    #[ignore = "Kafka Streams on Apache Kafka is a reference measurement of Kafka itself; run with --ignored"]
     fn kafka_streams_roll_static_clean_on_apache_kafka() {
         rolling::streams_roll_static_clean(shared_kafka(), Runtime::KafkaStreams);
     }
@@ -970,12 +976,89 @@ mod kafka_streams_rolling {
     }
 
     #[test]
+    #[ignore = "Kafka Streams on Apache Kafka is a reference measurement of Kafka itself; run with --ignored"]
     fn kafka_streams_roll_static_stateful_on_apache_kafka() {
         rolling::streams_roll_static_stateful(shared_kafka(), Runtime::KafkaStreams);
     }
 
     #[test]
+    #[ignore = "Kafka Streams on Apache Kafka is a reference measurement of Kafka itself; run with --ignored"]
     fn kafka_streams_roll_dynamic_on_apache_kafka() {
         rolling::streams_roll_dynamic(shared_kafka(), Runtime::KafkaStreams);
+    }
+}
+
+/// rill-protocol's generated KIP-1071 codecs against kafka-clients 4.4.0,
+/// byte for byte, both ways (`tests/java/StreamsWire.java`).
+#[test]
+fn streams_group_messages_match_kafka_clients() {
+    rill_tests::streams_wire::streams_group_messages_match_kafka_clients();
+}
+
+/// The smaller run on the last 3.x line (Apache Kafka 3.9, classic
+/// protocol only), since many production clusters are 3.x: the wire-level
+/// scenarios, the client's round trip, static membership and transactions,
+/// and the runtime's word count, static restart, rolling restart and
+/// exactly-once under kill -9. One shared 3.9 broker for the module.
+mod apache_kafka_3 {
+    use rill_streams::StoreBackend;
+    use rill_tests::backend::shared_kafka_3;
+    use rill_tests::rolling::Runtime;
+    use rill_tests::{client_scenarios, scenarios, streams_scenarios, txn_scenarios};
+
+    macro_rules! on_kafka_3 {
+        ($($name:ident),* $(,)?) => {
+            $(
+                #[test]
+                fn $name() {
+                    scenarios::$name(shared_kafka_3());
+                }
+            )*
+        };
+    }
+
+    rill_tests::for_each_scenario!(on_kafka_3);
+
+    #[test]
+    fn client_round_trip_every_codec() {
+        client_scenarios::client_round_trip_every_codec(shared_kafka_3());
+    }
+
+    #[test]
+    fn client_static_members_restart_without_rebalance() {
+        client_scenarios::client_static_members_restart_without_rebalance(shared_kafka_3());
+    }
+
+    #[test]
+    fn txn_commit_and_abort_visibility() {
+        txn_scenarios::txn_commit_and_abort_visibility(shared_kafka_3());
+    }
+
+    #[test]
+    fn txn_zombie_is_fenced() {
+        txn_scenarios::txn_zombie_is_fenced(shared_kafka_3());
+    }
+
+    #[test]
+    fn streams_wordcount_rocksdb() {
+        streams_scenarios::streams_wordcount(shared_kafka_3(), StoreBackend::RocksDb);
+    }
+
+    #[test]
+    fn streams_static_restart_rocksdb() {
+        streams_scenarios::streams_static_restart_without_rebalance(
+            shared_kafka_3(),
+            StoreBackend::RocksDb,
+        );
+    }
+
+    #[test]
+    fn streams_roll_static_clean() {
+        rill_tests::rolling::streams_roll_static_clean(shared_kafka_3(), Runtime::Rill);
+    }
+
+    #[test]
+    fn streams_eos_kill9() {
+        rill_tests::rolling::streams_eos_kill9(shared_kafka_3(), Runtime::Rill);
     }
 }

@@ -14,6 +14,9 @@
 //! - [`records`]: record batch v2 (magic 2) header parsing, CRC-32C validation,
 //!   offset/epoch stamping, and encode/decode with every compression codec
 //!   `kafka-protocol` offers (gzip, snappy, lz4, zstd).
+//! - [`messages`]: messages `kafka-protocol` lacks (KIP-1071's
+//!   StreamsGroupHeartbeat and StreamsGroupDescribe), generated from
+//!   Kafka-format JSON schemas in `schemas/`.
 //! - [`error`]: Kafka's error-code enum.
 //! - [`sasl`]: SASL PLAIN, SCRAM-SHA-256/512 and OAUTHBEARER messages for both
 //!   sides of SaslAuthenticate; [`security_protocol`]: `security.protocol`.
@@ -53,6 +56,7 @@ pub mod alloc;
 pub mod error;
 pub mod frame;
 pub mod message;
+pub mod messages;
 pub mod records;
 pub mod sasl;
 pub mod security_protocol;
