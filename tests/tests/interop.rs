@@ -619,6 +619,28 @@ fn kafka_perf_tools_complete_a_run() {
 /// (clients pick features from these ranges; librdkafka, for one, gates
 /// codecs on them), except where `kafka-protocol` cannot encode Kafka's
 /// newest version, in which case Rill's maximum is lower.
+/// The highest version `kafka-protocol` can encode for `key`. Its 0.18
+/// ApiKey table lists OffsetCommit and OffsetFetch v10 (Kafka 4.4: topic
+/// ids instead of names) but those messages' codecs stop at v9, so neither
+/// the embedded broker nor Rill's client can speak v10; the assertions make
+/// this exception end with the crate upgrade that adds them.
+fn codec_max(key: rill_protocol::ApiKey) -> i16 {
+    use rill_protocol::kafka_protocol::messages::{OffsetCommitRequest, OffsetFetchRequest};
+    use rill_protocol::kafka_protocol::protocol::Encodable;
+    let mut b = bytes::BytesMut::new();
+    match key {
+        rill_protocol::ApiKey::OffsetCommit => {
+            assert!(OffsetCommitRequest::default().encode(&mut b, 10).is_err());
+            9
+        }
+        rill_protocol::ApiKey::OffsetFetch => {
+            assert!(OffsetFetchRequest::default().encode(&mut b, 10).is_err());
+            9
+        }
+        k => k.valid_versions().max,
+    }
+}
+
 #[test]
 fn api_versions_match_apache_kafka() {
     let kafka = rill_tests::wire::Conn::connect(shared_kafka()).unwrap();
@@ -634,7 +656,7 @@ fn api_versions_match_apache_kafka() {
             mismatches.push(format!("{key:?}: Apache Kafka does not serve it"));
             continue;
         };
-        let crate_max = key.valid_versions().max;
+        let crate_max = codec_max(key);
         if ours.0 != theirs.0 || ours.1 != theirs.1.min(crate_max) {
             mismatches.push(format!(
                 "{key:?}: rill {ours:?}, kafka {theirs:?} (kafka-protocol max {crate_max})"
@@ -996,38 +1018,38 @@ fn streams_group_messages_match_kafka_clients() {
 }
 
 /// The smaller run on the last 3.x line (Apache Kafka 3.9, classic
-/// protocol only), since many production clusters are 3.x: the wire-level
-/// scenarios, the client's round trip, static membership and transactions,
-/// and the runtime's word count, static restart, rolling restart and
-/// exactly-once under kill -9. One shared 3.9 broker for the module.
+/// protocol only), since many production clusters are 3.x: Rill's client
+/// (round trip, groups, static membership, transactions) and runtime (word
+/// count, static restart, rolling restart, exactly-once under kill -9)
+/// against a 3.9 broker. The wire-level broker scenarios stay on 4.4: they
+/// compare the embedded broker with Kafka 4.x's semantics (KIP-848 groups,
+/// KIP-1101, 4.0's timestamp bounds), which 3.9 does not have. One shared
+/// 3.9 broker for the module.
 mod apache_kafka_3 {
     use rill_streams::StoreBackend;
     use rill_tests::backend::shared_kafka_3;
-    use rill_tests::rolling::Runtime;
-    use rill_tests::{client_scenarios, scenarios, streams_scenarios, txn_scenarios};
+    use rill_tests::rolling::{self, Runtime};
+    use rill_tests::{client_scenarios, streams_scenarios, txn_scenarios};
 
-    macro_rules! on_kafka_3 {
+    macro_rules! client_on_kafka_3 {
         ($($name:ident),* $(,)?) => {
             $(
                 #[test]
                 fn $name() {
-                    scenarios::$name(shared_kafka_3());
+                    client_scenarios::$name(shared_kafka_3());
                 }
             )*
         };
     }
 
-    rill_tests::for_each_scenario!(on_kafka_3);
-
-    #[test]
-    fn client_round_trip_every_codec() {
-        client_scenarios::client_round_trip_every_codec(shared_kafka_3());
-    }
-
-    #[test]
-    fn client_static_members_restart_without_rebalance() {
-        client_scenarios::client_static_members_restart_without_rebalance(shared_kafka_3());
-    }
+    client_on_kafka_3!(
+        client_round_trip_every_codec,
+        client_idempotent_retry_has_no_duplicates,
+        client_group_rebalances_and_resumes,
+        client_static_members_restart_without_rebalance,
+        client_kip70_topic_subscription,
+        client_cooperative_rebalance_keeps_partitions,
+    );
 
     #[test]
     fn txn_commit_and_abort_visibility() {
@@ -1054,11 +1076,11 @@ mod apache_kafka_3 {
 
     #[test]
     fn streams_roll_static_clean() {
-        rill_tests::rolling::streams_roll_static_clean(shared_kafka_3(), Runtime::Rill);
+        rolling::streams_roll_static_clean(shared_kafka_3(), Runtime::Rill);
     }
 
     #[test]
     fn streams_eos_kill9() {
-        rill_tests::rolling::streams_eos_kill9(shared_kafka_3(), Runtime::Rill);
+        rolling::streams_eos_kill9(shared_kafka_3(), Runtime::Rill);
     }
 }

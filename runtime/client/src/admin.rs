@@ -507,7 +507,14 @@ impl Admin {
             let Some(d) = resp.groups.into_iter().next() else {
                 return Ok(None);
             };
-            if d.error_code == ErrorCode::GroupIdNotFound.code() {
+            // A classic group answers GROUP_ID_NOT_FOUND; a broker that
+            // serves the API but runs no KIP-848 groups (Kafka 3.x, where
+            // `group.coordinator.rebalance.protocols` is `classic`) answers
+            // UNSUPPORTED_VERSION. Both mean: ask DescribeGroups, as Kafka's
+            // Admin does.
+            if d.error_code == ErrorCode::GroupIdNotFound.code()
+                || d.error_code == ErrorCode::UnsupportedVersion.code()
+            {
                 return Ok(None);
             }
             if d.error_code != 0 {
