@@ -510,6 +510,8 @@ fn emit_struct(out: &mut String, s: &StructDef, schema: &Schema, top: bool) -> R
             String::new()
         } else if v.hi >= valid.hi {
             format!(" (v{}+)", v.lo)
+        } else if v.lo == v.hi {
+            format!(" (v{} only)", v.lo)
         } else {
             format!(" (v{}-v{})", v.lo, v.hi)
         };

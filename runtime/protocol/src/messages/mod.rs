@@ -1,5 +1,5 @@
 //! Kafka messages that `kafka-protocol` 0.18 does not have, generated from
-//! Kafka-format JSON schemas (`runtime/protocol/schemas/`) by [`codegen`]:
+//! Kafka-format JSON schemas (`runtime/protocol/schemas/`) by `codegen` (a test):
 //! KIP-1071's streams rebalance protocol, StreamsGroupHeartbeat (API key
 //! 88) and StreamsGroupDescribe (API key 89), at every version Apache Kafka
 //! 4.4 serves (0-1; v1 is KIP-1331's).

@@ -33,11 +33,11 @@ pub struct StreamsGroupHeartbeatResponse {
     pub member_epoch: i32,
     /// How often the member should heartbeat, in ms.
     pub heartbeat_interval_ms: i32,
-    /// The lag within which a warm-up task counts as caught up (v0). (v0-v0)
+    /// The lag within which a warm-up task counts as caught up, as an int32. (v0 only)
     pub acceptable_recovery_lag_legacy: i32,
     /// How often the member should report its task offsets, in ms.
     pub task_offset_interval_ms: i32,
-    /// The lag within which a warm-up task counts as caught up (v1+). (v1+)
+    /// The lag within which a warm-up task counts as caught up, as an int64 (KIP-1331). (v1+)
     pub acceptable_recovery_lag: i64,
     /// The group's status codes; null when unchanged.
     pub status: Option<Vec<Status>>,
