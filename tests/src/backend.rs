@@ -678,17 +678,9 @@ pub fn shared_kafka_3() -> &'static str {
     shared_kafka_of(KAFKA_3_VERSION, &KAFKA)
 }
 
-/// Starts `version` once per test binary; every broker started here is
-/// stopped cleanly (and its directory removed) when the binary exits.
-#[allow(unsafe_code)] // atexit(3) registration, see SAFETY below
+/// Starts `version` once per test binary; stopped cleanly (and its
+/// directory removed) when the binary exits.
 fn shared_kafka_of(version: &'static str, cell: &'static OnceLock<String>) -> &'static str {
-    static RUNNING: Mutex<Vec<ApacheKafka>> = Mutex::new(Vec::new());
-    static AT_EXIT: std::sync::Once = std::sync::Once::new();
-    extern "C" fn stop_shared() {
-        drop(std::mem::take(
-            &mut *RUNNING.lock().unwrap_or_else(|p| p.into_inner()),
-        ));
-    }
     cell.get_or_init(|| {
         let k = ApacheKafka::start_with(KafkaOptions {
             version,
@@ -696,11 +688,31 @@ fn shared_kafka_of(version: &'static str, cell: &'static OnceLock<String>) -> &'
         })
         .unwrap_or_else(|e| panic!("Apache Kafka {version} did not start: {e}"));
         let b = k.bootstrap.clone();
-        // SAFETY: registering a plain extern "C" function, once.
-        AT_EXIT.call_once(|| unsafe {
-            libc::atexit(stop_shared);
-        });
-        RUNNING.lock().unwrap_or_else(|p| p.into_inner()).push(k);
+        at_exit(move || drop(k));
         b
     })
+}
+
+/// Runs `stop` when the test binary exits (atexit(3)): how brokers a whole
+/// binary shares are stopped cleanly and their directories removed (statics
+/// are never dropped).
+#[allow(unsafe_code)] // atexit(3) registration, see SAFETY below
+pub fn at_exit(stop: impl FnOnce() + Send + 'static) {
+    type Stop = Box<dyn FnOnce() + Send>;
+    static STOPS: Mutex<Vec<Stop>> = Mutex::new(Vec::new());
+    static REGISTER: std::sync::Once = std::sync::Once::new();
+    extern "C" fn run_stops() {
+        let stops = std::mem::take(&mut *STOPS.lock().unwrap_or_else(|p| p.into_inner()));
+        for stop in stops {
+            stop();
+        }
+    }
+    // SAFETY: registering a plain extern "C" function, once.
+    REGISTER.call_once(|| unsafe {
+        libc::atexit(run_stops);
+    });
+    STOPS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(Box::new(stop));
 }

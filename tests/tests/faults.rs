@@ -51,24 +51,17 @@ mod apache_kafka {
 
     static CLUSTER: OnceLock<Mutex<Option<KafkaCluster>>> = OnceLock::new();
 
-    /// Stops the shared cluster's brokers and removes their directories when
-    /// the test binary exits.
-    extern "C" fn stop_cluster() {
-        if let Some(c) = CLUSTER.get() {
-            drop(c.lock().unwrap_or_else(|p| p.into_inner()).take());
-        }
-    }
-
-    /// The module's 3-node cluster, started on first use, every node up.
-    #[allow(unsafe_code)] // atexit(3) registration, see SAFETY below
+    /// The module's 3-node cluster, started on first use (stopped when the
+    /// test binary exits), every node up.
     fn cluster() -> MutexGuard<'static, Option<KafkaCluster>> {
         let cell = CLUSTER.get_or_init(|| {
             let c = KafkaCluster::start(3)
                 .unwrap_or_else(|e| panic!("3-node Apache Kafka did not start: {e}"));
-            // SAFETY: registering a plain extern "C" function, once.
-            unsafe {
-                libc::atexit(stop_cluster);
-            }
+            rill_tests::backend::at_exit(|| {
+                if let Some(c) = CLUSTER.get() {
+                    drop(c.lock().unwrap_or_else(|p| p.into_inner()).take());
+                }
+            });
             Mutex::new(Some(c))
         });
         let mut guard = cell.lock().unwrap_or_else(|p| p.into_inner());

@@ -85,23 +85,29 @@ pub(crate) fn get_uvarint<B: ByteBuf>(buf: &mut B) -> Result<u32> {
     bail!("unsigned varint longer than 5 bytes")
 }
 
-/// A length for the classic or the flexible encoding; `None` is null.
+/// A length for the flexible encoding or the classic one (int16 for
+/// strings, `short`; int32 for arrays); `None` is null.
 fn put_len<B: ByteBufMut>(
     buf: &mut B,
     len: Option<usize>,
     flexible: bool,
-    classic_max: usize,
+    short: bool,
 ) -> Result<()> {
+    let max = if short {
+        i16::MAX as usize
+    } else {
+        i32::MAX as usize
+    };
     match (len, flexible) {
         (None, true) => put_uvarint(buf, 0),
-        (None, false) if classic_max == i16::MAX as usize => buf.put_i16(-1),
+        (None, false) if short => buf.put_i16(-1),
         (None, false) => buf.put_i32(-1),
         (Some(n), true) => match u32::try_from(n).ok().and_then(|n| n.checked_add(1)) {
             Some(n) => put_uvarint(buf, n),
             None => bail!("length {n} does not fit an unsigned varint"),
         },
-        (Some(n), false) if n > classic_max => bail!("length {n} is over {classic_max}"),
-        (Some(n), false) if classic_max == i16::MAX as usize => buf.put_i16(n as i16),
+        (Some(n), false) if n > max => bail!("length {n} is over {max}"),
+        (Some(n), false) if short => buf.put_i16(n as i16),
         (Some(n), false) => buf.put_i32(n as i32),
     }
     Ok(())
@@ -141,7 +147,7 @@ pub(crate) fn put_opt_str<B: ByteBufMut>(
     v: Option<&StrBytes>,
     flexible: bool,
 ) -> Result<()> {
-    put_len(buf, v.map(|s| s.len()), flexible, i16::MAX as usize)?;
+    put_len(buf, v.map(|s| s.len()), flexible, true)?;
     if let Some(s) = v {
         buf.put_slice(s.as_bytes());
     }
@@ -180,7 +186,7 @@ pub(crate) fn put_opt_array<B: ByteBufMut, T>(
     flexible: bool,
     mut each: impl FnMut(&mut B, &T) -> Result<()>,
 ) -> Result<()> {
-    put_len(buf, items.map(<[T]>::len), flexible, i32::MAX as usize)?;
+    put_len(buf, items.map(<[T]>::len), flexible, false)?;
     for item in items.unwrap_or_default() {
         each(buf, item)?;
     }

@@ -346,23 +346,18 @@ pub(crate) fn snake(name: &str) -> String {
     out
 }
 
-fn rust_type(f: &Field) -> String {
-    let base = match &f.ty {
-        Ty::Bool => "bool".to_string(),
+fn base_type(ty: &Ty) -> String {
+    match ty {
+        Ty::Bool => "bool".into(),
         Ty::Int(t) => t.to_string(),
-        Ty::Str => "StrBytes".to_string(),
-        Ty::Array(inner) => format!(
-            "Vec<{}>",
-            match &**inner {
-                Ty::Bool => "bool".to_string(),
-                Ty::Int(t) => t.to_string(),
-                Ty::Str => "StrBytes".to_string(),
-                Ty::Struct(n) => n.clone(),
-                Ty::Array(_) => unreachable!("refused by parse_type"),
-            }
-        ),
+        Ty::Str => "StrBytes".into(),
+        Ty::Array(inner) => format!("Vec<{}>", base_type(inner)),
         Ty::Struct(n) => n.clone(),
-    };
+    }
+}
+
+fn rust_type(f: &Field) -> String {
+    let base = base_type(&f.ty);
     if f.nullable {
         format!("Option<{base}>")
     } else {
