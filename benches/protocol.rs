@@ -50,19 +50,14 @@ fn benches(c: &mut Criterion) {
     encode_request_frame(
         &mut out,
         &header,
-        &RequestKind::Metadata(MetadataRequest::default()),
+        &RequestKind::Metadata(MetadataRequest::default()).into(),
     )
     .unwrap();
     let frame = out.freeze().slice(4..);
     c.bench_function("decode Metadata v12 request", |b| {
         b.iter_batched(
             || frame.clone(),
-            |f| {
-                decode_request(f, |k| {
-                    Some((k.valid_versions().min, k.valid_versions().max))
-                })
-                .unwrap()
-            },
+            |f| decode_request(f, |k| Some(k.valid_versions())).unwrap(),
             BatchSize::SmallInput,
         )
     });

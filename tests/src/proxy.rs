@@ -18,7 +18,7 @@ use std::thread;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use rill_protocol::message::{decode_response, encode_response_frame};
+use rill_protocol::message::{decode_response, encode_response_frame, ResponseBody};
 use rill_protocol::{ApiKey, ResponseKind, StrBytes};
 
 /// What to do to an answer.
@@ -220,12 +220,12 @@ pub(crate) fn rewrite_brokers(
         }
     };
     match &mut body {
-        ResponseKind::Metadata(m) => {
+        ResponseBody::Kafka(ResponseKind::Metadata(m)) => {
             for b in m.brokers.iter_mut() {
                 point(b.node_id.0, &mut b.host, &mut b.port);
             }
         }
-        ResponseKind::FindCoordinator(f) => {
+        ResponseBody::Kafka(ResponseKind::FindCoordinator(f)) => {
             if f.port > 0 {
                 point(f.node_id.0, &mut f.host, &mut f.port);
             }

@@ -954,7 +954,7 @@ pub fn malformed_requests(bootstrap: &str) {
     conn.send_raw(&wire).unwrap();
     let resp = conn.read_frame().unwrap();
     let (_, body) = rill_protocol::message::decode_response(resp, ApiKey::ApiVersions, 0).unwrap();
-    let ResponseKind::ApiVersions(r) = body else {
+    let rill_protocol::message::ResponseBody::Kafka(ResponseKind::ApiVersions(r)) = body else {
         panic!()
     };
     assert_code(

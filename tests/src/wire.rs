@@ -25,7 +25,9 @@ use rill_protocol::kafka_protocol::messages::produce_request::{
     PartitionProduceData, TopicProduceData,
 };
 use rill_protocol::kafka_protocol::messages::*;
-use rill_protocol::message::{decode_response, encode_request_frame, peek_correlation_id};
+use rill_protocol::message::{
+    decode_response, encode_request_frame, peek_correlation_id, Api, RequestBody, ResponseBody,
+};
 use rill_protocol::records::{self, Compression, Record};
 use rill_protocol::{ApiKey, ErrorCode, RequestKind, ResponseKind, StrBytes};
 
@@ -90,8 +92,8 @@ impl Conn {
         want.min(broker_max).min(crate_max)
     }
 
-    pub fn broker_range(&self, key: ApiKey) -> Option<(i16, i16)> {
-        self.versions.get(&(key as i16)).copied()
+    pub fn broker_range(&self, key: impl Into<Api>) -> Option<(i16, i16)> {
+        self.versions.get(&key.into().key()).copied()
     }
 
     /// Sends one request and waits for its response.
@@ -101,16 +103,33 @@ impl Conn {
         version: i16,
         body: RequestKind,
     ) -> io::Result<ResponseKind> {
-        let corr = self.send(key, version, &body)?;
-        self.receive(key, version, corr)
+        match self.request_body(key.into(), version, body.into())? {
+            ResponseBody::Kafka(k) => Ok(k),
+            other => Err(io::Error::other(format!("{key:?} answered with {other:?}"))),
+        }
+    }
+
+    /// Sends one request of any API (also KIP-1071's) and waits for its response.
+    pub fn request_body(
+        &mut self,
+        key: Api,
+        version: i16,
+        body: RequestBody,
+    ) -> io::Result<ResponseBody> {
+        let corr = self.send_body(key, version, &body)?;
+        self.receive_body(key, version, corr)
     }
 
     /// Sends a request without waiting (acks=0 produce); returns its correlation id.
     pub fn send(&mut self, key: ApiKey, version: i16, body: &RequestKind) -> io::Result<i32> {
+        self.send_body(key.into(), version, &body.clone().into())
+    }
+
+    fn send_body(&mut self, key: Api, version: i16, body: &RequestBody) -> io::Result<i32> {
         let corr = self.next_correlation;
         self.next_correlation += 1;
         let header = RequestHeader::default()
-            .with_request_api_key(key as i16)
+            .with_request_api_key(key.key())
             .with_request_api_version(version)
             .with_correlation_id(corr)
             .with_client_id(Some(sb("rill-tests")));
@@ -121,6 +140,13 @@ impl Conn {
     }
 
     pub fn receive(&mut self, key: ApiKey, version: i16, corr: i32) -> io::Result<ResponseKind> {
+        match self.receive_body(key.into(), version, corr)? {
+            ResponseBody::Kafka(k) => Ok(k),
+            other => Err(io::Error::other(format!("{key:?} answered with {other:?}"))),
+        }
+    }
+
+    fn receive_body(&mut self, key: Api, version: i16, corr: i32) -> io::Result<ResponseBody> {
         let frame = self.read_frame()?;
         if peek_correlation_id(&frame) != Some(corr) {
             return Err(io::Error::other(format!(

@@ -624,20 +624,20 @@ fn kafka_perf_tools_complete_a_run() {
 /// ids instead of names) but those messages' codecs stop at v9, so neither
 /// the embedded broker nor Rill's client can speak v10; the assertions make
 /// this exception end with the crate upgrade that adds them.
-fn codec_max(key: rill_protocol::ApiKey) -> i16 {
+fn codec_max(key: rill_protocol::message::Api) -> i16 {
     use rill_protocol::kafka_protocol::messages::{OffsetCommitRequest, OffsetFetchRequest};
     use rill_protocol::kafka_protocol::protocol::Encodable;
     let mut b = bytes::BytesMut::new();
-    match key {
-        rill_protocol::ApiKey::OffsetCommit => {
+    match key.kafka() {
+        Some(rill_protocol::ApiKey::OffsetCommit) => {
             assert!(OffsetCommitRequest::default().encode(&mut b, 10).is_err());
             9
         }
-        rill_protocol::ApiKey::OffsetFetch => {
+        Some(rill_protocol::ApiKey::OffsetFetch) => {
             assert!(OffsetFetchRequest::default().encode(&mut b, 10).is_err());
             9
         }
-        k => k.valid_versions().max,
+        _ => key.valid_versions().1,
     }
 }
 

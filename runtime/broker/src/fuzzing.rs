@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use rill_protocol::message::{decode_request, encode_response_frame};
-use rill_protocol::{RequestKind, ResponseKind};
+use rill_protocol::message::{decode_request, encode_response_frame, RequestBody, ResponseBody};
+use rill_protocol::RequestKind;
 
 use crate::api::{self, Ctx};
 use crate::broker::Broker;
@@ -64,7 +64,7 @@ impl FuzzBroker {
         };
         let mut body = req.body;
         // Long polls would only slow the fuzzer down.
-        if let RequestKind::Fetch(f) = &mut body {
+        if let RequestBody::Kafka(RequestKind::Fetch(f)) = &mut body {
             f.max_wait_ms = f.max_wait_ms.min(1);
         }
         let ctx = Ctx {
@@ -79,7 +79,7 @@ impl FuzzBroker {
         let handled = self.rt.block_on(async {
             tokio::time::timeout(Duration::from_millis(20), api::handle(&ctx, body)).await
         });
-        let response: ResponseKind = match handled {
+        let response: ResponseBody = match handled {
             Err(_) | Ok(Ok(None)) => return Outcome::NoResponse,
             Ok(Err(_)) => return Outcome::Rejected,
             Ok(Ok(Some(r))) => r,
@@ -111,11 +111,20 @@ impl Default for FuzzBroker {
 mod tests {
     use super::*;
     use rill_protocol::kafka_protocol::messages::*;
-    use rill_protocol::message::encode_request_frame;
+    use rill_protocol::message::{encode_request_frame, Api};
     use rill_protocol::ApiKey;
 
-    fn default_body(key: ApiKey) -> RequestKind {
-        match key {
+    fn default_body(key: Api) -> RequestBody {
+        let key = match key {
+            Api::Kafka(k) => k,
+            Api::StreamsGroupHeartbeat => {
+                return rill_protocol::messages::StreamsGroupHeartbeatRequest::default().into()
+            }
+            Api::StreamsGroupDescribe => {
+                return rill_protocol::messages::StreamsGroupDescribeRequest::default().into()
+            }
+        };
+        RequestBody::Kafka(match key {
             ApiKey::Produce => RequestKind::Produce(ProduceRequest::default().with_acks(-1)),
             ApiKey::Fetch => RequestKind::Fetch(FetchRequest::default()),
             ApiKey::ListOffsets => RequestKind::ListOffsets(ListOffsetsRequest::default()),
@@ -157,7 +166,7 @@ mod tests {
                 RequestKind::ConsumerGroupDescribe(ConsumerGroupDescribeRequest::default())
             }
             other => panic!("{other:?} is not served"),
-        }
+        })
     }
 
     /// Every served API at every served version: its response encodes.
@@ -168,7 +177,7 @@ mod tests {
         for &(key, lo, hi) in api::SUPPORTED {
             for v in lo..=hi {
                 let header = RequestHeader::default()
-                    .with_request_api_key(key as i16)
+                    .with_request_api_key(key.key())
                     .with_request_api_version(v)
                     .with_correlation_id(1)
                     .with_client_id(Some(rill_protocol::StrBytes::from_static_str("t")));
@@ -178,7 +187,7 @@ mod tests {
                 match fb.handle_frame(&out[4..]) {
                     Outcome::Answered(_) => answered += 1,
                     other => assert!(
-                        matches!(key, ApiKey::JoinGroup | ApiKey::SyncGroup),
+                        matches!(key.kafka(), Some(ApiKey::JoinGroup | ApiKey::SyncGroup)),
                         "{key:?} v{v}: {other:?}"
                     ),
                 }

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::Rng;
+use rill_protocol::message::Api;
 use rill_protocol::sasl::{self, Mechanism, ScramCredential, ScramServer, SCRAM_MIN_ITERATIONS};
 use rill_protocol::ApiKey;
 pub use rill_protocol::SecurityProtocol;
@@ -382,8 +383,9 @@ impl Session {
     }
 
     /// Whether `api` may be served now.
-    pub fn admit(&self, api: ApiKey) -> Admit {
-        let sasl_api = matches!(api, ApiKey::SaslHandshake | ApiKey::SaslAuthenticate);
+    pub fn admit(&self, api: impl Into<Api>) -> Admit {
+        let api = api.into();
+        let sasl_api = api == ApiKey::SaslHandshake || api == ApiKey::SaslAuthenticate;
         match &self.state {
             // Answered with ILLEGAL_SASL_STATE, as Kafka does.
             State::Open if api == ApiKey::SaslHandshake => Admit::Sasl,

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use futures::FutureExt;
 use rill_protocol::frame::FrameDecoder;
-use rill_protocol::message::{decode_request, encode_response_frame, RequestDecodeError};
+use rill_protocol::message::{decode_request, encode_response_frame, Api, RequestDecodeError};
 use rill_protocol::{ApiKey, ResponseKind};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket};
@@ -203,13 +203,14 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
             let request = match decode_request(frame.freeze(), api::supported) {
                 Ok(r) => r,
                 Err(RequestDecodeError::UnsupportedVersion {
-                    api_key: ApiKey::ApiVersions,
+                    api_key: Api::Kafka(ApiKey::ApiVersions),
                     correlation_id,
                     version,
                     ..
                 }) => {
                     debug!(%peer, version, "ApiVersions version unsupported; answering with v0");
-                    let body = ResponseKind::ApiVersions(api::unsupported_version_response());
+                    let body =
+                        ResponseKind::ApiVersions(api::unsupported_version_response()).into();
                     if encode_response_frame(
                         &mut outbuf,
                         ApiKey::ApiVersions,
@@ -254,6 +255,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 }
                 Admit::Sasl => {
                     let (body, close) = api::handle_sasl(&mut session, &auth, request.body);
+                    let body = body.into();
                     if encode_response_frame(&mut outbuf, api_key, version, correlation_id, &body)
                         .is_err()
                         || write_out(&mut stream, &mut outbuf).await.is_err()

@@ -33,7 +33,9 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use rill_protocol::kafka_protocol::messages::{ApiVersionsRequest, RequestHeader};
-use rill_protocol::message::{decode_response, encode_request_frame, peek_correlation_id};
+use rill_protocol::message::{
+    decode_response, encode_request_frame, peek_correlation_id, Api, RequestBody, ResponseBody,
+};
 use rill_protocol::{ApiKey, RequestKind, ResponseKind, StrBytes};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -65,7 +67,7 @@ struct Shared {
 
 /// A request written to a connection whose answer has not been read yet.
 pub struct PendingAnswer {
-    api: ApiKey,
+    api: Api,
     version: i16,
     rx: oneshot::Receiver<Result<Bytes>>,
 }
@@ -226,22 +228,23 @@ impl Connection {
     }
 
     /// The broker's version range of an API, if it has it.
-    pub fn broker_versions(&self, api: ApiKey) -> Option<(i16, i16)> {
-        self.versions.get(&(api as i16)).copied()
+    pub fn broker_versions(&self, api: impl Into<Api>) -> Option<(i16, i16)> {
+        self.versions.get(&api.into().key()).copied()
     }
 
     /// The highest version both sides support within `[min, max]`.
-    pub fn version(&self, api: ApiKey, min: i16, max: i16) -> Result<i16> {
-        let ours = api.valid_versions();
+    pub fn version(&self, api: impl Into<Api>, min: i16, max: i16) -> Result<i16> {
+        let api = api.into();
+        let (omin, omax) = api.valid_versions();
         let (bmin, bmax) = self.broker_versions(api).unwrap_or((i16::MAX, -1));
-        let lo = min.max(ours.min).max(bmin);
-        let hi = max.min(ours.max).min(bmax);
+        let lo = min.max(omin).max(bmin);
+        let hi = max.min(omax).min(bmax);
         if lo > hi {
             return Err(Error::UnsupportedVersion {
                 broker: self.broker(),
                 api: format!("{api:?}"),
-                min: min.max(ours.min),
-                max: max.min(ours.max),
+                min: min.max(omin),
+                max: max.min(omax),
             });
         }
         Ok(hi)
@@ -289,14 +292,43 @@ impl Connection {
         version: i16,
         body: RequestKind,
     ) -> Result<PendingAnswer> {
+        self.start_body(api.into(), version, body.into()).await
+    }
+
+    /// [`Connection::start`] for any API, also those `kafka-protocol` lacks.
+    async fn start_body(&self, api: Api, version: i16, body: RequestBody) -> Result<PendingAnswer> {
         match self.write(api, version, &body, true).await? {
             Some(rx) => Ok(PendingAnswer { api, version, rx }),
             None => Err(self.poison_error()),
         }
     }
 
+    /// Sends a request of any API (also KIP-1071's, which `kafka-protocol`
+    /// lacks) at an exact version and waits for its response.
+    pub async fn send_body(
+        &self,
+        api: Api,
+        version: i16,
+        body: RequestBody,
+    ) -> Result<ResponseBody> {
+        let pending = self.start_body(api, version, body).await?;
+        self.answer_body(pending, self.settings.request_timeout)
+            .await
+    }
+
     /// Waits up to `timeout` for the answer to a started request.
     pub async fn answer(&self, pending: PendingAnswer, timeout: Duration) -> Result<ResponseKind> {
+        let api = pending.api;
+        match self.answer_body(pending, timeout).await? {
+            ResponseBody::Kafka(k) => Ok(k),
+            other => Err(Error::Protocol {
+                broker: self.broker(),
+                reason: format!("{api:?} answered with {other:?}"),
+            }),
+        }
+    }
+
+    async fn answer_body(&self, pending: PendingAnswer, timeout: Duration) -> Result<ResponseBody> {
         let PendingAnswer { api, version, rx } = pending;
         let frame = match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(r)) => r?,
@@ -333,14 +365,16 @@ impl Connection {
         version: i16,
         body: RequestKind,
     ) -> Result<()> {
-        self.write(api, version, &body, false).await.map(|_| ())
+        self.write(api.into(), version, &body.into(), false)
+            .await
+            .map(|_| ())
     }
 
     async fn write(
         &self,
-        api: ApiKey,
+        api: Api,
         version: i16,
-        body: &RequestKind,
+        body: &RequestBody,
         expect_response: bool,
     ) -> Result<Option<oneshot::Receiver<Result<Bytes>>>> {
         // Encoded before taking the lock: concurrent senders only queue
@@ -361,11 +395,15 @@ impl Connection {
         version: i16,
         body: RequestKind,
     ) -> Result<ResponseKind> {
-        let (buf, rx) = self.prepare(api, version, &body, true)?;
-        self.write_frame(w, api, &buf).await?;
+        let (buf, rx) = self.prepare(api.into(), version, &body.into(), true)?;
+        self.write_frame(w, api.into(), &buf).await?;
         let rx = rx.expect("a receiver was asked for");
         self.answer(
-            PendingAnswer { api, version, rx },
+            PendingAnswer {
+                api: api.into(),
+                version,
+                rx,
+            },
             self.settings.request_timeout,
         )
         .await
@@ -376,14 +414,14 @@ impl Connection {
     #[allow(clippy::type_complexity)]
     fn prepare(
         &self,
-        api: ApiKey,
+        api: Api,
         version: i16,
-        body: &RequestKind,
+        body: &RequestBody,
         expect_response: bool,
     ) -> Result<(BytesMut, Option<oneshot::Receiver<Result<Bytes>>>)> {
         let correlation_id = self.next_correlation_id.fetch_add(1, Ordering::Relaxed) & i32::MAX;
         let header = RequestHeader::default()
-            .with_request_api_key(api as i16)
+            .with_request_api_key(api.key())
             .with_request_api_version(version)
             .with_correlation_id(correlation_id)
             .with_client_id(Some(StrBytes::from_string(self.settings.client_id.clone())));
@@ -405,7 +443,7 @@ impl Connection {
     }
 
     /// Writes an encoded frame; a failed write poisons the connection.
-    async fn write_frame(&self, w: &mut Writer, api: ApiKey, buf: &[u8]) -> Result<()> {
+    async fn write_frame(&self, w: &mut Writer, api: Api, buf: &[u8]) -> Result<()> {
         if let Err(e) = write_flush(w, buf).await {
             let err = Error::Connection {
                 broker: self.broker(),

@@ -6,15 +6,227 @@
 //! - ApiVersions responses always use response header v0, whatever the request
 //!   version (KIP-511: a client that does not yet know the broker's versions must
 //!   be able to read the answer).
+//! - Every API has one [`Api`] value, whether its messages come from
+//!   `kafka-protocol` or from this crate's [`crate::messages`] (KIP-1071's
+//!   StreamsGroupHeartbeat and StreamsGroupDescribe, which `kafka-protocol`
+//!   0.18 lacks); bodies are [`RequestBody`] / [`ResponseBody`], so framing,
+//!   version ranges and header versions are decided in one place for both.
 //! - A request that cannot be decoded is reported with as much of its identity as
 //!   could be read (API key, version, correlation id), so the broker can answer
 //!   with Kafka's error response where Kafka sends one and log what was wrong.
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
-use kafka_protocol::protocol::{Decodable, Encodable};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Message};
 
 use crate::frame;
+use crate::messages::{
+    StreamsGroupDescribeRequest, StreamsGroupDescribeResponse, StreamsGroupHeartbeatRequest,
+    StreamsGroupHeartbeatResponse, STREAMS_GROUP_DESCRIBE, STREAMS_GROUP_HEARTBEAT,
+};
+
+/// An API: one `kafka-protocol` has, or one whose messages this crate
+/// generates ([`crate::messages`]). Prints as Kafka names the API.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Api {
+    /// An API whose messages `kafka-protocol` has.
+    Kafka(ApiKey),
+    /// StreamsGroupHeartbeat (key 88, KIP-1071).
+    StreamsGroupHeartbeat,
+    /// StreamsGroupDescribe (key 89, KIP-1071).
+    StreamsGroupDescribe,
+}
+
+impl Api {
+    /// The API for a wire key, if either crate knows it.
+    pub fn from_key(key: i16) -> Option<Self> {
+        match key {
+            STREAMS_GROUP_HEARTBEAT => Some(Self::StreamsGroupHeartbeat),
+            STREAMS_GROUP_DESCRIBE => Some(Self::StreamsGroupDescribe),
+            k => ApiKey::try_from(k).ok().map(Self::Kafka),
+        }
+    }
+
+    /// The wire key.
+    pub fn key(self) -> i16 {
+        match self {
+            Self::Kafka(k) => k as i16,
+            Self::StreamsGroupHeartbeat => STREAMS_GROUP_HEARTBEAT,
+            Self::StreamsGroupDescribe => STREAMS_GROUP_DESCRIBE,
+        }
+    }
+
+    /// The `kafka-protocol` key, for an API that crate has.
+    pub fn kafka(self) -> Option<ApiKey> {
+        match self {
+            Self::Kafka(k) => Some(k),
+            _ => None,
+        }
+    }
+
+    /// The versions the message code can encode and decode.
+    pub fn valid_versions(self) -> (i16, i16) {
+        let r = match self {
+            Self::Kafka(k) => k.valid_versions(),
+            Self::StreamsGroupHeartbeat => StreamsGroupHeartbeatRequest::VERSIONS,
+            Self::StreamsGroupDescribe => StreamsGroupDescribeRequest::VERSIONS,
+        };
+        (r.min, r.max)
+    }
+
+    /// The request header version for an API version.
+    pub fn request_header_version(self, version: i16) -> i16 {
+        match self {
+            Self::Kafka(k) => k.request_header_version(version),
+            Self::StreamsGroupHeartbeat => StreamsGroupHeartbeatRequest::header_version(version),
+            Self::StreamsGroupDescribe => StreamsGroupDescribeRequest::header_version(version),
+        }
+    }
+
+    /// The response header version: ApiVersions always uses v0 (KIP-511).
+    pub fn response_header_version(self, version: i16) -> i16 {
+        match self {
+            Self::Kafka(ApiKey::ApiVersions) => 0,
+            Self::Kafka(k) => k.response_header_version(version),
+            Self::StreamsGroupHeartbeat => StreamsGroupHeartbeatResponse::header_version(version),
+            Self::StreamsGroupDescribe => StreamsGroupDescribeResponse::header_version(version),
+        }
+    }
+}
+
+impl From<ApiKey> for Api {
+    fn from(k: ApiKey) -> Self {
+        Self::Kafka(k)
+    }
+}
+
+impl PartialEq<ApiKey> for Api {
+    fn eq(&self, other: &ApiKey) -> bool {
+        *self == Self::Kafka(*other)
+    }
+}
+
+impl std::fmt::Debug for Api {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Kafka(k) => write!(f, "{k:?}"),
+            Self::StreamsGroupHeartbeat => f.write_str("StreamsGroupHeartbeat"),
+            Self::StreamsGroupDescribe => f.write_str("StreamsGroupDescribe"),
+        }
+    }
+}
+
+impl std::fmt::Display for Api {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self, f)
+    }
+}
+
+/// A request body of any [`Api`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum RequestBody {
+    /// A `kafka-protocol` request.
+    Kafka(RequestKind),
+    /// A StreamsGroupHeartbeat request.
+    StreamsGroupHeartbeat(StreamsGroupHeartbeatRequest),
+    /// A StreamsGroupDescribe request.
+    StreamsGroupDescribe(StreamsGroupDescribeRequest),
+}
+
+/// A response body of any [`Api`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum ResponseBody {
+    /// A `kafka-protocol` response.
+    Kafka(ResponseKind),
+    /// A StreamsGroupHeartbeat response.
+    StreamsGroupHeartbeat(StreamsGroupHeartbeatResponse),
+    /// A StreamsGroupDescribe response.
+    StreamsGroupDescribe(StreamsGroupDescribeResponse),
+}
+
+impl From<RequestKind> for RequestBody {
+    fn from(k: RequestKind) -> Self {
+        Self::Kafka(k)
+    }
+}
+
+impl From<ResponseKind> for ResponseBody {
+    fn from(k: ResponseKind) -> Self {
+        Self::Kafka(k)
+    }
+}
+
+impl From<StreamsGroupHeartbeatRequest> for RequestBody {
+    fn from(r: StreamsGroupHeartbeatRequest) -> Self {
+        Self::StreamsGroupHeartbeat(r)
+    }
+}
+
+impl From<StreamsGroupDescribeRequest> for RequestBody {
+    fn from(r: StreamsGroupDescribeRequest) -> Self {
+        Self::StreamsGroupDescribe(r)
+    }
+}
+
+impl From<StreamsGroupHeartbeatResponse> for ResponseBody {
+    fn from(r: StreamsGroupHeartbeatResponse) -> Self {
+        Self::StreamsGroupHeartbeat(r)
+    }
+}
+
+impl From<StreamsGroupDescribeResponse> for ResponseBody {
+    fn from(r: StreamsGroupDescribeResponse) -> Self {
+        Self::StreamsGroupDescribe(r)
+    }
+}
+
+impl RequestBody {
+    /// Encodes the body at `version`.
+    pub fn encode(&self, out: &mut BytesMut, version: i16) -> anyhow::Result<()> {
+        match self {
+            Self::Kafka(k) => k.encode(out, version),
+            Self::StreamsGroupHeartbeat(r) => r.encode(out, version),
+            Self::StreamsGroupDescribe(r) => r.encode(out, version),
+        }
+    }
+
+    /// Decodes a body of `api` at `version`.
+    pub fn decode(api: Api, buf: &mut Bytes, version: i16) -> anyhow::Result<Self> {
+        Ok(match api {
+            Api::Kafka(k) => Self::Kafka(RequestKind::decode(k, buf, version)?),
+            Api::StreamsGroupHeartbeat => {
+                Self::StreamsGroupHeartbeat(StreamsGroupHeartbeatRequest::decode(buf, version)?)
+            }
+            Api::StreamsGroupDescribe => {
+                Self::StreamsGroupDescribe(StreamsGroupDescribeRequest::decode(buf, version)?)
+            }
+        })
+    }
+}
+
+impl ResponseBody {
+    /// Encodes the body at `version`.
+    pub fn encode(&self, out: &mut BytesMut, version: i16) -> anyhow::Result<()> {
+        match self {
+            Self::Kafka(k) => k.encode(out, version),
+            Self::StreamsGroupHeartbeat(r) => r.encode(out, version),
+            Self::StreamsGroupDescribe(r) => r.encode(out, version),
+        }
+    }
+
+    /// Decodes a body of `api` at `version`.
+    pub fn decode(api: Api, buf: &mut Bytes, version: i16) -> anyhow::Result<Self> {
+        Ok(match api {
+            Api::Kafka(k) => Self::Kafka(ResponseKind::decode(k, buf, version)?),
+            Api::StreamsGroupHeartbeat => {
+                Self::StreamsGroupHeartbeat(StreamsGroupHeartbeatResponse::decode(buf, version)?)
+            }
+            Api::StreamsGroupDescribe => {
+                Self::StreamsGroupDescribe(StreamsGroupDescribeResponse::decode(buf, version)?)
+            }
+        })
+    }
+}
 
 /// Why a request frame could not be decoded.
 #[derive(Debug, thiserror::Error)]
@@ -37,7 +249,7 @@ pub enum RequestDecodeError {
     #[error("{api_key:?} v{version} is not supported (supported: v{min}-v{max}; correlation id {correlation_id})")]
     UnsupportedVersion {
         /// The API the request is for.
-        api_key: ApiKey,
+        api_key: Api,
         /// The API version the request claimed.
         version: i16,
         /// Lowest version the broker advertises for this API.
@@ -52,7 +264,7 @@ pub enum RequestDecodeError {
     #[error("malformed {api_key:?} v{version} request header: {reason}")]
     MalformedHeader {
         /// The API the request is for.
-        api_key: ApiKey,
+        api_key: Api,
         /// The API version the request claimed.
         version: i16,
         /// The header decoder's error message.
@@ -65,7 +277,7 @@ pub enum RequestDecodeError {
         /// The decoded request header (version, correlation id, client id).
         header: Box<RequestHeader>,
         /// The API the request is for.
-        api_key: ApiKey,
+        api_key: Api,
         /// The body decoder's error message.
         reason: String,
     },
@@ -73,7 +285,7 @@ pub enum RequestDecodeError {
 
 impl RequestDecodeError {
     /// The API key and version the request claimed, when they could be read.
-    pub fn api(&self) -> Option<(ApiKey, i16)> {
+    pub fn api(&self) -> Option<(Api, i16)> {
         match self {
             Self::UnsupportedVersion {
                 api_key, version, ..
@@ -93,11 +305,11 @@ impl RequestDecodeError {
 #[derive(Debug, Clone)]
 pub struct Request {
     /// The API the request is for, from `header.request_api_key`.
-    pub api_key: ApiKey,
+    pub api_key: Api,
     /// The request header, decoded at the header version for the API and version.
     pub header: RequestHeader,
     /// The request body, decoded at `header.request_api_version`.
-    pub body: RequestKind,
+    pub body: RequestBody,
 }
 
 impl Request {
@@ -125,12 +337,12 @@ pub fn peek_request_identity(frame: &[u8]) -> Option<(i16, i16, i32)> {
 /// without decoding the body.
 pub fn decode_request(
     frame: Bytes,
-    supported: impl Fn(ApiKey) -> Option<(i16, i16)>,
+    supported: impl Fn(Api) -> Option<(i16, i16)>,
 ) -> Result<Request, RequestDecodeError> {
     let Some((key, version, correlation_id)) = peek_request_identity(&frame) else {
         return Err(RequestDecodeError::TooShort(frame.len()));
     };
-    let api_key = ApiKey::try_from(key).map_err(|_| RequestDecodeError::UnknownApiKey {
+    let api_key = Api::from_key(key).ok_or(RequestDecodeError::UnknownApiKey {
         api_key: key,
         correlation_id,
     })?;
@@ -141,8 +353,8 @@ pub fn decode_request(
         });
     };
     // The crate can only decode what its generated code knows.
-    let crate_range = api_key.valid_versions();
-    if version < min || version > max || version < crate_range.min || version > crate_range.max {
+    let (crate_min, crate_max) = api_key.valid_versions();
+    if version < min || version > max || version < crate_min || version > crate_max {
         return Err(RequestDecodeError::UnsupportedVersion {
             api_key,
             version,
@@ -160,7 +372,7 @@ pub fn decode_request(
             reason: e.to_string(),
         }
     })?;
-    let body = RequestKind::decode(api_key, &mut buf, version).map_err(|e| {
+    let body = RequestBody::decode(api_key, &mut buf, version).map_err(|e| {
         RequestDecodeError::MalformedBody {
             header: Box::new(header.clone()),
             api_key,
@@ -183,7 +395,7 @@ pub fn decode_request(
 pub struct EncodeError {
     /// The API being encoded; `ApiVersions` when a request header named an
     /// unknown API key.
-    pub api_key: ApiKey,
+    pub api_key: Api,
     /// The API version being encoded.
     pub version: i16,
     /// Which part failed to encode: `"header"` or `"body"`.
@@ -193,29 +405,26 @@ pub struct EncodeError {
 }
 
 /// The response header version for an API: ApiVersions always uses v0 (KIP-511).
-pub fn response_header_version(api_key: ApiKey, version: i16) -> i16 {
-    if api_key == ApiKey::ApiVersions {
-        0
-    } else {
-        api_key.response_header_version(version)
-    }
+pub fn response_header_version(api_key: impl Into<Api>, version: i16) -> i16 {
+    api_key.into().response_header_version(version)
 }
 
 /// Appends a whole response frame (size prefix, header, body) to `out`.
 /// On error `out` is left as it was.
 pub fn encode_response_frame(
     out: &mut BytesMut,
-    api_key: ApiKey,
+    api_key: impl Into<Api>,
     version: i16,
     correlation_id: i32,
-    body: &ResponseKind,
+    body: &ResponseBody,
 ) -> Result<(), EncodeError> {
+    let api_key = api_key.into();
     let header = ResponseHeader::default().with_correlation_id(correlation_id);
     encode_frame(
         out,
         api_key,
         version,
-        |out| header.encode(out, response_header_version(api_key, version)),
+        |out| header.encode(out, api_key.response_header_version(version)),
         |out| body.encode(out, version),
     )
 }
@@ -223,7 +432,7 @@ pub fn encode_response_frame(
 /// Writes size prefix, header and body; on error `out` is left as it was.
 fn encode_frame(
     out: &mut BytesMut,
-    api_key: ApiKey,
+    api_key: Api,
     version: i16,
     header: impl FnOnce(&mut BytesMut) -> anyhow::Result<()>,
     body: impl FnOnce(&mut BytesMut) -> anyhow::Result<()>,
@@ -254,10 +463,10 @@ fn encode_frame(
 pub fn encode_request_frame(
     out: &mut BytesMut,
     header: &RequestHeader,
-    body: &RequestKind,
+    body: &RequestBody,
 ) -> Result<(), EncodeError> {
-    let api_key = ApiKey::try_from(header.request_api_key).map_err(|_| EncodeError {
-        api_key: ApiKey::ApiVersions,
+    let api_key = Api::from_key(header.request_api_key).ok_or_else(|| EncodeError {
+        api_key: Api::Kafka(ApiKey::ApiVersions),
         version: header.request_api_version,
         what: "header",
         reason: format!("unknown API key {}", header.request_api_key),
@@ -277,7 +486,7 @@ pub fn encode_request_frame(
 #[error("malformed {api_key:?} v{version} response: {reason}")]
 pub struct ResponseDecodeError {
     /// The API of the request the response answers.
-    pub api_key: ApiKey,
+    pub api_key: Api,
     /// The API version of that request, which the response is decoded at.
     pub version: i16,
     /// The decoder's error message, prefixed with `header:` when the response
@@ -293,18 +502,19 @@ pub fn peek_correlation_id(frame: &[u8]) -> Option<i32> {
 /// Decodes a response frame (without its size prefix) to the request it answers.
 pub fn decode_response(
     frame: Bytes,
-    api_key: ApiKey,
+    api_key: impl Into<Api>,
     version: i16,
-) -> Result<(ResponseHeader, ResponseKind), ResponseDecodeError> {
+) -> Result<(ResponseHeader, ResponseBody), ResponseDecodeError> {
+    let api_key = api_key.into();
     let err = |reason: String| ResponseDecodeError {
         api_key,
         version,
         reason,
     };
     let mut buf = frame;
-    let header = ResponseHeader::decode(&mut buf, response_header_version(api_key, version))
+    let header = ResponseHeader::decode(&mut buf, api_key.response_header_version(version))
         .map_err(|e| err(format!("header: {e}")))?;
-    let body = ResponseKind::decode(api_key, &mut buf, version).map_err(|e| err(e.to_string()))?;
+    let body = ResponseBody::decode(api_key, &mut buf, version).map_err(|e| err(e.to_string()))?;
     Ok((header, body))
 }
 
@@ -314,9 +524,8 @@ mod tests {
     use kafka_protocol::messages::{ApiVersionsRequest, MetadataRequest, MetadataResponse};
     use kafka_protocol::protocol::StrBytes;
 
-    fn all_supported(k: ApiKey) -> Option<(i16, i16)> {
-        let r = k.valid_versions();
-        Some((r.min, r.max))
+    fn all_supported(k: Api) -> Option<(i16, i16)> {
+        Some(k.valid_versions())
     }
 
     fn request_frame(key: ApiKey, version: i16, body: RequestKind) -> Bytes {
@@ -326,7 +535,7 @@ mod tests {
             .with_correlation_id(42)
             .with_client_id(Some(StrBytes::from_static_str("t")));
         let mut out = BytesMut::new();
-        encode_request_frame(&mut out, &header, &body).unwrap();
+        encode_request_frame(&mut out, &header, &body.into()).unwrap();
         out.freeze().slice(4..)
     }
 
@@ -360,7 +569,7 @@ mod tests {
                 correlation_id,
                 ..
             } => {
-                assert_eq!(api_key, ApiKey::ApiVersions);
+                assert_eq!(api_key, Api::Kafka(ApiKey::ApiVersions));
                 assert_eq!(version, 3);
                 assert_eq!(correlation_id, 42);
             }
@@ -410,12 +619,56 @@ mod tests {
     #[test]
     fn api_versions_response_uses_header_v0() {
         let mut out = BytesMut::new();
-        let body = ResponseKind::Metadata(MetadataResponse::default());
+        let body = ResponseKind::Metadata(MetadataResponse::default()).into();
         encode_response_frame(&mut out, ApiKey::Metadata, 12, 7, &body).unwrap();
         let frame = out.freeze().slice(4..);
         assert_eq!(peek_correlation_id(&frame), Some(7));
         let (h, _) = decode_response(frame, ApiKey::Metadata, 12).unwrap();
         assert_eq!(h.correlation_id, 7);
         assert_eq!(response_header_version(ApiKey::ApiVersions, 3), 0);
+    }
+
+    #[test]
+    fn streams_group_apis_frame_like_kafka_protocol_ones() {
+        use crate::messages::{StreamsGroupHeartbeatRequest, StreamsGroupHeartbeatResponse};
+        for version in 0..=1 {
+            let header = RequestHeader::default()
+                .with_request_api_key(88)
+                .with_request_api_version(version)
+                .with_correlation_id(9);
+            let body = StreamsGroupHeartbeatRequest {
+                group_id: StrBytes::from_static_str("app"),
+                member_epoch: 3,
+                ..Default::default()
+            };
+            let mut out = BytesMut::new();
+            encode_request_frame(&mut out, &header, &body.clone().into()).unwrap();
+            let req = decode_request(out.freeze().slice(4..), all_supported).unwrap();
+            assert_eq!(req.api_key, Api::StreamsGroupHeartbeat);
+            assert_eq!(req.header.correlation_id, 9);
+            assert_eq!(req.body, RequestBody::StreamsGroupHeartbeat(body));
+
+            let resp: ResponseBody = StreamsGroupHeartbeatResponse {
+                member_epoch: 4,
+                ..Default::default()
+            }
+            .into();
+            let mut out = BytesMut::new();
+            encode_response_frame(&mut out, Api::StreamsGroupHeartbeat, version, 9, &resp).unwrap();
+            let (h, back) =
+                decode_response(out.freeze().slice(4..), Api::StreamsGroupHeartbeat, version)
+                    .unwrap();
+            assert_eq!(h.correlation_id, 9);
+            assert_eq!(back, resp);
+        }
+        assert_eq!(Api::from_key(89), Some(Api::StreamsGroupDescribe));
+        assert_eq!(Api::from_key(3), Some(Api::Kafka(ApiKey::Metadata)));
+        assert_eq!(
+            format!("{:?}", Api::StreamsGroupDescribe),
+            "StreamsGroupDescribe"
+        );
+        // Flexible from v0: header v2 requests, v1 responses.
+        assert_eq!(Api::StreamsGroupHeartbeat.request_header_version(0), 2);
+        assert_eq!(Api::StreamsGroupHeartbeat.response_header_version(0), 1);
     }
 }

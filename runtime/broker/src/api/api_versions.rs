@@ -18,6 +18,9 @@ use rill_protocol::kafka_protocol::messages::api_versions_response::{
 use rill_protocol::kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
 use rill_protocol::ErrorCode;
 
+use rill_protocol::message::Api;
+use rill_protocol::ApiKey;
+
 use super::{Ctx, SUPPORTED};
 
 /// The range advertised for an API. Like Apache Kafka 4.x, Produce is
@@ -26,9 +29,9 @@ use super::{Ctx, SUPPORTED};
 /// gzip and snappy only when the Produce range overlaps v2).
 /// SaslHandshake is advertised from v0 as Kafka does, but only v1 is
 /// served (v0 sends raw SASL tokens outside Kafka frames, pre-1.0 clients).
-pub fn advertised(key: rill_protocol::ApiKey, lo: i16, hi: i16) -> (i16, i16) {
-    match key {
-        rill_protocol::ApiKey::Produce | rill_protocol::ApiKey::SaslHandshake => (0, hi),
+pub fn advertised(key: Api, lo: i16, hi: i16) -> (i16, i16) {
+    match key.kafka() {
+        Some(ApiKey::Produce | ApiKey::SaslHandshake) => (0, hi),
         _ => (lo, hi),
     }
 }
@@ -39,7 +42,7 @@ fn table() -> Vec<ApiVersion> {
         .map(|&(k, lo, hi)| {
             let (lo, hi) = advertised(k, lo, hi);
             ApiVersion::default()
-                .with_api_key(k as i16)
+                .with_api_key(k.key())
                 .with_min_version(lo)
                 .with_max_version(hi)
         })

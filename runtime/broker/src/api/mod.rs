@@ -50,6 +50,7 @@ mod txn_offset_commit;
 use std::sync::Arc;
 
 use rill_protocol::kafka_protocol::messages::{BrokerId, TopicName};
+use rill_protocol::message::{Api, RequestBody, ResponseBody};
 use rill_protocol::{ApiKey, ErrorCode, RequestKind, ResponseKind, StrBytes};
 
 use crate::broker::Broker;
@@ -60,46 +61,46 @@ pub(crate) use api_versions::unsupported_version_response;
 
 /// API keys and version ranges this broker serves: Kafka 4.1's ranges,
 /// capped by what `kafka-protocol` can encode.
-pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::Produce, 3, 13),
-    (ApiKey::Fetch, 4, 18),
-    (ApiKey::ListOffsets, 1, 10),
-    (ApiKey::Metadata, 0, 13),
-    (ApiKey::OffsetCommit, 2, 9),
-    (ApiKey::OffsetFetch, 1, 9),
-    (ApiKey::FindCoordinator, 0, 6),
-    (ApiKey::ApiVersions, 0, 4),
-    (ApiKey::CreateTopics, 2, 7),
-    (ApiKey::DeleteTopics, 1, 6),
-    (ApiKey::DeleteRecords, 0, 2),
-    (ApiKey::InitProducerId, 0, 5),
-    (ApiKey::OffsetForLeaderEpoch, 2, 4),
-    (ApiKey::DescribeConfigs, 1, 4),
-    (ApiKey::CreatePartitions, 0, 3),
-    (ApiKey::DescribeCluster, 0, 2),
-    (ApiKey::JoinGroup, 0, 9),
-    (ApiKey::SyncGroup, 0, 5),
-    (ApiKey::Heartbeat, 0, 4),
-    (ApiKey::LeaveGroup, 0, 5),
-    (ApiKey::DescribeGroups, 0, 6),
-    (ApiKey::ListGroups, 0, 5),
-    (ApiKey::DeleteGroups, 0, 2),
-    (ApiKey::OffsetDelete, 0, 0),
-    (ApiKey::ConsumerGroupHeartbeat, 0, 1),
-    (ApiKey::ConsumerGroupDescribe, 0, 1),
-    (ApiKey::SaslHandshake, 1, 1),
-    (ApiKey::SaslAuthenticate, 0, 2),
-    (ApiKey::AddPartitionsToTxn, 0, 5),
-    (ApiKey::AddOffsetsToTxn, 0, 4),
-    (ApiKey::EndTxn, 0, 5),
-    (ApiKey::TxnOffsetCommit, 0, 5),
-    (ApiKey::DescribeProducers, 0, 0),
-    (ApiKey::DescribeTransactions, 0, 0),
-    (ApiKey::ListTransactions, 0, 2),
+pub const SUPPORTED: &[(Api, i16, i16)] = &[
+    (Api::Kafka(ApiKey::Produce), 3, 13),
+    (Api::Kafka(ApiKey::Fetch), 4, 18),
+    (Api::Kafka(ApiKey::ListOffsets), 1, 10),
+    (Api::Kafka(ApiKey::Metadata), 0, 13),
+    (Api::Kafka(ApiKey::OffsetCommit), 2, 9),
+    (Api::Kafka(ApiKey::OffsetFetch), 1, 9),
+    (Api::Kafka(ApiKey::FindCoordinator), 0, 6),
+    (Api::Kafka(ApiKey::ApiVersions), 0, 4),
+    (Api::Kafka(ApiKey::CreateTopics), 2, 7),
+    (Api::Kafka(ApiKey::DeleteTopics), 1, 6),
+    (Api::Kafka(ApiKey::DeleteRecords), 0, 2),
+    (Api::Kafka(ApiKey::InitProducerId), 0, 5),
+    (Api::Kafka(ApiKey::OffsetForLeaderEpoch), 2, 4),
+    (Api::Kafka(ApiKey::DescribeConfigs), 1, 4),
+    (Api::Kafka(ApiKey::CreatePartitions), 0, 3),
+    (Api::Kafka(ApiKey::DescribeCluster), 0, 2),
+    (Api::Kafka(ApiKey::JoinGroup), 0, 9),
+    (Api::Kafka(ApiKey::SyncGroup), 0, 5),
+    (Api::Kafka(ApiKey::Heartbeat), 0, 4),
+    (Api::Kafka(ApiKey::LeaveGroup), 0, 5),
+    (Api::Kafka(ApiKey::DescribeGroups), 0, 6),
+    (Api::Kafka(ApiKey::ListGroups), 0, 5),
+    (Api::Kafka(ApiKey::DeleteGroups), 0, 2),
+    (Api::Kafka(ApiKey::OffsetDelete), 0, 0),
+    (Api::Kafka(ApiKey::ConsumerGroupHeartbeat), 0, 1),
+    (Api::Kafka(ApiKey::ConsumerGroupDescribe), 0, 1),
+    (Api::Kafka(ApiKey::SaslHandshake), 1, 1),
+    (Api::Kafka(ApiKey::SaslAuthenticate), 0, 2),
+    (Api::Kafka(ApiKey::AddPartitionsToTxn), 0, 5),
+    (Api::Kafka(ApiKey::AddOffsetsToTxn), 0, 4),
+    (Api::Kafka(ApiKey::EndTxn), 0, 5),
+    (Api::Kafka(ApiKey::TxnOffsetCommit), 0, 5),
+    (Api::Kafka(ApiKey::DescribeProducers), 0, 0),
+    (Api::Kafka(ApiKey::DescribeTransactions), 0, 0),
+    (Api::Kafka(ApiKey::ListTransactions), 0, 2),
 ];
 
 /// The accepted version range of an API, `None` if the API is not served.
-pub fn supported(key: ApiKey) -> Option<(i16, i16)> {
+pub fn supported(key: Api) -> Option<(i16, i16)> {
     SUPPORTED
         .iter()
         .find(|(k, _, _)| *k == key)
@@ -160,14 +161,14 @@ impl Ctx<'_> {
 pub(crate) fn handle_sasl(
     session: &mut crate::security::Session,
     auth: &crate::security::Authenticator,
-    body: RequestKind,
+    body: RequestBody,
 ) -> (ResponseKind, Option<String>) {
     match body {
-        RequestKind::SaslHandshake(r) => (
+        RequestBody::Kafka(RequestKind::SaslHandshake(r)) => (
             ResponseKind::SaslHandshake(sasl_handshake::handle(session, auth, r)),
             None,
         ),
-        RequestKind::SaslAuthenticate(r) => {
+        RequestBody::Kafka(RequestKind::SaslAuthenticate(r)) => {
             let (resp, close) = sasl_authenticate::handle(session, auth, r);
             (ResponseKind::SaslAuthenticate(resp), close)
         }
@@ -183,9 +184,20 @@ pub(crate) fn handle_sasl(
 #[error("{0}")]
 pub(crate) struct CloseConnection(pub String);
 
-pub(crate) type HandlerResult = Result<Option<ResponseKind>, CloseConnection>;
+pub(crate) type HandlerResult = Result<Option<ResponseBody>, CloseConnection>;
 
-pub(crate) async fn handle(ctx: &Ctx<'_>, body: RequestKind) -> HandlerResult {
+/// Serves one request; `None` when Kafka sends no answer (Produce acks=0).
+pub(crate) async fn handle(ctx: &Ctx<'_>, body: RequestBody) -> HandlerResult {
+    match body {
+        RequestBody::Kafka(k) => Ok(handle_kafka(ctx, k).await?.map(ResponseBody::Kafka)),
+        other => Err(CloseConnection(format!("API {other:?} is not served"))),
+    }
+}
+
+async fn handle_kafka(
+    ctx: &Ctx<'_>,
+    body: RequestKind,
+) -> Result<Option<ResponseKind>, CloseConnection> {
     let r = match body {
         RequestKind::ApiVersions(r) => ResponseKind::ApiVersions(api_versions::handle(ctx, r)),
         RequestKind::Metadata(r) => ResponseKind::Metadata(metadata::handle(ctx, r)),
