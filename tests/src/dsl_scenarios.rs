@@ -99,6 +99,7 @@ impl Topics {
             .set("bootstrap.servers", &self.bootstrap)
             .set("state.dir", state_dir.display())
             .set("num.stream.threads", 2)
+            .set("group.protocol", crate::streams_scenarios::group_protocol())
             .set("commit.interval.ms", 200)
             .set("session.timeout.ms", 30_000)
             .set("heartbeat.interval.ms", 500)

@@ -65,6 +65,25 @@ pub(crate) fn wordcount(input: &str, output: &str, backend: StoreBackend) -> Top
     b.build().expect("topology builds")
 }
 
+thread_local! {
+    static GROUP_PROTOCOL: std::cell::Cell<&'static str> = const { std::cell::Cell::new("classic") };
+}
+
+/// Runs a scenario with the stream threads in `group.protocol` `protocol`
+/// (`classic` or KIP-1071's `streams`): every scenario is written once
+/// and runs on both protocols (the configs it builds read this).
+pub fn with_group_protocol<R>(protocol: &'static str, f: impl FnOnce() -> R) -> R {
+    let before = GROUP_PROTOCOL.with(|p| p.replace(protocol));
+    let r = f();
+    GROUP_PROTOCOL.with(|p| p.set(before));
+    r
+}
+
+/// The group protocol the running scenario uses.
+pub fn group_protocol() -> &'static str {
+    GROUP_PROTOCOL.with(|p| p.get())
+}
+
 #[derive(Clone)]
 pub(crate) struct Setup {
     pub(crate) bootstrap: String,
@@ -94,7 +113,8 @@ impl Setup {
             .set("state.dir", state_dir.display())
             .set("commit.interval.ms", 200)
             .set("session.timeout.ms", 30_000)
-            .set("heartbeat.interval.ms", 500);
+            .set("heartbeat.interval.ms", 500)
+            .set("group.protocol", group_protocol());
         for (k, v) in extra {
             b = b.set(*k, v);
         }
@@ -223,6 +243,25 @@ pub fn streams_wordcount(bootstrap: &str, backend: StoreBackend) {
         );
         let md = a.describe_topics(&[internal.as_str()]).unwrap();
         assert_eq!(md[0].partitions.len() as i32, PARTITIONS, "{internal}");
+    }
+    // The group is the protocol the scenario runs: a KIP-1071 streams
+    // group whose members hold every task once, or a classic one.
+    let g = a.describe_groups(&[s.app.as_str()]).unwrap()[&s.app]
+        .clone()
+        .unwrap();
+    if group_protocol() == "streams" {
+        assert_eq!(g.protocol_type, "streams", "{g:?}");
+        let d = g.streams.as_ref().unwrap();
+        let mut tasks: Vec<&String> = d.members.iter().flat_map(|m| &m.active_tasks).collect();
+        tasks.sort();
+        assert_eq!(tasks.len(), 2 * PARTITIONS as usize, "{g:?}");
+        tasks.dedup();
+        assert_eq!(tasks.len(), 2 * PARTITIONS as usize, "{g:?}");
+        assert_eq!(g.members.len(), 2, "{g:?}");
+        assert!(g.generation >= d.target_assignment_epoch, "{g:?}");
+    } else {
+        assert_eq!(g.protocol_type, "consumer", "{g:?}");
+        assert!(g.streams.is_none());
     }
     assert!(app.close());
     assert_eq!(app.state(), State::NotRunning);
@@ -586,6 +625,7 @@ pub fn streams_bad_input(bootstrap: &str) {
     let cfg = StreamsConfig::builder()
         .env_prefix(None)
         .set("application.id", format!("{}-continue", s.app))
+        .set("group.protocol", group_protocol())
         .set("bootstrap.servers", bootstrap)
         .set("state.dir", dir.path().display())
         .set(
@@ -634,6 +674,7 @@ pub fn streams_bad_input(bootstrap: &str) {
     let cfg = StreamsConfig::builder()
         .env_prefix(None)
         .set("application.id", &group)
+        .set("group.protocol", group_protocol())
         .set("bootstrap.servers", bootstrap)
         .set("state.dir", dir.path().display())
         .set("commit.interval.ms", "100")

@@ -95,6 +95,28 @@ macro_rules! streams_on_apache_kafka {
 
 rill_tests::for_each_streams_scenario!(streams_on_apache_kafka);
 
+/// The same scenarios with the stream threads in a KIP-1071 streams group
+/// (`group.protocol=streams`) on Apache Kafka 4.4.
+macro_rules! streams_protocol_on_apache_kafka {
+    ($($name:ident => $f:ident($($arg:expr),*)),* $(,)?) => {
+        mod streams_protocol_on_apache_kafka {
+            use super::*;
+            use rill_streams::StoreBackend;
+            use rill_tests::rolling::Runtime;
+                    $(
+                #[test]
+                fn $name() {
+                    rill_tests::streams_scenarios::with_group_protocol("streams", || {
+                        rill_tests::streams_scenarios::$f(shared_kafka() $(, $arg)*)
+                    });
+                }
+            )*
+        }
+    };
+}
+
+rill_tests::for_each_streams_scenario!(streams_protocol_on_apache_kafka);
+
 /// The dashboard in headless Chromium (Debian's `chromium`, installed on
 /// demand), on both backends.
 #[test]

@@ -130,6 +130,41 @@ pub struct GroupDescription {
     pub consumer_protocol: bool,
     /// Current members of the group, with their assignments.
     pub members: Vec<MemberDescription>,
+    /// For a KIP-1071 streams group (`protocol_type` `streams`): epochs and
+    /// every member's tasks.
+    pub streams: Option<StreamsGroupDetails>,
+}
+
+/// A streams group's epochs and tasks (KIP-1071's StreamsGroupDescribe).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct StreamsGroupDetails {
+    /// The epoch of the group's current target assignment.
+    pub target_assignment_epoch: i32,
+    /// Every member's process, epoch and tasks, in the broker's order.
+    pub members: Vec<StreamsMemberDetails>,
+}
+
+/// One streams-group member's tasks, as `<subtopology>_<partition>` ids.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct StreamsMemberDetails {
+    /// The member id.
+    pub member_id: String,
+    /// The member's `group.instance.id`, for a static member.
+    pub instance_id: Option<String>,
+    /// The member epoch (-2: a static member away within its session).
+    pub member_epoch: i32,
+    /// The instance's process id (shared by its threads).
+    pub process_id: String,
+    /// The instance's `application.server`, `host:port`.
+    pub endpoint: Option<String>,
+    /// Active tasks the member runs now.
+    pub active_tasks: Vec<String>,
+    /// Standby tasks the member keeps current.
+    pub standby_tasks: Vec<String>,
+    /// Warm-up tasks (KIP-441) the member restores.
+    pub warmup_tasks: Vec<String>,
+    /// Active tasks the group's target assignment gives the member.
+    pub target_active_tasks: Vec<String>,
 }
 
 /// The admin client.
@@ -524,6 +559,7 @@ impl Admin {
                 ));
             }
             Ok(Some(GroupDescription {
+                streams: None,
                 group_id: group.to_string(),
                 state: d.group_state.to_string(),
                 protocol_type: "consumer".into(),
@@ -556,6 +592,9 @@ impl Admin {
         if let Some(d) = modern {
             return Ok(d);
         }
+        if let Some(d) = self.describe_streams_group(group).await? {
+            return Ok(d);
+        }
         rpc::with_coordinator(&self.cluster, group, self.timeout, |conn| async move {
             let req = DescribeGroupsRequest::default().with_groups(vec![GroupId(sb(group))]);
             let (_, resp) = conn
@@ -580,6 +619,7 @@ impl Admin {
             }
             let consumer = d.protocol_type.as_str() == "consumer";
             Ok(GroupDescription {
+                streams: None,
                 group_id: group.to_string(),
                 state: d.group_state.to_string(),
                 protocol_type: d.protocol_type.to_string(),
@@ -604,6 +644,139 @@ impl Admin {
             })
         })
         .await
+    }
+
+    /// A KIP-1071 streams group, or `None` when the group is not one (or
+    /// the broker has no streams groups).
+    async fn describe_streams_group(&self, group: &str) -> Result<Option<GroupDescription>> {
+        use rill_protocol::message::{Api, RequestBody, ResponseBody};
+        use rill_protocol::messages::streams_group_describe_response::TaskIds;
+        use rill_protocol::messages::StreamsGroupDescribeRequest;
+        let d = rpc::with_coordinator(&self.cluster, group, self.timeout, |conn| async move {
+            let Ok(v) = conn.version(Api::StreamsGroupDescribe, 0, 1) else {
+                return Ok(None);
+            };
+            let req = StreamsGroupDescribeRequest {
+                group_ids: vec![sb(group)],
+                ..Default::default()
+            };
+            let resp = conn
+                .send_body(
+                    Api::StreamsGroupDescribe,
+                    v,
+                    RequestBody::StreamsGroupDescribe(req),
+                )
+                .await?;
+            let ResponseBody::StreamsGroupDescribe(resp) = resp else {
+                return Err(unexpected("StreamsGroupDescribe"));
+            };
+            Ok(resp.groups.into_iter().next())
+        })
+        .await?;
+        let Some(d) = d else {
+            return Ok(None);
+        };
+        // Not a streams group (GROUP_ID_NOT_FOUND), or streams groups
+        // switched off on the broker (UNSUPPORTED_VERSION).
+        if d.error_code == ErrorCode::GroupIdNotFound.code()
+            || d.error_code == ErrorCode::UnsupportedVersion.code()
+        {
+            return Ok(None);
+        }
+        if d.error_code != 0 {
+            return Err(Error::broker(
+                d.error_code,
+                format!("StreamsGroupDescribe of {group}"),
+            ));
+        }
+        let names = |t: &[TaskIds]| -> Vec<String> {
+            t.iter()
+                .flat_map(|t| {
+                    t.partitions
+                        .iter()
+                        .map(move |p| format!("{}_{p}", t.subtopology_id))
+                })
+                .collect()
+        };
+        // Active tasks read every source and repartition-source topic of
+        // their sub-topology at their partition.
+        let inputs: BTreeMap<String, Vec<String>> = d
+            .topology
+            .as_ref()
+            .and_then(|t| t.subtopologies.as_ref())
+            .map(|subs| {
+                subs.iter()
+                    .map(|s| {
+                        let mut topics: Vec<String> =
+                            s.source_topics.iter().map(|t| t.to_string()).collect();
+                        topics.extend(
+                            s.repartition_source_topics
+                                .iter()
+                                .map(|t| t.name.to_string()),
+                        );
+                        (s.subtopology_id.to_string(), topics)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let partitions = |t: &[TaskIds]| -> Vec<TopicPartition> {
+            t.iter()
+                .flat_map(|t| {
+                    let topics = inputs.get(t.subtopology_id.as_str());
+                    topics.into_iter().flatten().flat_map(move |topic| {
+                        t.partitions
+                            .iter()
+                            .map(move |p| TopicPartition::new(topic.clone(), *p))
+                    })
+                })
+                .collect()
+        };
+        let members = d
+            .members
+            .iter()
+            .map(|m| MemberDescription {
+                member_id: m.member_id.to_string(),
+                group_instance_id: m.instance_id.as_ref().map(|i| i.to_string()),
+                client_id: m.client_id.to_string(),
+                host: m.client_host.to_string(),
+                assignment: partitions(&m.assignment.active_tasks),
+            })
+            .collect();
+        let details = d
+            .members
+            .iter()
+            .map(|m| StreamsMemberDetails {
+                member_id: m.member_id.to_string(),
+                instance_id: m.instance_id.as_ref().map(|i| i.to_string()),
+                member_epoch: m.member_epoch,
+                process_id: m.process_id.to_string(),
+                endpoint: m
+                    .user_endpoint
+                    .as_ref()
+                    .map(|e| format!("{}:{}", e.host, e.port)),
+                active_tasks: names(&m.assignment.active_tasks),
+                standby_tasks: names(&m.assignment.standby_tasks),
+                warmup_tasks: names(&m.assignment.warmup_tasks),
+                target_active_tasks: names(&m.target_assignment.active_tasks),
+            })
+            .collect();
+        Ok(Some(GroupDescription {
+            group_id: group.to_string(),
+            state: d.group_state.to_string(),
+            protocol_type: "streams".into(),
+            protocol: d
+                .assignor_name
+                .as_ref()
+                .map(|a| a.to_string())
+                .unwrap_or_default(),
+            generation: d.group_epoch,
+            consumer_protocol: false,
+            members,
+            streams: Some(StreamsGroupDetails {
+                target_assignment_epoch: d.assignment_epoch,
+                members: details,
+            }),
+        }))
     }
 
     /// Deletes groups (they must be empty); one outcome per group.

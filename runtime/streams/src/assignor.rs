@@ -32,7 +32,7 @@ use crate::topology::{full_match, Topology};
 /// Name of this assignor in the group protocol (Kafka's `StreamsPartitionAssignor` calls itself
 /// "stream"); every member of the application must offer it.
 pub const PROTOCOL_NAME: &str = "rill-streams";
-const VERSION: u32 = 1;
+pub(crate) const VERSION: u32 = 1;
 
 /// What a member tells the leader (subscription user data, JSON).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

@@ -70,6 +70,7 @@ mod serdes;
 mod standby;
 mod state_manager;
 mod streams_config;
+mod streams_group;
 mod task;
 mod task_executor;
 mod task_id;

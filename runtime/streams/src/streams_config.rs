@@ -38,6 +38,9 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("heartbeat.interval.ms", "3000"),
     ("max.poll.interval.ms", "300000"),
     ("processing.guarantee", "at_least_once"),
+    // KIP-1071: `streams` makes the broker assign tasks (Kafka 4.1+; static
+    // members need 4.4); `classic` runs Rill's assignor in the group leader.
+    ("group.protocol", "classic"),
     ("application.server", ""),
     ("replication.factor", "-1"),
     ("default.dsl.store", "rocksDB"),
@@ -279,6 +282,11 @@ pub struct StreamsConfig {
     /// consumer reads `read_committed`, and stores keep uncommitted writes apart until their
     /// transaction commits.
     pub exactly_once: bool,
+    /// `group.protocol` (default `classic`): `streams` joins a KIP-1071 streams group, where
+    /// the broker holds the topology and assigns tasks (Apache Kafka 4.1 or later; static
+    /// members need 4.4); `classic` uses the consumer group protocol with Rill's assignor in
+    /// the group leader.
+    pub streams_protocol: bool,
     /// `poll.ms` (default 100): how long in ms a stream thread's poll blocks waiting for records.
     pub poll_timeout: Duration,
     /// `session.timeout.ms` (default 45000): the main consumers' session timeout in ms; a member
@@ -772,11 +780,12 @@ impl Source for MapSource {
 /// Consumer keys the runtime sets itself; a value for one (a shared
 /// properties file often has `group.id`) is ignored with a warning, as
 /// Kafka Streams does.
-const RUNTIME_OWNED: &[&str] = &["group.id", "enable.auto.commit"];
+const RUNTIME_OWNED: &[&str] = &["group.id", "enable.auto.commit", "group.protocol"];
 
 fn runtime_owned_reason(key: &str) -> &'static str {
     match key {
         "group.id" => "a Kafka Streams app's consumer group is its application.id",
+        "group.protocol" => "the stream threads' group protocol is the Streams key group.protocol (classic or streams)",
         _ => "the runtime commits offsets itself, after processing (at-least-once)",
     }
 }
@@ -877,6 +886,18 @@ fn parse(mut flat: BTreeMap<String, String>) -> Result<StreamsConfig> {
             ))
         }
     };
+    let protocol = take("group.protocol").unwrap_or_default();
+    let streams_protocol = match protocol.as_str() {
+        "classic" => false,
+        "streams" => true,
+        _ => {
+            return Err(StreamsError::config(
+                "group.protocol",
+                &protocol,
+                "expected classic or streams",
+            ))
+        }
+    };
     let store = take("default.dsl.store").unwrap_or_default();
     let default_store = StoreBackend::parse(&store).ok_or_else(|| {
         StreamsError::config("default.dsl.store", &store, "expected rocksDB or in_memory")
@@ -962,6 +983,7 @@ fn parse(mut flat: BTreeMap<String, String>) -> Result<StreamsConfig> {
             0u64,
         )?),
         exactly_once,
+        streams_protocol,
         poll_timeout: Duration::from_millis(num("poll.ms", take("poll.ms"), 0u64)?),
         session_timeout_ms: num("session.timeout.ms", take("session.timeout.ms"), 1u64)?,
         heartbeat_interval_ms: num("heartbeat.interval.ms", take("heartbeat.interval.ms"), 1u64)?,

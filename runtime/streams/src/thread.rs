@@ -53,17 +53,34 @@ const LAG_REFRESH: Duration = Duration::from_secs(1);
 const TASK_LAG_REFRESH: Duration = Duration::from_secs(5);
 
 /// Hands the consumer's rebalance callbacks to the task manager.
-struct Listener(Arc<Mutex<TaskManager>>);
+struct Listener(Arc<Mutex<TaskManager>>, Arc<ThreadContext>);
 
 impl RebalanceListener for Listener {
     fn on_partitions_revoked(&mut self, consumer: &mut Consumer, partitions: &[TopicPartition]) {
         lock(&self.0).on_revoked(consumer, partitions);
     }
     fn on_partitions_assigned(&mut self, consumer: &mut Consumer, partitions: &[TopicPartition]) {
+        // KIP-1071: the broker's assignment (standbys included) becomes the
+        // group view the task manager reads, as the classic assignor's does.
+        publish_streams_group(&self.1, consumer);
         lock(&self.0).on_assigned(consumer, partitions);
     }
     fn on_partitions_lost(&mut self, _consumer: &mut Consumer, _partitions: &[TopicPartition]) {
         lock(&self.0).on_lost();
+    }
+}
+
+/// Streams groups: writes the member's view of the group where the
+/// classic assignor writes its assignment.
+fn publish_streams_group(ctx: &ThreadContext, consumer: &Consumer) {
+    let Some(view) = consumer.streams_group() else {
+        return;
+    };
+    let info = crate::streams_group::assignment_info(ctx, &view, &consumer.assignment());
+    let mut local = lock(&ctx.shared.local);
+    local.generation = view.member_epoch;
+    if local.assignment.as_ref() != Some(&info) {
+        local.assignment = Some(info);
     }
 }
 
@@ -137,8 +154,15 @@ impl StreamThread {
             vec![assignor],
         )
         .map_err(|e| StreamsError::client("creating the stream thread's consumer", e))?;
-        consumer.set_rebalance_listener(Listener(tasks.clone()));
-        subscribe(&ctx, &mut consumer)?;
+        consumer.set_rebalance_listener(Listener(tasks.clone(), ctx.clone()));
+        if ctx.config.streams_protocol {
+            let spec = crate::streams_group::group_spec(&ctx)?;
+            consumer
+                .subscribe_streams(spec)
+                .map_err(|e| StreamsError::client("joining the streams group", e))?;
+        } else {
+            subscribe(&ctx, &mut consumer)?;
+        }
         Ok(Self {
             executor: TaskExecutor::new(PROCESS_BUDGET, ctx.config.max_task_idle_ms),
             next_commit: Instant::now() + ctx.config.commit_interval,
@@ -254,6 +278,7 @@ impl StreamThread {
         *lock(&self.ctx.shared.member_id) = self.consumer.group_metadata().map(|g| g.member_id);
         if Instant::now() >= self.next_lag_refresh {
             self.next_lag_refresh = Instant::now() + LAG_REFRESH;
+            publish_streams_group(&self.ctx, &self.consumer);
             *lock(&self.ctx.shared.metrics.lags) = self
                 .consumer
                 .lags()
@@ -271,6 +296,10 @@ impl StreamThread {
     fn maybe_rebalance(&mut self) -> Result<bool> {
         let shared = &self.ctx.shared;
         if shared.request_app_shutdown.swap(false, Ordering::AcqRel) {
+            if self.ctx.config.streams_protocol {
+                self.consumer.request_streams_shutdown();
+                return Ok(false);
+            }
             lock(&shared.local).subscription.shutdown_requested = true;
             self.consumer
                 .enforce_rebalance()

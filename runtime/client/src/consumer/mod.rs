@@ -24,6 +24,7 @@ pub mod assignor;
 mod classic;
 mod fetcher;
 mod modern;
+pub mod streams;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -43,6 +44,7 @@ use assignor::{PartitionAssignor, RebalanceProtocol};
 use classic::ClassicMember;
 use fetcher::Fetcher;
 use modern::ModernMember;
+use streams::{StreamsGroupSpec, StreamsGroupView, StreamsMember};
 
 /// A record as `poll` returns it.
 #[derive(Debug, Clone, PartialEq)]
@@ -129,6 +131,7 @@ pub(crate) struct Subscriptions {
 enum Group {
     Classic(ClassicMember),
     Modern(ModernMember),
+    Streams(Box<StreamsMember>),
 }
 
 #[derive(Clone, Copy)]
@@ -317,6 +320,70 @@ impl Consumer {
         Ok(())
     }
 
+    /// Joins the group as a member of a KIP-1071 streams group (Kafka
+    /// Streams' `group.protocol=streams`): the broker assigns tasks of the
+    /// topology in `spec`, and the consumer reads the input partitions of
+    /// its active tasks. Replaces the consumer's group protocol; the
+    /// assignment is read with [`Consumer::streams_group`].
+    pub fn subscribe_streams(&mut self, spec: StreamsGroupSpec) -> Result<()> {
+        self.usable("subscribe")?;
+        let group = self.group_id()?.to_string();
+        if self.subs.kind == SubscriptionKind::Assigned {
+            return Err(Error::IllegalState(
+                "subscribe_streams() after assign(): subscriptions are mutually exclusive".into(),
+            ));
+        }
+        let mut topics = BTreeSet::new();
+        for s in &spec.topology.subtopologies {
+            topics.extend(s.source_topics.iter().map(|t| t.to_string()));
+            topics.extend(
+                s.repartition_source_topics
+                    .iter()
+                    .map(|t| t.name.to_string()),
+            );
+        }
+        for t in &topics {
+            validate_topic(t)?;
+        }
+        self.cluster.add_interest(topics.iter().map(String::as_str));
+        self.subs.kind = SubscriptionKind::Topics;
+        self.subs.pattern = None;
+        self.subs.topics = topics;
+        self.group = Some(Group::Streams(Box::new(StreamsMember::new(
+            &self.cfg, &group, spec,
+        ))));
+        Ok(())
+    }
+
+    /// The streams group as this member last heard of it, when it is one
+    /// ([`Consumer::subscribe_streams`]).
+    pub fn streams_group(&self) -> Option<StreamsGroupView> {
+        match &self.group {
+            Some(Group::Streams(m)) => Some(m.view()),
+            _ => None,
+        }
+    }
+
+    /// Streams groups: the changelog offset sums of the tasks whose state
+    /// this member's process holds, reported when it (re)joins.
+    pub fn set_streams_task_offsets(
+        &self,
+        offsets: BTreeMap<(String, i32), i64>,
+        ends: BTreeMap<(String, i32), i64>,
+    ) {
+        if let Some(Group::Streams(m)) = &self.group {
+            m.set_task_offsets(offsets, ends);
+        }
+    }
+
+    /// Streams groups: asks every instance of the application to shut
+    /// down (KIP-671 over KIP-1071's ShutdownApplication).
+    pub fn request_streams_shutdown(&self) {
+        if let Some(Group::Streams(m)) = &self.group {
+            m.request_shutdown();
+        }
+    }
+
     /// Subscribes to every topic whose whole name matches `pattern`,
     /// re-evaluated as topics come and go (every `metadata.max.age.ms`).
     pub fn subscribe_pattern(&mut self, pattern: &str) -> Result<()> {
@@ -459,6 +526,7 @@ impl Consumer {
             (Some(Group::Modern(m)), SubscriptionKind::Topics | SubscriptionKind::Pattern) => {
                 m.member_ref()
             }
+            (Some(Group::Streams(m)), SubscriptionKind::Topics) => m.member_ref(),
             _ => MemberRef::none(),
         }
     }
@@ -629,6 +697,7 @@ impl Consumer {
         match self.group.as_ref() {
             Some(Group::Classic(_)) => self.update_classic(),
             Some(Group::Modern(_)) => self.update_modern(),
+            Some(Group::Streams(_)) => self.update_streams(),
             None => Ok(()),
         }
     }
@@ -789,6 +858,66 @@ impl Consumer {
         if let Some(Group::Modern(m)) = self.group.as_ref() {
             m.ack_owned(owned.into_iter().collect());
         }
+        Ok(())
+    }
+
+    /// KIP-1071 reconciliation: lost tasks first, then revoke what the
+    /// new assignment drops before taking on what it adds; the listener
+    /// hears the revoked partitions and then the whole new assignment (the
+    /// tasks it keeps are still running), and the broker hears the owned
+    /// tasks at once.
+    fn update_streams(&mut self) -> Result<()> {
+        let cluster = self.cluster.clone();
+        let Some(Group::Streams(m)) = self.group.as_mut() else {
+            return Ok(());
+        };
+        if let Some(e) = m.fatal() {
+            return Err(self.fail(e));
+        }
+        m.touch_poll();
+        m.ensure_started(&cluster, &self.cfg);
+        let lost = m.take_lost();
+        let target = m.take_target();
+        if lost && !self.subs.assignment.is_empty() {
+            let parts = self.assignment();
+            self.subs.assignment.clear();
+            self.fetcher.clear(None);
+            self.callback(Callback::Lost, &parts);
+        }
+        let Some(target) = target else {
+            return Ok(());
+        };
+        let new: BTreeSet<TopicPartition> = match self.group.as_ref() {
+            Some(Group::Streams(m)) => match m.partitions_of(&target.active) {
+                Ok(p) => p.into_iter().collect(),
+                Err(e) => {
+                    self.fatal = Some(e.clone());
+                    return Err(e);
+                }
+            },
+            _ => return Ok(()),
+        };
+        let old: BTreeSet<TopicPartition> = self.subs.assignment.keys().cloned().collect();
+        let revoked: Vec<TopicPartition> = old.difference(&new).cloned().collect();
+        if !revoked.is_empty() {
+            self.callback(Callback::Revoked, &revoked);
+            for tp in &revoked {
+                self.subs.assignment.remove(tp);
+                self.fetcher.clear(Some(tp));
+            }
+        }
+        for tp in &new {
+            self.subs.assignment.entry(tp.clone()).or_default();
+        }
+        // The owned tasks are known before the listener runs: it reads the
+        // standbys from `streams_group()`.
+        if let Some(Group::Streams(m)) = self.group.as_ref() {
+            m.ack_owned(target);
+        }
+        let all: Vec<TopicPartition> = new.into_iter().collect();
+        self.callback(Callback::Assigned, &all);
+        self.cluster
+            .add_interest(self.subs.assignment.keys().map(|tp| tp.topic.as_str()));
         Ok(())
     }
 
@@ -1177,6 +1306,13 @@ impl Consumer {
                 }
             }
             Some(Group::Modern(m)) if subscribed => {
+                if self.fatal.is_none() {
+                    m.leave(leave);
+                } else {
+                    m.stop();
+                }
+            }
+            Some(Group::Streams(m)) if subscribed => {
                 if self.fatal.is_none() {
                     m.leave(leave);
                 } else {

@@ -69,7 +69,7 @@ fn lock(s: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
 }
 
 /// Kafka's `Uuid.toString()`: URL-safe base64 without padding.
-fn new_member_id() -> String {
+pub(super) fn new_member_id() -> String {
     const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     let bytes = *Uuid::new_v4().as_bytes();
     let mut out = String::with_capacity(22);
