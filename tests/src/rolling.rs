@@ -204,6 +204,10 @@ fn spawn(cfg: &RollConfig, n: &Names, state_dir: &Path, index: usize) -> Instanc
         .into(),
     ];
     let mut properties = cfg.app_properties.clone();
+    let protocol = crate::streams_scenarios::group_protocol();
+    if protocol != "classic" {
+        properties.push(("group.protocol".into(), protocol.into()));
+    }
     if cfg.exactly_once {
         properties.push(("processing.guarantee".into(), "exactly_once_v2".into()));
     }
@@ -359,6 +363,9 @@ struct GroupView {
     owners: BTreeMap<i32, String>,
     /// Member ids of the dynamic members.
     dynamic: std::collections::BTreeSet<String>,
+    /// A KIP-1071 streams group's group epoch (it moves with every
+    /// rebalance, however short).
+    epoch: Option<i32>,
 }
 
 fn observe(admin: &rill_client::Admin, group: &str, input: &str) -> Option<GroupView> {
@@ -389,6 +396,7 @@ fn observe(admin: &rill_client::Admin, group: &str, input: &str) -> Option<Group
         }
     }
     Some(GroupView {
+        epoch: d.streams.as_ref().map(|_| d.generation),
         state: d.state,
         owners,
         dynamic,
@@ -587,18 +595,29 @@ impl Deployment {
                 let admin = admin(&bootstrap);
                 let mut last = String::from("Stable");
                 let mut last_dynamic: Option<std::collections::BTreeSet<String>> = None;
+                let mut last_epoch: Option<i32> = None;
                 while !stop.load(Ordering::Acquire) {
-                    if let Some(GroupView { state, dynamic, .. }) = observe(&admin, &app, &input) {
+                    if let Some(GroupView {
+                        state,
+                        dynamic,
+                        epoch,
+                        ..
+                    }) = observe(&admin, &app, &input)
+                    {
                         // A rebalance is the group leaving Stable; one too short
                         // for a 50 ms poll still shows: dynamic members only come
                         // and go through a rebalance (static replacements keep
-                        // their instance id and are not counted).
+                        // their instance id and are not counted), and a streams
+                        // group's epoch moves with every one (KIP-1071).
                         let changed = last_dynamic.as_ref().is_some_and(|d| *d != dynamic);
-                        if last == "Stable" && (state != "Stable" || changed) {
+                        let epoch_moved =
+                            matches!((last_epoch, epoch), (Some(a), Some(b)) if a != b);
+                        if (last == "Stable" && (state != "Stable" || changed)) || epoch_moved {
                             left.fetch_add(1, Ordering::AcqRel);
                         }
                         last = state;
                         last_dynamic = Some(dynamic);
+                        last_epoch = epoch.or(last_epoch);
                     }
                     std::thread::sleep(Duration::from_millis(50));
                 }

@@ -449,6 +449,15 @@ pub struct BrokerConfig {
     pub group_consumer_session_timeout_ms: i32,
     /// `group.consumer.heartbeat.interval.ms` (KIP-848 groups).
     pub group_consumer_heartbeat_interval_ms: i32,
+    /// `group.streams.session.timeout.ms` (KIP-1071 streams groups).
+    pub group_streams_session_timeout_ms: i32,
+    /// `group.streams.heartbeat.interval.ms` (KIP-1071 streams groups).
+    pub group_streams_heartbeat_interval_ms: i32,
+    /// `group.streams.initial.rebalance.delay.ms`: how long a new streams
+    /// group waits for more members before its first assignment.
+    pub group_streams_initial_rebalance_delay_ms: i32,
+    /// `group.streams.num.standby.replicas`: standby tasks per stateful task.
+    pub group_streams_num_standby_replicas: i32,
     /// Fixed cluster id (random when `None` on first start).
     pub cluster_id: Option<String>,
     /// Listeners of every node (`listeners`). Empty: one PLAINTEXT
@@ -486,6 +495,10 @@ impl Default for BrokerConfig {
             group_max_size: usize::MAX,
             group_consumer_session_timeout_ms: 45_000,
             group_consumer_heartbeat_interval_ms: 5_000,
+            group_streams_session_timeout_ms: 45_000,
+            group_streams_heartbeat_interval_ms: 5_000,
+            group_streams_initial_rebalance_delay_ms: 3_000,
+            group_streams_num_standby_replicas: 0,
             cluster_id: None,
             listeners: Vec::new(),
             security: Default::default(),
@@ -676,6 +689,16 @@ impl BrokerConfig {
             "group.consumer.session.timeout.ms" => self.group_consumer_session_timeout_ms = ms(1)?,
             "group.consumer.heartbeat.interval.ms" => {
                 self.group_consumer_heartbeat_interval_ms = ms(1)?
+            }
+            "group.streams.session.timeout.ms" => self.group_streams_session_timeout_ms = ms(1)?,
+            "group.streams.heartbeat.interval.ms" => {
+                self.group_streams_heartbeat_interval_ms = ms(1)?
+            }
+            "group.streams.initial.rebalance.delay.ms" => {
+                self.group_streams_initial_rebalance_delay_ms = ms(0)?
+            }
+            "group.streams.num.standby.replicas" => {
+                self.group_streams_num_standby_replicas = num(key, value, 0)?
             }
             "listeners" => {
                 let mut listeners = Vec::new();

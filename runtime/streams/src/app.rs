@@ -440,6 +440,14 @@ impl App {
             metrics: Default::default(),
             request_app_shutdown: AtomicBool::new(request_shutdown),
             rejoin_requested: AtomicBool::new(false),
+            decide_error: {
+                let weak = weak.clone();
+                Box::new(move |e| match weak.upgrade() {
+                    Some(app) => App::decide(&app, e),
+                    None => StreamThreadExceptionResponse::ShutdownClient,
+                })
+            },
+            decided: Mutex::new(None),
             on_change: Box::new(move || {
                 if let Some(app) = weak.upgrade() {
                     // Off the calling thread's locks: recompute takes the thread list lock.
@@ -503,17 +511,41 @@ impl App {
         Some(h.name)
     }
 
-    fn on_thread_error(this: &Arc<App>, index: usize, e: StreamsError) {
-        let response = if matches!(e, StreamsError::ShutdownRequested(_)) {
+    /// The uncaught-error handler's answer for a thread's error.
+    fn decide(this: &Arc<App>, e: &StreamsError) -> StreamThreadExceptionResponse {
+        if matches!(e, StreamsError::ShutdownRequested(_)) {
             // Not this instance's error to handle: the application is stopping.
-            StreamThreadExceptionResponse::ShutdownClient
-        } else {
-            let handler = lock(&this.hooks).error_handler.clone();
-            match handler {
-                Some(h) => h(&e),
-                None => StreamThreadExceptionResponse::ShutdownClient,
+            return StreamThreadExceptionResponse::ShutdownClient;
+        }
+        let handler = lock(&this.hooks).error_handler.clone();
+        match handler {
+            Some(h) => h(e),
+            None => StreamThreadExceptionResponse::ShutdownClient,
+        }
+    }
+
+    fn on_thread_error(this: &Arc<App>, index: usize, e: StreamsError) {
+        let decided = lock(&this.threads)
+            .iter()
+            .find(|t| t.index == index)
+            .and_then(|t| lock(&t.shared.decided).take());
+        let carried = decided.is_some() && this.config.streams_protocol;
+        let response = decided.unwrap_or_else(|| App::decide(this, &e));
+        if response == StreamThreadExceptionResponse::ShutdownApplication && carried {
+            // The failing thread's leave heartbeat carried the request
+            // (KIP-1071); the group's answer stops every instance.
+            tracing::error!(
+                thread.index = index,
+                "stream thread died, shutting down the application: {e}"
+            );
+            this.transition(State::PendingError);
+            for t in lock(&this.threads).iter() {
+                t.shared.shutdown.store(true, Ordering::Release);
             }
-        };
+            let app = this.clone();
+            std::thread::spawn(move || app.close(CloseOptions::default()));
+            return;
+        }
         if response == StreamThreadExceptionResponse::ShutdownApplication {
             // A live thread carries the request to the group; with none left,
             // a new thread joins just to carry it (as Kafka does).

@@ -452,6 +452,19 @@ impl StreamThread {
     /// producer; `result` is what the loop ended with.
     fn shutdown(mut self, result: Result<()>) -> Result<()> {
         let leave = self.ctx.shared.leave_group.load(Ordering::Acquire);
+        if let Err(e) = &result {
+            if self.ctx.config.streams_protocol && !matches!(e, StreamsError::ShutdownRequested(_))
+            {
+                // KIP-1071: the failing thread asks the handler itself, so a
+                // shutdown-application request rides on its own leave
+                // heartbeat before its tasks can move to another instance.
+                let response = (self.ctx.shared.decide_error)(e);
+                *lock(&self.ctx.shared.decided) = Some(response);
+                if response == crate::app::StreamThreadExceptionResponse::ShutdownApplication {
+                    self.consumer.request_streams_shutdown();
+                }
+            }
+        }
         let closed = lock(&self.tasks).close_all(if result.is_err() {
             None
         } else {

@@ -127,6 +127,17 @@ pub(crate) struct ThreadShared {
     pub store_lags: Mutex<Vec<StoreLag>>,
     pub metrics: ThreadMetrics,
     pub on_change: Box<dyn Fn() + Send + Sync>,
+    /// The application's uncaught-error handler, asked by the failing
+    /// thread itself under the streams protocol (KIP-1071 carries a
+    /// shutdown-application request on the thread's own leave heartbeat,
+    /// as Kafka Streams' failing thread sends it).
+    pub decide_error: Box<
+        dyn Fn(&crate::error::StreamsError) -> crate::app::StreamThreadExceptionResponse
+            + Send
+            + Sync,
+    >,
+    /// The handler's answer, when the thread asked it already.
+    pub decided: Mutex<Option<crate::app::StreamThreadExceptionResponse>>,
 }
 
 /// One store partition's changelog position on this thread (KIP-535).

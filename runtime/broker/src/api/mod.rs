@@ -44,6 +44,8 @@ mod offset_for_leader_epoch;
 mod produce;
 mod sasl_authenticate;
 mod sasl_handshake;
+mod streams_group_describe;
+mod streams_group_heartbeat;
 mod sync_group;
 mod txn_offset_commit;
 
@@ -97,6 +99,9 @@ pub const SUPPORTED: &[(Api, i16, i16)] = &[
     (Api::Kafka(ApiKey::DescribeProducers), 0, 0),
     (Api::Kafka(ApiKey::DescribeTransactions), 0, 0),
     (Api::Kafka(ApiKey::ListTransactions), 0, 2),
+    // KIP-1071 streams groups, at Kafka 4.4's versions.
+    (Api::StreamsGroupHeartbeat, 0, 1),
+    (Api::StreamsGroupDescribe, 0, 1),
 ];
 
 /// The accepted version range of an API, `None` if the API is not served.
@@ -190,7 +195,12 @@ pub(crate) type HandlerResult = Result<Option<ResponseBody>, CloseConnection>;
 pub(crate) async fn handle(ctx: &Ctx<'_>, body: RequestBody) -> HandlerResult {
     match body {
         RequestBody::Kafka(k) => Ok(handle_kafka(ctx, k).await?.map(ResponseBody::Kafka)),
-        other => Err(CloseConnection(format!("API {other:?} is not served"))),
+        RequestBody::StreamsGroupHeartbeat(r) => {
+            Ok(Some(streams_group_heartbeat::handle(ctx, r).into()))
+        }
+        RequestBody::StreamsGroupDescribe(r) => {
+            Ok(Some(streams_group_describe::handle(ctx, r).into()))
+        }
     }
 }
 

@@ -22,6 +22,7 @@ pub mod assignor;
 pub mod classic;
 pub mod consumer;
 pub mod offsets;
+pub mod streams;
 pub mod topic_hash;
 mod topics;
 
@@ -82,6 +83,8 @@ pub struct Group {
     pub classic: ClassicGroup,
     /// Present once a member joined with the consumer protocol.
     pub consumer: Option<consumer::ConsumerGroup>,
+    /// Present once a member joined with the streams protocol (KIP-1071).
+    pub streams: Option<streams::StreamsGroup>,
 }
 
 impl Group {
@@ -92,7 +95,13 @@ impl Group {
             pending_txn: BTreeMap::new(),
             classic: ClassicGroup::new(id),
             consumer: None,
+            streams: None,
         }
+    }
+
+    /// A streams group with members.
+    fn is_active_streams_group(&self) -> bool {
+        self.streams.as_ref().is_some_and(|s| !s.is_empty())
     }
 
     /// A consumer-protocol group with members.
@@ -192,6 +201,7 @@ pub struct GroupCoordinator {
     groups: Mutex<HashMap<String, Group>>,
     hashes: Mutex<TopicHashCache>,
     consumer_cfg: consumer::ConsumerConfig,
+    streams_cfg: streams::StreamsConfig,
     offsets_partitions: i32,
     classic: ClassicConfig,
     min_session_timeout_ms: i32,
@@ -216,6 +226,10 @@ enum StoredKey {
     ConsumerMember {
         group: String,
         member: String,
+    },
+    /// A whole KIP-1071 streams group (value: [`streams::StreamsGroup`]).
+    StreamsGroup {
+        group: String,
     },
     /// Offsets a transaction staged (value: a list of [`StagedOffset`]).
     PendingTxn {
@@ -245,6 +259,17 @@ impl GroupCoordinator {
                 max_size: config.group_max_size,
                 default_assignor: "uniform",
                 metadata_layout: consumer::MetadataLayout::TopicHash,
+            },
+            streams_cfg: streams::StreamsConfig {
+                session_timeout: Duration::from_millis(
+                    config.group_streams_session_timeout_ms.max(1) as u64,
+                ),
+                heartbeat_interval_ms: config.group_streams_heartbeat_interval_ms,
+                initial_rebalance_delay: Duration::from_millis(
+                    config.group_streams_initial_rebalance_delay_ms.max(0) as u64,
+                ),
+                num_standby_replicas: config.group_streams_num_standby_replicas.max(0) as usize,
+                max_size: config.group_max_size,
             },
             offsets_partitions: config.offsets_topic_partitions,
             classic: ClassicConfig {
@@ -331,6 +356,25 @@ impl GroupCoordinator {
                             .and_then(|v| serde_json::from_slice::<consumer::GroupRecord>(v).ok());
                         consumer_meta.insert(group, v);
                     }
+                    StoredKey::StreamsGroup { group } => {
+                        match r
+                            .value
+                            .as_ref()
+                            .and_then(|v| serde_json::from_slice::<streams::StreamsGroup>(v).ok())
+                        {
+                            Some(sg) => {
+                                let g = groups
+                                    .entry(group.clone())
+                                    .or_insert_with(|| Group::new(&group));
+                                g.streams = Some(sg.restored(&self.streams_cfg, now));
+                            }
+                            None => {
+                                if let Some(g) = groups.get_mut(&group) {
+                                    g.streams = None;
+                                }
+                            }
+                        }
+                    }
                     StoredKey::ConsumerMember { group, member } => {
                         let v = r
                             .value
@@ -383,6 +427,9 @@ impl GroupCoordinator {
             ));
         }
         for g in groups.values() {
+            if let Some(sg) = g.streams.as_ref().filter(|s| !s.is_empty()) {
+                info!(group = %g.id, epoch = sg.group_epoch, members = sg.members.len(), "restored streams group");
+            }
             if let Some(c) = g.consumer.as_ref().filter(|c| !c.is_empty()) {
                 info!(group = %g.id, epoch = c.group_epoch, members = c.len(), "restored consumer group");
             }
@@ -485,7 +532,7 @@ impl GroupCoordinator {
         let g = groups
             .entry(group_id.to_string())
             .or_insert_with(|| Group::new(group_id));
-        if g.is_active_consumer_group() {
+        if g.is_active_consumer_group() || g.is_active_streams_group() {
             // Kafka can host classic members in a consumer group; Rill keeps
             // the protocols apart and says so.
             return Pending::Now(JoinOutcome::error(
@@ -585,6 +632,13 @@ impl GroupCoordinator {
         let mut pruned = false;
         let mut groups = self.groups();
         for g in groups.values_mut() {
+            if let Some(sg) = g.streams.as_mut() {
+                let gone = sg.tick(now);
+                if !gone.is_empty() {
+                    info!(group = %sg.group_id, members = ?gone, "streams group members' sessions ended; fenced");
+                }
+                self.persist_streams(host, sg);
+            }
             if let Some(c) = g.consumer.as_mut() {
                 let before = c.group_epoch;
                 c.tick(now);
@@ -646,8 +700,16 @@ impl GroupCoordinator {
         let mut out: Vec<ListedGroup> = groups
             .values()
             .filter(|g| g.classic.state != GroupState::Dead)
-            .map(
-                |g| match g.consumer.as_ref().filter(|_| g.classic.members.is_empty()) {
+            .map(|g| {
+                if let Some(sg) = g.streams.as_ref().filter(|_| g.classic.members.is_empty()) {
+                    return ListedGroup {
+                        group_id: g.id.clone(),
+                        protocol_type: "streams".into(),
+                        state: sg.state_name(),
+                        group_type: "streams",
+                    };
+                }
+                match g.consumer.as_ref().filter(|_| g.classic.members.is_empty()) {
                     Some(c) => ListedGroup {
                         group_id: g.id.clone(),
                         protocol_type: "consumer".into(),
@@ -660,8 +722,8 @@ impl GroupCoordinator {
                         state: g.classic.state.name(),
                         group_type: "classic",
                     },
-                },
-            )
+                }
+            })
             .collect();
         out.sort_by(|a, b| a.group_id.cmp(&b.group_id));
         out
@@ -682,7 +744,7 @@ impl GroupCoordinator {
             | GroupState::CompletingRebalance => return Err(ErrorCode::NonEmptyGroup),
             GroupState::Empty => {}
         }
-        if g.is_active_consumer_group() {
+        if g.is_active_consumer_group() || g.is_active_streams_group() {
             return Err(ErrorCode::NonEmptyGroup);
         }
         let mut entries: Vec<(Vec<u8>, Option<Vec<u8>>)> = g
@@ -694,6 +756,9 @@ impl GroupCoordinator {
         if g.consumer.is_some() {
             entries.push((Self::consumer_group_key(group_id), None));
         }
+        if g.streams.is_some() {
+            entries.push((Self::streams_group_key(group_id), None));
+        }
         self.persist(host, group_id, entries).map_err(|e| {
             warn!(group = group_id, error = %e, "could not persist group deletion");
             ErrorCode::NotCoordinator
@@ -702,6 +767,77 @@ impl GroupCoordinator {
         groups.remove(group_id);
         info!(group = group_id, "deleted group");
         Ok(())
+    }
+
+    // -------------------------------------------------------------- streams
+
+    fn streams_group_key(group: &str) -> Vec<u8> {
+        serde_json::to_vec(&StoredKey::StreamsGroup {
+            group: group.to_string(),
+        })
+        .expect("keys serialize")
+    }
+
+    /// Writes a streams group that changed.
+    fn persist_streams(&self, host: &dyn CoordinatorHost, sg: &mut streams::StreamsGroup) {
+        if !std::mem::take(&mut sg.dirty) {
+            return;
+        }
+        let value = serde_json::to_vec(&*sg).expect("records serialize");
+        let key = Self::streams_group_key(&sg.group_id);
+        if let Err(e) = self.persist(host, &sg.group_id, vec![(key, Some(value))]) {
+            warn!(group = %sg.group_id, error = %e, "could not persist streams group state");
+        }
+    }
+
+    /// One StreamsGroupHeartbeat (KIP-1071); the answer and the internal
+    /// topics the group needs created.
+    pub fn streams_heartbeat(
+        &self,
+        host: &dyn CoordinatorHost,
+        group_id: &str,
+        hb: streams::Heartbeat,
+    ) -> Result<(streams::Answer, Vec<streams::TopicToCreate>), (ErrorCode, String)> {
+        let mut groups = self.groups();
+        if !groups.contains_key(group_id) {
+            if hb.member_epoch > 0 {
+                return Err((
+                    ErrorCode::GroupIdNotFound,
+                    format!("Streams group {group_id} not found."),
+                ));
+            }
+            if hb.member_epoch < 0 {
+                return Err((
+                    ErrorCode::GroupIdNotFound,
+                    format!("Group {group_id} not found."),
+                ));
+            }
+            groups.insert(group_id.to_string(), Group::new(group_id));
+        }
+        let g = groups.get_mut(group_id).expect("present");
+        if !g.classic.members.is_empty() || g.is_active_consumer_group() {
+            return Err((
+                ErrorCode::GroupIdNotFound,
+                format!("Group {group_id} is not a streams group."),
+            ));
+        }
+        let sg = g
+            .streams
+            .get_or_insert_with(|| streams::StreamsGroup::new(group_id));
+        let (mut hb, mut result) = (Some(hb), None);
+        host.with_topics(&mut |topics| {
+            let Some(hb) = hb.take() else { return };
+            result = Some(sg.heartbeat(hb, &self.streams_cfg, topics, Instant::now()));
+        });
+        let result = result.expect("with_topics calls back once");
+        let create = sg.topics_to_create();
+        self.persist_streams(host, sg);
+        result.map(|a| (a, create))
+    }
+
+    /// A streams group, for StreamsGroupDescribe.
+    pub fn streams_group(&self, group_id: &str) -> Option<streams::StreamsGroup> {
+        self.groups().get(group_id)?.streams.clone()
     }
 
     // -------------------------------------------------------------- offsets
@@ -725,6 +861,9 @@ impl GroupCoordinator {
         };
         if let Some(cg) = g.consumer.as_ref().filter(|_| g.is_active_consumer_group()) {
             return cg.validate_offset_commit(member_id, generation_id);
+        }
+        if let Some(sg) = g.streams.as_ref().filter(|_| g.is_active_streams_group()) {
+            return sg.validate_offset_commit(member_id, generation_id);
         }
         let c = &g.classic;
         if c.state == GroupState::Dead {

@@ -93,7 +93,7 @@ impl GroupCoordinator {
             groups.insert(group_id.to_string(), Group::new(group_id));
         }
         let g = groups.get_mut(group_id).expect("present");
-        if !g.classic.members.is_empty() {
+        if !g.classic.members.is_empty() || g.is_active_streams_group() {
             return Err((
                 ErrorCode::GroupIdNotFound,
                 format!("group {group_id} is a classic group with members, not a consumer group"),

@@ -1,0 +1,360 @@
+use super::*;
+use crate::coordinator::consumer::TopicInfo;
+
+struct Topics(BTreeMap<String, i32>);
+
+impl TopicSource for Topics {
+    fn info(&self, name: &str) -> Option<TopicInfo> {
+        self.0.get(name).map(|n| TopicInfo {
+            id: uuid::Uuid::nil(),
+            name: name.to_string(),
+            partition_racks: vec![Vec::new(); *n as usize],
+        })
+    }
+    fn topic_names(&self) -> Vec<String> {
+        self.0.keys().cloned().collect()
+    }
+}
+
+fn topics(pairs: &[(&str, i32)]) -> Topics {
+    Topics(pairs.iter().map(|(t, n)| (t.to_string(), *n)).collect())
+}
+
+fn cfg() -> StreamsConfig {
+    StreamsConfig {
+        session_timeout: Duration::from_secs(45),
+        heartbeat_interval_ms: 5000,
+        initial_rebalance_delay: Duration::ZERO,
+        num_standby_replicas: 0,
+        max_size: 10,
+    }
+}
+
+/// A word count: "0" reads `in` and writes the repartition topic, "1"
+/// reads it and has a changelog.
+fn topology() -> TopologyRecord {
+    let internal = |n: &str| InternalTopic {
+        name: n.into(),
+        partitions: 0,
+        replication_factor: -1,
+        configs: Vec::new(),
+    };
+    TopologyRecord {
+        epoch: 0,
+        subtopologies: vec![
+            Subtopology {
+                id: "0".into(),
+                source_topics: vec!["in".into()],
+                repartition_sink_topics: vec!["app-rep".into()],
+                repartition_source_topics: Vec::new(),
+                changelog_topics: Vec::new(),
+                copartition_groups: Vec::new(),
+            },
+            Subtopology {
+                id: "1".into(),
+                source_topics: Vec::new(),
+                repartition_sink_topics: Vec::new(),
+                repartition_source_topics: vec![internal("app-rep")],
+                changelog_topics: vec![internal("app-counts-changelog")],
+                copartition_groups: Vec::new(),
+            },
+        ],
+    }
+}
+
+fn all() -> Topics {
+    topics(&[("in", 3), ("app-rep", 3), ("app-counts-changelog", 3)])
+}
+
+fn join(member: &str, instance: Option<&str>, process: &str) -> Heartbeat {
+    Heartbeat {
+        member_id: member.into(),
+        member_epoch: 0,
+        endpoint_epoch: -1,
+        instance_id: instance.map(String::from),
+        rack_id: None,
+        rebalance_timeout_ms: 300_000,
+        topology: Some(topology()),
+        owned: Some(TasksTuple::default()),
+        process_id: Some(process.into()),
+        endpoint: Some((process.into(), 8080)),
+        client_tags: Some(Vec::new()),
+        task_offsets: Some(BTreeMap::new()),
+        shutdown_application: false,
+        client_id: "c".into(),
+        client_host: "h".into(),
+    }
+}
+
+fn beat(member: &str, instance: Option<&str>, epoch: i32, owned: Option<TasksTuple>) -> Heartbeat {
+    Heartbeat {
+        member_epoch: epoch,
+        topology: None,
+        owned,
+        process_id: None,
+        endpoint: None,
+        client_tags: None,
+        task_offsets: None,
+        ..join(member, instance, "")
+    }
+}
+
+fn n_active(t: &TasksTuple) -> usize {
+    count(&t.active)
+}
+
+/// Heartbeats every member (acknowledging what it was told) until the
+/// group is stable or the rounds run out.
+fn settle(g: &mut StreamsGroup, members: &[(&str, Option<&str>)]) {
+    let mut owned: BTreeMap<String, TasksTuple> = BTreeMap::new();
+    let mut epochs: BTreeMap<String, i32> = BTreeMap::new();
+    for _ in 0..10 {
+        for (m, i) in members {
+            let e = epochs
+                .get(*m)
+                .copied()
+                .unwrap_or_else(|| g.members[*m].member_epoch);
+            let a = g
+                .heartbeat(
+                    beat(m, *i, e, Some(owned.get(*m).cloned().unwrap_or_default())),
+                    &cfg(),
+                    &all(),
+                    Instant::now(),
+                )
+                .unwrap();
+            epochs.insert(m.to_string(), a.member_epoch);
+            if let Some(t) = a.tasks {
+                owned.insert(m.to_string(), t);
+            }
+        }
+        if g.state_name() == "Stable" {
+            return;
+        }
+    }
+    panic!("not stable: {}", g.state_name());
+}
+
+#[test]
+fn tasks_come_from_the_topics_and_every_task_runs_once() {
+    let mut g = StreamsGroup::new("app");
+    let a = g
+        .heartbeat(join("m1", None, "p1"), &cfg(), &all(), Instant::now())
+        .unwrap();
+    assert_eq!(g.group_epoch, 1);
+    assert_eq!(a.member_epoch, 1);
+    assert_eq!(n_active(a.tasks.as_ref().unwrap()), 6);
+    g.heartbeat(join("m2", None, "p2"), &cfg(), &all(), Instant::now())
+        .unwrap();
+    assert_eq!(g.group_epoch, 2);
+    settle(&mut g, &[("m1", None), ("m2", None)]);
+    let (a1, a2) = (&g.members["m1"].assigned, &g.members["m2"].assigned);
+    assert_eq!(n_active(a1) + n_active(a2), 6);
+    assert!(intersect(&a1.active, &a2.active).is_empty());
+    assert_eq!((n_active(a1), n_active(a2)), (3, 3));
+    // The repartition topic's and the changelog's counts come from `in`.
+    assert_eq!(g.configured.tasks["1"], 3);
+}
+
+#[test]
+fn a_task_moves_only_after_its_owner_released_it() {
+    let mut g = StreamsGroup::new("app");
+    g.heartbeat(join("m1", None, "p1"), &cfg(), &all(), Instant::now())
+        .unwrap();
+    g.heartbeat(join("m2", None, "p2"), &cfg(), &all(), Instant::now())
+        .unwrap();
+    // m2 is told nothing yet: m1 still holds every task.
+    assert_eq!(n_active(&g.members["m2"].assigned), 0);
+    // m1 heartbeats without reporting: it must revoke first.
+    let a = g
+        .heartbeat(beat("m1", None, 1, None), &cfg(), &all(), Instant::now())
+        .unwrap();
+    assert_eq!(g.members["m1"].state, MemberState::UnrevokedTasks);
+    assert_eq!(a.member_epoch, 1, "the epoch waits for the revocation");
+    let kept = a.tasks.unwrap();
+    assert_eq!(n_active(&kept), 3);
+    // m2 still waits for the tasks m1 has not released.
+    let a2 = g
+        .heartbeat(
+            beat("m2", None, 2, Some(TasksTuple::default())),
+            &cfg(),
+            &all(),
+            Instant::now(),
+        )
+        .unwrap();
+    assert_eq!(
+        n_active(a2.tasks.as_ref().unwrap_or(&TasksTuple::default())),
+        0
+    );
+    assert_eq!(g.members["m2"].state, MemberState::UnreleasedTasks);
+    // m1 reports what it kept: released; m2 then gets the rest.
+    let a = g
+        .heartbeat(
+            beat("m1", None, 1, Some(kept)),
+            &cfg(),
+            &all(),
+            Instant::now(),
+        )
+        .unwrap();
+    assert_eq!(a.member_epoch, 2);
+    let a2 = g
+        .heartbeat(
+            beat("m2", None, 2, Some(TasksTuple::default())),
+            &cfg(),
+            &all(),
+            Instant::now(),
+        )
+        .unwrap();
+    assert_eq!(n_active(&a2.tasks.unwrap()), 3);
+    assert_eq!(g.state_name(), "Stable");
+}
+
+#[test]
+fn a_static_member_leaves_and_returns_without_a_rebalance() {
+    let mut g = StreamsGroup::new("app");
+    for (m, i, p) in [("m1", "i1", "p1"), ("m2", "i2", "p2")] {
+        g.heartbeat(join(m, Some(i), p), &cfg(), &all(), Instant::now())
+            .unwrap();
+    }
+    settle(&mut g, &[("m1", Some("i1")), ("m2", Some("i2"))]);
+    let (epoch, assignment) = (g.group_epoch, g.assignment_epoch);
+    let tasks = g.members["m1"].assigned.clone();
+    let a = g
+        .heartbeat(
+            beat("m1", Some("i1"), -2, None),
+            &cfg(),
+            &all(),
+            Instant::now(),
+        )
+        .unwrap();
+    assert_eq!(a.member_epoch, -2);
+    assert_eq!(g.group_epoch, epoch, "a -2 leave is not a rebalance");
+    // While it is away, its instance id is taken: a second joiner with
+    // the same id gets the tasks back, not a new assignment.
+    let a = g
+        .heartbeat(
+            join("m1b", Some("i1"), "p1"),
+            &cfg(),
+            &all(),
+            Instant::now(),
+        )
+        .unwrap();
+    assert_eq!(g.group_epoch, epoch, "the return is not a rebalance");
+    assert_eq!(g.assignment_epoch, assignment);
+    assert_eq!(a.tasks.unwrap(), tasks);
+    assert!(!g.members.contains_key("m1"));
+    assert_eq!(g.state_name(), "Stable");
+    // The other member's assignment never moved.
+    let a2 = g
+        .heartbeat(
+            beat("m2", Some("i2"), g.members["m2"].member_epoch, None),
+            &cfg(),
+            &all(),
+            Instant::now(),
+        )
+        .unwrap();
+    assert!(a2.tasks.is_none());
+}
+
+#[test]
+fn instance_ids_are_guarded_as_kafka_44_does() {
+    let mut g = StreamsGroup::new("app");
+    g.heartbeat(join("m1", Some("i1"), "p1"), &cfg(), &all(), Instant::now())
+        .unwrap();
+    // Held (not left with -2): a second joiner is refused.
+    let e = g
+        .heartbeat(join("m2", Some("i1"), "p1"), &cfg(), &all(), Instant::now())
+        .unwrap_err();
+    assert_eq!(e.0, ErrorCode::UnreleasedInstanceId);
+    // Another member id for the held instance id is fenced.
+    let e = g
+        .heartbeat(
+            beat("m9", Some("i1"), 1, None),
+            &cfg(),
+            &all(),
+            Instant::now(),
+        )
+        .unwrap_err();
+    assert_eq!(e.0, ErrorCode::FencedInstanceId);
+    // A stale epoch is fenced; an unknown instance is unknown.
+    let e = g
+        .heartbeat(
+            beat("m1", Some("i1"), 7, None),
+            &cfg(),
+            &all(),
+            Instant::now(),
+        )
+        .unwrap_err();
+    assert_eq!(e.0, ErrorCode::FencedMemberEpoch);
+    let e = g
+        .heartbeat(
+            beat("m3", Some("i3"), 1, None),
+            &cfg(),
+            &all(),
+            Instant::now(),
+        )
+        .unwrap_err();
+    assert_eq!(e.0, ErrorCode::UnknownMemberId);
+}
+
+#[test]
+fn another_topology_is_refused_and_missing_topics_are_statuses() {
+    let mut g = StreamsGroup::new("app");
+    let a = g
+        .heartbeat(join("m1", None, "p1"), &cfg(), &topics(&[]), Instant::now())
+        .unwrap();
+    assert_eq!(a.statuses[0].0, status::MISSING_SOURCE_TOPICS);
+    assert!(a.statuses[0].1.contains("in"), "{:?}", a.statuses);
+    assert_eq!(g.state_name(), "NotReady");
+    assert_eq!(n_active(a.tasks.as_ref().unwrap()), 0);
+    // Internal topics missing: listed for creation with derived counts.
+    let a = g
+        .heartbeat(
+            beat("m1", None, a.member_epoch, None),
+            &cfg(),
+            &topics(&[("in", 4)]),
+            Instant::now(),
+        )
+        .unwrap();
+    assert_eq!(a.statuses[0].0, status::MISSING_INTERNAL_TOPICS);
+    let create = g.topics_to_create();
+    assert_eq!(create.len(), 2);
+    assert!(create.iter().all(|t| t.partitions == 4), "{create:?}");
+    let mut other = join("m2", None, "p2");
+    other.topology.as_mut().unwrap().subtopologies.pop();
+    let e = g
+        .heartbeat(other, &cfg(), &all(), Instant::now())
+        .unwrap_err();
+    assert_eq!(e.0, ErrorCode::InvalidRequest);
+}
+
+#[test]
+fn standbys_go_to_another_process_and_sessions_end() {
+    let c = StreamsConfig {
+        num_standby_replicas: 1,
+        ..cfg()
+    };
+    let mut g = StreamsGroup::new("app");
+    let now = Instant::now();
+    g.heartbeat(join("m1", None, "p1"), &c, &all(), now)
+        .unwrap();
+    g.heartbeat(join("m2", None, "p2"), &c, &all(), now)
+        .unwrap();
+    g.assign(&c);
+    for (id, t) in &g.targets {
+        for (s, ps) in &t.standby {
+            assert_eq!(s, "1", "only the stateful sub-topology has standbys");
+            for p in ps {
+                assert!(!contains(&t.active, s, *p), "{id} runs {s}_{p} twice");
+            }
+        }
+    }
+    assert_eq!(
+        g.targets.values().map(|t| count(&t.standby)).sum::<usize>(),
+        3
+    );
+    let epoch = g.group_epoch;
+    let gone = g.tick(now + Duration::from_secs(46));
+    assert_eq!(gone.len(), 2);
+    assert!(g.group_epoch > epoch);
+    assert_eq!(g.state_name(), "Empty");
+}
