@@ -348,9 +348,18 @@ pub fn streams_two_instances_split_tasks(bootstrap: &str) {
         tasks(&a),
         tasks(&b)
     );
-    // The assignment's user data gives every instance the whole group's view.
-    let view = a.latest_assignment().expect("assignment info");
-    assert_eq!(view.members.len(), 2, "{view:?}");
+    // Classic: the assignment's user data gives every instance the whole
+    // group's view. Streams groups list instances by application.server
+    // (none here), so the group's own description shows both members.
+    if group_protocol() == "streams" {
+        let d = admin(bootstrap).describe_groups(&[s.app.as_str()]).unwrap()[&s.app]
+            .clone()
+            .unwrap();
+        assert_eq!(d.members.len(), 2, "{d:?}");
+    } else {
+        let view = a.latest_assignment().expect("assignment info");
+        assert_eq!(view.members.len(), 2, "{view:?}");
+    }
     let mut seen = BTreeMap::new();
     s.produce(&lines(100, 100), &mut expected);
     await_counts(&mut s.reader(), &mut seen, &expected, &[&a, &b]);
@@ -919,35 +928,49 @@ pub fn streams_add_and_remove_threads(bootstrap: &str) {
 }
 
 /// KIP-345 fencing for streams: a second instance started with the same
-/// group.instance.id takes over the static member; the first instance's
-/// thread stops with an error naming the instance id and commits nothing
-/// more, and the application moves to Error (the default handler shuts the
-/// client down).
+/// group.instance.id. Classic groups: the newcomer takes over the static
+/// member; the first instance's thread stops with an error naming the
+/// instance id and commits nothing more, and the application moves to Error
+/// (the default handler shuts the client down). Streams groups (Kafka 4.4,
+/// KAFKA-20169): the holder keeps the instance id and the newcomer is
+/// refused (UNRELEASED_INSTANCE_ID), with the same kind of error.
 pub fn streams_duplicate_instance_id_is_fenced(bootstrap: &str) {
     let s = Setup::new(bootstrap, "twin");
     let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let mut expected = BTreeMap::new();
     s.produce(&lines(0, 20), &mut expected);
     let cfg = |d: &Path| s.config(d, &[("group.instance.id", "twin".into())]);
+    let errors = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let handler = |app: &KafkaStreams| {
+        let e2 = errors.clone();
+        app.set_uncaught_exception_handler(move |e| {
+            e2.lock().unwrap().push(e.to_string());
+            rill_streams::StreamThreadExceptionResponse::ShutdownClient
+        });
+    };
     let first = start(
         wordcount(&s.input, &s.output, StoreBackend::InMemory),
         cfg(d1.path()),
     );
-    let errors = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-    let e2 = errors.clone();
-    first.set_uncaught_exception_handler(move |e| {
-        e2.lock().unwrap().push(e.to_string());
-        rill_streams::StreamThreadExceptionResponse::ShutdownClient
-    });
-    let second = start(
+    handler(&first);
+    let second = KafkaStreams::new(
         wordcount(&s.input, &s.output, StoreBackend::InMemory),
         cfg(d2.path()),
-    );
+    )
+    .unwrap();
+    handler(&second);
+    second.start().unwrap();
+    let (fenced, survivor) = if group_protocol() == "streams" {
+        (&second, &first)
+    } else {
+        (&first, &second)
+    };
     assert!(
-        first.wait_for_state(State::Error, Duration::from_secs(30)),
+        fenced.wait_for_state(State::Error, Duration::from_secs(30)),
         "the fenced instance is {:?}",
-        first.state()
+        fenced.state()
     );
+    assert!(survivor.wait_for_state(State::Running, Duration::from_secs(60)));
     let errors = errors.lock().unwrap().clone();
     assert!(
         errors
@@ -970,7 +993,7 @@ pub fn streams_duplicate_instance_id_is_fenced(bootstrap: &str) {
             Instant::now() < deadline,
             "survivor did not count everything: {seen:?} vs {expected:?}"
         );
-        assert_eq!(second.state(), State::Running);
+        assert_eq!(survivor.state(), State::Running);
         for r in reader.poll(Duration::from_millis(200)).unwrap() {
             let w = String::from_utf8(r.key.unwrap().to_vec()).unwrap();
             let n = Serdes::i64()
@@ -979,7 +1002,7 @@ pub fn streams_duplicate_instance_id_is_fenced(bootstrap: &str) {
             seen.insert(w, n);
         }
     }
-    assert!(second.close());
+    assert!(survivor.close());
 }
 
 /// A processor that fails on the first record whose value is "boom".
@@ -1150,6 +1173,19 @@ pub fn streams_pattern_source(bootstrap: &str) {
         Consumed::with(opt(), Serdes::string()),
     )
     .to(&s.output, Produced::with(opt(), Serdes::string()));
+    if group_protocol() == "streams" {
+        // KIP-1071 has no pattern subscriptions yet: refused at once, with
+        // the way out named.
+        let e = KafkaStreams::new(b.build().unwrap(), s.config(dir.path(), &[]))
+            .err()
+            .expect("a pattern source is refused")
+            .to_string();
+        assert!(
+            e.contains("pattern") && e.contains("group.protocol=classic"),
+            "{e}"
+        );
+        return;
+    }
     let app = start(b.build().unwrap(), s.config(dir.path(), &[]));
     let mut reader = s.reader();
     let mut seen = BTreeSet::new();

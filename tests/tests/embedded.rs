@@ -91,6 +91,26 @@ mod streams {
     }
 
     rill_tests::for_each_streams_scenario!(streams_on_embedded);
+
+    /// The same scenarios in a KIP-1071 streams group on the embedded
+    /// broker's streams group coordinator.
+    mod streams_protocol {
+        use super::*;
+
+        macro_rules! streams_protocol_on_embedded {
+            ($($name:ident => $f:ident($($arg:expr),*)),* $(,)?) => {$(
+                #[test]
+                fn $name() {
+                    let cluster = Embedded::for_clients();
+                    rill_tests::streams_scenarios::with_group_protocol("streams", || {
+                        rill_tests::streams_scenarios::$f(&cluster.bootstrap() $(, $arg)*)
+                    });
+                }
+            )*};
+        }
+
+        rill_tests::for_each_streams_scenario!(streams_protocol_on_embedded);
+    }
 }
 
 /// Scenarios that need the embedded cluster's controls (nodes, racks, data

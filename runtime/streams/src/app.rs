@@ -607,8 +607,9 @@ impl App {
         // Static members leave together in one batch LeaveGroup by
         // instance id once their threads stopped (KIP-345, as Kafka Streams'
         // `CloseOptions.leaveGroup` does through the admin client); dynamic
-        // members leave one by one as their consumers close.
-        let batch_leave: Vec<String> = if options.leave_group {
+        // members leave one by one as their consumers close, and so does
+        // every member of a streams group (KIP-1071: a -1 heartbeat).
+        let batch_leave: Vec<String> = if options.leave_group && !self.config.streams_protocol {
             threads
                 .iter()
                 .filter_map(|t| self.instance_id_of(t.index))

@@ -90,6 +90,15 @@ fn load_process_id(config: &StreamsConfig) -> Result<String> {
 impl KafkaStreams {
     /// Validates the topology against the configuration; nothing runs until `start`.
     pub fn new(topology: Topology, config: StreamsConfig) -> Result<Self> {
+        if config.streams_protocol {
+            // A topology KIP-1071 cannot carry is refused here, not by a
+            // stream thread after start.
+            crate::streams_group::wire_topology(
+                &topology,
+                &config.application_id,
+                config.replication_factor,
+            )?;
+        }
         let process_id = load_process_id(&config)?;
         let client_id = config.client_id_prefix(&process_id);
         let admin = Admin::new(&config.admin_config(&client_id))

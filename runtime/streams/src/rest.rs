@@ -398,6 +398,17 @@ fn probe_instance(peers: &crate::rest_tls::Peers, i: &mut StreamsMetadata, auth:
     let Some(live) = live else {
         return;
     };
+    if i.process_id == endpoint && live.endpoint.as_deref() == Some(endpoint.as_str()) {
+        // Streams groups (KIP-1071) list other instances by endpoint only:
+        // the instance's own answer names its process and threads.
+        *i = StreamsMetadata {
+            local: false,
+            reachable: Some(true),
+            unreachable_since_ms: None,
+            ..live
+        };
+        return;
+    }
     if live.process_id != i.process_id {
         // Another process answers at that address now: the listed one is gone.
         i.reachable = Some(false);

@@ -245,8 +245,12 @@ pub(super) fn handle(
             resp.member_id = sb(a.member_id);
             resp.member_epoch = a.member_epoch;
             resp.heartbeat_interval_ms = a.heartbeat_interval_ms;
-            resp.acceptable_recovery_lag = 10_000;
-            resp.acceptable_recovery_lag_legacy = 10_000;
+            // Kafka's `streams.acceptable.recovery.lag`; v0 carries it as int32.
+            if ctx.version >= 1 {
+                resp.acceptable_recovery_lag = 10_000;
+            } else {
+                resp.acceptable_recovery_lag_legacy = 10_000;
+            }
             resp.task_offset_interval_ms = 60_000;
             resp.status = Some(
                 a.statuses

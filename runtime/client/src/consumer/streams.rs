@@ -30,7 +30,7 @@
 //! - version 0 (brokers before 4.4) cannot carry task offsets; a static
 //!   member refused there gets an error naming the 4.4 requirement.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -518,6 +518,39 @@ async fn send(
     }
 }
 
+/// The broker lists every member with an endpoint; an instance's threads
+/// share one, so entries are merged by endpoint (as Kafka's client does).
+fn merge_endpoints(
+    eps: Vec<rill_protocol::messages::streams_group_heartbeat_response::EndpointToPartitions>,
+) -> Vec<EndpointPartitions> {
+    type Parts = Vec<rill_protocol::messages::streams_group_heartbeat_response::TopicPartition>;
+    let mut by: BTreeMap<String, (BTreeSet<TopicPartition>, BTreeSet<TopicPartition>)> =
+        BTreeMap::new();
+    let add = |into: &mut BTreeSet<TopicPartition>, v: Parts| {
+        for t in v {
+            let topic = t.topic.to_string();
+            into.extend(
+                t.partitions
+                    .into_iter()
+                    .map(|p| TopicPartition::new(topic.clone(), p)),
+            );
+        }
+    };
+    for e in eps {
+        let key = format!("{}:{}", e.user_endpoint.host, e.user_endpoint.port);
+        let entry = by.entry(key).or_default();
+        add(&mut entry.0, e.active_partitions);
+        add(&mut entry.1, e.standby_partitions);
+    }
+    by.into_iter()
+        .map(|(endpoint, (active, standby))| EndpointPartitions {
+            endpoint,
+            active: active.into_iter().collect(),
+            standby: standby.into_iter().collect(),
+        })
+        .collect()
+}
+
 async fn heartbeat_loop(
     cluster: Arc<Cluster>,
     cfg: ConsumerConfig,
@@ -589,25 +622,7 @@ async fn heartbeat_loop(
                     }
                     if let Some(eps) = resp.partitions_by_user_endpoint {
                         s.endpoint_epoch = resp.endpoint_information_epoch;
-                        s.endpoints = Some(
-                            eps.into_iter()
-                                .map(|e| {
-                                    let parts = |v: Vec<rill_protocol::messages::streams_group_heartbeat_response::TopicPartition>| {
-                                        v.into_iter()
-                                            .flat_map(|t| {
-                                                let topic = t.topic.to_string();
-                                                t.partitions.into_iter().map(move |p| TopicPartition::new(topic.clone(), p))
-                                            })
-                                            .collect()
-                                    };
-                                    EndpointPartitions {
-                                        endpoint: format!("{}:{}", e.user_endpoint.host, e.user_endpoint.port),
-                                        active: parts(e.active_partitions),
-                                        standby: parts(e.standby_partitions),
-                                    }
-                                })
-                                .collect(),
-                        );
+                        s.endpoints = Some(merge_endpoints(eps));
                     }
                 }
                 Ok((version, resp)) => {
