@@ -960,13 +960,16 @@ pub fn streams_duplicate_instance_id_is_fenced(bootstrap: &str) {
     .unwrap();
     handler(&second);
     second.start().unwrap();
-    let (fenced, survivor) = if group_protocol() == "streams" {
-        (&second, &first)
+    // Streams groups: the newcomer retries while the holder might be a
+    // killed process whose session has yet to end (session.timeout.ms +
+    // 20 s), then stops.
+    let (fenced, survivor, within) = if group_protocol() == "streams" {
+        (&second, &first, Duration::from_secs(80))
     } else {
-        (&first, &second)
+        (&first, &second, Duration::from_secs(30))
     };
     assert!(
-        fenced.wait_for_state(State::Error, Duration::from_secs(30)),
+        fenced.wait_for_state(State::Error, within),
         "the fenced instance is {:?}",
         fenced.state()
     );

@@ -132,6 +132,19 @@ mod embedded_only {
     use rill_tests::wire::{now_ms, tn, Client, Conn};
     use rill_tests::{scenarios, unique_topic};
 
+    /// KIP-1071 static members on Kafka 4.4's rules: a kill -9 restart
+    /// waits for the old member's session (6 s here) and then runs.
+    #[test]
+    fn streams_protocol_kill9_restart_waits_for_the_session() {
+        let cluster = Embedded::start(EmbeddedCluster::builder().config(|c| {
+            c.group_streams_session_timeout_ms = 6_000;
+            c.group_streams_heartbeat_interval_ms = 1_000;
+        }));
+        rill_tests::rolling::streams_protocol_kill9_restart_waits_for_the_session(
+            &cluster.bootstrap(),
+        );
+    }
+
     fn leaders(c: &Client, topic: &str) -> Vec<(i32, i32)> {
         let t = c
             .metadata

@@ -224,6 +224,27 @@ impl App {
             .collect())
     }
 
+    /// Every member the live threads' assignments list. A classic
+    /// assignment lists the whole group in each thread's copy; a streams
+    /// group (KIP-1071) tells each thread its own tasks and the other
+    /// instances' endpoints, so the threads' views are joined.
+    fn group_members(&self) -> Vec<crate::assignor::MemberInfo> {
+        let mut out: Vec<crate::assignor::MemberInfo> = Vec::new();
+        for t in self.threads() {
+            if !t.shared.state().is_alive() {
+                continue;
+            }
+            if let Some(a) = lock(&t.shared.local).assignment.as_ref() {
+                for m in &a.members {
+                    if !out.contains(m) {
+                        out.push(m.clone());
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// The sub-topology holding `store`, and its partition count (from the
     /// assignment's task list: every task of a sub-topology is assigned).
     fn store_layout(&self, store: &str) -> Result<(u32, Option<i32>), StoreQueryError> {
@@ -233,15 +254,14 @@ impl App {
             .iter()
             .find(|st| st.stores.contains(store))
             .ok_or_else(|| StoreQueryError::UnknownStore(store.to_string()))?;
-        let partitions = self.latest_assignment().and_then(|a| {
-            a.members
-                .iter()
-                .flat_map(|m| m.tasks.iter())
-                .filter_map(|t| t.parse::<TaskId>().ok())
-                .filter(|t| t.subtopology == st.id)
-                .map(|t| t.partition + 1)
-                .max()
-        });
+        let partitions = self
+            .group_members()
+            .iter()
+            .flat_map(|m| m.tasks.iter())
+            .filter_map(|t| t.parse::<TaskId>().ok())
+            .filter(|t| t.subtopology == st.id)
+            .map(|t| t.partition + 1)
+            .max();
         Ok((st.id, partitions))
     }
 
@@ -261,10 +281,7 @@ impl App {
         // source or repartition topic was written with murmur2).
         let partition = partition_for_key(key, n as usize);
         let task = TaskId::new(sub, partition);
-        let members = self
-            .latest_assignment()
-            .map(|a| a.members)
-            .unwrap_or_default();
+        let members = self.group_members();
         let has = |v: &[String]| v.iter().any(|t| t.parse::<TaskId>().ok() == Some(task));
         let owner = members.iter().find(|m| has(&m.tasks));
         let standby_hosts: BTreeSet<String> = members

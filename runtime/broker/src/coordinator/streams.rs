@@ -276,10 +276,14 @@ fn fail<T>(code: ErrorCode, msg: impl Into<String>) -> Result<T, Fail> {
 
 impl StreamsGroup {
     pub fn new(group_id: &str) -> Self {
+        // As Kafka's: a new group is at epoch 1 with an (empty) target
+        // assignment at epoch 1, so a member that joins during the initial
+        // rebalance delay gets a positive epoch at once (and re-joining with
+        // epoch 0 would be a second join).
         Self {
             group_id: group_id.to_string(),
-            group_epoch: 0,
-            assignment_epoch: 0,
+            group_epoch: 1,
+            assignment_epoch: 1,
             topology: None,
             members: BTreeMap::new(),
             targets: BTreeMap::new(),
@@ -889,14 +893,15 @@ impl StreamsGroup {
             self.targets = targets;
             return;
         }
-        // Tasks in (partition, sub-topology) order, as Kafka's assignor.
-        let mut tasks: Vec<(i32, String)> = self
+        // Tasks sub-topology by sub-topology, so spreading them over the
+        // processes in turn gives every process a share of each (the
+        // stateful sub-topologies' work included).
+        let tasks: Vec<(i32, String)> = self
             .configured
             .tasks
             .iter()
             .flat_map(|(s, n)| (0..*n).map(move |p| (p, s.clone())))
             .collect();
-        tasks.sort();
         let n_members = self.members.len();
         let quota = tasks.len().div_ceil(n_members.max(1));
         let mut load: BTreeMap<String, usize> =

@@ -461,6 +461,10 @@ fn build_request(
 enum Failure {
     /// Lose every task and rejoin with epoch 0.
     Fenced,
+    /// The instance id is still held by a member that did not leave (a
+    /// killed process): Kafka 4.4 releases it when that member's session
+    /// ends, so the join is retried until then.
+    Unreleased(Error),
     /// Find the coordinator again and retry.
     Retry,
     /// Stop: the consumer fails with this error.
@@ -477,11 +481,16 @@ fn classify(code: i16, msg: &str, group: &str, instance: Option<&str>, version: 
     }
     if code == ErrorCode::FencedInstanceId.code() || code == ErrorCode::UnreleasedInstanceId.code()
     {
-        return Failure::Fatal(Error::FencedInstanceId {
+        let e = Error::FencedInstanceId {
             group: group.to_string(),
             instance_id: instance.unwrap_or_default().to_string(),
             detail: format!("StreamsGroupHeartbeat answered {name}: {msg}"),
-        });
+        };
+        return if code == ErrorCode::UnreleasedInstanceId.code() {
+            Failure::Unreleased(e)
+        } else {
+            Failure::Fatal(e)
+        };
     }
     if code == ErrorCode::InvalidRequest.code() && instance.is_some() && version == 0 {
         // Kafka 4.4 serves v1; before it static members are refused.
@@ -559,6 +568,12 @@ async fn heartbeat_loop(
     shared: Arc<Mutex<Shared>>,
     wake: Arc<tokio::sync::Notify>,
 ) {
+    // How long a join refused with UNRELEASED_INSTANCE_ID is retried: the
+    // holder, if dead, is released within its session timeout (the
+    // broker's `group.streams.session.timeout.ms`, Kafka's default 45 s,
+    // which `session.timeout.ms` should match), plus a margin.
+    let unreleased_bound = cfg.session_timeout + Duration::from_secs(20);
+    let mut unreleased_since: Option<Instant> = None;
     loop {
         let leaving = {
             let mut s = lock(&shared);
@@ -586,6 +601,7 @@ async fn heartbeat_loop(
             let mut s = lock(&shared);
             match r {
                 Ok((_, resp)) if resp.error_code == 0 => {
+                    unreleased_since = None;
                     if let Some(l) = leaving {
                         info!(%group, epoch = l, "left the streams group");
                         s.stopped = true;
@@ -648,6 +664,18 @@ async fn heartbeat_loop(
                             cluster.forget_coordinator(&group);
                             retry_soon = true;
                         }
+                        Failure::Unreleased(e) => {
+                            let since = *unreleased_since.get_or_insert_with(|| {
+                                warn!(%group, instance = ?instance, "the group.instance.id is still held by a member that did not leave (a killed process?); Kafka 4.4 streams groups release it when that member's session times out: retrying the join until then");
+                                Instant::now()
+                            });
+                            if since.elapsed() > unreleased_bound {
+                                warn!(%group, error = %e, "fatal: the instance id was not released");
+                                s.fatal = Some(e);
+                                return;
+                            }
+                            retry_soon = true;
+                        }
                         Failure::Fatal(e) => {
                             warn!(%group, error = %e, "fatal heartbeat error");
                             s.fatal = Some(e);
@@ -674,7 +702,10 @@ async fn heartbeat_loop(
                 }
             }
         }
-        let wait = if retry_soon {
+        let wait = if unreleased_since.is_some() {
+            // Waiting for another member's session to end: no hurry.
+            Duration::from_secs(1)
+        } else if retry_soon {
             cfg.common.retry_backoff
         } else {
             let s = lock(&shared);
@@ -820,7 +851,7 @@ mod tests {
             classify(ErrorCode::NotCoordinator.code(), "", "g", None, 1),
             Failure::Retry
         ));
-        let Failure::Fatal(e) = classify(
+        let Failure::Unreleased(e) = classify(
             ErrorCode::UnreleasedInstanceId.code(),
             "owned by m2",
             "g",
@@ -830,6 +861,10 @@ mod tests {
             panic!()
         };
         assert!(e.fencing().is_some());
+        assert!(matches!(
+            classify(ErrorCode::FencedInstanceId.code(), "", "g", Some("i-1"), 1),
+            Failure::Fatal(_)
+        ));
         let Failure::Fatal(e) = classify(
             ErrorCode::InvalidRequest.code(),
             "Static membership is not yet supported.",

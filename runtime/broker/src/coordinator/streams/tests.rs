@@ -140,12 +140,15 @@ fn tasks_come_from_the_topics_and_every_task_runs_once() {
     let a = g
         .heartbeat(join("m1", None, "p1"), &cfg(), &all(), Instant::now())
         .unwrap();
-    assert_eq!(g.group_epoch, 1);
-    assert_eq!(a.member_epoch, 1);
+    assert_eq!(
+        g.group_epoch, 2,
+        "a new group is at 1; the join is one bump"
+    );
+    assert_eq!(a.member_epoch, 2);
     assert_eq!(n_active(a.tasks.as_ref().unwrap()), 6);
     g.heartbeat(join("m2", None, "p2"), &cfg(), &all(), Instant::now())
         .unwrap();
-    assert_eq!(g.group_epoch, 2);
+    assert_eq!(g.group_epoch, 3);
     settle(&mut g, &[("m1", None), ("m2", None)]);
     let (a1, a2) = (&g.members["m1"].assigned, &g.members["m2"].assigned);
     assert_eq!(n_active(a1) + n_active(a2), 6);
@@ -166,16 +169,16 @@ fn a_task_moves_only_after_its_owner_released_it() {
     assert_eq!(n_active(&g.members["m2"].assigned), 0);
     // m1 heartbeats without reporting: it must revoke first.
     let a = g
-        .heartbeat(beat("m1", None, 1, None), &cfg(), &all(), Instant::now())
+        .heartbeat(beat("m1", None, 2, None), &cfg(), &all(), Instant::now())
         .unwrap();
     assert_eq!(g.members["m1"].state, MemberState::UnrevokedTasks);
-    assert_eq!(a.member_epoch, 1, "the epoch waits for the revocation");
+    assert_eq!(a.member_epoch, 2, "the epoch waits for the revocation");
     let kept = a.tasks.unwrap();
     assert_eq!(n_active(&kept), 3);
     // m2 still waits for the tasks m1 has not released.
     let a2 = g
         .heartbeat(
-            beat("m2", None, 2, Some(TasksTuple::default())),
+            beat("m2", None, 3, Some(TasksTuple::default())),
             &cfg(),
             &all(),
             Instant::now(),
@@ -189,16 +192,16 @@ fn a_task_moves_only_after_its_owner_released_it() {
     // m1 reports what it kept: released; m2 then gets the rest.
     let a = g
         .heartbeat(
-            beat("m1", None, 1, Some(kept)),
+            beat("m1", None, 2, Some(kept)),
             &cfg(),
             &all(),
             Instant::now(),
         )
         .unwrap();
-    assert_eq!(a.member_epoch, 2);
+    assert_eq!(a.member_epoch, 3);
     let a2 = g
         .heartbeat(
-            beat("m2", None, 2, Some(TasksTuple::default())),
+            beat("m2", None, 3, Some(TasksTuple::default())),
             &cfg(),
             &all(),
             Instant::now(),
@@ -294,6 +297,32 @@ fn instance_ids_are_guarded_as_kafka_44_does() {
         )
         .unwrap_err();
     assert_eq!(e.0, ErrorCode::UnknownMemberId);
+}
+
+#[test]
+fn a_member_joining_during_the_initial_delay_gets_an_epoch_and_no_tasks() {
+    let c = StreamsConfig {
+        initial_rebalance_delay: Duration::from_secs(3),
+        ..cfg()
+    };
+    let mut g = StreamsGroup::new("app");
+    let now = Instant::now();
+    let a = g
+        .heartbeat(join("m1", Some("i1"), "p1"), &c, &all(), now)
+        .unwrap();
+    assert_eq!(a.member_epoch, 1);
+    assert_eq!(a.statuses[0].0, status::ASSIGNMENT_DELAYED);
+    assert_eq!(n_active(a.tasks.as_ref().unwrap()), 0);
+    let a = g
+        .heartbeat(
+            beat("m1", Some("i1"), 1, None),
+            &c,
+            &all(),
+            now + Duration::from_secs(4),
+        )
+        .unwrap();
+    assert_eq!(a.member_epoch, 2);
+    assert_eq!(n_active(a.tasks.as_ref().unwrap()), 6);
 }
 
 #[test]
