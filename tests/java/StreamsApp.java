@@ -86,9 +86,13 @@ public class StreamsApp {
         if (a.containsKey("--cache-bytes")) {
             p.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, a.get("--cache-bytes"));
         }
-        p.put(StreamsConfig.consumerPrefix(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG),
-              a.getOrDefault("--session-ms", "30000"));
-        p.put(StreamsConfig.consumerPrefix(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG), "500");
+        // KIP-1071 streams groups take the session and heartbeat from the
+        // broker's group configs; the consumer refuses its own.
+        if (!"streams".equals(p.getProperty("group.protocol"))) {
+            p.put(StreamsConfig.consumerPrefix(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG),
+                  a.getOrDefault("--session-ms", "30000"));
+            p.put(StreamsConfig.consumerPrefix(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG), "500");
+        }
         p.put(StreamsConfig.consumerPrefix(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG), "earliest");
         if (a.containsKey("--group-instance-id")) {
             p.put(StreamsConfig.consumerPrefix(ConsumerConfig.GROUP_INSTANCE_ID_CONFIG),

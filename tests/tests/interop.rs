@@ -1019,6 +1019,17 @@ mod kafka_streams_rolling {
         rolling::streams_roll_static_clean(&cluster.bootstrap(), Runtime::KafkaStreams);
     }
 
+    /// Kafka Streams 4.4 in a KIP-1071 streams group (`group.protocol=streams`,
+    /// static members) on the embedded broker's streams group coordinator:
+    /// Kafka's own client rolls without a group-epoch move there too.
+    #[test]
+    fn kafka_streams_streams_protocol_roll_static_clean_on_embedded() {
+        let cluster = Embedded::for_clients();
+        rill_tests::streams_scenarios::with_group_protocol("streams", || {
+            rolling::streams_roll_static_clean(&cluster.bootstrap(), Runtime::KafkaStreams)
+        });
+    }
+
     #[test]
     #[ignore = "Kafka Streams on Apache Kafka is a reference measurement of Kafka itself; run with --ignored"]
     fn kafka_streams_roll_static_stateful_on_apache_kafka() {

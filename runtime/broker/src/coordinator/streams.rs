@@ -235,7 +235,8 @@ pub struct TopicToCreate {
 pub struct Configured {
     pub tasks: BTreeMap<String, i32>,
     #[serde(skip)]
-    pub create: Vec<(String, i32, i16, Vec<(String, String)>)>,
+    /// Internal topics to create, with the partition count they need.
+    pub create: Vec<InternalTopic>,
     pub status: Option<(i8, String)>,
     /// Partition counts of every topic the group reads or writes.
     pub partitions: BTreeMap<String, i32>,
@@ -839,12 +840,10 @@ impl StreamsGroup {
                     Some(_) => {}
                     None => {
                         missing_internal.push(it.name.clone());
-                        out.create.push((
-                            it.name.clone(),
-                            want,
-                            it.replication_factor,
-                            it.configs.clone(),
-                        ));
+                        out.create.push(InternalTopic {
+                            partitions: want,
+                            ..it.clone()
+                        });
                     }
                 }
             }
@@ -869,12 +868,12 @@ impl StreamsGroup {
         self.configured
             .create
             .iter()
-            .filter(|(n, ..)| seen.insert(n.clone()))
-            .map(|(name, partitions, rf, configs)| TopicToCreate {
-                name: name.clone(),
-                partitions: *partitions,
-                replication_factor: *rf,
-                configs: configs.iter().cloned().collect(),
+            .filter(|t| seen.insert(t.name.clone()))
+            .map(|t| TopicToCreate {
+                name: t.name.clone(),
+                partitions: t.partitions,
+                replication_factor: t.replication_factor,
+                configs: t.configs.iter().cloned().collect(),
             })
             .collect()
     }

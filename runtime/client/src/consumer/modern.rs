@@ -89,6 +89,25 @@ pub(super) fn new_member_id() -> String {
     out
 }
 
+/// The epoch a member leaves with (KIP-848, KIP-1071): -2 keeps a static
+/// member's assignment until its session ends, -1 gives it up now.
+pub(super) fn leave_epoch(is_static: bool, permanently: bool) -> i32 {
+    if is_static && !permanently {
+        -2
+    } else {
+        -1
+    }
+}
+
+/// Waits (bounded) for the heartbeat task to send the leave heartbeat and exit.
+pub(super) fn await_leave(task: Option<tokio::task::JoinHandle<()>>) {
+    if let Some(t) = task {
+        let _ = block_on("Consumer::close", async {
+            let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+        });
+    }
+}
+
 impl ModernMember {
     pub fn new(cfg: &ConsumerConfig, group_id: &str) -> Self {
         Self {
@@ -195,19 +214,9 @@ impl ModernMember {
     /// Leaves the group (epoch -1, or -2 for a static member unless
     /// `permanently`) and stops heartbeating.
     pub fn leave(&mut self, permanently: bool) {
-        let epoch = if self.instance_id.is_some() && !permanently {
-            -2
-        } else {
-            -1
-        };
-        lock(&self.shared).leave = Some(epoch);
+        lock(&self.shared).leave = Some(leave_epoch(self.instance_id.is_some(), permanently));
         self.wake.notify_one();
-        if let Some(t) = self.task.take() {
-            // The task sends the leave heartbeat and exits; wait for it (bounded).
-            let _ = block_on("Consumer::close", async {
-                let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
-            });
-        }
+        await_leave(self.task.take());
         let mut s = lock(&self.shared);
         s.epoch = 0;
         s.owned.clear();

@@ -50,7 +50,7 @@ use crate::cluster::Cluster;
 use crate::config::ConsumerConfig;
 use crate::error::{Error, Result};
 use crate::rpc::{self, MemberRef};
-use crate::runtime::{block_on, io_handle};
+use crate::runtime::io_handle;
 use crate::TopicPartition;
 
 /// Tasks by sub-topology id, partitions sorted.
@@ -359,19 +359,12 @@ impl StreamsMember {
     /// Leaves the group (epoch -1, or -2 for a static member unless
     /// `permanently`) and stops heartbeating.
     pub fn leave(&mut self, permanently: bool) {
-        let epoch = if self.instance_id.is_some() && !permanently {
-            -2
-        } else {
-            -1
-        };
-        lock(&self.shared).leave = Some(epoch);
+        lock(&self.shared).leave = Some(super::modern::leave_epoch(
+            self.instance_id.is_some(),
+            permanently,
+        ));
         self.wake.notify_one();
-        if let Some(t) = self.task.take() {
-            // The task sends the leave heartbeat and exits; wait for it (bounded).
-            let _ = block_on("Consumer::close", async {
-                let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
-            });
-        }
+        super::modern::await_leave(self.task.take());
         let mut s = lock(&self.shared);
         s.epoch = 0;
         s.owned = TasksTuple::default();
