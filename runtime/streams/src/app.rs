@@ -91,19 +91,7 @@ impl State {
     }
 }
 
-/// What to do when a stream thread dies of an error (Kafka's
-/// `StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StreamThreadExceptionResponse {
-    /// Start a new thread in its place (it reclaims the index and instance id).
-    ReplaceThread,
-    /// Shut this instance down (Kafka's default).
-    ShutdownClient,
-    /// Shut every instance of the application down (KIP-671): the request
-    /// travels in a member's subscription, the leader puts it in every
-    /// member's assignment, and each instance moves to Error.
-    ShutdownApplication,
-}
+pub use crate::thread_state::StreamThreadExceptionResponse;
 
 /// Options for [`KafkaStreams::close_with`](crate::KafkaStreams::close_with)
 /// (Kafka's `CloseOptions`).

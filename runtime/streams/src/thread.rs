@@ -460,7 +460,9 @@ impl StreamThread {
                 // heartbeat before its tasks can move to another instance.
                 let response = (self.ctx.shared.decide_error)(e);
                 *lock(&self.ctx.shared.decided) = Some(response);
-                if response == crate::app::StreamThreadExceptionResponse::ShutdownApplication {
+                if response
+                    == crate::thread_state::StreamThreadExceptionResponse::ShutdownApplication
+                {
                     self.consumer.request_streams_shutdown();
                 }
             }

@@ -100,6 +100,20 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// What to do when a stream thread dies of an error (Kafka's
+/// `StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamThreadExceptionResponse {
+    /// Start a new thread in its place (it reclaims the index and instance id).
+    ReplaceThread,
+    /// Shut this instance down (Kafka's default).
+    ShutdownClient,
+    /// Shut every instance of the application down (KIP-671): the request
+    /// travels in a member's subscription, the leader puts it in every
+    /// member's assignment, and each instance moves to Error.
+    ShutdownApplication,
+}
+
 /// What the application sees of a thread.
 pub(crate) struct ThreadShared {
     pub state: Mutex<ThreadState>,
@@ -131,13 +145,10 @@ pub(crate) struct ThreadShared {
     /// thread itself under the streams protocol (KIP-1071 carries a
     /// shutdown-application request on the thread's own leave heartbeat,
     /// as Kafka Streams' failing thread sends it).
-    pub decide_error: Box<
-        dyn Fn(&crate::error::StreamsError) -> crate::app::StreamThreadExceptionResponse
-            + Send
-            + Sync,
-    >,
+    pub decide_error:
+        Box<dyn Fn(&crate::error::StreamsError) -> StreamThreadExceptionResponse + Send + Sync>,
     /// The handler's answer, when the thread asked it already.
-    pub decided: Mutex<Option<crate::app::StreamThreadExceptionResponse>>,
+    pub decided: Mutex<Option<StreamThreadExceptionResponse>>,
 }
 
 /// One store partition's changelog position on this thread (KIP-535).
