@@ -51,6 +51,11 @@ fn config(pairs: &[(&str, &str)]) -> Vec<KeyValue> {
         .collect()
 }
 
+/// Names sorted and deduplicated (every instance sends identical lists).
+fn sorted(names: impl Iterator<Item = String>) -> Vec<String> {
+    names.collect::<BTreeSet<_>>().into_iter().collect()
+}
+
 /// The topology as KIP-1071's StreamsGroupHeartbeat carries it.
 pub(crate) fn wire_topology(topology: &Topology, app: &str, rf: i16) -> Result<WireTopology> {
     let mut subs = Vec::new();
@@ -61,38 +66,30 @@ pub(crate) fn wire_topology(topology: &Topology, app: &str, rf: i16) -> Result<W
                 st.id
             )));
         }
-        let sources: Vec<String> = st
-            .source_topics
-            .iter()
-            .filter(|t| matches!(t, TopicName::User(_)))
-            .map(|t| t.resolve(app))
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        let repartition_sources: Vec<String> = st
-            .source_topics
-            .iter()
-            .filter(|t| matches!(t, TopicName::Internal(_)))
-            .map(|t| t.resolve(app))
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        let repartition_sinks: Vec<String> = st
-            .sink_topics
-            .iter()
-            .filter(|t| matches!(t, TopicName::Internal(_)))
-            .map(|t| t.resolve(app))
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        let changelogs: Vec<String> = st
-            .stores
-            .iter()
-            .filter(|s| topology.stores.get(*s).is_some_and(|d| d.logged))
-            .map(|s| changelog_topic(app, s))
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
+        let sources = sorted(
+            st.source_topics
+                .iter()
+                .filter(|t| matches!(t, TopicName::User(_)))
+                .map(|t| t.resolve(app)),
+        );
+        let repartition_sources = sorted(
+            st.source_topics
+                .iter()
+                .filter(|t| matches!(t, TopicName::Internal(_)))
+                .map(|t| t.resolve(app)),
+        );
+        let repartition_sinks = sorted(
+            st.sink_topics
+                .iter()
+                .filter(|t| matches!(t, TopicName::Internal(_)))
+                .map(|t| t.resolve(app)),
+        );
+        let changelogs = sorted(
+            st.stores
+                .iter()
+                .filter(|s| topology.stores.get(*s).is_some_and(|d| d.logged))
+                .map(|s| changelog_topic(app, s)),
+        );
         // Rill co-partitions every input of a sub-topology (as its
         // InternalTopicManager checks): one group when there are several.
         let copartition_groups = if sources.len() + repartition_sources.len() > 1 {

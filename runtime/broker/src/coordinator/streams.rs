@@ -556,7 +556,9 @@ impl StreamsGroup {
         Ok(())
     }
 
-    fn check_member(&mut self, hb: &Heartbeat) -> Result<(), Fail> {
+    /// The member a heartbeat (not a join) names: its instance id, when
+    /// static, must be held by this member id (Kafka 4.4's rules).
+    fn known_member(&self, hb: &Heartbeat) -> Result<&StreamsMember, Fail> {
         if let Some(instance) = &hb.instance_id {
             match self.member_by_instance(instance) {
                 None => {
@@ -577,15 +579,19 @@ impl StreamsGroup {
                 Some(_) => {}
             }
         }
-        let Some(m) = self.members.get(&hb.member_id) else {
-            return fail(
+        self.members.get(&hb.member_id).ok_or_else(|| {
+            (
                 ErrorCode::UnknownMemberId,
                 format!(
                     "Member {} is not a member of group {}.",
                     hb.member_id, self.group_id
                 ),
-            );
-        };
+            )
+        })
+    }
+
+    fn check_member(&mut self, hb: &Heartbeat) -> Result<(), Fail> {
+        let m = self.known_member(hb)?;
         if hb.member_epoch > m.member_epoch {
             return fail(
                 ErrorCode::FencedMemberEpoch,
@@ -618,38 +624,7 @@ impl StreamsGroup {
     }
 
     fn leave(&mut self, hb: &Heartbeat) -> Result<Answer, Fail> {
-        let id = match &hb.instance_id {
-            Some(instance) => match self.member_by_instance(instance) {
-                None => {
-                    return fail(
-                        ErrorCode::UnknownMemberId,
-                        format!("Instance id {instance} is unknown."),
-                    )
-                }
-                Some(m) if m.member_id != hb.member_id => {
-                    return fail(
-                        ErrorCode::FencedInstanceId,
-                        format!(
-                            "Static member {} with instance id {instance} was fenced by member {}.",
-                            hb.member_id, m.member_id
-                        ),
-                    )
-                }
-                Some(m) => m.member_id.clone(),
-            },
-            None => {
-                if !self.members.contains_key(&hb.member_id) {
-                    return fail(
-                        ErrorCode::UnknownMemberId,
-                        format!(
-                            "Member {} is not a member of group {}.",
-                            hb.member_id, self.group_id
-                        ),
-                    );
-                }
-                hb.member_id.clone()
-            }
-        };
+        let id = self.known_member(hb)?.member_id.clone();
         if hb.member_epoch == -2 {
             // KAFKA-20169: kept, tasks and all, until the session ends.
             let m = self.members.get_mut(&id).expect("found");
