@@ -351,6 +351,11 @@ impl ApacheKafka {
             ("group.initial.rebalance.delay.ms", "0".into()),
             ("group.consumer.min.heartbeat.interval.ms", "100".into()),
             ("group.consumer.heartbeat.interval.ms", "500".into()),
+            // Streams-group scenarios shorten a group's session and
+            // heartbeat through its group configs (KIP-1071); Kafka's
+            // floors (45 s, 5 s) would refuse them.
+            ("group.streams.min.session.timeout.ms", "1000".into()),
+            ("group.streams.min.heartbeat.interval.ms", "100".into()),
         ];
         for (k, v) in &opts.properties {
             props.retain(|(pk, _)| pk != k);
@@ -681,6 +686,7 @@ pub fn shared_kafka_3() -> &'static str {
 /// Starts `version` once per test binary; stopped cleanly (and its
 /// directory removed) when the binary exits.
 fn shared_kafka_of(version: &'static str, cell: &'static OnceLock<String>) -> &'static str {
+    crate::init_tracing();
     cell.get_or_init(|| {
         let k = ApacheKafka::start_with(KafkaOptions {
             version,

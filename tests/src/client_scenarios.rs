@@ -1265,6 +1265,40 @@ pub fn client_producer_and_consumer_controls(bootstrap: &str) {
     c.close().unwrap();
 }
 
+/// Group configs (Kafka 4.x, `kafka-configs --entity-type groups`): a
+/// streams group's standby count is set, described with its source value,
+/// deleted back to the broker's default; an unknown key and an
+/// out-of-range value are INVALID_CONFIG naming the key, and change nothing.
+pub fn client_group_configs(bootstrap: &str) {
+    use rill_client::admin::{AlterConfigOp, ConfigResource};
+    let a = admin(bootstrap);
+    let group = ConfigResource::Group(unique_topic("group-configs"));
+    let key = "streams.num.standby.replicas";
+    let default = a.describe_configs(&group).expect("describe")[key].clone();
+    a.incremental_alter_configs(&group, &[AlterConfigOp::Set(key.into(), "1".into())])
+        .expect("set");
+    assert_eq!(a.describe_configs(&group).unwrap()[key], "1");
+    for (k, v) in [("no.such.group.config", "1"), (key, "99")] {
+        let e = a
+            .incremental_alter_configs(&group, &[AlterConfigOp::Set(k.into(), v.into())])
+            .expect_err("refused");
+        assert_eq!(
+            e.code(),
+            Some(rill_client::ErrorCode::InvalidConfig),
+            "{k}={v}: {e}"
+        );
+        assert!(e.to_string().contains(k), "the error names {k}: {e}");
+    }
+    assert_eq!(
+        a.describe_configs(&group).unwrap()[key],
+        "1",
+        "a refusal changed nothing"
+    );
+    a.incremental_alter_configs(&group, &[AlterConfigOp::Delete(key.into())])
+        .expect("delete");
+    assert_eq!(a.describe_configs(&group).unwrap()[key], default);
+}
+
 /// Lists every client scenario; `$m!(names...)` generates one test per name.
 #[macro_export]
 macro_rules! for_each_client_scenario {
@@ -1286,6 +1320,7 @@ macro_rules! for_each_client_scenario {
             client_admin_operations,
             client_cooperative_rebalance_keeps_partitions,
             client_producer_and_consumer_controls,
+            client_group_configs,
         );
     };
 }

@@ -143,6 +143,7 @@ impl Topics {
 
 /// Reads windowed counts until the latest per (region, window) equals `expected`.
 fn await_windowed_counts(
+    t: &Topics,
     reader: &mut Consumer,
     seen: &mut BTreeMap<(String, i64), i64>,
     expected: &BTreeMap<(String, i64), i64>,
@@ -153,8 +154,10 @@ fn await_windowed_counts(
     while seen != expected {
         assert!(
             Instant::now() < deadline,
-            "windowed counts did not converge: expected {expected:?}, saw {seen:?}; state {:?}",
-            app.state()
+            "windowed counts did not converge: expected {expected:?}, saw {seen:?}; state {:?}; local tasks {:?}; the group: {}",
+            app.state(),
+            app.metadata_for_local_threads(),
+            crate::streams_scenarios::describe_for_failure(&t.bootstrap, &t.app),
         );
         assert_ne!(app.state(), State::Error, "the app failed");
         for r in reader.poll(Duration::from_millis(200)).unwrap() {
@@ -206,7 +209,7 @@ pub fn streams_pageviews_windowed_join(bootstrap: &str, backend: StoreBackend) {
     t.write_views(0, 300, &mut expected);
     let mut reader = t.reader();
     let mut seen = BTreeMap::new();
-    await_windowed_counts(&mut reader, &mut seen, &expected, &app);
+    await_windowed_counts(&t, &mut reader, &mut seen, &expected, &app);
     assert_eq!(
         expected.len(),
         REGIONS.len() * 3,
@@ -219,7 +222,7 @@ pub fn streams_pageviews_windowed_join(bootstrap: &str, backend: StoreBackend) {
 
     t.write_views(300, 200, &mut expected);
     let app = start(topology(), t.config(dir.path()));
-    await_windowed_counts(&mut reader, &mut seen, &expected, &app);
+    await_windowed_counts(&t, &mut reader, &mut seen, &expected, &app);
     assert!(app.close());
 }
 

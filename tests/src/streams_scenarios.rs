@@ -92,6 +92,15 @@ pub(crate) struct Setup {
     pub(crate) output: String,
 }
 
+/// The group as its coordinator describes it, for a failure message: how
+/// a scenario that timed out shows who held which tasks.
+pub fn describe_for_failure(bootstrap: &str, group: &str) -> String {
+    match crate::client_scenarios::admin(bootstrap).describe_groups(&[group]) {
+        Ok(d) => format!("{d:?}"),
+        Err(e) => format!("(describing {group} failed: {e})"),
+    }
+}
+
 impl Setup {
     pub(crate) fn new(bootstrap: &str, name: &str) -> Self {
         let s = Setup {

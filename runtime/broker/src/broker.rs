@@ -340,6 +340,10 @@ impl CoordinatorHost for Broker {
     fn with_topics(&self, f: &mut dyn FnMut(&dyn TopicSource)) {
         f(&*self.metadata())
     }
+
+    fn group_configs(&self, group: &str) -> std::collections::BTreeMap<String, String> {
+        self.metadata().group_configs(group)
+    }
 }
 
 impl TxnHost for Broker {

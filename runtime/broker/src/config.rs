@@ -272,6 +272,85 @@ pub enum ConfigSource {
     Topic = 1,
     StaticBroker = 4,
     Default = 5,
+    /// A group-level config (Kafka's `GROUP_CONFIG`).
+    Group = 8,
+}
+
+/// One group-level config (`kafka-configs --entity-type groups`): it
+/// overrides, for one group, the broker setting `broker_key`.
+pub struct GroupConfigDef {
+    pub name: &'static str,
+    pub broker_key: &'static str,
+    pub min: i64,
+    pub max: i64,
+    pub doc: &'static str,
+}
+
+/// The group configs the embedded broker honours: the KIP-1071 streams
+/// group's session, heartbeat, initial delay and standby count (Kafka 4.4
+/// moved these from the Streams client to the group). Kafka's other group
+/// keys (KIP-848 `consumer.*`, share groups, streams warm-ups and rack
+/// tags) are refused by name rather than stored and ignored.
+pub const GROUP_CONFIGS: &[GroupConfigDef] = &[
+    GroupConfigDef {
+        name: "streams.session.timeout.ms",
+        broker_key: "group.streams.session.timeout.ms",
+        min: 1,
+        max: i32::MAX as i64,
+        doc: "The timeout to detect client failures when using the streams group protocol.",
+    },
+    GroupConfigDef {
+        name: "streams.heartbeat.interval.ms",
+        broker_key: "group.streams.heartbeat.interval.ms",
+        min: 1,
+        max: i32::MAX as i64,
+        doc: "The heartbeat interval given to the members of a streams group.",
+    },
+    GroupConfigDef {
+        name: "streams.initial.rebalance.delay.ms",
+        broker_key: "group.streams.initial.rebalance.delay.ms",
+        min: 0,
+        max: i32::MAX as i64,
+        doc: "The amount of time the group coordinator will wait for more streams clients to join a new group before performing the first rebalance.",
+    },
+    GroupConfigDef {
+        name: "streams.num.standby.replicas",
+        broker_key: "group.streams.num.standby.replicas",
+        min: 0,
+        // Kafka's `group.streams.max.standby.replicas` default.
+        max: 2,
+        doc: "The number of standby replicas for each task.",
+    },
+];
+
+/// A group config the broker honours, or the sentence saying it does not.
+pub fn group_config_def(name: &str) -> Result<&'static GroupConfigDef, String> {
+    GROUP_CONFIGS
+        .iter()
+        .find(|d| d.name == name)
+        .ok_or_else(|| {
+            let known: Vec<&str> = GROUP_CONFIGS.iter().map(|d| d.name).collect();
+            format!(
+                "group config '{name}' is not supported by this broker (it honours {})",
+                known.join(", ")
+            )
+        })
+}
+
+/// Checks one group config: a key the broker honours, an integer in range.
+pub fn validate_group_config(name: &str, value: &str) -> Result<i64, String> {
+    let d = group_config_def(name)?;
+    let n: i64 = value
+        .trim()
+        .parse()
+        .map_err(|_| format!("group config {name}={value:?}: expected an integer"))?;
+    if n < d.min || n > d.max {
+        return Err(format!(
+            "group config {name}={n}: must be between {} and {}",
+            d.min, d.max
+        ));
+    }
+    Ok(n)
 }
 
 /// The typed settings a partition log runs with.
@@ -507,6 +586,19 @@ impl Default for BrokerConfig {
 }
 
 impl BrokerConfig {
+    /// The broker's value for a group config (its `broker_key` setting).
+    pub fn group_config_default(&self, name: &str) -> Option<i64> {
+        Some(match name {
+            "streams.session.timeout.ms" => self.group_streams_session_timeout_ms as i64,
+            "streams.heartbeat.interval.ms" => self.group_streams_heartbeat_interval_ms as i64,
+            "streams.initial.rebalance.delay.ms" => {
+                self.group_streams_initial_rebalance_delay_ms as i64
+            }
+            "streams.num.standby.replicas" => self.group_streams_num_standby_replicas as i64,
+            _ => return None,
+        })
+    }
+
     /// Checks the settings; the error names the setting that is wrong.
     pub fn validate(&self) -> Result<(), String> {
         if self.nodes == 0 {

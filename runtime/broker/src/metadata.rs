@@ -60,6 +60,9 @@ struct Persisted {
     cluster_id: String,
     topics: Vec<TopicMeta>,
     producer_id_high_water: i64,
+    /// Group-level config overrides (absent in files written before them).
+    #[serde(default)]
+    group_configs: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 /// An error with its Kafka code and a message naming what was wrong.
@@ -72,6 +75,8 @@ pub struct ClusterMetadata {
     ids: HashMap<Uuid, String>,
     /// Producer ids below this may have been handed out (persisted in blocks).
     pub producer_id_high_water: i64,
+    /// Per-group config overrides (IncrementalAlterConfigs on GROUP resources).
+    group_configs: BTreeMap<String, BTreeMap<String, String>>,
     path: Option<PathBuf>,
 }
 
@@ -114,11 +119,13 @@ impl ClusterMetadata {
             topics: BTreeMap::new(),
             ids: HashMap::new(),
             producer_id_high_water: 0,
+            group_configs: BTreeMap::new(),
             path,
         };
         if let Some(p) = persisted {
             meta.cluster_id = p.cluster_id;
             meta.producer_id_high_water = p.producer_id_high_water;
+            meta.group_configs = p.group_configs;
             for t in p.topics {
                 meta.ids.insert(t.id, t.name.clone());
                 meta.topics.insert(t.name.clone(), t);
@@ -136,6 +143,7 @@ impl ClusterMetadata {
             cluster_id: self.cluster_id.clone(),
             topics: self.topics.values().cloned().collect(),
             producer_id_high_water: self.producer_id_high_water,
+            group_configs: self.group_configs.clone(),
         };
         let tmp = path.with_extension("json.tmp");
         std::fs::write(
@@ -143,6 +151,25 @@ impl ClusterMetadata {
             serde_json::to_vec_pretty(&p).map_err(io::Error::other)?,
         )?;
         std::fs::rename(tmp, path)
+    }
+
+    /// A group's config overrides (empty when it has none).
+    pub fn group_configs(&self, group: &str) -> BTreeMap<String, String> {
+        self.group_configs.get(group).cloned().unwrap_or_default()
+    }
+
+    /// Replaces a group's config overrides (already validated) and saves.
+    pub fn set_group_configs(
+        &mut self,
+        group: &str,
+        configs: BTreeMap<String, String>,
+    ) -> io::Result<()> {
+        if configs.is_empty() {
+            self.group_configs.remove(group);
+        } else {
+            self.group_configs.insert(group.to_string(), configs);
+        }
+        self.save()
     }
 
     pub fn topic(&self, name: &str) -> Option<&TopicMeta> {

@@ -19,7 +19,7 @@ use crate::offline;
 use crate::settings::{CommandConfig, REST_TOKEN};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use rill_client::admin::NewTopic;
+use rill_client::admin::{GroupDescription, NewTopic, StreamsGroupDetails};
 use serde_json::{json, Value};
 
 pub type CliResult = Result<(), String>;
@@ -495,6 +495,16 @@ fn groups_describe(a: GroupsDescribeArgs) -> CliResult {
                         "client_id": m.client_id, "host": m.host,
                         "assignment": m.assignment.iter().map(|tp| json!({"topic": tp.topic, "partition": tp.partition})).collect::<Vec<_>>(),
                     })).collect::<Vec<_>>(),
+                    "streams": d.streams.as_ref().map(|st| json!({
+                        "target_assignment_epoch": st.target_assignment_epoch,
+                        "members": st.members.iter().map(|m| json!({
+                            "member_id": m.member_id, "group_instance_id": m.instance_id,
+                            "member_epoch": m.member_epoch, "process_id": m.process_id,
+                            "endpoint": m.endpoint, "active_tasks": m.active_tasks,
+                            "standby_tasks": m.standby_tasks, "warmup_tasks": m.warmup_tasks,
+                            "target_active_tasks": m.target_active_tasks,
+                        })).collect::<Vec<_>>(),
+                    })),
                 })
             })
             .collect();
@@ -513,6 +523,10 @@ fn groups_describe(a: GroupsDescribeArgs) -> CliResult {
                     _ => "generation n/a (classic DescribeGroups does not report it; --from-url reads it from a Rill app)".into(),
                 },
             };
+            if let Some(st) = &d.streams {
+                print_streams_group(d, st);
+                continue;
+            }
             println!(
                 "group {}  state {}  {generation}  protocol {}",
                 d.group_id, d.state, d.protocol
@@ -554,17 +568,87 @@ fn groups_describe(a: GroupsDescribeArgs) -> CliResult {
     }
 }
 
+/// A KIP-1071 streams group as StreamsGroupDescribe reports it: the group
+/// and target assignment epochs (equal once the group has reconciled), and
+/// each member's tasks — what it runs now and what the target gives it.
+fn print_streams_group(d: &GroupDescription, st: &StreamsGroupDetails) {
+    println!(
+        "group {}  state {}  group epoch {}  target assignment epoch {}  protocol streams",
+        d.group_id, d.state, d.generation, st.target_assignment_epoch
+    );
+    let tasks = |t: &[String]| {
+        if t.is_empty() {
+            "-".to_string()
+        } else {
+            t.join(",")
+        }
+    };
+    let rows: Vec<Vec<String>> = st
+        .members
+        .iter()
+        .map(|m| {
+            vec![
+                m.member_id.clone(),
+                m.instance_id.clone().unwrap_or_else(|| "-".into()),
+                m.member_epoch.to_string(),
+                m.process_id.clone(),
+                m.endpoint.clone().unwrap_or_else(|| "-".into()),
+                tasks(&m.active_tasks),
+                tasks(&m.standby_tasks),
+                tasks(&m.warmup_tasks),
+                tasks(&m.target_active_tasks),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "MEMBER ID",
+            "GROUP.INSTANCE.ID",
+            "EPOCH",
+            "PROCESS",
+            "ENDPOINT",
+            "ACTIVE",
+            "STANDBY",
+            "WARM-UP",
+            "TARGET ACTIVE",
+        ],
+        &rows,
+    );
+    println!();
+}
+
 fn remove_members(a: RemoveMembersArgs) -> CliResult {
     let admin = a.settings.admin(a.bootstrap_server.as_deref())?;
     // Live instances (REST bases) to tell to rejoin after a removal.
     let mut live_instances: Vec<String> = Vec::new();
+    let describe = |group: &str| -> Result<GroupDescription, String> {
+        let d = admin
+            .describe_groups(&[group])
+            .map_err(|e| format!("describing group {group}: {e}"))?
+            .remove(group)
+            .unwrap_or_else(|| Err(rill_client::Error::IllegalState("no answer".into())))
+            .map_err(|e| format!("describing group {group}: {e}"))?;
+        if d.streams.is_some() {
+            // LeaveGroup only removes classic and KIP-848 members; Kafka
+            // has no request that removes a KIP-1071 streams-group member.
+            return Err(format!(
+                "group {group} is a streams group (group.protocol=streams, KIP-1071): Kafka has no request that removes its members, so nothing was removed; a stopped member's tasks move when its session ends (the group config streams.session.timeout.ms)"
+            ));
+        }
+        Ok(d)
+    };
     let (group, targets): (String, Vec<(String, Option<String>)>) = match &a.from_url {
-        None => (
-            a.group
+        None => {
+            let group = a
+                .group
                 .clone()
-                .ok_or("--group is required with --instance-id")?,
-            a.instance_ids.iter().map(|i| (i.clone(), None)).collect(),
-        ),
+                .ok_or("--group is required with --instance-id")?;
+            describe(&group)?;
+            (
+                group,
+                a.instance_ids.iter().map(|i| (i.clone(), None)).collect(),
+            )
+        }
         Some(url) => {
             let token = a.settings.token(a.token.as_deref())?;
             let view = get_json(
@@ -591,12 +675,7 @@ fn remove_members(a: RemoveMembersArgs) -> CliResult {
                         .collect();
                     handles.into_iter().filter_map(|h| h.join().ok()).collect()
                 });
-            let described = admin
-                .describe_groups(&[&group])
-                .map_err(|e| format!("describing group {group}: {e}"))?
-                .remove(&group)
-                .unwrap_or_else(|| Err(rill_client::Error::IllegalState("no answer".into())))
-                .map_err(|e| format!("describing group {group}: {e}"))?;
+            let described = describe(&group)?;
             let current: std::collections::BTreeMap<String, String> = described
                 .members
                 .into_iter()

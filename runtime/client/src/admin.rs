@@ -10,6 +10,9 @@
 //! partition's leader. ListGroups asks every broker, since each coordinates
 //! its own groups.
 
+mod configs;
+pub use configs::{AlterConfigOp, ConfigResource};
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;

@@ -963,6 +963,13 @@ fn parse(mut flat: BTreeMap<String, String>) -> Result<StreamsConfig> {
         .map(PathBuf::from)
         .unwrap_or_else(|| std::env::temp_dir().join("rill-streams"));
     let num_standby_replicas = num("num.standby.replicas", take("num.standby.replicas"), 0u32)?;
+    if streams_protocol && num_standby_replicas > 0 {
+        // KIP-1071: the broker assigns standbys; as Kafka Streams, say where
+        // the setting lives instead of silently dropping it.
+        tracing::warn!(
+            "num.standby.replicas={num_standby_replicas} is ignored under group.protocol=streams: the broker assigns standby tasks from the group config streams.num.standby.replicas (kafka-configs --alter --entity-type groups --add-config streams.num.standby.replicas={num_standby_replicas}, or Admin::incremental_alter_configs)"
+        );
+    }
     let acceptable_recovery_lag = num(
         "acceptable.recovery.lag",
         take("acceptable.recovery.lag"),

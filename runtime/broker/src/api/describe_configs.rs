@@ -1,7 +1,8 @@
 //! DescribeConfigs (key 32): topic configs (every key the broker honours, with
-//! its value, source and, on request, synonyms and documentation) and a
-//! broker's settings. Unknown topics are UNKNOWN_TOPIC_OR_PARTITION; other
-//! resource types are INVALID_REQUEST.
+//! its value, source and, on request, synonyms and documentation), a
+//! broker's settings and a group's configs (its own or the broker's).
+//! Unknown topics are UNKNOWN_TOPIC_OR_PARTITION; other resource types are
+//! INVALID_REQUEST.
 
 use rill_protocol::kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
@@ -10,10 +11,11 @@ use rill_protocol::kafka_protocol::messages::{DescribeConfigsRequest, DescribeCo
 use rill_protocol::ErrorCode;
 
 use super::{sb, Ctx};
-use crate::config::{resolve, ConfigSource, TOPIC_CONFIGS};
+use crate::config::{resolve, ConfigSource, GROUP_CONFIGS, TOPIC_CONFIGS};
 
 const TOPIC: i8 = 2;
 const BROKER: i8 = 4;
+const GROUP: i8 = 32;
 
 pub(super) fn handle(ctx: &Ctx<'_>, req: DescribeConfigsRequest) -> DescribeConfigsResponse {
     let v = ctx.version;
@@ -152,10 +154,52 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: DescribeConfigsRequest) -> DescribeConf
                     }
                 }
             }
+            GROUP if !ctx.can_group(&name) => {
+                r.error_code = ErrorCode::GroupAuthorizationFailed.code();
+                r.error_message = Some(sb(format!(
+                    "{} may not describe the configs of group '{name}'",
+                    ctx.principal
+                )));
+            }
+            GROUP => {
+                // Every group config the broker honours: the group's own
+                // value, else the broker's setting it overrides.
+                let overrides = ctx.broker.metadata().group_configs(&name);
+                for d in GROUP_CONFIGS.iter().filter(|d| wanted(d.name)) {
+                    let broker_value = ctx
+                        .broker
+                        .config
+                        .group_config_default(d.name)
+                        .unwrap_or_default()
+                        .to_string();
+                    let (value, source) = match overrides.get(d.name) {
+                        Some(v) => (v.clone(), ConfigSource::Group),
+                        None => (broker_value.clone(), ConfigSource::StaticBroker),
+                    };
+                    let mut e = DescribeConfigsResourceResult::default()
+                        .with_name(sb(d.name))
+                        .with_value(Some(sb(value)))
+                        .with_config_source(source as i8);
+                    if v >= 1 && req.include_synonyms {
+                        // The broker setting the group config overrides.
+                        e.synonyms = vec![DescribeConfigsSynonym::default()
+                            .with_name(sb(d.broker_key))
+                            .with_value(Some(sb(broker_value)))
+                            .with_source(ConfigSource::StaticBroker as i8)];
+                    }
+                    if v >= 3 {
+                        e.config_type = 3; // INT
+                        if req.include_documentation {
+                            e.documentation = Some(sb(d.doc));
+                        }
+                    }
+                    r.configs.push(e);
+                }
+            }
             other => {
                 r.error_code = ErrorCode::InvalidRequest.code();
                 r.error_message = Some(sb(format!(
-                    "resource type {other} is not supported (topics: 2, brokers: 4)"
+                    "resource type {other} is not supported (topics: 2, brokers: 4, groups: 32)"
                 )));
             }
         }

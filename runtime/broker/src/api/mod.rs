@@ -30,6 +30,7 @@ mod end_txn;
 mod fetch;
 mod find_coordinator;
 mod heartbeat;
+mod incremental_alter_configs;
 mod init_producer_id;
 mod join_group;
 mod leave_group;
@@ -78,6 +79,7 @@ pub const SUPPORTED: &[(Api, i16, i16)] = &[
     (Api::Kafka(ApiKey::InitProducerId), 0, 5),
     (Api::Kafka(ApiKey::OffsetForLeaderEpoch), 2, 4),
     (Api::Kafka(ApiKey::DescribeConfigs), 1, 4),
+    (Api::Kafka(ApiKey::IncrementalAlterConfigs), 0, 1),
     (Api::Kafka(ApiKey::CreatePartitions), 0, 3),
     (Api::Kafka(ApiKey::DescribeCluster), 0, 2),
     (Api::Kafka(ApiKey::JoinGroup), 0, 9),
@@ -251,6 +253,9 @@ async fn handle_kafka(
         }
         RequestKind::DescribeConfigs(r) => {
             ResponseKind::DescribeConfigs(describe_configs::handle(ctx, r))
+        }
+        RequestKind::IncrementalAlterConfigs(r) => {
+            ResponseKind::IncrementalAlterConfigs(incremental_alter_configs::handle(ctx, r))
         }
         RequestKind::DescribeCluster(r) => {
             ResponseKind::DescribeCluster(describe_cluster::handle(ctx, r))

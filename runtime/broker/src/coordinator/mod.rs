@@ -60,6 +60,9 @@ pub trait CoordinatorHost: Sync {
     fn offsets_log(&self, partition: i32) -> Option<(Arc<PartitionLog>, i32)>;
     /// Runs `f` over the cluster's topics (under the metadata read lock).
     fn with_topics(&self, f: &mut dyn FnMut(&dyn consumer::TopicSource));
+    /// A group's config overrides (IncrementalAlterConfigs on its GROUP
+    /// resource), read at every heartbeat so a change applies at once.
+    fn group_configs(&self, group: &str) -> BTreeMap<String, String>;
 }
 
 /// Java's `String.hashCode` over UTF-16 code units, then `Utils.abs` and the
@@ -824,10 +827,13 @@ impl GroupCoordinator {
         let sg = g
             .streams
             .get_or_insert_with(|| streams::StreamsGroup::new(group_id));
+        let cfg = self
+            .streams_cfg
+            .with_group_configs(&host.group_configs(group_id));
         let (mut hb, mut result) = (Some(hb), None);
         host.with_topics(&mut |topics| {
             let Some(hb) = hb.take() else { return };
-            result = Some(sg.heartbeat(hb, &self.streams_cfg, topics, Instant::now()));
+            result = Some(sg.heartbeat(hb, &cfg, topics, Instant::now()));
         });
         let result = result.expect("with_topics calls back once");
         let create = sg.topics_to_create();

@@ -220,6 +220,29 @@ pub struct StreamsConfig {
     pub max_size: usize,
 }
 
+impl StreamsConfig {
+    /// This config with a group's overrides (`streams.*` group configs,
+    /// validated when they were set) in place of the broker's defaults.
+    pub fn with_group_configs(&self, overrides: &BTreeMap<String, String>) -> StreamsConfig {
+        let mut c = self.clone();
+        for (k, v) in overrides {
+            let Ok(n) = v.parse::<i64>() else { continue };
+            match k.as_str() {
+                "streams.session.timeout.ms" => {
+                    c.session_timeout = Duration::from_millis(n.max(1) as u64)
+                }
+                "streams.heartbeat.interval.ms" => c.heartbeat_interval_ms = n.max(1) as i32,
+                "streams.initial.rebalance.delay.ms" => {
+                    c.initial_rebalance_delay = Duration::from_millis(n.max(0) as u64)
+                }
+                "streams.num.standby.replicas" => c.num_standby_replicas = n.max(0) as usize,
+                _ => {}
+            }
+        }
+        c
+    }
+}
+
 /// A topic the group needs and the broker lacks (created by the caller).
 #[derive(Debug, Clone, PartialEq)]
 pub struct TopicToCreate {
@@ -256,6 +279,11 @@ pub struct StreamsGroup {
     /// when it leaves, as Kafka records it from leave heartbeats too.
     #[serde(default)]
     pub shutdown_requested: bool,
+    /// The standby count the current target assignment was computed with:
+    /// a group config change to it is a new target assignment (Kafka keeps
+    /// the same as its last assignment config).
+    #[serde(default)]
+    pub assignment_standbys: Option<usize>,
     #[serde(skip)]
     pub deadlines: BTreeMap<String, Instant>,
     #[serde(skip)]
@@ -291,6 +319,7 @@ impl StreamsGroup {
             endpoint_epoch: 0,
             configured: Configured::default(),
             shutdown_requested: false,
+            assignment_standbys: None,
             deadlines: BTreeMap::new(),
             delay_until: None,
             epoch_base: None,
@@ -395,6 +424,13 @@ impl StreamsGroup {
             }
             self.configured = configured;
             self.dirty = true;
+        }
+        if self.group_epoch == self.assignment_epoch
+            && self
+                .assignment_standbys
+                .is_some_and(|n| n != cfg.num_standby_replicas)
+        {
+            self.bump();
         }
         let delayed = self.delay_until.is_some_and(|d| now < d);
         if !delayed {
@@ -856,6 +892,7 @@ impl StreamsGroup {
     /// Computes the target assignment at the group epoch (sticky by
     /// member and process, as Kafka's `StickyTaskAssignor`).
     fn assign(&mut self, cfg: &StreamsConfig) {
+        self.assignment_standbys = Some(cfg.num_standby_replicas);
         self.assignment_epoch = self.group_epoch;
         self.dirty = true;
         let mut targets: BTreeMap<String, TasksTuple> = self
@@ -903,7 +940,34 @@ impl StreamsGroup {
             }
         }
         let process_of = |id: &str| self.members[id].process_id.clone();
+        // A member that kept the task as a standby (and has room) takes it
+        // over: its copy is current, so only the changelog's tail restores
+        // (Kafka's StickyTaskAssignor does the same).
+        let previous_standby = |s: &str, p: i32, load: &BTreeMap<String, usize>| {
+            self.members
+                .values()
+                .filter(|m| load[&m.member_id] < quota)
+                .find(|m| {
+                    contains(&m.assigned.standby, s, p)
+                        || self
+                            .targets
+                            .get(&m.member_id)
+                            .is_some_and(|t| contains(&t.standby, s, p))
+                })
+                .map(|m| m.member_id.clone())
+        };
+        // Standby holders first, so stateless tasks do not fill their room.
+        let mut unplaced = Vec::new();
         for (p, s) in rest {
+            match previous_standby(&s, p, &load) {
+                Some(id) => {
+                    insert(&mut targets.get_mut(&id).expect("member").active, &s, p);
+                    *load.get_mut(&id).expect("member") += 1;
+                }
+                None => unplaced.push((p, s)),
+            }
+        }
+        for (p, s) in unplaced {
             // Least-loaded process (by tasks per member), then its
             // least-loaded member.
             let mut by_process: BTreeMap<String, (usize, usize)> = BTreeMap::new();

@@ -387,3 +387,99 @@ fn standbys_go_to_another_process_and_sessions_end() {
     assert!(g.group_epoch > epoch);
     assert_eq!(g.state_name(), "Empty");
 }
+
+#[test]
+fn a_departed_members_tasks_go_where_their_standbys_were() {
+    let c = StreamsConfig {
+        num_standby_replicas: 1,
+        ..cfg()
+    };
+    let mut g = StreamsGroup::new("app");
+    let now = Instant::now();
+    for (m, p) in [("m1", "p1"), ("m2", "p2"), ("m3", "p3")] {
+        g.heartbeat(join(m, None, p), &c, &all(), now).unwrap();
+    }
+    g.assign(&c);
+    // Every member reconciled to its target (as their heartbeats would).
+    for (id, t) in g.targets.clone() {
+        g.members.get_mut(&id).expect("member").assigned = t;
+    }
+    let before = g.targets.clone();
+    let gone = &before["m3"];
+    assert!(count(&gone.active) > 0, "m3 runs tasks: {before:?}");
+    g.heartbeat(
+        Heartbeat {
+            member_epoch: -1,
+            ..join("m3", None, "p3")
+        },
+        &c,
+        &all(),
+        now,
+    )
+    .unwrap();
+    g.assign(&c);
+    for (s, ps) in &gone.active {
+        if s != "1" {
+            continue; // stateless: no standby to prefer
+        }
+        for p in ps {
+            let kept_standby: Vec<&String> = before
+                .iter()
+                .filter(|(_, t)| contains(&t.standby, s, *p))
+                .map(|(id, _)| id)
+                .collect();
+            let now_active: Vec<&String> = g
+                .targets
+                .iter()
+                .filter(|(_, t)| contains(&t.active, s, *p))
+                .map(|(id, _)| id)
+                .collect();
+            assert_eq!(
+                kept_standby, now_active,
+                "task {s}_{p}: before {before:?}, after {:?}",
+                g.targets
+            );
+        }
+    }
+}
+
+#[test]
+fn a_changed_standby_group_config_is_a_new_target_assignment() {
+    let mut g = StreamsGroup::new("app");
+    let now = Instant::now();
+    let a1 = g
+        .heartbeat(join("m1", None, "p1"), &cfg(), &all(), now)
+        .unwrap();
+    let a2 = g
+        .heartbeat(join("m2", None, "p2"), &cfg(), &all(), now)
+        .unwrap();
+    assert!(g.targets.values().all(|t| count(&t.standby) == 0));
+    let epoch = g.group_epoch;
+    let c = cfg().with_group_configs(
+        &[("streams.num.standby.replicas".to_string(), "1".to_string())]
+            .into_iter()
+            .collect(),
+    );
+    assert_eq!(c.num_standby_replicas, 1);
+    let _ = (a1, a2);
+    g.heartbeat(
+        Heartbeat {
+            member_epoch: g.members["m1"].member_epoch,
+            topology: None,
+            owned: None,
+            ..join("m1", None, "p1")
+        },
+        &c,
+        &all(),
+        now,
+    )
+    .unwrap();
+    assert_eq!(g.group_epoch, epoch + 1, "one bump for the config change");
+    assert_eq!(g.assignment_epoch, g.group_epoch);
+    assert_eq!(
+        g.targets.values().map(|t| count(&t.standby)).sum::<usize>(),
+        3,
+        "every stateful task gets a standby: {:?}",
+        g.targets
+    );
+}
