@@ -1275,9 +1275,16 @@ pub fn client_group_configs(bootstrap: &str) {
     let group = ConfigResource::Group(unique_topic("group-configs"));
     let key = "streams.num.standby.replicas";
     let default = a.describe_configs(&group).expect("describe")[key].clone();
+    // Apache Kafka applies a config change through the controller's metadata
+    // log, so a describe right after the alter may still see the old value.
+    let described_as = |want: &str| {
+        wait_until(Duration::from_secs(10), || {
+            a.describe_configs(&group).unwrap()[key] == want
+        })
+    };
     a.incremental_alter_configs(&group, &[AlterConfigOp::Set(key.into(), "1".into())])
         .expect("set");
-    assert_eq!(a.describe_configs(&group).unwrap()[key], "1");
+    assert!(described_as("1"), "{key} was never described as 1");
     for (k, v) in [("no.such.group.config", "1"), (key, "99")] {
         let e = a
             .incremental_alter_configs(&group, &[AlterConfigOp::Set(k.into(), v.into())])
@@ -1296,7 +1303,7 @@ pub fn client_group_configs(bootstrap: &str) {
     );
     a.incremental_alter_configs(&group, &[AlterConfigOp::Delete(key.into())])
         .expect("delete");
-    assert_eq!(a.describe_configs(&group).unwrap()[key], default);
+    assert!(described_as(&default), "{key} never returned to {default}");
 }
 
 /// Lists every client scenario; `$m!(names...)` generates one test per name.

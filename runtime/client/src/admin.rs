@@ -176,6 +176,20 @@ pub struct Admin {
     timeout: Duration,
 }
 
+/// A per-resource answer's error code as an error naming `context` and the
+/// broker's message; `Ok` when the code is 0.
+fn resource_result(
+    code: i16,
+    message: Option<rill_protocol::kafka_protocol::protocol::StrBytes>,
+    context: impl FnOnce() -> String,
+) -> Result<()> {
+    if code == 0 {
+        return Ok(());
+    }
+    let msg = message.map(|m| m.to_string()).unwrap_or_default();
+    Err(Error::broker(code, format!("{}: {msg}", context())))
+}
+
 fn unexpected(api: &str) -> Error {
     Error::Protocol {
         broker: "broker".into(),
@@ -386,13 +400,9 @@ impl Admin {
                 return Err(unexpected("CreatePartitions"));
             };
             for r in resp.results {
-                if r.error_code != 0 {
-                    let msg = r.error_message.map(|m| m.to_string()).unwrap_or_default();
-                    return Err(Error::broker(
-                        r.error_code,
-                        format!("create partitions for {topic} (to {total}): {msg}"),
-                    ));
-                }
+                resource_result(r.error_code, r.error_message, || {
+                    format!("create partitions for {topic} (to {total})")
+                })?;
             }
             // The new partitions reach metadata shortly after; wait for them
             // (bounded) so the caller sees the topic as it asked for it.

@@ -917,16 +917,18 @@ impl StreamsGroup {
         let quota = tasks.len().div_ceil(n_members.max(1));
         let mut load: BTreeMap<String, usize> =
             self.members.keys().map(|id| (id.clone(), 0)).collect();
+        // Whether a member runs (or was last targeted) task s_p as `kind`.
+        let held = |m: &StreamsMember, kind: fn(&TasksTuple) -> &Tasks, s: &str, p: i32| {
+            contains(kind(&m.assigned), s, p)
+                || self
+                    .targets
+                    .get(&m.member_id)
+                    .is_some_and(|t| contains(kind(t), s, p))
+        };
         let previous_owner = |s: &str, p: i32| {
             self.members
                 .values()
-                .find(|m| {
-                    contains(&m.assigned.active, s, p)
-                        || self
-                            .targets
-                            .get(&m.member_id)
-                            .is_some_and(|t| contains(&t.active, s, p))
-                })
+                .find(|m| held(m, |t| &t.active, s, p))
                 .map(|m| m.member_id.clone())
         };
         let mut rest = Vec::new();
@@ -947,13 +949,7 @@ impl StreamsGroup {
             self.members
                 .values()
                 .filter(|m| load[&m.member_id] < quota)
-                .find(|m| {
-                    contains(&m.assigned.standby, s, p)
-                        || self
-                            .targets
-                            .get(&m.member_id)
-                            .is_some_and(|t| contains(&t.standby, s, p))
-                })
+                .find(|m| held(m, |t| &t.standby, s, p))
                 .map(|m| m.member_id.clone())
         };
         // Standby holders first, so stateless tasks do not fill their room.

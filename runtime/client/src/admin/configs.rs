@@ -17,8 +17,8 @@ use rill_protocol::kafka_protocol::messages::{
 };
 use rill_protocol::{ApiKey, RequestKind, ResponseKind};
 
-use super::{unexpected, Admin};
-use crate::error::{Error, Result};
+use super::{resource_result, unexpected, Admin};
+use crate::error::Result;
 use crate::rpc::sb;
 
 /// What a config belongs to (Kafka's `ConfigResource`).
@@ -112,13 +112,9 @@ impl Admin {
                 return Err(unexpected("IncrementalAlterConfigs"));
             };
             for r in resp.responses {
-                if r.error_code != 0 {
-                    let msg = r.error_message.map(|m| m.to_string()).unwrap_or_default();
-                    return Err(Error::broker(
-                        r.error_code,
-                        format!("altering the configs of {resource}: {msg}"),
-                    ));
-                }
+                resource_result(r.error_code, r.error_message, || {
+                    format!("altering the configs of {resource}")
+                })?;
             }
             Ok(())
         })
@@ -149,13 +145,9 @@ impl Admin {
             };
             let mut out = BTreeMap::new();
             for r in resp.results {
-                if r.error_code != 0 {
-                    let msg = r.error_message.map(|m| m.to_string()).unwrap_or_default();
-                    return Err(Error::broker(
-                        r.error_code,
-                        format!("describing the configs of {resource}: {msg}"),
-                    ));
-                }
+                resource_result(r.error_code, r.error_message, || {
+                    format!("describing the configs of {resource}")
+                })?;
                 for c in r.configs {
                     out.insert(
                         c.name.to_string(),
