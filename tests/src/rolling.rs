@@ -144,6 +144,10 @@ pub struct RollReport {
     /// `Aggregate` only: groups whose last "sum,min,max,count" differs from
     /// what the inputs give, as `group: got (expected)`.
     pub aggregate_mismatches: Vec<String>,
+    /// Streams groups only: members (instance ids) whose process id at the
+    /// end differs from the one they had once the app ran steadily (a
+    /// restarted instance reads it back from its state directory).
+    pub process_ids_changed: Vec<String>,
 }
 
 impl RollReport {
@@ -173,6 +177,17 @@ struct Names {
 }
 
 fn spawn(cfg: &RollConfig, n: &Names, state_dir: &Path, index: usize) -> Instance {
+    spawn_logging(cfg, n, state_dir, index, Stdio::null())
+}
+
+/// `spawn` with the app's standard error (its log) going to `stderr`.
+fn spawn_logging(
+    cfg: &RollConfig,
+    n: &Names,
+    state_dir: &Path,
+    index: usize,
+    stderr: Stdio,
+) -> Instance {
     let bootstrap = cfg
         .instance_bootstrap
         .get(index)
@@ -229,7 +244,7 @@ fn spawn(cfg: &RollConfig, n: &Names, state_dir: &Path, index: usize) -> Instanc
     let mut child = app_command(cfg.runtime, &crate::streams_scenarios::app_binary())
         .args(&args)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(stderr)
         .spawn()
         .expect("app starts");
     let stdout = child.stdout.take().expect("piped");
@@ -363,9 +378,11 @@ struct GroupView {
     owners: BTreeMap<i32, String>,
     /// Member ids of the dynamic members.
     dynamic: std::collections::BTreeSet<String>,
-    /// A KIP-1071 streams group's group epoch (it moves with every
-    /// rebalance, however short).
-    epoch: Option<i32>,
+    /// A KIP-1071 streams group's group epoch and target assignment epoch:
+    /// one of them moves with every rebalance, however short.
+    epochs: Option<(i32, i32)>,
+    /// A streams group's members: instance id → process id.
+    processes: BTreeMap<String, String>,
 }
 
 fn observe(admin: &rill_client::Admin, group: &str, input: &str) -> Option<GroupView> {
@@ -395,8 +412,18 @@ fn observe(admin: &rill_client::Admin, group: &str, input: &str) -> Option<Group
             }
         }
     }
+    let processes = d
+        .streams
+        .iter()
+        .flat_map(|s| &s.members)
+        .filter_map(|m| Some((m.instance_id.clone()?, m.process_id.clone())))
+        .collect();
     Some(GroupView {
-        epoch: d.streams.as_ref().map(|_| d.generation),
+        epochs: d
+            .streams
+            .as_ref()
+            .map(|s| (d.generation, s.target_assignment_epoch)),
+        processes,
         state: d.state,
         owners,
         dynamic,
@@ -439,6 +466,8 @@ pub struct Deployment {
     gap_window_start: i64,
     /// Input partition owners once the app first ran steadily.
     initial_owners: Option<BTreeMap<i32, String>>,
+    /// Streams groups: instance id → process id once the app ran steadily.
+    initial_processes: BTreeMap<String, String>,
     report: RollReport,
 }
 
@@ -595,29 +624,38 @@ impl Deployment {
                 let admin = admin(&bootstrap);
                 let mut last = String::from("Stable");
                 let mut last_dynamic: Option<std::collections::BTreeSet<String>> = None;
-                let mut last_epoch: Option<i32> = None;
+                let mut last_epochs: Option<(i32, i32)> = None;
                 while !stop.load(Ordering::Acquire) {
                     if let Some(GroupView {
                         state,
                         dynamic,
-                        epoch,
+                        epochs,
                         ..
                     }) = observe(&admin, &app, &input)
                     {
-                        // A rebalance is the group leaving Stable; one too short
-                        // for a 50 ms poll still shows: dynamic members only come
-                        // and go through a rebalance (static replacements keep
-                        // their instance id and are not counted), and a streams
-                        // group's epoch moves with every one (KIP-1071).
-                        let changed = last_dynamic.as_ref().is_some_and(|d| *d != dynamic);
-                        let epoch_moved =
-                            matches!((last_epoch, epoch), (Some(a), Some(b)) if a != b);
-                        if (last == "Stable" && (state != "Stable" || changed)) || epoch_moved {
+                        let left_once = match epochs {
+                            // A streams group (KIP-1071): a rebalance is a new
+                            // group epoch or target assignment, however short.
+                            // Its state is not one: Kafka 4.4 reports a group
+                            // Reconciling while a static member is away at
+                            // epoch -2 (KAFKA-20169), nothing being reassigned.
+                            Some(now) => last_epochs.is_some_and(|was| was != now),
+                            // A classic group: leaving Stable; one too short
+                            // for a 50 ms poll still shows, as dynamic members
+                            // only come and go through a rebalance (static
+                            // replacements keep their instance id and are not
+                            // counted).
+                            None => {
+                                let changed = last_dynamic.as_ref().is_some_and(|d| *d != dynamic);
+                                last == "Stable" && (state != "Stable" || changed)
+                            }
+                        };
+                        if left_once {
                             left.fetch_add(1, Ordering::AcqRel);
                         }
                         last = state;
                         last_dynamic = Some(dynamic);
-                        last_epoch = epoch.or(last_epoch);
+                        last_epochs = epochs.or(last_epochs);
                     }
                     std::thread::sleep(Duration::from_millis(50));
                 }
@@ -641,6 +679,7 @@ impl Deployment {
             observer: Some(observer),
             gap_window_start: 0,
             initial_owners: None,
+            initial_processes: BTreeMap::new(),
             report: RollReport::default(),
         };
         // Let everything flow before anything is done to it.
@@ -650,6 +689,9 @@ impl Deployment {
         assert!(settled, "the app never processed steadily");
         d.gap_window_start = now_ms();
         d.initial_owners = d.owners();
+        d.initial_processes = observe(&d.group_admin, &d.n.app, &d.n.input)
+            .map(|v| v.processes)
+            .unwrap_or_default();
         d.left_stable.store(0, Ordering::Release);
         d
     }
@@ -782,6 +824,34 @@ impl Deployment {
             .push(restored + self.instances[i].drain_restored());
     }
 
+    /// Starts a second process with instance `i`'s `group.instance.id` (its
+    /// own state directory, so its own process id) while `i` runs, and
+    /// waits up to `within` for it to exit. Its exit status and its log.
+    pub fn run_duplicate(
+        &mut self,
+        i: usize,
+        session_timeout_ms: u64,
+        within: Duration,
+    ) -> (Option<std::process::ExitStatus>, String) {
+        let dir = tempfile::tempdir().expect("state dir");
+        let log = dir.path().join("stderr.log");
+        let mut cfg = self.cfg.clone();
+        cfg.session_timeout_ms = session_timeout_ms;
+        let file = std::fs::File::create(&log).expect("log file");
+        let mut dup = spawn_logging(&cfg, &self.n, dir.path(), i, Stdio::from(file));
+        let deadline = Instant::now() + within;
+        let status = loop {
+            match dup.child.try_wait() {
+                Ok(Some(status)) => break Some(status),
+                _ if Instant::now() >= deadline => break None,
+                _ => std::thread::sleep(Duration::from_millis(100)),
+            }
+        };
+        // Ends it (by its own id) if it is still running.
+        drop(dup);
+        (status, std::fs::read_to_string(&log).unwrap_or_default())
+    }
+
     /// One round of the roll: every instance restarted in turn (`between`
     /// runs before instance `i` is stopped, e.g. to bounce a broker mid-roll),
     /// then the moves once the group is stable again.
@@ -823,6 +893,14 @@ impl Deployment {
         });
         let mut report = std::mem::take(&mut self.report);
         report.rebalances = self.rebalances();
+        if let Some(v) = observe(&self.group_admin, &self.n.app, &self.n.input) {
+            report.process_ids_changed = self
+                .initial_processes
+                .iter()
+                .filter(|(id, p)| v.processes.get(*id).is_some_and(|now| now != *p))
+                .map(|(id, _)| id.clone())
+                .collect();
+        }
         self.stop_obs.store(true, Ordering::Release);
         self.stop_read.store(true, Ordering::Release);
         if let Some(o) = self.observer.take() {
@@ -967,7 +1045,7 @@ impl Seen {
 /// One line with every figure of a roll.
 pub fn describe(cfg: &RollConfig, r: &RollReport) -> String {
     format!(
-        "{:?} {:?} {}{} {:?}: {}x{} x{} rounds: rebalances {}, moves {:?}, produced {}, lost {}, duplicated {}, aggregate mismatches {:?}, latency p50/p99/max {}/{}/{} ms, max gap {} ms, restored per restart {:?}, restart→RUNNING {:?} ms",
+        "{:?} {:?} {}{} {:?}: {}x{} x{} rounds: rebalances {}, moves {:?}, produced {}, lost {}, duplicated {}, aggregate mismatches {:?}, latency p50/p99/max {}/{}/{} ms, max gap {} ms, restored per restart {:?}, restart→RUNNING {:?} ms, process ids changed {:?}",
         cfg.runtime,
         cfg.topology,
         if cfg.static_membership { "static" } else { "dynamic" },
@@ -988,6 +1066,7 @@ pub fn describe(cfg: &RollConfig, r: &RollReport) -> String {
         r.max_gap_ms,
         r.restored_per_restart,
         r.restart_to_running_ms,
+        r.process_ids_changed,
     )
 }
 
@@ -1013,21 +1092,14 @@ fn twin_rounds(mut cfg: RollConfig) -> RollConfig {
     cfg
 }
 
-/// A static roll's rule: no rebalance. In a KIP-1071 streams group Apache
-/// Kafka 4.4.0 reports the group Reconciling while a member is away at
-/// epoch -2 (its group epoch does not move), which the observer counts as
-/// leaving Stable; so under the streams protocol the rule checked is that
-/// no task moved, and the count is printed (docs/kips.md).
+/// A static roll's rule on either protocol: no rebalance (classic: the
+/// group never left Stable; streams: neither the group epoch nor the
+/// target assignment moved, KAFKA-20169), no task moved, and in a streams
+/// group every returning instance kept its process id.
 fn assert_static_roll_kept_the_group(r: &RollReport, d: &str) {
-    if crate::streams_scenarios::group_protocol() == "streams" {
-        eprintln!(
-            "streams group epoch moves during the roll: {}",
-            r.rebalances
-        );
-        assert_eq!(r.moves(), 0, "{d}");
-    } else {
-        assert_eq!(r.rebalances, 0, "{d}");
-    }
+    assert_eq!(r.rebalances, 0, "{d}");
+    assert_eq!(r.moves(), 0, "{d}");
+    assert!(r.process_ids_changed.is_empty(), "{d}");
 }
 
 fn run(bootstrap: &str, cfg: RollConfig) -> RollReport {
@@ -1181,6 +1253,56 @@ pub fn streams_eos_roll_static_clean(bootstrap: &str, runtime: Runtime) {
     assert_eq!(r.moves(), 0, "{d}");
     assert_eq!(r.lost, 0, "{d}");
     assert_eq!(r.duplicated, 0, "{d}");
+}
+
+/// Kafka's acceptance rule for static members in streams groups (KIP-1071
+/// with KAFKA-20169, Kafka 4.4): 3 instances × 3 stream threads, 3 rounds
+/// of rolling bounces (clean stops: each member leaves with epoch -2 and
+/// returns with its instance id) under 1,000 records/s. No surviving
+/// member's assignment changes: neither the group epoch nor the target
+/// assignment moves (the observer counts both every 50 ms), no task moves;
+/// every returning instance reuses its process id from its state
+/// directory; nothing is lost. Then a duplicate of one instance id is
+/// refused (UNRELEASED_INSTANCE_ID: its holder is live), stops with an
+/// error naming the instance id, and the survivors are unaffected.
+pub fn streams_protocol_static_members_acceptance(bootstrap: &str) {
+    crate::streams_scenarios::with_group_protocol("streams", || {
+        let mut cfg = RollConfig::small(Runtime::Rill, AppTopology::Passthrough);
+        cfg.threads = 3;
+        cfg.partitions = 9;
+        cfg.rate = 1_000;
+        let mut d = Deployment::start(bootstrap, &cfg);
+        for _ in 0..cfg.rounds {
+            d.roll_round(StopMode::Clean, |_, _| {});
+        }
+        let before_duplicate = d.rebalances();
+        // Rill retries a refused join for the client's session timeout +
+        // 20 s (the holder may be a killed process whose session has yet to
+        // end); a 1 s session bounds that wait here.
+        let (status, log) = d.run_duplicate(0, 1_000, Duration::from_secs(60));
+        let instance = format!("{}-i0-thread-1", d.group());
+        assert!(
+            status.is_some_and(|s| !s.success()),
+            "the duplicate of {instance} should stop with an error, not {status:?}; its log:\n{log}"
+        );
+        assert!(
+            log.contains(&instance) && log.contains("UNRELEASED_INSTANCE_ID"),
+            "the duplicate's error names {instance} and the refusal; its log:\n{log}"
+        );
+        let after_duplicate = d.rebalances();
+        let moved = d.moves_since_start();
+        let r = d.finish();
+        let desc = describe(&cfg, &r);
+        eprintln!("ACCEPTANCE {desc}");
+        assert_eq!(
+            before_duplicate, after_duplicate,
+            "the duplicate moved the group: {desc}"
+        );
+        assert_eq!(moved, 0, "{desc}");
+        assert_eq!(r.restart_to_running_ms.len(), 9, "{desc}");
+        assert_eq!(r.lost, 0, "{desc}");
+        assert_static_roll_kept_the_group(&r, &desc);
+    });
 }
 
 /// Dynamic members: the harness sees the rebalances a roll causes (so the

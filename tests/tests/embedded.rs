@@ -145,6 +145,15 @@ mod embedded_only {
         );
     }
 
+    /// Kafka's acceptance rule for static members in streams groups (3
+    /// instances × 3 threads, 3 rounds of bounces at 1,000 records/s, then
+    /// a duplicate instance id) on the embedded coordinator.
+    #[test]
+    fn streams_protocol_static_members_acceptance() {
+        let cluster = Embedded::for_clients();
+        rill_tests::rolling::streams_protocol_static_members_acceptance(&cluster.bootstrap());
+    }
+
     fn leaders(c: &Client, topic: &str) -> Vec<(i32, i32)> {
         let t = c
             .metadata

@@ -1021,12 +1021,48 @@ mod kafka_streams_rolling {
 
     /// Kafka Streams 4.4 in a KIP-1071 streams group (`group.protocol=streams`,
     /// static members) on the embedded broker's streams group coordinator:
-    /// Kafka's own client rolls without a group-epoch move there too.
+    /// Kafka's own client rolls without a group-epoch move there too. The
+    /// app is stateful: Kafka Streams keeps its process id in the state
+    /// directory only when the topology has persistent stores (a stateless
+    /// app draws a new one per start, and a returning static member with a
+    /// new process id is a new target assignment on Kafka 4.4 as here).
     #[test]
-    fn kafka_streams_streams_protocol_roll_static_clean_on_embedded() {
+    fn kafka_streams_streams_protocol_roll_static_stateful_on_embedded() {
         let cluster = Embedded::for_clients();
         rill_tests::streams_scenarios::with_group_protocol("streams", || {
-            rolling::streams_roll_static_clean(&cluster.bootstrap(), Runtime::KafkaStreams)
+            rolling::streams_roll_static_stateful(&cluster.bootstrap(), Runtime::KafkaStreams)
+        });
+    }
+
+    #[test]
+    #[ignore = "Kafka Streams on Apache Kafka is a reference measurement of Kafka itself; run with --ignored"]
+    fn kafka_streams_streams_protocol_roll_static_stateful_on_apache_kafka() {
+        rill_tests::streams_scenarios::with_group_protocol("streams", || {
+            rolling::streams_roll_static_stateful(shared_kafka(), Runtime::KafkaStreams)
+        });
+    }
+
+    /// The stateless reference: on Apache Kafka 4.4 each return of a Kafka
+    /// Streams member with a fresh process id moves the group epoch.
+    #[test]
+    #[ignore = "Kafka Streams on Apache Kafka is a reference measurement of Kafka itself; run with --ignored"]
+    fn kafka_streams_streams_protocol_roll_stateless_on_apache_kafka() {
+        rill_tests::streams_scenarios::with_group_protocol("streams", || {
+            let mut cfg = rolling::RollConfig::small(
+                Runtime::KafkaStreams,
+                rolling::AppTopology::Passthrough,
+            );
+            cfg.rounds = 1;
+            cfg.session_timeout_ms = 45_000;
+            let r = rolling::roll(shared_kafka(), &cfg);
+            let d = rolling::describe(&cfg, &r);
+            eprintln!("ROLL {d}");
+            assert_eq!(r.lost, 0, "{d}");
+            assert_eq!(
+                r.process_ids_changed.len(),
+                6,
+                "every member returned with a new process id: {d}"
+            );
         });
     }
 
@@ -1041,6 +1077,14 @@ mod kafka_streams_rolling {
     fn kafka_streams_roll_dynamic_on_apache_kafka() {
         rolling::streams_roll_dynamic(shared_kafka(), Runtime::KafkaStreams);
     }
+}
+
+/// Kafka's acceptance rule for static members in streams groups (3
+/// instances × 3 threads, 3 rounds of bounces at 1,000 records/s, then a
+/// duplicate instance id) on Apache Kafka 4.4's coordinator.
+#[test]
+fn streams_protocol_static_members_acceptance_on_apache_kafka() {
+    rill_tests::rolling::streams_protocol_static_members_acceptance(shared_kafka());
 }
 
 /// rill-protocol's generated KIP-1071 codecs against kafka-clients 4.4.0,

@@ -289,14 +289,28 @@ fn main() {
     let streams = KafkaStreams::new(b.build().expect("topology"), cfg).expect("app");
     // The rolling-restart harness reads how much each restart restored.
     streams.set_global_state_restore_listener(PrintRestored);
+    // A thread's fatal error, in one line on stderr (the harness keeps it);
+    // the instance then shuts down as by default.
+    streams.set_uncaught_exception_handler(|e| {
+        eprintln!("rill-streams-app: stream thread failed: {e}");
+        rill_streams::StreamThreadExceptionResponse::ShutdownClient
+    });
     install_signals();
     streams.start().expect("start");
     if let Some(addr) = streams.rest_address() {
         println!("REST {addr}");
     }
-    if !streams.wait_for_state(State::Running, Duration::from_secs(60)) {
-        eprintln!("not running after 60 s: {:?}", streams.state());
-        std::process::exit(1);
+    // Running within 60 s, or out as soon as the instance fails.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !streams.wait_for_state(State::Running, Duration::from_millis(100)) {
+        if streams.state() == State::Error {
+            eprintln!("application failed");
+            std::process::exit(1);
+        }
+        if Instant::now() >= deadline {
+            eprintln!("not running after 60 s: {:?}", streams.state());
+            std::process::exit(1);
+        }
     }
     println!("RUNNING");
     while !STOP.load(Ordering::SeqCst) {

@@ -348,8 +348,10 @@ impl StreamsGroup {
         } else if self.group_epoch > self.assignment_epoch {
             "Assigning"
         } else if self.members.values().any(|m| {
-            m.member_epoch != -2
-                && (m.state != MemberState::Stable || m.member_epoch != self.assignment_epoch)
+            // A static member away at epoch -2 (KAFKA-20169) counts too, as
+            // in Kafka 4.4: the group reports Reconciling until it returns,
+            // although neither epoch moves.
+            m.state != MemberState::Stable || m.member_epoch != self.assignment_epoch
         }) {
             "Reconciling"
         } else {

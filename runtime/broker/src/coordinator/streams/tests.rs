@@ -231,6 +231,7 @@ fn a_static_member_leaves_and_returns_without_a_rebalance() {
         .unwrap();
     assert_eq!(a.member_epoch, -2);
     assert_eq!(g.group_epoch, epoch, "a -2 leave is not a rebalance");
+    assert_eq!(g.state_name(), "Reconciling", "as Kafka 4.4 reports it");
     // While it is away, its instance id is taken: a second joiner with
     // the same id gets the tasks back, not a new assignment.
     let a = g
