@@ -3,13 +3,18 @@
 //! restoration. Both apps are separate OS processes started with the same
 //! command line (`rill-streams-app` and `tests/java/StreamsApp.java`, same
 //! topologies; both with their default 10 MiB record cache unless a part
-//! says otherwise). The
-//! broker is Rill's embedded broker in its own child process.
+//! says otherwise). `BROKERS` (default `kafka,embedded`) picks the brokers,
+//! each a table of its own: Apache Kafka (the suite's `KAFKA_VERSION`,
+//! single KRaft node), the broker of record, and Rill's embedded broker in
+//! its own child process.
 //!
 //! 1. Rolling restart (the harness of `rill_tests::rolling`): 3 instances ×
-//!    2 threads, 3 rounds (dynamic: 1), 1,000 records/s: rebalances, max
+//!    2 threads, 3 rounds (dynamic: 1), 1,000 records/s: rebalances (for a
+//!    KIP-1071 streams group: group-epoch or target-assignment moves), max
 //!    processing gap, p99 latency — Rill static, Rill dynamic, Kafka
-//!    Streams static, Kafka Streams dynamic. Chart: docs/img/rolling-restart.png.
+//!    Streams static, Kafka Streams dynamic, on each `group.protocol` of
+//!    `PROTOCOLS` (default `classic,streams`). Chart per broker:
+//!    docs/img/rolling-restart[-embedded].png.
 //! 2. Throughput: `RECORDS` (default 1,000,000) written before the app starts;
 //!    passthrough and word count (lines of 10 words), 2 stream threads,
 //!    Rill vs Kafka Streams vs the raw client loop; records/s, records per
@@ -24,7 +29,8 @@
 //!
 //! Command: `cargo bench -p rill-benches --bench streams_vs_kafka_streams`
 //! (needs Java 17 and Maven for the Kafka jars; `PARTS=rolling,throughput,
-//! startup,restore` picks parts).
+//! startup,restore` picks parts, `BROKERS=kafka,embedded` the brokers,
+//! `PROTOCOLS=classic,streams` the rolling part's group protocols).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -37,7 +43,7 @@ use rill_benches::{
 };
 use rill_client::admin::NewTopic;
 use rill_client::{Admin, ClientConfig, Producer, ProducerRecord};
-use rill_tests::backend::repo_root;
+use rill_tests::backend::{repo_root, ApacheKafka, KAFKA_VERSION};
 use rill_tests::rolling::{self, AppTopology, RollConfig, Runtime};
 
 const PARTITIONS: i32 = 6;
@@ -205,39 +211,57 @@ fn stop(child: &mut Child) {
 // ------------------------------------------------------------------ rolling
 
 struct RollRow {
-    label: &'static str,
+    label: String,
     report: rolling::RollReport,
 }
 
-fn rolling_part(bootstrap: &str) -> Vec<RollRow> {
+fn rolling_part(bootstrap: &str, broker: &str, chart_name: &str) -> Vec<RollRow> {
+    let protocols = std::env::var("PROTOCOLS").unwrap_or_else(|_| "classic,streams".into());
     let mut rows = Vec::new();
-    for (label, runtime, static_membership) in [
-        ("Rill static", Runtime::Rill, true),
-        ("Rill dynamic", Runtime::Rill, false),
-        ("Kafka Streams static", Runtime::KafkaStreams, true),
-        ("Kafka Streams dynamic", Runtime::KafkaStreams, false),
-    ] {
-        let mut cfg = RollConfig::small(runtime, AppTopology::Passthrough);
-        cfg.static_membership = static_membership;
-        cfg.rate = 1000;
-        if !static_membership {
-            cfg.rounds = 1;
+    for protocol in ["classic", "streams"] {
+        if !protocols.contains(protocol) {
+            continue;
         }
-        let report = rolling::roll(bootstrap, &cfg);
-        println!("ROLL {}", rolling::describe(&cfg, &report));
-        rows.push(RollRow { label, report });
+        for (label, runtime, static_membership) in [
+            ("Rill static", Runtime::Rill, true),
+            ("Rill dynamic", Runtime::Rill, false),
+            ("Kafka Streams static", Runtime::KafkaStreams, true),
+            ("Kafka Streams dynamic", Runtime::KafkaStreams, false),
+        ] {
+            let mut cfg = RollConfig::small(runtime, AppTopology::Passthrough);
+            cfg.static_membership = static_membership;
+            cfg.rate = 1000;
+            if !static_membership {
+                cfg.rounds = 1;
+            }
+            if runtime == Runtime::KafkaStreams {
+                // A JVM restart took up to 25 s to RUNNING on Apache Kafka
+                // 4.4 in a streams group: Kafka's default session (45 s)
+                // keeps its expiry out of the figures.
+                cfg.session_timeout_ms = 45_000;
+            }
+            let report = rill_tests::streams_scenarios::with_group_protocol(protocol, || {
+                rolling::roll(bootstrap, &cfg)
+            });
+            println!("ROLL {protocol} {}", rolling::describe(&cfg, &report));
+            rows.push(RollRow {
+                label: format!("{label} ({protocol})"),
+                report,
+            });
+        }
     }
-    println!("\n## Rolling restart: 3 instances x 2 threads, passthrough, 1,000 records/s, SIGTERM + restart per instance (static: 3 rounds, dynamic: 1)");
-    println!("| app | rebalances | partition moves | max gap ms | p50 ms | p99 ms | max latency ms | lost | duplicated | restart→RUNNING ms (median) |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("\n## Rolling restart on {broker}: 3 instances x 2 threads, passthrough, 1,000 records/s, SIGTERM + restart per instance (static: 3 rounds, dynamic: 1)");
+    println!("| app (group.protocol) | rebalances | partition moves | process ids changed | max gap ms | p50 ms | p99 ms | max latency ms | lost | duplicated | restart→RUNNING ms (median) |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for r in &rows {
         let x = &r.report;
         let run: Vec<f64> = x.restart_to_running_ms.iter().map(|&v| v as f64).collect();
         println!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} |",
             r.label,
             x.rebalances,
             x.moves(),
+            x.process_ids_changed.len(),
             x.max_gap_ms,
             x.latency_p50_ms,
             x.latency_p99_ms,
@@ -247,11 +271,13 @@ fn rolling_part(bootstrap: &str) -> Vec<RollRow> {
             median(&run)
         );
     }
-    let chart = repo_root().join("docs/img/rolling-restart.png");
+    let chart = repo_root().join("docs/img").join(chart_name);
     bar_chart(
         &chart,
-        "Rolling restart: longest processing gap and p99 latency (ms, log scale)",
-        &rows.iter().map(|r| r.label).collect::<Vec<_>>(),
+        &format!(
+            "Rolling restart on {broker}: longest processing gap and p99 latency (ms, log scale)"
+        ),
+        &rows.iter().map(|r| r.label.as_str()).collect::<Vec<_>>(),
         &[
             (
                 "max gap",
@@ -399,7 +425,7 @@ impl LatestCounts {
     }
 }
 
-fn throughput_part(bin: &Path, bootstrap: &str) -> BTreeMap<String, Vec<Run>> {
+fn throughput_part(bin: &Path, bootstrap: &str, suffix: &str) -> BTreeMap<String, Vec<Run>> {
     let records: usize = env_or("RECORDS", 1_000_000);
     let rounds: usize = env_or("ROUNDS", 3);
     // Defaults on both sides (a 10 MiB record cache), and the word count
@@ -473,7 +499,7 @@ fn throughput_part(bin: &Path, bootstrap: &str) -> BTreeMap<String, Vec<Run>> {
         m("Rill passthrough", |r| r.rate) / m("raw client loop", |r| r.rate)
     );
     let labels: Vec<&str> = out.keys().map(String::as_str).collect();
-    let chart = repo_root().join("docs/img/throughput.png");
+    let chart = repo_root().join(format!("docs/img/throughput{suffix}.png"));
     bar_chart(
         &chart,
         "Input records/s on 2 cores (2 stream threads)",
@@ -737,14 +763,35 @@ fn main() {
     let parts =
         std::env::var("PARTS").unwrap_or_else(|_| "rolling,throughput,startup,restore".into());
     let bin = rill_benches::streams_app_binary();
-    let broker = spawn_broker_process();
-    let b = broker.bootstrap.clone();
     println!("{}", machine_summary());
+    let brokers = std::env::var("BROKERS").unwrap_or_else(|_| "kafka,embedded".into());
+    if brokers.contains("kafka") {
+        let kafka = ApacheKafka::start().expect("Apache Kafka starts");
+        let name = format!("Apache Kafka {KAFKA_VERSION}");
+        println!("\n# Broker: {name} (single KRaft node)");
+        run_parts(&parts, &bin, &kafka.bootstrap, &name, "");
+    }
+    if brokers.contains("embedded") {
+        let broker = spawn_broker_process();
+        println!("\n# Broker: the embedded broker (its own process)");
+        run_parts(
+            &parts,
+            &bin,
+            &broker.bootstrap,
+            "the embedded broker",
+            "-embedded",
+        );
+    }
+}
+
+/// The parts of `PARTS` against one broker; `suffix` tells its charts apart.
+fn run_parts(parts: &str, bin: &Path, b: &str, broker: &str, suffix: &str) {
+    let b = b.to_string();
     if parts.contains("rolling") {
-        rolling_part(&b);
+        rolling_part(&b, broker, &format!("rolling-restart{suffix}.png"));
     }
     if parts.contains("throughput") {
-        throughput_part(&bin, &b);
+        throughput_part(bin, &b, suffix);
     }
     if parts.contains("startup") {
         println!("\n## Startup to the first processed record: checkpointed word count state (2 threads), static member back within its session timeout, 3 runs each");
@@ -757,7 +804,7 @@ fn main() {
             let runs: Vec<f64> = (0..3)
                 .map(|i| {
                     startup_run(
-                        &bin,
+                        bin,
                         &b,
                         runtime,
                         &format!("start-{label}-{i}-{}", std::process::id()).replace(' ', ""),
@@ -777,7 +824,7 @@ fn main() {
             ("Kafka Streams", Runtime::KafkaStreams),
         ] {
             let (rate, rss) = restore_run(
-                &bin,
+                bin,
                 &b,
                 runtime,
                 keys,

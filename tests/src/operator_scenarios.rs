@@ -1120,12 +1120,22 @@ pub fn dashboard_renders_live_group(bootstrap: &str) {
         wordcount(&s.input, &s.output, StoreBackend::InMemory),
         rest_config(&s, dir_b.path(), &inst_b, None),
     );
+    // Both instances' threads (probed), and every input partition owned
+    // once in the group view itself (unprobed): a streams group reports
+    // the other instance's tasks at a later heartbeat than its threads'
+    // own answers, and the stopped instance must be known with its tasks.
     let settled = wait_until(Duration::from_secs(60), || {
         let (_, view) = get(&format!("{}/v1/instances", base(&app)), None);
+        let (_, unprobed) = get(&format!("{}/v1/instances?probe=false", base(&app)), None);
         partitions_by_instance_id(&view, &s.input).len() == 4
+            && covers_exactly_once(&partitions_by_instance_id(&unprobed, &s.input))
     });
     assert!(settled, "the two instances never shared the input");
+    let protocol = crate::streams_scenarios::group_protocol();
+    let (_, view) = get(&format!("{}/v1/instances", base(&app)), None);
+    assert_eq!(view["group_protocol"], protocol, "{view:#}");
     let b_ids = expected_ids(&inst_b, 2);
+    let b_address = b.rest_address().expect("REST server runs").to_string();
     assert!(b.close());
     // Input for every partition after b stopped: b's stay behind.
     s.produce(&lines(20, 200), &mut expected);
@@ -1188,9 +1198,11 @@ pub fn dashboard_renders_live_group(bootstrap: &str) {
         .split("<tr data-lag-partition=")
         .skip(1)
         .filter(|row| {
+            // A streams group names other instances by endpoint only.
             b_ids
                 .iter()
                 .any(|id| row.contains(&format!("data-owner=\"{id}\"")))
+                || (protocol == "streams" && row.contains(&format!(" @ {b_address}<")))
         })
         .filter(|row| !row.contains("data-lag=\"0\""))
         .count();
@@ -1198,15 +1210,29 @@ pub fn dashboard_renders_live_group(bootstrap: &str) {
         stalled > 0,
         "no lag shown for the stopped instance's partitions:\n{dom}"
     );
-    // The stopped instance: unreachable, for how long, and what to run.
+    // The stopped instance: unreachable, for how long, and what to run
+    // (a streams group has no removal request: its tasks move when the
+    // sessions end, and the page says so instead).
     assert!(
         dom.contains("unreachable, down for") && dom.contains("data-down-seconds="),
         "no downtime for the stopped instance:\n{dom}"
     );
-    assert!(
-        dom.contains("rill groups remove-members") && dom.contains("--offline-only"),
-        "no removal command:\n{dom}"
-    );
+    if protocol == "streams" {
+        assert!(
+            dom.contains("streams group, member epoch")
+                && dom.contains("sessions end")
+                && dom.contains("streams.session.timeout.ms")
+                // (the page's script holds the classic hint's text; rendered,
+                // it would carry this page's address)
+                && !dom.contains("--from-url http"),
+            "no streams-group wording:\n{dom}"
+        );
+    } else {
+        assert!(
+            dom.contains("rill groups remove-members") && dom.contains("--offline-only"),
+            "no removal command:\n{dom}"
+        );
+    }
     // Time ticks in UTC and generation ticks on the timeline.
     assert!(
         dom.contains("time (UTC)") && dom.contains("class=\"gen-tick\""),

@@ -132,6 +132,8 @@ pub struct RollReport {
     pub produced: u64,
     pub lost: u64,
     pub duplicated: u64,
+    /// End-to-end latency (output arrival − input timestamp) of the
+    /// records written after the app first ran steadily.
     pub latency_p50_ms: u64,
     pub latency_p99_ms: u64,
     pub latency_max_ms: u64,
@@ -607,7 +609,7 @@ impl Deployment {
                         {
                             *s.seqs.entry(seq).or_default() += 1;
                         }
-                        s.latencies.push(at - r.timestamp);
+                        s.latencies.push((r.timestamp, at - r.timestamp));
                         s.arrivals.entry(r.partition).or_default().push(at);
                     }
                 }
@@ -936,7 +938,15 @@ impl Deployment {
                 .map(|&c| u64::from(c.saturating_sub(1)))
                 .sum();
         }
-        let mut lat = s.latencies.clone();
+        // Records written once the app ran steadily: the roll's latency, not
+        // the first assignment's (a new streams group waits out
+        // `group.streams.initial.rebalance.delay.ms` before it).
+        let mut lat: Vec<i64> = s
+            .latencies
+            .iter()
+            .filter(|(ts, _)| *ts >= self.gap_window_start)
+            .map(|(_, l)| *l)
+            .collect();
         lat.sort_unstable();
         let pct = |p: f64| -> u64 {
             if lat.is_empty() {
@@ -1015,8 +1025,8 @@ fn expected_aggregate(total: u64, g: u64) -> Aggregate {
 struct Seen {
     /// Times each sequence number arrived.
     seqs: BTreeMap<u64, u32>,
-    /// End-to-end latencies (ms).
-    latencies: Vec<i64>,
+    /// End-to-end latencies (ms), with the input record's timestamp.
+    latencies: Vec<(i64, i64)>,
     /// Arrival times per output partition.
     arrivals: BTreeMap<i32, Vec<i64>>,
     /// `Aggregate`: the last value per group.

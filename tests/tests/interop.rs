@@ -130,6 +130,22 @@ fn dashboard_renders_live_group_on_embedded() {
     rill_tests::operator_scenarios::dashboard_renders_live_group(&cluster.bootstrap());
 }
 
+/// The dashboard of an app in a KIP-1071 streams group, on both backends.
+#[test]
+fn dashboard_renders_streams_group_on_apache_kafka() {
+    rill_tests::streams_scenarios::with_group_protocol("streams", || {
+        rill_tests::operator_scenarios::dashboard_renders_live_group(shared_kafka())
+    });
+}
+
+#[test]
+fn dashboard_renders_streams_group_on_embedded() {
+    let cluster = rill_tests::backend::Embedded::for_clients();
+    rill_tests::streams_scenarios::with_group_protocol("streams", || {
+        rill_tests::operator_scenarios::dashboard_renders_live_group(&cluster.bootstrap())
+    });
+}
+
 const KCAT_RECORDS: usize = 10_000;
 
 fn codec_name(c: Compression) -> &'static str {

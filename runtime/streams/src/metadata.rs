@@ -75,13 +75,22 @@ pub struct StreamsMetadata {
     pub threads: Vec<StreamThreadMetadata>,
 }
 
+fn classic() -> String {
+    "classic".into()
+}
+
 /// The whole group as one instance sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApplicationMetadata {
     /// The `application.id` (also the consumer group id).
     pub application_id: String,
-    /// The group generation of the assignment the view comes from (-1: none yet).
+    /// The group generation of the assignment the view comes from (-1: none
+    /// yet); in a streams group, the member epoch of the latest assignment.
     pub generation: i32,
+    /// `group.protocol`: `classic` or `streams` (a KIP-1071 streams group,
+    /// whose members the broker removes only when their sessions end).
+    #[serde(default = "classic")]
+    pub group_protocol: String,
     /// Every instance in the assignment, this one included, sorted by endpoint then process id.
     pub instances: Vec<StreamsMetadata>,
 }

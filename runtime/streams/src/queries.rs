@@ -102,6 +102,15 @@ impl App {
         }
     }
 
+    /// `group.protocol` as the metadata names it.
+    fn group_protocol(&self) -> &'static str {
+        if self.config().streams_protocol {
+            "streams"
+        } else {
+            "classic"
+        }
+    }
+
     /// The last assignment any live local thread received.
     pub(crate) fn latest_assignment(&self) -> Option<AssignmentInfo> {
         self.threads()
@@ -119,6 +128,7 @@ impl App {
             return ApplicationMetadata {
                 application_id: self.config().application_id.clone(),
                 generation: -1,
+                group_protocol: self.group_protocol().into(),
                 instances: vec![local],
             };
         };
@@ -167,6 +177,7 @@ impl App {
         ApplicationMetadata {
             application_id: self.config().application_id.clone(),
             generation: assignment.generation,
+            group_protocol: self.group_protocol().into(),
             instances,
         }
     }

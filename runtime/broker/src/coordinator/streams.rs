@@ -40,6 +40,7 @@ use serde::{Deserialize, Serialize};
 use tokio::time::{Duration, Instant};
 
 use super::consumer::TopicSource;
+use super::topic_hash;
 
 /// Tasks by sub-topology id.
 pub type Tasks = BTreeMap<String, BTreeSet<i32>>;
@@ -275,6 +276,11 @@ pub struct StreamsGroup {
     pub targets: BTreeMap<String, TasksTuple>,
     pub endpoint_epoch: i32,
     pub configured: Configured,
+    /// KIP-1101: the hash of every topic the group reads or writes (id,
+    /// name, partitions, replica racks); a change is a new group epoch.
+    /// 0: not computed yet (a new group, or one stored before it was kept).
+    #[serde(default)]
+    pub metadata_hash: u64,
     /// A member asked every instance to shut down (KIP-671); kept even
     /// when it leaves, as Kafka records it from leave heartbeats too.
     #[serde(default)]
@@ -286,6 +292,11 @@ pub struct StreamsGroup {
     pub assignment_standbys: Option<usize>,
     #[serde(skip)]
     pub deadlines: BTreeMap<String, Instant>,
+    /// Members asked to revoke tasks: when their rebalance timeout ends.
+    /// A member still holding them then is fenced (Kafka's rebalance
+    /// timeout), so a stuck member cannot keep tasks from their new owner.
+    #[serde(skip)]
+    revocation_deadlines: BTreeMap<String, Instant>,
     #[serde(skip)]
     pub delay_until: Option<Instant>,
     /// The group epoch a heartbeat started at: whatever it changes is one
@@ -318,9 +329,11 @@ impl StreamsGroup {
             targets: BTreeMap::new(),
             endpoint_epoch: 0,
             configured: Configured::default(),
+            metadata_hash: 0,
             shutdown_requested: false,
             assignment_standbys: None,
             deadlines: BTreeMap::new(),
+            revocation_deadlines: BTreeMap::new(),
             delay_until: None,
             epoch_base: None,
             dirty: false,
@@ -427,6 +440,14 @@ impl StreamsGroup {
             self.configured = configured;
             self.dirty = true;
         }
+        let hash = self.metadata_hash_of(topics);
+        if hash != self.metadata_hash {
+            if self.metadata_hash != 0 {
+                self.bump();
+            }
+            self.metadata_hash = hash;
+            self.dirty = true;
+        }
         if self.group_epoch == self.assignment_epoch
             && self
                 .assignment_standbys
@@ -442,6 +463,16 @@ impl StreamsGroup {
             }
         }
         self.reconcile(&id, hb.owned.as_ref());
+        let m = &self.members[&id];
+        if m.state == MemberState::UnrevokedTasks {
+            // Counted from the request that first asked for the revocation.
+            let timeout = Duration::from_millis(m.rebalance_timeout_ms.max(0) as u64);
+            self.revocation_deadlines
+                .entry(id.clone())
+                .or_insert(now + timeout);
+        } else {
+            self.revocation_deadlines.remove(&id);
+        }
         let mut statuses = Vec::new();
         if let Some(s) = &self.configured.status {
             statuses.push(s.clone());
@@ -543,6 +574,7 @@ impl StreamsGroup {
                 let bump = !same_identity(&old, &fresh);
                 self.members.remove(&old.member_id);
                 self.deadlines.remove(&old.member_id);
+                self.revocation_deadlines.remove(&old.member_id);
                 let target = self.targets.remove(&old.member_id);
                 let mut m = fresh;
                 m.assigned = old.assigned.clone();
@@ -672,6 +704,8 @@ impl StreamsGroup {
             m.member_epoch = -2;
             m.pending_revocation.clear();
             m.sent = None;
+            // Away: its session, not a revocation, decides what happens next.
+            self.revocation_deadlines.remove(&id);
             self.dirty = true;
         } else {
             self.remove_member(&id);
@@ -688,6 +722,7 @@ impl StreamsGroup {
         self.members.remove(id);
         self.targets.remove(id);
         self.deadlines.remove(id);
+        self.revocation_deadlines.remove(id);
         if self.members.is_empty() {
             // The application is gone: its next run starts afresh.
             self.shutdown_requested = false;
@@ -696,18 +731,44 @@ impl StreamsGroup {
         self.bump();
     }
 
-    /// Members whose session ended are fenced and removed (their tasks move).
+    /// Members whose session ended, or who kept tasks past their rebalance
+    /// timeout after being asked to revoke them, are fenced and removed.
     pub fn tick(&mut self, now: Instant) -> Vec<String> {
         let expired: Vec<String> = self
             .deadlines
             .iter()
+            .chain(&self.revocation_deadlines)
             .filter(|(_, d)| now >= **d)
             .map(|(id, _)| id.clone())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
             .collect();
         for id in &expired {
             self.remove_member(id);
         }
         expired
+    }
+
+    /// KIP-1101's group hash over the topics the group reads or writes
+    /// (those that exist), as Kafka 4.4's streams groups keep it.
+    fn metadata_hash_of(&self, topics: &dyn TopicSource) -> u64 {
+        let hashes: Vec<(String, u64)> = self
+            .configured
+            .partitions
+            .keys()
+            .filter_map(|name| topics.info(name))
+            .map(|t| {
+                let racks: Vec<Vec<&str>> = t
+                    .partition_racks
+                    .iter()
+                    .map(|r| r.iter().map(String::as_str).collect())
+                    .collect();
+                let h = topic_hash::topic_hash(t.id, &t.name, &racks);
+                (t.name, h)
+            })
+            .collect();
+        let refs: Vec<(&str, u64)> = hashes.iter().map(|(n, h)| (n.as_str(), *h)).collect();
+        topic_hash::group_hash(&refs)
     }
 
     /// Tasks per sub-topology from the topics, as Kafka's
@@ -1064,6 +1125,21 @@ impl StreamsGroup {
             }
         }
         let m = self.members.get_mut(id).expect("present");
+        if m.state == MemberState::UnrevokedTasks {
+            // Asked before: what the new target gives back stays, and the
+            // member stays here until it reports the rest released (its
+            // `assigned` no longer lists them, so they are not recomputed).
+            let back = intersect(&m.pending_revocation, &target.active);
+            for (s, ps) in &back {
+                for p in ps {
+                    insert(&mut m.assigned.active, s, *p);
+                }
+            }
+            m.pending_revocation = minus(&m.pending_revocation, &back);
+            if !m.pending_revocation.is_empty() {
+                return;
+            }
+        }
         let revoke = minus(&m.assigned.active, &target.active);
         let released = owned.is_some_and(|o| intersect(&o.active, &revoke).is_empty());
         if !revoke.is_empty() && !released {

@@ -484,3 +484,107 @@ fn a_changed_standby_group_config_is_a_new_target_assignment() {
         g.targets
     );
 }
+
+/// A join with a 10 s rebalance timeout.
+fn quick_join(member: &str, process: &str) -> Heartbeat {
+    Heartbeat {
+        rebalance_timeout_ms: 10_000,
+        ..join(member, None, process)
+    }
+}
+
+#[test]
+fn a_member_that_keeps_revoked_tasks_past_its_rebalance_timeout_is_fenced() {
+    let mut g = StreamsGroup::new("app");
+    let now = Instant::now();
+    g.heartbeat(quick_join("m1", "p1"), &cfg(), &all(), now)
+        .unwrap();
+    settle(&mut g, &[("m1", None)]);
+    let all_tasks = g.members["m1"].assigned.clone();
+    g.heartbeat(quick_join("m2", "p2"), &cfg(), &all(), now)
+        .unwrap();
+    // m1 is asked to give half its tasks up and keeps reporting them all.
+    let e1 = g.members["m1"].member_epoch;
+    g.heartbeat(
+        beat("m1", None, e1, Some(all_tasks.clone())),
+        &cfg(),
+        &all(),
+        now,
+    )
+    .unwrap();
+    assert_eq!(g.members["m1"].state, MemberState::UnrevokedTasks);
+    // Within its 10 s rebalance timeout (and the 45 s session) nothing happens.
+    let later = now + Duration::from_secs(9);
+    g.heartbeat(
+        beat("m1", None, e1, Some(all_tasks.clone())),
+        &cfg(),
+        &all(),
+        later,
+    )
+    .unwrap();
+    assert!(g.tick(later).is_empty());
+    assert_eq!(g.members["m1"].state, MemberState::UnrevokedTasks);
+    // Meanwhile m2 gets none of what m1 still runs.
+    let e2 = g.members["m2"].member_epoch;
+    g.heartbeat(beat("m2", None, e2, None), &cfg(), &all(), later)
+        .unwrap();
+    assert!(
+        intersect(&g.members["m2"].assigned.active, &all_tasks.active).is_empty(),
+        "m2 got tasks m1 still runs: {:?}",
+        g.members["m2"].assigned
+    );
+    // Past it, m1 is fenced and its tasks go to m2.
+    let past = now + Duration::from_secs(11);
+    assert_eq!(g.tick(past), vec!["m1".to_string()]);
+    assert!(!g.members.contains_key("m1"));
+    settle(&mut g, &[("m2", None)]);
+    assert_eq!(g.members["m2"].assigned.active, all_tasks.active);
+}
+
+#[test]
+fn a_member_that_revokes_in_time_is_not_fenced() {
+    let mut g = StreamsGroup::new("app");
+    let now = Instant::now();
+    g.heartbeat(quick_join("m1", "p1"), &cfg(), &all(), now)
+        .unwrap();
+    settle(&mut g, &[("m1", None)]);
+    g.heartbeat(quick_join("m2", "p2"), &cfg(), &all(), now)
+        .unwrap();
+    settle(&mut g, &[("m1", None), ("m2", None)]);
+    assert!(g.tick(now + Duration::from_secs(11)).is_empty());
+    assert_eq!(g.members.len(), 2);
+}
+
+/// `all()` with one replica rack on every partition of `in`.
+struct Racked;
+
+impl TopicSource for Racked {
+    fn info(&self, name: &str) -> Option<TopicInfo> {
+        let mut i = all().info(name)?;
+        if name == "in" {
+            i.partition_racks = vec![vec!["rack-a".to_string()]; i.partition_racks.len()];
+        }
+        Some(i)
+    }
+    fn topic_names(&self) -> Vec<String> {
+        all().topic_names()
+    }
+}
+
+#[test]
+fn a_change_of_the_topics_metadata_hash_is_a_new_group_epoch() {
+    let mut g = StreamsGroup::new("app");
+    g.heartbeat(join("m1", None, "p1"), &cfg(), &all(), Instant::now())
+        .unwrap();
+    settle(&mut g, &[("m1", None)]);
+    let epoch = g.group_epoch;
+    let e1 = g.members["m1"].member_epoch;
+    // The same metadata: nothing moves.
+    g.heartbeat(beat("m1", None, e1, None), &cfg(), &all(), Instant::now())
+        .unwrap();
+    assert_eq!(g.group_epoch, epoch);
+    // Same partition counts (so the same tasks), other replica racks: KIP-1101.
+    g.heartbeat(beat("m1", None, e1, None), &cfg(), &Racked, Instant::now())
+        .unwrap();
+    assert_eq!(g.group_epoch, epoch + 1);
+}
