@@ -27,6 +27,9 @@ pub const KAFKA_VERSION: &str = "4.4.0";
 /// (`interop::apache_kafka_3`, classic protocol only): many production
 /// clusters are still 3.x, and 3.9 is its last line.
 pub const KAFKA_3_VERSION: &str = "3.9.2";
+/// The last Apache Kafka before static members in streams groups (4.4,
+/// KAFKA-20169): it serves StreamsGroupHeartbeat v0 only.
+pub const KAFKA_PRE_STATIC_STREAMS_VERSION: &str = "4.3.2";
 
 /// The repository root (this crate lives in `<root>/tests`).
 pub fn repo_root() -> PathBuf {

@@ -1266,3 +1266,38 @@ macro_rules! for_each_streams_scenario {
         );
     };
 }
+
+/// A broker before Apache Kafka 4.4 (StreamsGroupHeartbeat v0 only) under
+/// `group.protocol=streams`: a static member (`group.instance.id`) stops
+/// with one error naming the 4.4 requirement (KAFKA-20169), and the same
+/// app without `group.instance.id` runs and counts on it.
+pub fn streams_static_member_needs_kafka_4_4(bootstrap: &str) {
+    with_group_protocol("streams", || {
+        let s = Setup::new(bootstrap, "pre44");
+        let mut expected = BTreeMap::new();
+        s.produce(&lines(0, 20), &mut expected);
+        let d = tempfile::tempdir().unwrap();
+        let app = KafkaStreams::new(
+            wordcount(&s.input, &s.output, StoreBackend::InMemory),
+            s.config(d.path(), &[("group.instance.id", "pre44".into())]),
+        )
+        .unwrap();
+        let errors = start_until_failed(&app);
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.contains("Apache Kafka 4.4") && e.contains("group.instance.id")),
+            "{errors:?}"
+        );
+        drop(app);
+        let d = tempfile::tempdir().unwrap();
+        let app = start(
+            wordcount(&s.input, &s.output, StoreBackend::InMemory),
+            s.config(d.path(), &[]),
+        );
+        let mut reader = s.reader();
+        let mut seen = BTreeMap::new();
+        await_counts(&mut reader, &mut seen, &expected, &[&app]);
+        assert!(app.close());
+    })
+}

@@ -1103,6 +1103,19 @@ fn streams_protocol_static_members_acceptance_on_apache_kafka() {
     rill_tests::rolling::streams_protocol_static_members_acceptance(shared_kafka());
 }
 
+/// Apache Kafka 4.3 (the last release before static members in streams
+/// groups): a static streams member gets an error naming the 4.4
+/// requirement; a dynamic one runs. Its own broker, stopped at the end.
+#[test]
+fn streams_static_member_before_kafka_4_4_names_the_requirement() {
+    let kafka = rill_tests::backend::ApacheKafka::start_with(rill_tests::backend::KafkaOptions {
+        version: rill_tests::backend::KAFKA_PRE_STATIC_STREAMS_VERSION,
+        ..Default::default()
+    })
+    .expect("Apache Kafka 4.3 starts");
+    rill_tests::streams_scenarios::streams_static_member_needs_kafka_4_4(&kafka.bootstrap);
+}
+
 /// rill-protocol's generated KIP-1071 codecs against kafka-clients 4.4.0,
 /// byte for byte, both ways (`tests/java/StreamsWire.java`).
 #[test]
