@@ -493,16 +493,23 @@ fn quick_join(member: &str, process: &str) -> Heartbeat {
     }
 }
 
-#[test]
-fn a_member_that_keeps_revoked_tasks_past_its_rebalance_timeout_is_fenced() {
+/// m1 (10 s rebalance timeout) runs every task, then m2 joins at `now`;
+/// also what m1 ran.
+fn m2_joins_m1s_group(now: Instant) -> (StreamsGroup, TasksTuple) {
     let mut g = StreamsGroup::new("app");
-    let now = Instant::now();
     g.heartbeat(quick_join("m1", "p1"), &cfg(), &all(), now)
         .unwrap();
     settle(&mut g, &[("m1", None)]);
     let all_tasks = g.members["m1"].assigned.clone();
     g.heartbeat(quick_join("m2", "p2"), &cfg(), &all(), now)
         .unwrap();
+    (g, all_tasks)
+}
+
+#[test]
+fn a_member_that_keeps_revoked_tasks_past_its_rebalance_timeout_is_fenced() {
+    let now = Instant::now();
+    let (mut g, all_tasks) = m2_joins_m1s_group(now);
     // m1 is asked to give half its tasks up and keeps reporting them all.
     let e1 = g.members["m1"].member_epoch;
     g.heartbeat(
@@ -543,13 +550,8 @@ fn a_member_that_keeps_revoked_tasks_past_its_rebalance_timeout_is_fenced() {
 
 #[test]
 fn a_member_that_revokes_in_time_is_not_fenced() {
-    let mut g = StreamsGroup::new("app");
     let now = Instant::now();
-    g.heartbeat(quick_join("m1", "p1"), &cfg(), &all(), now)
-        .unwrap();
-    settle(&mut g, &[("m1", None)]);
-    g.heartbeat(quick_join("m2", "p2"), &cfg(), &all(), now)
-        .unwrap();
+    let (mut g, _) = m2_joins_m1s_group(now);
     settle(&mut g, &[("m1", None), ("m2", None)]);
     assert!(g.tick(now + Duration::from_secs(11)).is_empty());
     assert_eq!(g.members.len(), 2);
