@@ -786,12 +786,11 @@ fn main() {
 
 /// The parts of `PARTS` against one broker; `suffix` tells its charts apart.
 fn run_parts(parts: &str, bin: &Path, b: &str, broker: &str, suffix: &str) {
-    let b = b.to_string();
     if parts.contains("rolling") {
-        rolling_part(&b, broker, &format!("rolling-restart{suffix}.png"));
+        rolling_part(b, broker, &format!("rolling-restart{suffix}.png"));
     }
     if parts.contains("throughput") {
-        throughput_part(bin, &b, suffix);
+        throughput_part(bin, b, suffix);
     }
     if parts.contains("startup") {
         println!("\n## Startup to the first processed record: checkpointed word count state (2 threads), static member back within its session timeout, 3 runs each");
@@ -805,7 +804,7 @@ fn run_parts(parts: &str, bin: &Path, b: &str, broker: &str, suffix: &str) {
                 .map(|i| {
                     startup_run(
                         bin,
-                        &b,
+                        b,
                         runtime,
                         &format!("start-{label}-{i}-{}", std::process::id()).replace(' ', ""),
                     )
@@ -825,7 +824,7 @@ fn run_parts(parts: &str, bin: &Path, b: &str, broker: &str, suffix: &str) {
         ] {
             let (rate, rss) = restore_run(
                 bin,
-                &b,
+                b,
                 runtime,
                 keys,
                 &format!("restore-{}-{}", label.replace(' ', ""), std::process::id()),

@@ -128,19 +128,22 @@ impl TopicHashCache {
         if let Some(h) = self.hashes.get(name) {
             return *h;
         }
-        let h = match source.info(name) {
-            Some(t) => {
-                let racks: Vec<Vec<&str>> = t
-                    .partition_racks
-                    .iter()
-                    .map(|r| r.iter().map(String::as_str).collect())
-                    .collect();
-                topic_hash::topic_hash(t.id, &t.name, &racks)
-            }
-            None => 0,
-        };
+        let h = Self::compute(name, source);
         self.hashes.insert(name.to_string(), h);
         h
+    }
+
+    /// The topic's hash from `source` (0 when the topic does not exist),
+    /// uncached.
+    pub fn compute(name: &str, source: &dyn consumer::TopicSource) -> u64 {
+        source.info(name).map_or(0, |t| {
+            let racks: Vec<Vec<&str>> = t
+                .partition_racks
+                .iter()
+                .map(|r| r.iter().map(String::as_str).collect())
+                .collect();
+            topic_hash::topic_hash(t.id, &t.name, &racks)
+        })
     }
 
     /// Evicts the given topics; returns the names that were cached.

@@ -40,7 +40,7 @@ use serde::{Deserialize, Serialize};
 use tokio::time::{Duration, Instant};
 
 use super::consumer::TopicSource;
-use super::topic_hash;
+use super::{topic_hash, TopicHashCache};
 
 /// Tasks by sub-topology id.
 pub type Tasks = BTreeMap<String, BTreeSet<i32>>;
@@ -749,26 +749,16 @@ impl StreamsGroup {
         expired
     }
 
-    /// KIP-1101's group hash over the topics the group reads or writes
-    /// (those that exist), as Kafka 4.4's streams groups keep it.
+    /// KIP-1101's group hash over the topics the group reads or writes, as
+    /// Kafka 4.4's streams groups keep it (a missing topic hashes to 0).
     fn metadata_hash_of(&self, topics: &dyn TopicSource) -> u64 {
-        let hashes: Vec<(String, u64)> = self
+        let hashes: Vec<(&str, u64)> = self
             .configured
             .partitions
             .keys()
-            .filter_map(|name| topics.info(name))
-            .map(|t| {
-                let racks: Vec<Vec<&str>> = t
-                    .partition_racks
-                    .iter()
-                    .map(|r| r.iter().map(String::as_str).collect())
-                    .collect();
-                let h = topic_hash::topic_hash(t.id, &t.name, &racks);
-                (t.name, h)
-            })
+            .map(|name| (name.as_str(), TopicHashCache::compute(name, topics)))
             .collect();
-        let refs: Vec<(&str, u64)> = hashes.iter().map(|(n, h)| (n.as_str(), *h)).collect();
-        topic_hash::group_hash(&refs)
+        topic_hash::group_hash(&hashes)
     }
 
     /// Tasks per sub-topology from the topics, as Kafka's
