@@ -15,11 +15,26 @@
 //!    Streams static, Kafka Streams dynamic, on each `group.protocol` of
 //!    `PROTOCOLS` (default `classic,streams`). Chart per broker:
 //!    docs/img/rolling-restart[-embedded].png.
-//! 2. Throughput: `RECORDS` (default 1,000,000) written before the app starts;
-//!    passthrough and word count (lines of 10 words), 2 stream threads,
-//!    Rill vs Kafka Streams vs the raw client loop; records/s, records per
-//!    CPU-second and peak RSS of the app process. Median of `ROUNDS` (3).
-//!    Chart: docs/img/throughput.png.
+//! 2. Throughput in steady state (issue 23): inputs pre-loaded once per
+//!    broker (`RECORDS` 20,000,000 × 100 B; `LINES` 1,000,000 lines of 10
+//!    words; `JOIN_RECORDS` 10,000,000 over a `TABLE_KEYS` 100,000-key
+//!    table), each run with its own application id and output topic:
+//!    the raw consume → produce loop with Rill's client and with the Java
+//!    clients (the ceiling), passthrough, word count with the cache on and
+//!    off, a 10 s windowed count, a stream–table join; 2 stream threads,
+//!    `commit.interval.ms` 1000 on both. The output is sampled every 50 ms
+//!    with the app's CPU (/proc): the steady-state rate and records per
+//!    CPU-second between 10 % and 90 % of the output, the end-to-end rate
+//!    from RUNNING, time to first output, peak RSS. Rill and its peer
+//!    alternate first and second per round; `ROUNDS` (5) after `WARMUP`
+//!    (0: every run is a fresh process, and the 10 % cut drops the JVM's
+//!    warm-up) rounds; medians (min–max) and pairwise ratios. A workload
+//!    whose fastest app ran < 20 s is flagged. `WORKLOADS=raw,join,…`
+//!    picks workloads. Chart: docs/img/throughput[-embedded].png.
+//!    `latency`: passthrough and the uncached word count at 50 % of Kafka
+//!    Streams' steady-state maximum from part 2 (`LATENCY_RATE_*` when it
+//!    did not run), `commit.interval.ms` 100: p50/p99/p99.9/max of output
+//!    arrival − input timestamp over `LATENCY_SECS` (30) s, `LATENCY_ROUNDS` (3).
 //! 3. Startup to the first processed record with checkpointed state: the
 //!    word count is stopped cleanly, one record is written, and the clock
 //!    runs from spawning the app until that record's count is in the output.
@@ -29,7 +44,7 @@
 //!
 //! Command: `cargo bench -p rill-benches --bench streams_vs_kafka_streams`
 //! (needs Java 17 and Maven for the Kafka jars; `PARTS=rolling,throughput,
-//! startup,restore` picks parts, `BROKERS=kafka,embedded` the brokers,
+//! latency,startup,restore` picks parts, `BROKERS=kafka,embedded` the brokers,
 //! `PROTOCOLS=classic,streams` the rolling part's group protocols).
 
 use std::collections::BTreeMap;
@@ -128,79 +143,75 @@ fn topics(bootstrap: &str, tag: &str) -> Topics {
     t
 }
 
-/// `cache_bytes`: `statestore.cache.max.bytes` (`None`: the runtime's default,
-/// 10 MiB in both).
-#[allow(clippy::too_many_arguments)]
-fn start_app(
+/// How one app process is started; both runtimes take the same flags.
+struct AppSpec {
     runtime: Runtime,
-    bin: &Path,
-    bootstrap: &str,
-    t: &Topics,
-    topology: &str,
+    topology: &'static str,
     threads: usize,
-    state: &Path,
-    cache_bytes: Option<&str>,
-) -> Child {
-    start_app_as(
-        runtime,
-        bin,
-        bootstrap,
-        t,
-        topology,
-        threads,
-        state,
-        None,
-        cache_bytes,
-    )
+    commit_ms: &'static str,
+    /// `statestore.cache.max.bytes` (`None`: the runtime's default, 10 MiB
+    /// in both).
+    cache_bytes: Option<&'static str>,
+    /// `group.instance.id` (static membership).
+    instance: Option<String>,
+    /// The join's table topic.
+    table: Option<String>,
 }
 
-#[allow(clippy::too_many_arguments)]
-fn start_app_as(
-    runtime: Runtime,
-    bin: &Path,
-    bootstrap: &str,
-    t: &Topics,
-    topology: &str,
-    threads: usize,
-    state: &Path,
-    instance: Option<&str>,
-    cache_bytes: Option<&str>,
-) -> Child {
-    let mut cmd = if topology == "raw" {
-        Command::new(bin)
-    } else {
-        rolling::app_command(runtime, bin)
-    };
-    cmd.args([
-        "--bootstrap",
-        bootstrap,
-        "--application-id",
-        &t.app,
-        "--input",
-        &t.input,
-        "--output",
-        &t.output,
-    ])
-    .args([
-        "--topology",
-        topology,
-        "--threads",
-        &threads.to_string(),
-        "--commit-ms",
-        "1000",
-    ])
-    .args(["--state-dir", &state.display().to_string()]);
-    if let Some(id) = instance {
-        cmd.args(["--group-instance-id", id]);
+impl AppSpec {
+    /// 2 stream threads, `commit.interval.ms` 1000, defaults otherwise.
+    fn new(runtime: Runtime) -> Self {
+        Self {
+            runtime,
+            topology: "passthrough",
+            threads: 2,
+            commit_ms: "1000",
+            cache_bytes: None,
+            instance: None,
+            table: None,
+        }
     }
-    if let Some(bytes) = cache_bytes {
-        cmd.args(["--cache-bytes", bytes]);
+
+    fn spawn(&self, bin: &Path, bootstrap: &str, t: &Topics, state: &Path) -> Child {
+        let mut cmd = if self.topology == "raw" && self.runtime == Runtime::Rill {
+            Command::new(bin)
+        } else {
+            rolling::app_command(self.runtime, bin)
+        };
+        cmd.args([
+            "--bootstrap",
+            bootstrap,
+            "--application-id",
+            &t.app,
+            "--input",
+            &t.input,
+            "--output",
+            &t.output,
+        ])
+        .args([
+            "--topology",
+            self.topology,
+            "--threads",
+            &self.threads.to_string(),
+            "--commit-ms",
+            self.commit_ms,
+        ])
+        .args(["--state-dir", &state.display().to_string()]);
+        if let Some(id) = &self.instance {
+            cmd.args(["--group-instance-id", id]);
+        }
+        if let Some(bytes) = self.cache_bytes {
+            cmd.args(["--cache-bytes", bytes]);
+        }
+        if let Some(table) = &self.table {
+            cmd.args(["--table", table]);
+        }
+        cmd.env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("app starts")
     }
-    cmd.env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("app starts")
 }
 
 fn stop(child: &mut Child) {
@@ -298,90 +309,347 @@ fn rolling_part(bootstrap: &str, broker: &str, chart_name: &str) -> Vec<RollRow>
 
 // --------------------------------------------------------------- throughput
 
+/// How a run's output tells its progress, in input records (lines for the
+/// word counts).
+#[derive(Clone, Copy, PartialEq)]
+enum Progress {
+    /// One output record per input record (passthrough, raw loops, join):
+    /// the output's end offsets, read with ListOffsets.
+    Records,
+    /// One output record per word (the uncached word count): end offsets
+    /// divided by the words per line.
+    Words,
+    /// A record cache compacts the output: the sum of the latest count of
+    /// every key (window) is the number of words counted so far; it moves
+    /// at each commit (every 1 s), which bounds the steady-state window's
+    /// error to one commit interval in ≥ 16 s.
+    LatestCounts,
+}
+
+/// One measured workload: the same topology and settings for both apps.
+#[derive(Clone, Copy)]
+struct Workload {
+    name: &'static str,
+    topology: &'static str,
+    cache: Option<&'static str>,
+    input: Input,
+    progress: Progress,
+    /// The two apps compared: (Rill, the peer) with their labels.
+    apps: [(&'static str, Runtime); 2],
+}
+
+/// The pre-loaded inputs a workload reads (each loaded once per broker,
+/// read by every run from the beginning under its own application id).
+#[derive(Clone, Copy, PartialEq)]
+enum Input {
+    Records,
+    Lines,
+    JoinStream,
+}
+
+const RILL_KS: [(&str, Runtime); 2] = [
+    ("Rill", Runtime::Rill),
+    ("Kafka Streams", Runtime::KafkaStreams),
+];
+
+/// Every workload, in the order the tables list them. `raw` is the ceiling:
+/// consume → produce loops with Rill's client (`rill-streams-app --topology
+/// raw`) and with the Java clients (`StreamsApp --topology raw`), 2 loops
+/// each as the apps have 2 stream threads.
+const WORKLOADS: [Workload; 6] = [
+    Workload {
+        name: "raw client loop",
+        topology: "raw",
+        cache: None,
+        input: Input::Records,
+        progress: Progress::Records,
+        apps: [
+            ("Rill client", Runtime::Rill),
+            ("Java clients", Runtime::KafkaStreams),
+        ],
+    },
+    Workload {
+        name: "passthrough",
+        topology: "passthrough",
+        cache: None,
+        input: Input::Records,
+        progress: Progress::Records,
+        apps: RILL_KS,
+    },
+    Workload {
+        name: "word count, cache on",
+        topology: "wordcount",
+        cache: None,
+        input: Input::Lines,
+        progress: Progress::LatestCounts,
+        apps: RILL_KS,
+    },
+    Workload {
+        name: "word count, cache off",
+        topology: "wordcount",
+        cache: Some("0"),
+        input: Input::Lines,
+        progress: Progress::Words,
+        apps: RILL_KS,
+    },
+    Workload {
+        name: "windowed count (10 s), cache on",
+        topology: "windowed",
+        cache: None,
+        input: Input::Lines,
+        progress: Progress::LatestCounts,
+        apps: RILL_KS,
+    },
+    Workload {
+        name: "stream-table join",
+        topology: "join",
+        cache: None,
+        input: Input::JoinStream,
+        progress: Progress::Records,
+        apps: RILL_KS,
+    },
+];
+
+/// The loaded input topics and their sizes.
+struct Inputs {
+    tag: String,
+    records: usize,
+    lines: usize,
+    join_records: usize,
+    table_keys: usize,
+}
+
+impl Inputs {
+    fn topic(&self, input: Input) -> String {
+        match input {
+            Input::Records => format!("in-records-{}", self.tag),
+            Input::Lines => format!("in-lines-{}", self.tag),
+            Input::JoinStream => format!("in-join-{}", self.tag),
+        }
+    }
+
+    fn table(&self) -> String {
+        format!("in-table-{}", self.tag)
+    }
+
+    fn count(&self, input: Input) -> usize {
+        match input {
+            Input::Records => self.records,
+            Input::Lines => self.lines,
+            Input::JoinStream => self.join_records,
+        }
+    }
+
+    /// Loads what `workloads` read: 100-byte records keyed `k<i % 1000>`;
+    /// lines of 10 words from a 1,000-word vocabulary; a table of
+    /// `table_keys` keys `k<i>` and a stream keyed `k<i % table_keys>` with
+    /// 100-byte values (every stream record finds its key: the join's
+    /// output has one record per input).
+    fn load(bootstrap: &str, workloads: &[Workload]) -> Self {
+        let i = Inputs {
+            tag: std::process::id().to_string(),
+            records: env_or("RECORDS", 20_000_000),
+            lines: env_or("LINES", 1_000_000),
+            join_records: env_or("JOIN_RECORDS", 10_000_000),
+            table_keys: env_or("TABLE_KEYS", 100_000),
+        };
+        let a = admin(bootstrap);
+        let p = rill_benches::load_producer(bootstrap);
+        let uses = |x: Input| workloads.iter().any(|w| w.input == x);
+        let t0 = Instant::now();
+        if uses(Input::Records) {
+            let topic = i.topic(Input::Records);
+            a.create_topic(NewTopic::new(topic.as_str(), PARTITIONS, 1))
+                .unwrap();
+            rill_benches::send_all(
+                &p,
+                (0..i.records).map(|n| {
+                    ProducerRecord::new(topic.as_str())
+                        .key(format!("k{}", n % 1000))
+                        .value(format!("{n:0>100}"))
+                }),
+            );
+        }
+        if uses(Input::Lines) {
+            let topic = i.topic(Input::Lines);
+            a.create_topic(NewTopic::new(topic.as_str(), PARTITIONS, 1))
+                .unwrap();
+            rill_benches::send_all(
+                &p,
+                (0..i.lines).map(|n| {
+                    ProducerRecord::new(topic.as_str())
+                        .key(format!("k{}", n % 1000))
+                        .value(line_of(n))
+                }),
+            );
+        }
+        if uses(Input::JoinStream) {
+            let (table, stream) = (i.table(), i.topic(Input::JoinStream));
+            for t in [&table, &stream] {
+                a.create_topic(NewTopic::new(t.as_str(), PARTITIONS, 1))
+                    .unwrap();
+            }
+            // The table first: its records are older than every stream
+            // record, so both runtimes' timestamp order reads them first.
+            rill_benches::send_all(
+                &p,
+                (0..i.table_keys).map(|n| {
+                    ProducerRecord::new(table.as_str())
+                        .key(format!("k{n}"))
+                        .value(format!("customer-{n}"))
+                }),
+            );
+            std::thread::sleep(Duration::from_millis(5));
+            rill_benches::send_all(
+                &p,
+                (0..i.join_records).map(|n| {
+                    ProducerRecord::new(stream.as_str())
+                        .key(format!("k{}", n % i.table_keys))
+                        .value(format!("{n:0>100}"))
+                }),
+            );
+        }
+        println!(
+            "inputs loaded in {:.0} s: {} records, {} lines of {WORDS_PER_LINE} words, join: {} records over a {}-key table",
+            t0.elapsed().as_secs_f64(),
+            i.records,
+            i.lines,
+            i.join_records,
+            i.table_keys
+        );
+        i
+    }
+
+    fn delete(&self, bootstrap: &str) {
+        let a = admin(bootstrap);
+        let names = [
+            self.topic(Input::Records),
+            self.topic(Input::Lines),
+            self.topic(Input::JoinStream),
+            self.table(),
+        ];
+        let _ = a.delete_topics(&names.iter().map(String::as_str).collect::<Vec<_>>());
+    }
+}
+
+/// Line `n` of the word count inputs: 10 words from a 1,000-word vocabulary.
+fn line_of(n: usize) -> String {
+    (0..WORDS_PER_LINE)
+        .map(|w| format!("w{}", (n * 7 + w * 13) % 1000))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 #[derive(Clone, Copy)]
 struct Run {
-    rate: f64,
-    per_cpu_s: f64,
+    /// Input records per second between 10 % and 90 % of the output.
+    steady_rate: f64,
+    /// Input records per CPU-second of the app in the same interval.
+    steady_per_cpu_s: f64,
+    /// Input records per second from RUNNING to the complete output.
+    e2e_rate: f64,
+    /// Seconds from RUNNING to the complete output.
+    secs: f64,
+    /// Spawn → the first output record, ms.
+    first_output_ms: f64,
     rss_mib: f64,
 }
 
-/// One throughput run. The clock (and the CPU count) starts when the app
-/// prints RUNNING: with a record cache the first output only appears at
-/// the first commit, so the first output cannot start it. Passthrough and
-/// uncached word counts end when the output holds every expected record;
-/// a cached word count when the latest count of every word adds up to the
-/// number of words written (the last commit's flush included).
-#[allow(clippy::too_many_arguments)]
+/// One run: a fresh output topic and application id, the app spawned,
+/// its output sampled every 50 ms until it is complete, the app's CPU
+/// (/proc) with each sample.
 fn throughput_run(
     bin: &Path,
     bootstrap: &str,
+    inputs: &Inputs,
+    w: &Workload,
     runtime: Runtime,
-    topology: &str,
-    cache_bytes: Option<&str>,
-    records: usize,
     tag: &str,
 ) -> Run {
-    let t = topics(bootstrap, tag);
-    let wordcount = topology == "wordcount";
-    let n = if wordcount {
-        records / WORDS_PER_LINE
-    } else {
-        records
+    let a = admin(bootstrap);
+    let t = Topics {
+        app: format!("app-{tag}"),
+        input: inputs.topic(w.input),
+        output: format!("out-{tag}"),
     };
-    let expected = load(bootstrap, &t.input, n, wordcount, 1000, WORDS_PER_LINE);
+    a.create_topic(NewTopic::new(t.output.as_str(), PARTITIONS, 1))
+        .unwrap();
+    let n = inputs.count(w.input);
     let state = tempfile::tempdir().unwrap();
-    let mut child = start_app(
-        runtime,
-        bin,
-        bootstrap,
-        &t,
-        topology,
-        2,
-        state.path(),
-        cache_bytes,
-    );
+    let spec = AppSpec {
+        topology: w.topology,
+        cache_bytes: w.cache,
+        table: (w.input == Input::JoinStream).then(|| inputs.table()),
+        ..AppSpec::new(runtime)
+    };
+    let spawned = Instant::now();
+    let mut child = spec.spawn(bin, bootstrap, &t, state.path());
     let pid = child.id();
     let lines = lines_of(&mut child);
-    let deadline = Instant::now() + Duration::from_secs(900);
-    loop {
-        let l = lines
-            .recv_deadline(deadline)
-            .unwrap_or_else(|_| panic!("{tag}: the app never printed RUNNING"));
-        if l == "RUNNING" {
-            break;
-        }
-    }
-    let (t0, cpu0) = (Instant::now(), cpu_seconds(pid));
-    let a = admin(bootstrap);
-    let cached = wordcount && cache_bytes != Some("0");
-    let mut counts = cached.then(|| LatestCounts::new(bootstrap, &t.output));
+    let deadline = Instant::now() + Duration::from_secs(1800);
+    while lines
+        .recv_deadline(deadline)
+        .unwrap_or_else(|_| panic!("{tag}: the app never printed RUNNING"))
+        != "RUNNING"
+    {}
+    let running = Instant::now();
+    let mut counts =
+        (w.progress == Progress::LatestCounts).then(|| LatestCounts::new(bootstrap, &t.output));
+    // (seconds since RUNNING, input records done, app CPU seconds)
+    let mut samples: Vec<(f64, f64, f64)> = Vec::new();
+    let mut first_output = None;
     loop {
         assert!(
             Instant::now() < deadline,
-            "{tag}: output did not reach {expected}"
+            "{tag}: output stuck at {:?} of {n}",
+            samples.last()
         );
-        let done = match counts.as_mut() {
-            Some(c) => c.poll() >= expected,
-            None => end_offsets(&a, &t.output) >= expected,
+        let done = match w.progress {
+            Progress::Records => end_offsets(&a, &t.output) as f64,
+            Progress::Words => end_offsets(&a, &t.output) as f64 / WORDS_PER_LINE as f64,
+            Progress::LatestCounts => {
+                counts.as_mut().expect("counts").poll() as f64 / WORDS_PER_LINE as f64
+            }
         };
-        if done {
+        if done > 0.0 && first_output.is_none() {
+            first_output = Some(spawned.elapsed());
+        }
+        samples.push((running.elapsed().as_secs_f64(), done, cpu_seconds(pid)));
+        if done >= n as f64 {
             break;
         }
-        std::thread::sleep(Duration::from_millis(10));
+        std::thread::sleep(Duration::from_millis(50));
     }
-    let secs = t0.elapsed().as_secs_f64();
-    let cpu = cpu_seconds(pid) - cpu0;
     let rss = peak_rss_kib(pid) as f64 / 1024.0;
     stop(&mut child);
-    let _ = a.delete_topics(&[t.input.as_str(), t.output.as_str()]);
+    // The output and the app's internal topics go: 20 M records per run
+    // would fill the broker's disk over a bench.
+    let mut gone = vec![t.output.clone()];
+    gone.extend(
+        a.list_topics()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|x| x.starts_with(&t.app)),
+    );
+    let _ = a.delete_topics(&gone.iter().map(String::as_str).collect::<Vec<_>>());
+    let at = |f: f64| {
+        *samples
+            .iter()
+            .find(|s| s.1 >= f * n as f64)
+            .expect("a sample past the fraction")
+    };
+    let (lo, hi, last) = (at(0.1), at(0.9), samples[samples.len() - 1]);
     Run {
-        rate: n as f64 / secs,
-        per_cpu_s: n as f64 / cpu.max(1e-3),
+        steady_rate: (hi.1 - lo.1) / (hi.0 - lo.0).max(1e-3),
+        steady_per_cpu_s: (hi.1 - lo.1) / (hi.2 - lo.2).max(1e-3),
+        e2e_rate: n as f64 / last.0,
+        secs: last.0,
+        first_output_ms: first_output.map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0),
         rss_mib: rss,
     }
 }
 
-/// The word count's output read as a table: the latest count per word.
+/// The word count's output read as a table: the latest count per key.
 struct LatestCounts {
     consumer: rill_client::Consumer,
     latest: std::collections::HashMap<bytes::Bytes, i64>,
@@ -425,93 +693,405 @@ impl LatestCounts {
     }
 }
 
-fn throughput_part(bin: &Path, bootstrap: &str, suffix: &str) -> BTreeMap<String, Vec<Run>> {
-    let records: usize = env_or("RECORDS", 1_000_000);
-    let rounds: usize = env_or("ROUNDS", 3);
-    // Defaults on both sides (a 10 MiB record cache), and the word count
-    // again with the cache off (every count update written and sent).
-    let ks = Runtime::KafkaStreams;
-    let variants: [(&str, Runtime, &str, Option<&str>); 7] = [
-        ("raw client loop", Runtime::Rill, "raw", None),
-        ("Rill passthrough", Runtime::Rill, "passthrough", None),
-        ("Kafka Streams passthrough", ks, "passthrough", None),
-        ("Rill word count", Runtime::Rill, "wordcount", None),
-        ("Kafka Streams word count", ks, "wordcount", None),
-        (
-            "Rill word count, cache off",
-            Runtime::Rill,
-            "wordcount",
-            Some("0"),
-        ),
-        (
-            "Kafka Streams word count, cache off",
-            ks,
-            "wordcount",
-            Some("0"),
-        ),
-    ];
-    let mut out: BTreeMap<String, Vec<Run>> = BTreeMap::new();
-    for round in 0..=rounds {
-        for i in 0..variants.len() {
-            let (label, runtime, topology, cache) = variants[(i + round) % variants.len()];
-            let tag = format!("{topology}-{i}-{round}-{}", std::process::id())
-                + if runtime == Runtime::KafkaStreams {
-                    "-ks"
-                } else {
-                    ""
-                };
-            let r = throughput_run(bin, bootstrap, runtime, topology, cache, records, &tag);
-            println!("round {round} {label}: {:.0} input records/s, {:.0} records per CPU s, peak RSS {:.1} MiB", r.rate, r.per_cpu_s, r.rss_mib);
-            if round > 0 {
-                out.entry(label.to_string()).or_default().push(r);
+/// The median and min–max of `f` over runs, formatted.
+fn spread(runs: &[Run], f: fn(&Run) -> f64) -> String {
+    let v: Vec<f64> = runs.iter().map(f).collect();
+    let (lo, hi) = v
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &x| {
+            (l.min(x), h.max(x))
+        });
+    format!(
+        "{} ({}–{})",
+        thousands(median(&v)),
+        thousands(lo),
+        thousands(hi)
+    )
+}
+
+fn thousands(x: f64) -> String {
+    let s = format!("{:.0}", x);
+    let (sign, digits) = s.split_at(usize::from(s.starts_with('-')));
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    format!("{sign}{out}")
+}
+
+/// Every workload of `WORKLOADS` (or those named in `WORKLOADS`, comma
+/// separated), its two apps alternating first and second per round, after
+/// `WARMUP` unmeasured rounds. Returns the peer's median steady rate per
+/// workload name (the latency part's reference).
+fn throughput_part(
+    bin: &Path,
+    bootstrap: &str,
+    broker: &str,
+    suffix: &str,
+) -> BTreeMap<&'static str, f64> {
+    let rounds: usize = env_or("ROUNDS", 5);
+    let warmup: usize = env_or("WARMUP", 0);
+    let only = std::env::var("WORKLOADS").unwrap_or_default();
+    let workloads: Vec<Workload> = WORKLOADS
+        .into_iter()
+        .filter(|w| only.is_empty() || only.split(',').any(|o| w.topology == o.trim()))
+        .collect();
+    let inputs = Inputs::load(bootstrap, &workloads);
+    // (workload, app index) → runs
+    let mut out: BTreeMap<(usize, usize), Vec<Run>> = BTreeMap::new();
+    for round in 0..warmup + rounds {
+        for (wi, w) in workloads.iter().enumerate() {
+            for k in 0..2 {
+                let ai = (k + round) % 2;
+                let (app, runtime) = w.apps[ai];
+                let tag = format!("{}-{wi}-{ai}-{round}-{}", w.topology, inputs.tag);
+                let r = throughput_run(bin, bootstrap, &inputs, w, runtime, &tag);
+                println!(
+                    "{} {round} {} / {app}: steady {:.0}/s, end-to-end {:.0}/s in {:.1} s, {:.0} per CPU-s, first output {:.0} ms, peak RSS {:.1} MiB",
+                    if round < warmup { "warm-up" } else { "round" },
+                    w.name,
+                    r.steady_rate,
+                    r.e2e_rate,
+                    r.secs,
+                    r.steady_per_cpu_s,
+                    r.first_output_ms,
+                    r.rss_mib
+                );
+                if round >= warmup {
+                    out.entry((wi, ai)).or_default().push(r);
+                }
             }
         }
     }
-    println!("\n## Throughput: {records} records (word count: {} lines of {WORDS_PER_LINE} words), {PARTITIONS} partitions, 2 stream threads, median of {rounds} rounds", records / WORDS_PER_LINE);
-    println!("| app | input records/s | records per CPU-second | peak RSS MiB |");
-    println!("|---|---|---|---|");
-    for (label, runs) in &out {
-        println!(
-            "| {label} | {:.0} | {:.0} | {:.1} |",
-            median(&runs.iter().map(|r| r.rate).collect::<Vec<_>>()),
-            median(&runs.iter().map(|r| r.per_cpu_s).collect::<Vec<_>>()),
-            median(&runs.iter().map(|r| r.rss_mib).collect::<Vec<_>>()),
-        );
-    }
-    let m = |l: &str, f: fn(&Run) -> f64| median(&out[l].iter().map(f).collect::<Vec<_>>());
-    for (rill, ks) in [
-        ("Rill passthrough", "Kafka Streams passthrough"),
-        ("Rill word count", "Kafka Streams word count"),
-        (
-            "Rill word count, cache off",
-            "Kafka Streams word count, cache off",
-        ),
-    ] {
-        println!(
-            "{rill} / {ks}: throughput {:.2}x, per CPU-second {:.2}x, RSS {:.3}",
-            m(rill, |r| r.rate) / m(ks, |r| r.rate),
-            m(rill, |r| r.per_cpu_s) / m(ks, |r| r.per_cpu_s),
-            m(rill, |r| r.rss_mib) / m(ks, |r| r.rss_mib)
-        );
-    }
+    inputs.delete(bootstrap);
+    println!("\n## Throughput on {broker}: {PARTITIONS} partitions, 2 stream threads (raw: 2 loops), commit.interval.ms 1000, inputs pre-loaded; median (min–max) of {rounds} rounds after {warmup} warm-up round(s)");
     println!(
-        "Rill passthrough / raw loop: {:.2}",
-        m("Rill passthrough", |r| r.rate) / m("raw client loop", |r| r.rate)
+        "Inputs: {} records of 100 B (passthrough, raw); {} lines of {WORDS_PER_LINE} words from 1,000 (word counts: rates in lines/s, ×{WORDS_PER_LINE} for words/s); join: {} records of 100 B over a {}-key table.",
+        thousands(inputs.records as f64),
+        thousands(inputs.lines as f64),
+        thousands(inputs.join_records as f64),
+        thousands(inputs.table_keys as f64)
     );
-    let labels: Vec<&str> = out.keys().map(String::as_str).collect();
+    println!("| workload | app | steady-state rate /s | end-to-end rate /s | per CPU-second (steady) | peak RSS MiB | first output ms | run s |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for (wi, w) in workloads.iter().enumerate() {
+        for (ai, (app, _)) in w.apps.iter().enumerate() {
+            let r = &out[&(wi, ai)];
+            println!(
+                "| {} | {app} | {} | {} | {} | {:.1} | {:.0} | {:.1} |",
+                w.name,
+                spread(r, |r| r.steady_rate),
+                spread(r, |r| r.e2e_rate),
+                spread(r, |r| r.steady_per_cpu_s),
+                median(&r.iter().map(|r| r.rss_mib).collect::<Vec<_>>()),
+                median(&r.iter().map(|r| r.first_output_ms).collect::<Vec<_>>()),
+                median(&r.iter().map(|r| r.secs).collect::<Vec<_>>()),
+            );
+        }
+    }
+    println!("\n| workload | ratio | steady rate | end-to-end rate | per CPU-second | peak RSS |");
+    println!("|---|---|---|---|---|---|");
+    let ratio = |a: &[Run], b: &[Run], f: fn(&Run) -> f64| {
+        let (m, lo, hi) = rill_benches::ratio_stats(
+            &a.iter().map(f).collect::<Vec<_>>(),
+            &b.iter().map(f).collect::<Vec<_>>(),
+        );
+        format!("{m:.2}× ({lo:.2}–{hi:.2})")
+    };
+    for (wi, w) in workloads.iter().enumerate() {
+        let (a, b) = (&out[&(wi, 0)], &out[&(wi, 1)]);
+        println!(
+            "| {} | {} / {} | {} | {} | {} | {} |",
+            w.name,
+            w.apps[0].0,
+            w.apps[1].0,
+            ratio(a, b, |r| r.steady_rate),
+            ratio(a, b, |r| r.e2e_rate),
+            ratio(a, b, |r| r.steady_per_cpu_s),
+            ratio(a, b, |r| r.rss_mib),
+        );
+    }
+    // The ceiling: passthrough over the raw loops, same rounds pairwise.
+    let raw = workloads.iter().position(|w| w.topology == "raw");
+    let pass = workloads.iter().position(|w| w.topology == "passthrough");
+    if let (Some(raw), Some(pass)) = (raw, pass) {
+        for (ai, client) in ["Rill client", "Java clients"].iter().enumerate() {
+            println!(
+                "| passthrough vs ceiling | Rill passthrough / raw loop ({client}) | {} | {} | {} | {} |",
+                ratio(&out[&(pass, 0)], &out[&(raw, ai)], |r| r.steady_rate),
+                ratio(&out[&(pass, 0)], &out[&(raw, ai)], |r| r.e2e_rate),
+                ratio(&out[&(pass, 0)], &out[&(raw, ai)], |r| r.steady_per_cpu_s),
+                ratio(&out[&(pass, 0)], &out[&(raw, ai)], |r| r.rss_mib),
+            );
+        }
+    }
+    for (wi, w) in workloads.iter().enumerate() {
+        let fastest = w
+            .apps
+            .iter()
+            .enumerate()
+            .map(|(ai, _)| median(&out[&(wi, ai)].iter().map(|r| r.secs).collect::<Vec<_>>()))
+            .fold(f64::INFINITY, f64::min);
+        if fastest < 20.0 {
+            println!("WARNING: {}: the fastest app ran {fastest:.1} s (< 20 s, not steady state): raise RECORDS / LINES / JOIN_RECORDS", w.name);
+        }
+    }
+    let labels: Vec<String> = workloads
+        .iter()
+        .flat_map(|w| {
+            w.apps
+                .iter()
+                .map(move |(app, _)| format!("{app} {}", w.name))
+        })
+        .collect();
+    let rates: Vec<f64> = (0..workloads.len())
+        .flat_map(|wi| (0..2).map(move |ai| (wi, ai)))
+        .map(|k| median(&out[&k].iter().map(|r| r.steady_rate).collect::<Vec<_>>()))
+        .collect();
     let chart = repo_root().join(format!("docs/img/throughput{suffix}.png"));
     bar_chart(
         &chart,
-        "Input records/s on 2 cores (2 stream threads)",
-        &labels,
-        &[(
-            "records/s",
-            labels.iter().map(|l| m(l, |r| r.rate)).collect(),
-        )],
-        false,
+        &format!("Steady-state input records/s (word counts: lines/s) on {broker}, log scale"),
+        &labels.iter().map(String::as_str).collect::<Vec<_>>(),
+        &[("records/s", rates)],
+        true,
     );
     println!("chart: {}", chart.display());
-    out
+    workloads
+        .iter()
+        .enumerate()
+        .map(|(wi, w)| {
+            (
+                w.name,
+                median(
+                    &out[&(wi, 1)]
+                        .iter()
+                        .map(|r| r.steady_rate)
+                        .collect::<Vec<_>>(),
+                ),
+            )
+        })
+        .collect()
+}
+
+// ------------------------------------------------------ latency under load
+
+/// End-to-end latency at a fixed input rate: the app (cache off,
+/// `commit.interval.ms` 100) reads a topic a producer in this process
+/// fills at `rate` inputs/s for `LATENCY_SECS` (30) s, each record stamped
+/// with the time it is sent; a read_uncommitted consumer here takes
+/// arrival − input timestamp for every output record (both apps are
+/// at-least-once: an output is visible as soon as it is written). The
+/// first 5 s are not counted. Returns the latencies (ms) and the outputs
+/// missing when the wait ended (0 unless something was lost).
+fn latency_run(
+    bin: &Path,
+    bootstrap: &str,
+    runtime: Runtime,
+    topology: &'static str,
+    rate: f64,
+    tag: &str,
+) -> (Vec<i64>, i64) {
+    let secs: u64 = env_or("LATENCY_SECS", 30);
+    let t = topics(bootstrap, tag);
+    let state = tempfile::tempdir().unwrap();
+    let spec = AppSpec {
+        topology,
+        cache_bytes: Some("0"),
+        commit_ms: "100",
+        ..AppSpec::new(runtime)
+    };
+    let mut child = spec.spawn(bin, bootstrap, &t, state.path());
+    let lines = lines_of(&mut child);
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while lines
+        .recv_deadline(deadline)
+        .unwrap_or_else(|_| panic!("{tag}: the app never printed RUNNING"))
+        != "RUNNING"
+    {}
+    let mut consumer = rill_client::Consumer::new(
+        &ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("enable.auto.commit", "false")
+            .set("fetch.max.wait.ms", "10"),
+    )
+    .unwrap();
+    let tps: Vec<rill_client::TopicPartition> = (0..PARTITIONS)
+        .map(|p| rill_client::TopicPartition::new(t.output.as_str(), p))
+        .collect();
+    consumer.assign(&tps).unwrap();
+    consumer.seek_to_beginning(&tps).unwrap();
+    let measure_from = rolling::now_ms() + 5_000;
+    let (input, bootstrap_owned) = (t.input.clone(), bootstrap.to_string());
+    let wordcount = topology == "wordcount";
+    let mut producer = Some(std::thread::spawn(move || {
+        let p = Producer::new(
+            &ClientConfig::new()
+                .set("bootstrap.servers", bootstrap_owned)
+                .set("linger.ms", "1"),
+        )
+        .unwrap();
+        let start = Instant::now();
+        let mut sent = 0u64;
+        while start.elapsed() < Duration::from_secs(secs) {
+            let due = (rate * start.elapsed().as_secs_f64()) as u64;
+            while sent < due {
+                let n = sent as usize;
+                let value = if wordcount {
+                    line_of(n)
+                } else {
+                    format!("{n:0>100}")
+                };
+                p.send_with_callback(
+                    ProducerRecord::new(input.as_str())
+                        .key(format!("k{}", n % 1000))
+                        .value(value)
+                        .timestamp(rolling::now_ms()),
+                    |r| {
+                        if let Err(e) = r {
+                            panic!("latency load not delivered: {e}");
+                        }
+                    },
+                )
+                .expect("send");
+                sent += 1;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        p.flush().expect("flush");
+        sent
+    }));
+    let mut latencies = Vec::new();
+    let mut seen = 0i64;
+    let mut sent: Option<i64> = None;
+    let mut waited_until: Option<Instant> = None;
+    loop {
+        for r in consumer
+            .poll(Duration::from_millis(50))
+            .expect("poll the output")
+        {
+            seen += 1;
+            if r.timestamp >= measure_from {
+                latencies.push(rolling::now_ms() - r.timestamp);
+            }
+        }
+        if let Some(h) = producer.take_if(|h| h.is_finished()) {
+            let n = h.join().expect("the load producer") as i64;
+            sent = Some(if wordcount {
+                n * WORDS_PER_LINE as i64
+            } else {
+                n
+            });
+            waited_until = Some(Instant::now() + Duration::from_secs(60));
+        }
+        if let (Some(n), Some(until)) = (sent, waited_until) {
+            if seen >= n || Instant::now() >= until {
+                break;
+            }
+        }
+    }
+    stop(&mut child);
+    let a = admin(bootstrap);
+    let mut gone = vec![t.input.clone(), t.output.clone()];
+    gone.extend(
+        a.list_topics()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|x| x.starts_with(&t.app)),
+    );
+    let _ = a.delete_topics(&gone.iter().map(String::as_str).collect::<Vec<_>>());
+    latencies.sort_unstable();
+    (latencies, (sent.unwrap_or(0) - seen).max(0))
+}
+
+fn percentile(sorted: &[i64], p: f64) -> i64 {
+    if sorted.is_empty() {
+        return -1;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+/// Passthrough and the uncached word count at 50 % of Kafka Streams'
+/// steady-state maximum measured by the throughput part in this run
+/// (`LATENCY_RATE_PASSTHROUGH` / `LATENCY_RATE_WORDCOUNT` when it did not
+/// run), Rill and Kafka Streams alternating over `LATENCY_ROUNDS` (3).
+fn latency_part(bin: &Path, bootstrap: &str, broker: &str, peak: &BTreeMap<&'static str, f64>) {
+    let rounds: usize = env_or("LATENCY_ROUNDS", 3);
+    let mut rows = Vec::new();
+    for (topology, name, var) in [
+        ("passthrough", "passthrough", "LATENCY_RATE_PASSTHROUGH"),
+        (
+            "wordcount",
+            "word count, cache off",
+            "LATENCY_RATE_WORDCOUNT",
+        ),
+    ] {
+        let rate = match (peak.get(name), std::env::var(var).ok()) {
+            (_, Some(v)) => v
+                .parse::<f64>()
+                .unwrap_or_else(|_| panic!("{var}={v} is not a rate in records/s")),
+            (Some(max), None) => max / 2.0,
+            (None, None) => {
+                println!(
+                    "latency: {name} skipped: run PARTS=throughput,latency or set {var} (inputs/s)"
+                );
+                continue;
+            }
+        };
+        let mut per_app: [Vec<(i64, i64, i64, i64, i64)>; 2] = Default::default();
+        for round in 0..rounds {
+            for k in 0..2 {
+                let ai = (k + round) % 2;
+                let (app, runtime) = RILL_KS[ai];
+                let tag = format!("lat-{topology}-{ai}-{round}-{}", std::process::id());
+                let (l, missing) = latency_run(bin, bootstrap, runtime, topology, rate, &tag);
+                let row = (
+                    percentile(&l, 0.5),
+                    percentile(&l, 0.99),
+                    percentile(&l, 0.999),
+                    l.last().copied().unwrap_or(-1),
+                    missing,
+                );
+                println!(
+                    "latency round {round} {name} / {app} at {rate:.0}/s: p50 {} p99 {} p99.9 {} max {} ms over {} outputs, {missing} missing",
+                    row.0, row.1, row.2, row.3, l.len()
+                );
+                per_app[ai].push(row);
+            }
+        }
+        rows.push((name, rate, per_app));
+    }
+    println!("\n## Latency under load on {broker}: 50 % of Kafka Streams' steady-state maximum, cache off, commit.interval.ms 100, 2 stream threads, {} s per run (first 5 s not counted); median (min–max) of {rounds} runs", env_or("LATENCY_SECS", 30u64));
+    println!("| workload | input rate /s | app | p50 ms | p99 ms | p99.9 ms | max ms | missing |");
+    println!("|---|---|---|---|---|---|---|---|");
+    let fmt = |v: Vec<i64>| {
+        let f: Vec<f64> = v.iter().map(|&x| x as f64).collect();
+        let (lo, hi) = (
+            v.iter().min().copied().unwrap_or(-1),
+            v.iter().max().copied().unwrap_or(-1),
+        );
+        format!("{} ({lo}–{hi})", thousands(median(&f)))
+    };
+    for (name, rate, per_app) in &rows {
+        for (ai, runs) in per_app.iter().enumerate() {
+            println!(
+                "| {name} | {} | {} | {} | {} | {} | {} | {} |",
+                thousands(*rate),
+                RILL_KS[ai].0,
+                fmt(runs.iter().map(|r| r.0).collect()),
+                fmt(runs.iter().map(|r| r.1).collect()),
+                fmt(runs.iter().map(|r| r.2).collect()),
+                fmt(runs.iter().map(|r| r.3).collect()),
+                runs.iter().map(|r| r.4).sum::<i64>(),
+            );
+        }
+        let p99 = |ai: usize| per_app[ai].iter().map(|r| r.1 as f64).collect::<Vec<_>>();
+        let (m, lo, hi) = rill_benches::ratio_stats(&p99(0), &p99(1));
+        println!("| {name} | | Rill / Kafka Streams p99 | {m:.3} ({lo:.3}–{hi:.3}) | | | | |");
+    }
 }
 
 // ------------------------------------------------------- startup and restore
@@ -538,17 +1118,13 @@ fn start_uncached_wordcount(
     state: &Path,
     instance: Option<&str>,
 ) -> Child {
-    start_app_as(
-        runtime,
-        bin,
-        bootstrap,
-        t,
-        "wordcount",
-        2,
-        state,
-        instance,
-        Some("0"),
-    )
+    AppSpec {
+        topology: "wordcount",
+        cache_bytes: Some("0"),
+        instance: instance.map(str::to_string),
+        ..AppSpec::new(runtime)
+    }
+    .spawn(bin, bootstrap, t, state)
 }
 
 /// Startup with checkpointed state, as in a rolling restart (static member
@@ -760,8 +1336,8 @@ fn bar_chart(path: &Path, title: &str, labels: &[&str], series: &[(&str, Vec<f64
 
 fn main() {
     rill_benches::serve_broker_if_requested();
-    let parts =
-        std::env::var("PARTS").unwrap_or_else(|_| "rolling,throughput,startup,restore".into());
+    let parts = std::env::var("PARTS")
+        .unwrap_or_else(|_| "rolling,throughput,latency,startup,restore".into());
     let bin = rill_benches::streams_app_binary();
     println!("{}", machine_summary());
     let brokers = std::env::var("BROKERS").unwrap_or_else(|_| "kafka,embedded".into());
@@ -789,8 +1365,12 @@ fn run_parts(parts: &str, bin: &Path, b: &str, broker: &str, suffix: &str) {
     if parts.contains("rolling") {
         rolling_part(b, broker, &format!("rolling-restart{suffix}.png"));
     }
+    let mut peak = BTreeMap::new();
     if parts.contains("throughput") {
-        throughput_part(bin, b, suffix);
+        peak = throughput_part(bin, b, broker, suffix);
+    }
+    if parts.contains("latency") {
+        latency_part(bin, b, broker, &peak);
     }
     if parts.contains("startup") {
         println!("\n## Startup to the first processed record: checkpointed word count state (2 threads), static member back within its session timeout, 3 runs each");

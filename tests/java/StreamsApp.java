@@ -4,7 +4,8 @@
 //
 //   java -cp '<kafka lib dir>/*' tests/java/StreamsApp.java \
 //       --bootstrap B --application-id A --input I --output O \
-//       --state-dir D [--topology passthrough|wordcount] [--threads N] \
+//       --state-dir D [--topology passthrough|wordcount|windowed|join|raw] \
+//       [--table T] [--threads N] \
 //       [--group-instance-id ID] [--session-ms MS] [--commit-ms MS]
 //       [--processing-guarantee exactly_once_v2] [--config FILE]
 //
@@ -12,6 +13,10 @@
 // `passthrough` copies input to output; `wordcount` splits values on
 // whitespace, repartitions by word and counts in a RocksDB store with a
 // changelog (Kafka Streams' defaults, including its 10 MiB record cache;
+// `windowed` counts words per 10 s tumbling window (1 h grace); `join`
+// joins each record with its key's value in the table read from --table;
+// `raw` is no Kafka Streams at all: the Java clients' consume → produce
+// loop, one per --threads, the ceiling the benchmarks compare with;
 // `--cache-bytes N` sets statestore.cache.max.bytes, 0 turns it off). With --group-instance-id each stream
 // thread is the static member `<ID>-<n>` (Kafka Streams appends the thread
 // index itself). Prints `RUNNING` when the app reaches RUNNING,
@@ -27,6 +32,13 @@ import java.util.Properties;
 import java.util.concurrent.CountDownLatch;
 
 import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.streams.KafkaStreams;
@@ -34,11 +46,87 @@ import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Grouped;
+import org.apache.kafka.streams.kstream.Joined;
+import org.apache.kafka.streams.kstream.KTable;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.kstream.TimeWindows;
+import org.apache.kafka.streams.kstream.WindowedSerdes;
 import org.apache.kafka.streams.processor.StateRestoreListener;
 
 public class StreamsApp {
+    static volatile boolean stopping = false;
+
+    // The ceiling with the Java clients: `--threads` consumer → producer
+    // loops in one group, each committing after a producer flush every
+    // `--commit-ms` (at-least-once, like the runtime; the same settings as
+    // Rill's raw loop: max.poll.records 1000, linger.ms 100).
+    static void rawLoop(Map<String, String> a) throws Exception {
+        int threads = Integer.parseInt(a.getOrDefault("--threads", "1"));
+        long every = Long.parseLong(a.getOrDefault("--commit-ms", "200"));
+        CountDownLatch done = new CountDownLatch(threads);
+        CountDownLatch assigned = new CountDownLatch(threads);
+        for (int i = 0; i < threads; i++) {
+            new Thread(() -> {
+                Properties c = new Properties();
+                c.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, a.get("--bootstrap"));
+                c.put(ConsumerConfig.GROUP_ID_CONFIG, a.get("--application-id"));
+                c.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+                c.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+                c.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, "1000");
+                Properties pr = new Properties();
+                pr.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, a.get("--bootstrap"));
+                pr.put(ProducerConfig.LINGER_MS_CONFIG, "100");
+                ByteArrayDeserializer d = new ByteArrayDeserializer();
+                ByteArraySerializer s = new ByteArraySerializer();
+                try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(c, d, d);
+                     KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(pr, s, s)) {
+                    consumer.subscribe(java.util.List.of(a.get("--input")));
+                    long next = System.currentTimeMillis() + every;
+                    boolean told = false;
+                    while (!stopping) {
+                        var records = consumer.poll(Duration.ofMillis(100));
+                        if (!told && !consumer.assignment().isEmpty()) {
+                            told = true;
+                            assigned.countDown();
+                        }
+                        for (ConsumerRecord<byte[], byte[]> r : records) {
+                            producer.send(new ProducerRecord<>(a.get("--output"), null,
+                                r.timestamp(), r.key(), r.value()), (m, e) -> {
+                                    if (e != null) {
+                                        System.err.println("send failed: " + e);
+                                        System.exit(1);
+                                    }
+                                });
+                        }
+                        if (System.currentTimeMillis() >= next) {
+                            producer.flush();
+                            consumer.commitSync();
+                            next = System.currentTimeMillis() + every;
+                        }
+                    }
+                    producer.flush();
+                    consumer.commitSync();
+                } finally {
+                    done.countDown();
+                }
+            }).start();
+        }
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            stopping = true;
+            try {
+                done.await();
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+            emit("CLOSED true");
+        }));
+        // RUNNING once every loop has partitions (a bench's clock starts here).
+        assigned.await(300, java.util.concurrent.TimeUnit.SECONDS);
+        emit("RUNNING");
+        done.await();
+    }
+
     static synchronized void emit(String line) {
         System.out.println(line);
         System.out.flush();
@@ -60,8 +148,28 @@ public class StreamsApp {
                 .count(Materialized.as("counts"))
                 .toStream()
                 .to(output, Produced.with(Serdes.String(), Serdes.Long()));
+        } else if (topology.equals("windowed")) {
+            b.stream(input, Consumed.with(Serdes.ByteArray(), Serdes.String()))
+                .flatMapValues(v -> Arrays.asList(v.split("\\s+")))
+                .groupBy((k, w) -> w, Grouped.with(Serdes.String(), Serdes.String()))
+                .windowedBy(TimeWindows.ofSizeAndGrace(Duration.ofSeconds(10), Duration.ofHours(1)))
+                .count(Materialized.as("counts"))
+                .toStream()
+                .to(output, Produced.with(
+                    WindowedSerdes.timeWindowedSerdeFrom(String.class, 10_000L), Serdes.Long()));
+        } else if (topology.equals("join")) {
+            KTable<String, String> table = b.table(a.get("--table"),
+                Consumed.with(Serdes.String(), Serdes.String()), Materialized.as("table"));
+            b.stream(input, Consumed.with(Serdes.String(), Serdes.String()))
+                .join(table, (v, t) -> t + ":" + v,
+                      Joined.with(Serdes.String(), Serdes.String(), Serdes.String()))
+                .to(output, Produced.with(Serdes.String(), Serdes.String()));
+        } else if (topology.equals("raw")) {
+            rawLoop(a);
+            return;
         } else {
-            System.err.println("unknown --topology " + topology);
+            System.err.println("unknown --topology " + topology
+                + " (passthrough, wordcount, windowed, join, raw)");
             System.exit(2);
         }
         Properties p = new Properties();

@@ -9,8 +9,9 @@
 //! `windowed` (the word count per 10-second tumbling window, 1 h grace,
 //! windowed keys in Kafka's time-windowed layout), `join` (each record
 //! joined with the value of its key in the table read from `--table`) or
-//! `raw` (no stream runtime: a plain consumer → producer loop that commits
-//! every `--commit-ms`, the ceiling the runtime is compared with).
+//! `raw` (no stream runtime: `--threads` plain consumer → producer loops
+//! in one group, each committing every `--commit-ms`, the ceiling the
+//! runtime is compared with).
 //!
 //! Prints `RUNNING` on stdout once the application is Running, then runs
 //! until SIGTERM / SIGINT (clean close: static members stay in the group),
@@ -67,9 +68,39 @@ fn commit_ms() -> String {
     arg("--commit-ms").unwrap_or_else(|| "200".into())
 }
 
-/// The ceiling: consume → produce with the bare client, committing after a
-/// producer flush every `--commit-ms` (at-least-once, like the runtime).
+/// The ceiling: `--threads` consume → produce loops with the bare client
+/// in one group, each committing after a producer flush every
+/// `--commit-ms` (at-least-once, like the runtime). One loop per stream
+/// thread, so the ceiling has the parallelism of the app it bounds.
 fn raw_loop(input: &str, output: &str) {
+    let threads: usize = arg("--threads")
+        .unwrap_or_else(|| "1".into())
+        .parse()
+        .expect("--threads");
+    install_signals();
+    let (assigned, all_assigned) = crossbeam_channel::bounded(threads);
+    let loops: Vec<_> = (0..threads)
+        .map(|_| {
+            let (input, output) = (input.to_string(), output.to_string());
+            let assigned = assigned.clone();
+            std::thread::spawn(move || raw_loop_thread(&input, &output, assigned))
+        })
+        .collect();
+    // RUNNING once every loop has partitions, as an app is RUNNING once
+    // its threads have their tasks: a bench's clock starts here.
+    for _ in 0..threads {
+        if all_assigned.recv_timeout(Duration::from_secs(300)).is_err() {
+            break;
+        }
+    }
+    println!("RUNNING");
+    for l in loops {
+        l.join().expect("raw loop thread");
+    }
+    println!("CLOSED true");
+}
+
+fn raw_loop_thread(input: &str, output: &str, assigned: crossbeam_channel::Sender<()>) {
     let bootstrap = need("--bootstrap");
     let every = Duration::from_millis(commit_ms().parse().expect("--commit-ms"));
     let mut consumer = Consumer::new(
@@ -88,11 +119,15 @@ fn raw_loop(input: &str, output: &str) {
     )
     .expect("producer");
     consumer.subscribe(&[input]).expect("subscribe");
-    install_signals();
-    println!("RUNNING");
     let mut next_commit = Instant::now() + every;
+    let mut told = false;
     while !STOP.load(Ordering::SeqCst) {
-        for r in consumer.poll(Duration::from_millis(100)).expect("poll") {
+        let records = consumer.poll(Duration::from_millis(100)).expect("poll");
+        if !told && !consumer.assignment().is_empty() {
+            told = true;
+            let _ = assigned.send(());
+        }
+        for r in records {
             let mut out = ProducerRecord::new(output).timestamp(r.timestamp);
             if let Some(k) = r.key {
                 out = out.key(k);
@@ -118,7 +153,6 @@ fn raw_loop(input: &str, output: &str) {
     producer.flush().expect("flush");
     let _ = consumer.commit_sync();
     let _ = consumer.close();
-    println!("CLOSED true");
 }
 
 /// Prints `RESTORING <n>` / `RESTORED <n>` when each store restoration
