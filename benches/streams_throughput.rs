@@ -219,15 +219,7 @@ fn run(
         .expect("app starts");
     let pid = child.id();
     // Profiling aid: RILL_BENCH_PERF=<dir> records each app with `perf record`.
-    let perf = std::env::var("RILL_BENCH_PERF").ok().map(|dir| {
-        Command::new("perf")
-            .args(["record", "-F", "499", "-g", "-p", &pid.to_string(), "-o"])
-            .arg(format!("{dir}/perf-{tag}.data"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("perf starts")
-    });
+    let perf = rill_benches::PerfRecord::start_if_requested(pid, &tag);
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let deadline = Instant::now() + Duration::from_secs(600);
     let (mut t0, mut cpu0, mut broker_cpu0) = (None, 0.0, 0.0);
@@ -255,11 +247,7 @@ fn run(
     let cpu = cpu_seconds(pid) - cpu0;
     let broker_cpu = cpu_seconds(broker_pid) - broker_cpu0;
     let rss = peak_rss_kib(pid) as f64 / 1024.0;
-    if let Some(mut p) = perf {
-        // perf writes its file on SIGINT.
-        rill_tests::send_signal(p.id(), libc::SIGINT);
-        let _ = p.wait();
-    }
+    drop(perf);
     rill_tests::send_signal(pid, libc::SIGTERM);
     let _ = lines.by_ref().count();
     let _ = child.wait();

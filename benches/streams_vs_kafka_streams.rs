@@ -546,6 +546,9 @@ struct Run {
     steady_rate: f64,
     /// Input records per CPU-second of the app in the same interval.
     steady_per_cpu_s: f64,
+    /// The broker's CPU µs per input record in the same interval (it
+    /// shares the 2 cores with the app).
+    broker_us: f64,
     /// Input records per second from RUNNING to the complete output.
     e2e_rate: f64,
     /// Seconds from RUNNING to the complete output.
@@ -561,6 +564,7 @@ struct Run {
 fn throughput_run(
     bin: &Path,
     bootstrap: &str,
+    broker_pid: Option<u32>,
     inputs: &Inputs,
     w: &Workload,
     runtime: Runtime,
@@ -593,10 +597,18 @@ fn throughput_run(
         != "RUNNING"
     {}
     let running = Instant::now();
+    // RILL_BENCH_PERF=<dir>: a profile of Rill's runs (the JVM's frames
+    // would not resolve).
+    let perf = if runtime == Runtime::Rill {
+        rill_benches::PerfRecord::start_if_requested(pid, tag)
+    } else {
+        None
+    };
     let mut counts =
         (w.progress == Progress::LatestCounts).then(|| LatestCounts::new(bootstrap, &t.output));
-    // (seconds since RUNNING, input records done, app CPU seconds)
-    let mut samples: Vec<(f64, f64, f64)> = Vec::new();
+    // (seconds since RUNNING, input records done, app CPU-s, broker CPU-s)
+    let mut samples: Vec<(f64, f64, f64, f64)> = Vec::new();
+    let broker_cpu = || broker_pid.map_or(f64::NAN, cpu_seconds);
     let mut first_output = None;
     loop {
         assert!(
@@ -614,13 +626,19 @@ fn throughput_run(
         if done > 0.0 && first_output.is_none() {
             first_output = Some(spawned.elapsed());
         }
-        samples.push((running.elapsed().as_secs_f64(), done, cpu_seconds(pid)));
+        samples.push((
+            running.elapsed().as_secs_f64(),
+            done,
+            cpu_seconds(pid),
+            broker_cpu(),
+        ));
         if done >= n as f64 {
             break;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
     let rss = peak_rss_kib(pid) as f64 / 1024.0;
+    drop(perf);
     stop(&mut child);
     // The output and the app's internal topics go: 20 M records per run
     // would fill the broker's disk over a bench.
@@ -642,6 +660,7 @@ fn throughput_run(
     Run {
         steady_rate: (hi.1 - lo.1) / (hi.0 - lo.0).max(1e-3),
         steady_per_cpu_s: (hi.1 - lo.1) / (hi.2 - lo.2).max(1e-3),
+        broker_us: (hi.3 - lo.3) * 1e6 / (hi.1 - lo.1).max(1.0),
         e2e_rate: n as f64 / last.0,
         secs: last.0,
         first_output_ms: first_output.map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0),
@@ -731,6 +750,7 @@ fn throughput_part(
     bootstrap: &str,
     broker: &str,
     suffix: &str,
+    broker_pid: Option<u32>,
 ) -> BTreeMap<&'static str, f64> {
     let rounds: usize = env_or("ROUNDS", 5);
     let warmup: usize = env_or("WARMUP", 0);
@@ -748,15 +768,16 @@ fn throughput_part(
                 let ai = (k + round) % 2;
                 let (app, runtime) = w.apps[ai];
                 let tag = format!("{}-{wi}-{ai}-{round}-{}", w.topology, inputs.tag);
-                let r = throughput_run(bin, bootstrap, &inputs, w, runtime, &tag);
+                let r = throughput_run(bin, bootstrap, broker_pid, &inputs, w, runtime, &tag);
                 println!(
-                    "{} {round} {} / {app}: steady {:.0}/s, end-to-end {:.0}/s in {:.1} s, {:.0} per CPU-s, first output {:.0} ms, peak RSS {:.1} MiB",
+                    "{} {round} {} / {app}: steady {:.0}/s, end-to-end {:.0}/s in {:.1} s, {:.0} per CPU-s, broker {:.2} CPU-µs per record, first output {:.0} ms, peak RSS {:.1} MiB",
                     if round < warmup { "warm-up" } else { "round" },
                     w.name,
                     r.steady_rate,
                     r.e2e_rate,
                     r.secs,
                     r.steady_per_cpu_s,
+                    r.broker_us,
                     r.first_output_ms,
                     r.rss_mib
                 );
@@ -775,17 +796,18 @@ fn throughput_part(
         thousands(inputs.join_records as f64),
         thousands(inputs.table_keys as f64)
     );
-    println!("| workload | app | steady-state rate /s | end-to-end rate /s | per CPU-second (steady) | peak RSS MiB | first output ms | run s |");
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("| workload | app | steady-state rate /s | end-to-end rate /s | per CPU-second (steady) | broker CPU µs per record | peak RSS MiB | first output ms | run s |");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for (wi, w) in workloads.iter().enumerate() {
         for (ai, (app, _)) in w.apps.iter().enumerate() {
             let r = &out[&(wi, ai)];
             println!(
-                "| {} | {app} | {} | {} | {} | {:.1} | {:.0} | {:.1} |",
+                "| {} | {app} | {} | {} | {} | {:.2} | {:.1} | {:.0} | {:.1} |",
                 w.name,
                 spread(r, |r| r.steady_rate),
                 spread(r, |r| r.e2e_rate),
                 spread(r, |r| r.steady_per_cpu_s),
+                median(&r.iter().map(|r| r.broker_us).collect::<Vec<_>>()),
                 median(&r.iter().map(|r| r.rss_mib).collect::<Vec<_>>()),
                 median(&r.iter().map(|r| r.first_output_ms).collect::<Vec<_>>()),
                 median(&r.iter().map(|r| r.secs).collect::<Vec<_>>()),
@@ -1345,7 +1367,8 @@ fn main() {
         let kafka = ApacheKafka::start().expect("Apache Kafka starts");
         let name = format!("Apache Kafka {KAFKA_VERSION}");
         println!("\n# Broker: {name} (single KRaft node)");
-        run_parts(&parts, &bin, &kafka.bootstrap, &name, "");
+        let jvm = rill_benches::first_child(kafka.pid());
+        run_parts(&parts, &bin, &kafka.bootstrap, &name, "", jvm);
     }
     if brokers.contains("embedded") {
         let broker = spawn_broker_process();
@@ -1356,18 +1379,27 @@ fn main() {
             &broker.bootstrap,
             "the embedded broker",
             "-embedded",
+            Some(broker.child.id()),
         );
     }
 }
 
-/// The parts of `PARTS` against one broker; `suffix` tells its charts apart.
-fn run_parts(parts: &str, bin: &Path, b: &str, broker: &str, suffix: &str) {
+/// The parts of `PARTS` against one broker; `suffix` tells its charts apart,
+/// `broker_pid` is the broker process whose CPU the throughput part counts.
+fn run_parts(
+    parts: &str,
+    bin: &Path,
+    b: &str,
+    broker: &str,
+    suffix: &str,
+    broker_pid: Option<u32>,
+) {
     if parts.contains("rolling") {
         rolling_part(b, broker, &format!("rolling-restart{suffix}.png"));
     }
     let mut peak = BTreeMap::new();
     if parts.contains("throughput") {
-        peak = throughput_part(bin, b, broker, suffix);
+        peak = throughput_part(bin, b, broker, suffix, broker_pid);
     }
     if parts.contains("latency") {
         latency_part(bin, b, broker, &peak);

@@ -291,3 +291,38 @@ mod tests {
         assert!(cpu_seconds(me) >= 0.0);
     }
 }
+
+/// A `perf record` of one process, running while the value lives (perf
+/// writes its file when the value drops: SIGINT, then wait). Profiling aid
+/// for the scenario benches.
+pub struct PerfRecord(Child);
+
+impl PerfRecord {
+    /// When `RILL_BENCH_PERF=<dir>` is set: `perf record` of `pid` with call
+    /// graphs into `<dir>/perf-<tag>.data`; `RILL_BENCH_PERF_CALL_GRAPH`
+    /// (e.g. `dwarf,8192`) picks the unwinder (default: frame pointers),
+    /// `RILL_BENCH_PERF_FREQ` the sampling rate (default 499 Hz; dwarf
+    /// copies the stack per sample, so long runs want ~99).
+    pub fn start_if_requested(pid: u32, tag: &str) -> Option<Self> {
+        let dir = std::env::var("RILL_BENCH_PERF").ok()?;
+        let call_graph =
+            std::env::var("RILL_BENCH_PERF_CALL_GRAPH").unwrap_or_else(|_| "fp".into());
+        let freq = std::env::var("RILL_BENCH_PERF_FREQ").unwrap_or_else(|_| "499".into());
+        let child = Command::new("perf")
+            .args(["record", "-F", &freq, "--call-graph", &call_graph])
+            .args(["-p", &pid.to_string(), "-o"])
+            .arg(format!("{dir}/perf-{tag}.data"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("perf starts (RILL_BENCH_PERF is set)");
+        Some(Self(child))
+    }
+}
+
+impl Drop for PerfRecord {
+    fn drop(&mut self) {
+        rill_tests::send_signal(self.0.id(), libc::SIGINT);
+        let _ = self.0.wait();
+    }
+}

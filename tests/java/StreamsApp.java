@@ -60,7 +60,7 @@ public class StreamsApp {
     // The ceiling with the Java clients: `--threads` consumer → producer
     // loops in one group, each committing after a producer flush every
     // `--commit-ms` (at-least-once, like the runtime; the same settings as
-    // Rill's raw loop: max.poll.records 1000, linger.ms 100).
+    // Rill's raw loop: max.poll.records 1000, linger.ms 100, 256 KiB batches).
     static void rawLoop(Map<String, String> a) throws Exception {
         int threads = Integer.parseInt(a.getOrDefault("--threads", "1"));
         long every = Long.parseLong(a.getOrDefault("--commit-ms", "200"));
@@ -77,6 +77,7 @@ public class StreamsApp {
                 Properties pr = new Properties();
                 pr.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, a.get("--bootstrap"));
                 pr.put(ProducerConfig.LINGER_MS_CONFIG, "100");
+                pr.put(ProducerConfig.BATCH_SIZE_CONFIG, "262144");
                 ByteArrayDeserializer d = new ByteArrayDeserializer();
                 ByteArraySerializer s = new ByteArraySerializer();
                 try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(c, d, d);
