@@ -17,7 +17,8 @@
 //!    docs/img/rolling-restart[-embedded].png.
 //! 2. Throughput in steady state (issue 23): inputs pre-loaded once per
 //!    broker (`RECORDS` 20,000,000 × 100 B; `LINES` 1,000,000 lines of 10
-//!    words; `JOIN_RECORDS` 10,000,000 over a `TABLE_KEYS` 100,000-key
+//!    words for the uncached word count, `CACHED_LINES` 2,500,000 for the
+//!    cached counts, which run 2.5× faster; `JOIN_RECORDS` 10,000,000 over a `TABLE_KEYS` 100,000-key
 //!    table), each run with its own application id and output topic:
 //!    the raw consume → produce loop with Rill's client and with the Java
 //!    clients (the ceiling), passthrough, word count with the cache on and
@@ -30,7 +31,9 @@
 //!    (0: every run is a fresh process, and the 10 % cut drops the JVM's
 //!    warm-up) rounds; medians (min–max) and pairwise ratios. A workload
 //!    whose fastest app ran < 20 s is flagged. `WORKLOADS=raw,join,…`
-//!    picks workloads. Chart: docs/img/throughput[-embedded].png.
+//!    picks workloads, `APPS=rill` runs Rill only (no tables: with
+//!    `RILL_BENCH_PERF=<dir>`, for profiles). Chart:
+//!    docs/img/throughput[-embedded].png.
 //!    `latency`: passthrough and the uncached word count at 50 % of Kafka
 //!    Streams' steady-state maximum from part 2 (`LATENCY_RATE_*` when it
 //!    did not run), `commit.interval.ms` 100: p50/p99/p99.9/max of output
@@ -343,7 +346,10 @@ struct Workload {
 #[derive(Clone, Copy, PartialEq)]
 enum Input {
     Records,
+    /// For the uncached word count.
     Lines,
+    /// More lines for the cached counts, 2.5× faster than the uncached one.
+    CachedLines,
     JoinStream,
 }
 
@@ -380,7 +386,7 @@ const WORKLOADS: [Workload; 6] = [
         name: "word count, cache on",
         topology: "wordcount",
         cache: None,
-        input: Input::Lines,
+        input: Input::CachedLines,
         progress: Progress::LatestCounts,
         apps: RILL_KS,
     },
@@ -396,7 +402,7 @@ const WORKLOADS: [Workload; 6] = [
         name: "windowed count (10 s), cache on",
         topology: "windowed",
         cache: None,
-        input: Input::Lines,
+        input: Input::CachedLines,
         progress: Progress::LatestCounts,
         apps: RILL_KS,
     },
@@ -415,6 +421,7 @@ struct Inputs {
     tag: String,
     records: usize,
     lines: usize,
+    cached_lines: usize,
     join_records: usize,
     table_keys: usize,
 }
@@ -424,6 +431,7 @@ impl Inputs {
         match input {
             Input::Records => format!("in-records-{}", self.tag),
             Input::Lines => format!("in-lines-{}", self.tag),
+            Input::CachedLines => format!("in-cached-lines-{}", self.tag),
             Input::JoinStream => format!("in-join-{}", self.tag),
         }
     }
@@ -436,6 +444,7 @@ impl Inputs {
         match input {
             Input::Records => self.records,
             Input::Lines => self.lines,
+            Input::CachedLines => self.cached_lines,
             Input::JoinStream => self.join_records,
         }
     }
@@ -450,6 +459,7 @@ impl Inputs {
             tag: std::process::id().to_string(),
             records: env_or("RECORDS", 20_000_000),
             lines: env_or("LINES", 1_000_000),
+            cached_lines: env_or("CACHED_LINES", 2_500_000),
             join_records: env_or("JOIN_RECORDS", 10_000_000),
             table_keys: env_or("TABLE_KEYS", 100_000),
         };
@@ -470,13 +480,16 @@ impl Inputs {
                 }),
             );
         }
-        if uses(Input::Lines) {
-            let topic = i.topic(Input::Lines);
+        for lines in [Input::Lines, Input::CachedLines] {
+            if !uses(lines) {
+                continue;
+            }
+            let topic = i.topic(lines);
             a.create_topic(NewTopic::new(topic.as_str(), PARTITIONS, 1))
                 .unwrap();
             rill_benches::send_all(
                 &p,
-                (0..i.lines).map(|n| {
+                (0..i.count(lines)).map(|n| {
                     ProducerRecord::new(topic.as_str())
                         .key(format!("k{}", n % 1000))
                         .value(line_of(n))
@@ -510,10 +523,11 @@ impl Inputs {
             );
         }
         println!(
-            "inputs loaded in {:.0} s: {} records, {} lines of {WORDS_PER_LINE} words, join: {} records over a {}-key table",
+            "inputs loaded in {:.0} s: {} records, {} + {} lines of {WORDS_PER_LINE} words, join: {} records over a {}-key table",
             t0.elapsed().as_secs_f64(),
             i.records,
             i.lines,
+            i.cached_lines,
             i.join_records,
             i.table_keys
         );
@@ -525,6 +539,7 @@ impl Inputs {
         let names = [
             self.topic(Input::Records),
             self.topic(Input::Lines),
+            self.topic(Input::CachedLines),
             self.topic(Input::JoinStream),
             self.table(),
         ];
@@ -759,6 +774,8 @@ fn throughput_part(
         .into_iter()
         .filter(|w| only.is_empty() || only.split(',').any(|o| w.topology == o.trim()))
         .collect();
+    // APPS=rill: Rill's runs only (profiling with RILL_BENCH_PERF); no tables.
+    let rill_only = std::env::var("APPS").is_ok_and(|a| a == "rill");
     let inputs = Inputs::load(bootstrap, &workloads);
     // (workload, app index) → runs
     let mut out: BTreeMap<(usize, usize), Vec<Run>> = BTreeMap::new();
@@ -766,6 +783,9 @@ fn throughput_part(
         for (wi, w) in workloads.iter().enumerate() {
             for k in 0..2 {
                 let ai = (k + round) % 2;
+                if rill_only && ai == 1 {
+                    continue;
+                }
                 let (app, runtime) = w.apps[ai];
                 let tag = format!("{}-{wi}-{ai}-{round}-{}", w.topology, inputs.tag);
                 let r = throughput_run(bin, bootstrap, broker_pid, &inputs, w, runtime, &tag);
@@ -788,11 +808,15 @@ fn throughput_part(
         }
     }
     inputs.delete(bootstrap);
+    if rill_only {
+        return BTreeMap::new();
+    }
     println!("\n## Throughput on {broker}: {PARTITIONS} partitions, 2 stream threads (raw: 2 loops), commit.interval.ms 1000, inputs pre-loaded; median (min–max) of {rounds} rounds after {warmup} warm-up round(s)");
     println!(
-        "Inputs: {} records of 100 B (passthrough, raw); {} lines of {WORDS_PER_LINE} words from 1,000 (word counts: rates in lines/s, ×{WORDS_PER_LINE} for words/s); join: {} records of 100 B over a {}-key table.",
+        "Inputs: {} records of 100 B (passthrough, raw); lines of {WORDS_PER_LINE} words from 1,000 (rates in lines/s, ×{WORDS_PER_LINE} for words/s): {} for the uncached word count, {} for the cached counts; join: {} records of 100 B over a {}-key table.",
         thousands(inputs.records as f64),
         thousands(inputs.lines as f64),
+        thousands(inputs.cached_lines as f64),
         thousands(inputs.join_records as f64),
         thousands(inputs.table_keys as f64)
     );
@@ -858,7 +882,7 @@ fn throughput_part(
             .map(|(ai, _)| median(&out[&(wi, ai)].iter().map(|r| r.secs).collect::<Vec<_>>()))
             .fold(f64::INFINITY, f64::min);
         if fastest < 20.0 {
-            println!("WARNING: {}: the fastest app ran {fastest:.1} s (< 20 s, not steady state): raise RECORDS / LINES / JOIN_RECORDS", w.name);
+            println!("WARNING: {}: the fastest app ran {fastest:.1} s (< 20 s, not steady state): raise RECORDS / LINES / CACHED_LINES / JOIN_RECORDS", w.name);
         }
     }
     let labels: Vec<String> = workloads

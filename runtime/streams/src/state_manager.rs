@@ -153,6 +153,10 @@ pub(crate) fn adopt(
     Ok(out)
 }
 
+/// The most a persistent store buffers between commits under
+/// at-least-once before it writes the batch to RocksDB.
+const WRITE_BUFFER_BYTES: usize = 1 << 20;
+
 /// Wraps one opened store for an active task (transactional under EOS,
 /// cached when its definition says so) and plans its restoration.
 fn add_store(
@@ -175,6 +179,13 @@ fn add_store(
         // transaction commits, so a crash never leaves aborted state on
         // disk and a restart restores only the changelog tail.
         store = Box::new(rill_state::TransactionalStore::new(store));
+    } else if store.persistent() {
+        // At-least-once: RocksDB gets each commit's writes as one batch,
+        // one put per key (see rill_state::transactional).
+        store = Box::new(rill_state::TransactionalStore::write_buffer(
+            store,
+            WRITE_BUFFER_BYTES,
+        ));
     }
     out.persistent |= store.persistent();
     let changelog = def

@@ -618,8 +618,9 @@ impl StreamTask {
         std::mem::take(&mut self.shared.out)
     }
 
-    /// After the thread's transaction committed (exactly-once): every store
-    /// takes the writes it held back.
+    /// Every store takes the writes it held back: after the thread's
+    /// transaction committed (exactly-once), or at each commit
+    /// (at-least-once: the write buffers of persistent stores).
     pub fn commit_stores(&mut self) -> Result<()> {
         for h in self.shared.stores.values_mut().filter(|h| !h.global) {
             h.store

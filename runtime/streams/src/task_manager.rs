@@ -698,6 +698,11 @@ impl TaskManager {
             self.write_checkpoints(checkpoint);
             return Ok(());
         }
+        // At-least-once: the stores' write buffers go to RocksDB (one batch
+        // each) before checkpoints may claim them.
+        for t in self.tasks.values_mut() {
+            t.task.commit_stores()?;
+        }
         self.collector.flush()?;
         if !offsets.is_empty() {
             consumer

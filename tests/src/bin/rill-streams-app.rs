@@ -122,7 +122,10 @@ fn raw_loop_thread(input: &str, output: &str, assigned: crossbeam_channel::Sende
         .set("linger.ms", "100")
         .set("batch.size", "262144");
     // Bench experiments: RILL_RAW_PRODUCER=k=v,k2=v2 overrides producer keys.
-    for kv in std::env::var("RILL_RAW_PRODUCER").unwrap_or_default().split(',') {
+    for kv in std::env::var("RILL_RAW_PRODUCER")
+        .unwrap_or_default()
+        .split(',')
+    {
         if let Some((k, v)) = kv.split_once('=') {
             producer_config = producer_config.set(k.trim(), v.trim());
         }
