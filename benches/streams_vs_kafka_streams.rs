@@ -1053,6 +1053,9 @@ fn latency_run(
     (latencies, (sent.unwrap_or(0) - seen).max(0))
 }
 
+/// p50, p99, p99.9, max (ms) and the outputs missing, of one latency run.
+type LatencyRow = (i64, i64, i64, i64, i64);
+
 fn percentile(sorted: &[i64], p: f64) -> i64 {
     if sorted.is_empty() {
         return -1;
@@ -1087,7 +1090,7 @@ fn latency_part(bin: &Path, bootstrap: &str, broker: &str, peak: &BTreeMap<&'sta
                 continue;
             }
         };
-        let mut per_app: [Vec<(i64, i64, i64, i64, i64)>; 2] = Default::default();
+        let mut per_app: [Vec<LatencyRow>; 2] = Default::default();
         for round in 0..rounds {
             for k in 0..2 {
                 let ai = (k + round) % 2;

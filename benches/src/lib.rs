@@ -269,29 +269,6 @@ pub fn total_end_offset(admin: &rill_client::Admin, topic: &str, partitions: i32
         .unwrap_or(0)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn medians_and_ratios() {
-        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
-        assert_eq!(
-            ratio_stats(&[2.0, 4.0, 9.0], &[1.0, 2.0, 3.0]),
-            (2.0, 2.0, 3.0)
-        );
-    }
-
-    #[test]
-    fn reads_own_process_stats() {
-        let me = std::process::id();
-        assert!(peak_rss_kib(me) > 0);
-        assert!(rss_kib(me) > 0);
-        assert!(cpu_seconds(me) >= 0.0);
-    }
-}
-
 /// A `perf record` of one process, running while the value lives (perf
 /// writes its file when the value drops: SIGINT, then wait). Profiling aid
 /// for the scenario benches.
@@ -324,5 +301,28 @@ impl Drop for PerfRecord {
     fn drop(&mut self) {
         rill_tests::send_signal(self.0.id(), libc::SIGINT);
         let _ = self.0.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians_and_ratios() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert_eq!(
+            ratio_stats(&[2.0, 4.0, 9.0], &[1.0, 2.0, 3.0]),
+            (2.0, 2.0, 3.0)
+        );
+    }
+
+    #[test]
+    fn reads_own_process_stats() {
+        let me = std::process::id();
+        assert!(peak_rss_kib(me) > 0);
+        assert!(rss_kib(me) > 0);
+        assert!(cpu_seconds(me) >= 0.0);
     }
 }
