@@ -657,14 +657,7 @@ fn throughput_run(
     stop(&mut child);
     // The output and the app's internal topics go: 20 M records per run
     // would fill the broker's disk over a bench.
-    let mut gone = vec![t.output.clone()];
-    gone.extend(
-        a.list_topics()
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|x| x.starts_with(&t.app)),
-    );
-    let _ = a.delete_topics(&gone.iter().map(String::as_str).collect::<Vec<_>>());
+    delete_run_topics(&a, &t.app, &[&t.output]);
     let at = |f: f64| {
         *samples
             .iter()
@@ -681,6 +674,19 @@ fn throughput_run(
         first_output_ms: first_output.map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0),
         rss_mib: rss,
     }
+}
+
+/// Deletes `topics` and the internal topics of application `app`.
+fn delete_run_topics(a: &Admin, app: &str, topics: &[&str]) {
+    let internal = a.list_topics().unwrap_or_default();
+    let mut gone: Vec<&str> = topics.to_vec();
+    gone.extend(
+        internal
+            .iter()
+            .map(String::as_str)
+            .filter(|x| x.starts_with(app)),
+    );
+    let _ = a.delete_topics(&gone);
 }
 
 /// The word count's output read as a table: the latest count per key.
@@ -1040,15 +1046,7 @@ fn latency_run(
         }
     }
     stop(&mut child);
-    let a = admin(bootstrap);
-    let mut gone = vec![t.input.clone(), t.output.clone()];
-    gone.extend(
-        a.list_topics()
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|x| x.starts_with(&t.app)),
-    );
-    let _ = a.delete_topics(&gone.iter().map(String::as_str).collect::<Vec<_>>());
+    delete_run_topics(&admin(bootstrap), &t.app, &[&t.input, &t.output]);
     latencies.sort_unstable();
     (latencies, (sent.unwrap_or(0) - seen).max(0))
 }
