@@ -107,7 +107,7 @@ pub struct RecordCache {
     /// position -> key, one item per key, least recently used first
     /// once stale items are refiled: a read costs no tree operation, only
     /// eviction does (a stream–table join reads the table's cache once per
-    /// record; a reordering per read was ~10 % of its CPU).
+    /// record).
     order: BTreeMap<u64, Bytes>,
     next_seq: u64,
     /// Keys in the order they became dirty since the last flush; an item
