@@ -34,10 +34,11 @@
 //!    picks workloads, `APPS=rill` runs Rill only (no tables: with
 //!    `RILL_BENCH_PERF=<dir>`, for profiles). Chart:
 //!    docs/img/throughput[-embedded].png.
-//!    `latency`: passthrough and the uncached word count at 50 % of Kafka
-//!    Streams' steady-state maximum from part 2 (`LATENCY_RATE_*` when it
-//!    did not run), `commit.interval.ms` 100: p50/p99/p99.9/max of output
-//!    arrival − input timestamp over `LATENCY_SECS` (30) s, `LATENCY_ROUNDS` (3).
+//!    `latency`: passthrough and the uncached word count at fractions
+//!    `LATENCY_LOADS` (`0.5,0.25`) of Kafka Streams' steady-state maximum
+//!    from part 2 (`LATENCY_RATE_*` is that maximum when it did not run),
+//!    `commit.interval.ms` 100: p50/p99/p99.9/max of output arrival − input
+//!    timestamp over `LATENCY_SECS` (30) s, `LATENCY_ROUNDS` (3).
 //! 3. Startup to the first processed record with checkpointed state: the
 //!    word count is stopped cleanly, one record is written, and the clock
 //!    runs from spawning the app until that record's count is in the output.
@@ -1064,9 +1065,19 @@ fn percentile(sorted: &[i64], p: f64) -> i64 {
 /// Passthrough and the uncached word count at 50 % of Kafka Streams'
 /// steady-state maximum measured by the throughput part in this run
 /// (`LATENCY_RATE_PASSTHROUGH` / `LATENCY_RATE_WORDCOUNT` when it did not
-/// run), Rill and Kafka Streams alternating over `LATENCY_ROUNDS` (3).
+/// run) times each of `LATENCY_LOADS` (`0.5,0.25`: a rate near Kafka
+/// Streams' limit and one it sustains), Rill and Kafka Streams alternating
+/// over `LATENCY_ROUNDS` (3).
 fn latency_part(bin: &Path, bootstrap: &str, broker: &str, peak: &BTreeMap<&'static str, f64>) {
     let rounds: usize = env_or("LATENCY_ROUNDS", 3);
+    let loads_var = std::env::var("LATENCY_LOADS").unwrap_or_else(|_| "0.5,0.25".into());
+    let loads: Vec<f64> = loads_var
+        .split(',')
+        .map(|f| match f.trim().parse::<f64>() {
+            Ok(x) if x > 0.0 && x <= 1.0 => x,
+            _ => panic!("LATENCY_LOADS={loads_var}: {f:?} is not a fraction in (0, 1]"),
+        })
+        .collect();
     let mut rows = Vec::new();
     for (topology, name, var) in [
         ("passthrough", "passthrough", "LATENCY_RATE_PASSTHROUGH"),
@@ -1076,11 +1087,11 @@ fn latency_part(bin: &Path, bootstrap: &str, broker: &str, peak: &BTreeMap<&'sta
             "LATENCY_RATE_WORDCOUNT",
         ),
     ] {
-        let rate = match (peak.get(name), std::env::var(var).ok()) {
+        let max = match (peak.get(name), std::env::var(var).ok()) {
             (_, Some(v)) => v
                 .parse::<f64>()
                 .unwrap_or_else(|_| panic!("{var}={v} is not a rate in records/s")),
-            (Some(max), None) => max / 2.0,
+            (Some(max), None) => *max,
             (None, None) => {
                 println!(
                     "latency: {name} skipped: run PARTS=throughput,latency or set {var} (inputs/s)"
@@ -1088,32 +1099,41 @@ fn latency_part(bin: &Path, bootstrap: &str, broker: &str, peak: &BTreeMap<&'sta
                 continue;
             }
         };
-        let mut per_app: [Vec<LatencyRow>; 2] = Default::default();
-        for round in 0..rounds {
-            for k in 0..2 {
-                let ai = (k + round) % 2;
-                let (app, runtime) = RILL_KS[ai];
-                let tag = format!("lat-{topology}-{ai}-{round}-{}", std::process::id());
-                let (l, missing) = latency_run(bin, bootstrap, runtime, topology, rate, &tag);
-                let row = (
-                    percentile(&l, 0.5),
-                    percentile(&l, 0.99),
-                    percentile(&l, 0.999),
-                    l.last().copied().unwrap_or(-1),
-                    missing,
-                );
-                println!(
+        for &load in &loads {
+            let rate = max * load;
+            let mut per_app: [Vec<LatencyRow>; 2] = Default::default();
+            for round in 0..rounds {
+                for k in 0..2 {
+                    let ai = (k + round) % 2;
+                    let (app, runtime) = RILL_KS[ai];
+                    let tag = format!(
+                        "lat-{topology}-{}-{ai}-{round}-{}",
+                        (load * 100.0) as u32,
+                        std::process::id()
+                    );
+                    let (l, missing) = latency_run(bin, bootstrap, runtime, topology, rate, &tag);
+                    let row = (
+                        percentile(&l, 0.5),
+                        percentile(&l, 0.99),
+                        percentile(&l, 0.999),
+                        l.last().copied().unwrap_or(-1),
+                        missing,
+                    );
+                    println!(
                     "latency round {round} {name} / {app} at {rate:.0}/s: p50 {} p99 {} p99.9 {} max {} ms over {} outputs, {missing} missing",
                     row.0, row.1, row.2, row.3, l.len()
                 );
-                per_app[ai].push(row);
+                    per_app[ai].push(row);
+                }
             }
+            rows.push((name, load, rate, per_app));
         }
-        rows.push((name, rate, per_app));
     }
-    println!("\n## Latency under load on {broker}: 50 % of Kafka Streams' steady-state maximum, cache off, commit.interval.ms 100, 2 stream threads, {} s per run (first 5 s not counted); median (min–max) of {rounds} runs", env_or("LATENCY_SECS", 30u64));
-    println!("| workload | input rate /s | app | p50 ms | p99 ms | p99.9 ms | max ms | missing |");
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("\n## Latency under load on {broker}: fractions of Kafka Streams' steady-state maximum, cache off, commit.interval.ms 100, 2 stream threads, {} s per run (first 5 s not counted); median (min–max) of {rounds} runs", env_or("LATENCY_SECS", 30u64));
+    println!(
+        "| workload | load | input rate /s | app | p50 ms | p99 ms | p99.9 ms | max ms | missing |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
     let fmt = |v: Vec<i64>| {
         let f: Vec<f64> = v.iter().map(|&x| x as f64).collect();
         let (lo, hi) = (
@@ -1122,10 +1142,11 @@ fn latency_part(bin: &Path, bootstrap: &str, broker: &str, peak: &BTreeMap<&'sta
         );
         format!("{} ({lo}–{hi})", thousands(median(&f)))
     };
-    for (name, rate, per_app) in &rows {
+    for (name, load, rate, per_app) in &rows {
+        let load = format!("{:.0} %", load * 100.0);
         for (ai, runs) in per_app.iter().enumerate() {
             println!(
-                "| {name} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {name} | {load} | {} | {} | {} | {} | {} | {} | {} |",
                 thousands(*rate),
                 RILL_KS[ai].0,
                 fmt(runs.iter().map(|r| r.0).collect()),
@@ -1137,7 +1158,9 @@ fn latency_part(bin: &Path, bootstrap: &str, broker: &str, peak: &BTreeMap<&'sta
         }
         let p99 = |ai: usize| per_app[ai].iter().map(|r| r.1 as f64).collect::<Vec<_>>();
         let (m, lo, hi) = rill_benches::ratio_stats(&p99(0), &p99(1));
-        println!("| {name} | | Rill / Kafka Streams p99 | {m:.3} ({lo:.3}–{hi:.3}) | | | | |");
+        println!(
+            "| {name} | {load} | | Rill / Kafka Streams p99 | {m:.3} ({lo:.3}–{hi:.3}) | | | | |"
+        );
     }
 }
 

@@ -23,7 +23,7 @@
 //! together or not at all. A fenced producer is replaced by a new one with
 //! the same transactional id (Kafka Streams does the same under EOS v2).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use rill_client::consumer::GroupMetadata;
@@ -31,6 +31,7 @@ use rill_client::{
     ClientConfig, DeliveryFuture, Error as ClientError, ErrorCode, OffsetAndMetadata, Producer,
     ProducerRecord, TopicPartition,
 };
+use rustc_hash::FxHashMap;
 
 use crate::error::{Result, StreamsError};
 use crate::processor_context::OutRecord;
@@ -40,8 +41,9 @@ use crate::processor_context::OutRecord;
 #[derive(Default)]
 struct Deliveries {
     /// Producer batch -> its latest record's future, and whether the batch
-    /// is a changelog's.
-    pending: HashMap<usize, (DeliveryFuture, bool)>,
+    /// is a changelog's. Keyed by the batch's address (not input data), so
+    /// the unseeded FxHash is safe; looked up per record sent.
+    pending: FxHashMap<usize, (DeliveryFuture, bool)>,
     /// Settle once `pending` holds this many (doubles while they are not done).
     settle_at: usize,
     /// Highest changelog offset written per partition.

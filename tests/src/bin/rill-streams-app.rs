@@ -29,6 +29,41 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+/// mimalloc, as docs/streams.md#allocator recommends for Rill apps: a
+/// record's trip allocates its keys and values a few times over, and
+/// glibc's malloc/free was ~17 % of the uncached word count's CPU
+/// (docs/benchmarks.md). See [`return_freed_memory_at_once`].
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// mimalloc 3's `purge_delay` option (its index in `mi_option_t`,
+/// mimalloc.h; the sys crate names no constant for it).
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
+/// mimalloc keeps freed pages for `purge_delay` (1 s) before returning
+/// them; with 1 s the app's peak RSS measured 1.4–1.9× glibc's on the
+/// steady-state benchmarks, with 0 it is glibc's (docs/streams.md).
+/// Checks the option's index by its documented default first, so another
+/// mimalloc version's enum cannot make this set a different option.
+/// `MIMALLOC_PURGE_DELAY` in the environment wins (bench experiments).
+#[allow(unsafe_code)] // two FFI calls into mimalloc, no pointers involved
+fn return_freed_memory_at_once() {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
+        return;
+    }
+    // SAFETY: reading and setting a mimalloc option by index; both calls
+    // take and return plain integers and are thread-safe.
+    unsafe {
+        if libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) == 1000 {
+            libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0);
+        } else {
+            eprintln!(
+                "rill-streams-app: mimalloc's purge_delay option is not at index 15; left as it is"
+            );
+        }
+    }
+}
+
 use rill_client::{ClientConfig, Consumer, Producer, ProducerRecord};
 use rill_streams::{
     Consumed, Grouped, Joined, KafkaStreams, Materialized, Produced, Serdes, State, StreamsBuilder,
@@ -183,6 +218,7 @@ impl rill_streams::StateRestoreListener for PrintRestored {
 }
 
 fn main() {
+    return_freed_memory_at_once();
     rill_tests::init_tracing();
     let (input, output) = (need("--input"), need("--output"));
     let topology = arg("--topology").unwrap_or_else(|| "passthrough".into());
