@@ -1062,12 +1062,11 @@ fn percentile(sorted: &[i64], p: f64) -> i64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
-/// Passthrough and the uncached word count at 50 % of Kafka Streams'
-/// steady-state maximum measured by the throughput part in this run
-/// (`LATENCY_RATE_PASSTHROUGH` / `LATENCY_RATE_WORDCOUNT` when it did not
-/// run) times each of `LATENCY_LOADS` (`0.5,0.25`: a rate near Kafka
-/// Streams' limit and one it sustains), Rill and Kafka Streams alternating
-/// over `LATENCY_ROUNDS` (3).
+/// Passthrough and the uncached word count at each of `LATENCY_LOADS`
+/// (`0.5,0.25`: a rate near Kafka Streams' limit and one it sustains) times
+/// Kafka Streams' steady-state maximum measured by the throughput part in
+/// this run (`LATENCY_RATE_PASSTHROUGH` / `LATENCY_RATE_WORDCOUNT` when it
+/// did not run), Rill and Kafka Streams alternating over `LATENCY_ROUNDS` (3).
 fn latency_part(bin: &Path, bootstrap: &str, broker: &str, peak: &BTreeMap<&'static str, f64>) {
     let rounds: usize = env_or("LATENCY_ROUNDS", 3);
     let loads_var = std::env::var("LATENCY_LOADS").unwrap_or_else(|_| "0.5,0.25".into());

@@ -104,8 +104,9 @@ pub struct Flushed {
 #[derive(Debug)]
 pub struct RecordCache {
     /// Record keys are input data: the hasher is seeded per map (foldhash,
-    /// several times faster than std's SipHash on short keys; a stream–table
-    /// join looks the table up once per record).
+    /// cheaper to compute than std's SipHash). A stream–table join looks the
+    /// table up once per record; that lookup's cost is memory, not hashing
+    /// (docs/benchmarks.md, the join's profile).
     entries: HashMap<Bytes, CacheEntry, foldhash::fast::RandomState>,
     /// position -> key, one item per key, least recently used first
     /// once stale items are refiled: a read costs no tree operation, only

@@ -41,8 +41,8 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
 /// mimalloc keeps freed pages for `purge_delay` (1 s) before returning
-/// them; with 1 s the app's peak RSS measured 1.4–1.9× glibc's on the
-/// steady-state benchmarks, with 0 it is glibc's (docs/streams.md).
+/// them; with 1 s the app's peak RSS measured 1.4–2.1× glibc's on the
+/// benchmarks, with 0 it is glibc's (docs/streams.md#allocator).
 /// Checks the option's index by its documented default first, so another
 /// mimalloc version's enum cannot make this set a different option.
 /// `MIMALLOC_PURGE_DELAY` in the environment wins (bench experiments).
