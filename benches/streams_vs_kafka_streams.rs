@@ -679,10 +679,10 @@ fn throughput_run(
 
 /// Deletes `topics` and the internal topics of application `app`.
 fn delete_run_topics(a: &Admin, app: &str, topics: &[&str]) {
-    let internal = a.list_topics().unwrap_or_default();
+    let listed = a.list_topics().unwrap_or_default();
     let mut gone: Vec<&str> = topics.to_vec();
     gone.extend(
-        internal
+        listed
             .iter()
             .map(String::as_str)
             .filter(|x| x.starts_with(app)),
