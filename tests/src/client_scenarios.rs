@@ -1241,6 +1241,16 @@ pub fn client_producer_and_consumer_controls(bootstrap: &str) {
         resumed.first().map(|r| (r.partition, r.offset)),
         Some((0, 0))
     );
+    // Caught up (what a stream thread asks before sending its output
+    // without waiting out linger.ms): not while partition 0 has records
+    // left, paused or not.
+    assert!(!c.caught_up(), "partition 0 has records left");
+    c.pause(std::slice::from_ref(&tp0)).unwrap();
+    assert!(
+        !c.caught_up(),
+        "a paused partition with records left is behind"
+    );
+    c.resume(std::slice::from_ref(&tp0)).unwrap();
     // Periodic auto-commit (200 ms) commits the position without being asked.
     let pos = c.position(&tp0).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -1262,6 +1272,16 @@ pub fn client_producer_and_consumer_controls(bootstrap: &str) {
         done.lock().unwrap().is_some()
     }));
     assert!(done.lock().unwrap().as_ref().unwrap().is_ok());
+    // Every record read: caught up, each partition at its high watermark.
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let _ = c.poll(Duration::from_millis(50));
+            c.caught_up()
+        }),
+        "never caught up: lags {:?}",
+        c.lags()
+    );
+    assert_eq!(c.lag(&tp0), Some(0));
     c.close().unwrap();
 }
 

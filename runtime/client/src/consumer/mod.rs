@@ -1218,6 +1218,21 @@ impl Consumer {
             .collect()
     }
 
+    /// Whether every assigned partition has been returned up to its high
+    /// watermark as of the last fetch (no partition has a
+    /// [`lag`](Self::lag) above 0). A paused partition with records left
+    /// is not caught up (a paused partition is usually one whose records
+    /// wait to be processed); one not fetched yet is: nothing is known to be
+    /// waiting there.
+    pub fn caught_up(&self) -> bool {
+        self.subs.assignment.iter().all(|(tp, st)| {
+            match (self.fetcher.high_watermark(tp), st.position) {
+                (Some(hw), Some(pos)) => pos >= hw,
+                _ => true,
+            }
+        })
+    }
+
     /// One assigned partition's lag as of the last fetch (as [`lags`](Self::lags)),
     /// looked up without building the whole list.
     pub fn lag(&self, tp: &TopicPartition) -> Option<i64> {

@@ -124,9 +124,16 @@ impl ProducerRecord {
     /// A record for `topic` with no key, value or headers, partitioned by the partitioner and
     /// timestamped at `send`.
     pub fn new(topic: impl IntoTopicName) -> Self {
+        // Every field spelt out: `..Default::default()` would build and
+        // drop a default `Arc<str>`, whose count is one static shared by
+        // every thread of the process — a contended atomic per record.
         Self {
             topic: topic.into_topic_name(),
-            ..Default::default()
+            partition: None,
+            key: None,
+            value: None,
+            timestamp: None,
+            headers: Vec::new(),
         }
     }
 
