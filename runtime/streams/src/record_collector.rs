@@ -170,32 +170,37 @@ impl RecordCollector {
         })
     }
 
-    /// Sends a task's outgoing records (sink and changelog records alike).
+    /// Sends a task's outgoing records (sink and changelog records alike),
+    /// handed to the producer in one call.
     pub fn send(&mut self, out: Vec<OutRecord>) -> Result<()> {
-        if self.eos.is_some() && !self.in_transaction && !out.is_empty() {
+        if out.is_empty() {
+            return Ok(());
+        }
+        if self.eos.is_some() && !self.in_transaction {
             self.begin()?;
         }
-        for r in out {
+        // The producer takes one record from the iterator and reports its
+        // future before taking the next: the flag set by one is the
+        // other's.
+        let changelog = std::cell::Cell::new(false);
+        let records = out.into_iter().map(|r| {
+            changelog.set(r.store.is_some());
             let mut rec = ProducerRecord::new(r.topic).timestamp(r.timestamp);
-            if let Some(k) = r.key {
-                rec = rec.key(k);
-            }
-            if let Some(v) = r.value {
-                rec = rec.value(v);
-            }
-            if let Some(p) = r.partition {
-                rec = rec.partition(p);
-            }
-            for (hk, hv) in r.headers {
-                rec = rec.header(hk, hv);
-            }
-            let delivery = self
-                .producer()?
-                .send(rec)
-                .map_err(|e| StreamsError::client("sending a record", e))?;
-            self.deliveries.track(delivery, r.store.is_some());
-        }
-        Ok(())
+            rec.key = r.key;
+            rec.value = r.value;
+            rec.partition = r.partition;
+            rec.headers = r.headers;
+            rec
+        });
+        let producer = self.producer.as_ref().ok_or_else(|| {
+            StreamsError::IllegalState("the stream thread's producer is closed".into())
+        })?;
+        let deliveries = &mut self.deliveries;
+        producer
+            .send_all(records, |delivery| {
+                deliveries.track(delivery, changelog.get())
+            })
+            .map_err(|e| StreamsError::client("sending a record", e))
     }
 
     /// Sends what the producer holds back for `linger.ms` now (an idle

@@ -997,12 +997,26 @@ impl StreamsGroup {
         let process_of = |id: &str| self.members[id].process_id.clone();
         // A member that kept the task as a standby (and has room) takes it
         // over: its copy is current, so only the changelog's tail restores
-        // (Kafka's StickyTaskAssignor does the same).
+        // (Kafka's StickyTaskAssignor does the same). The copy is the
+        // process's (one state directory per process, shared by its stream
+        // threads), so when that member is full another member of the same
+        // process with room takes it instead of another process.
         let previous_standby = |s: &str, p: i32, load: &BTreeMap<String, usize>| {
-            self.members
+            let holders: Vec<&StreamsMember> = self
+                .members
                 .values()
-                .filter(|m| load[&m.member_id] < quota)
-                .find(|m| held(m, |t| &t.standby, s, p))
+                .filter(|m| held(m, |t| &t.standby, s, p))
+                .collect();
+            let has_room = |m: &&StreamsMember| load[&m.member_id] < quota;
+            holders
+                .iter()
+                .copied()
+                .find(has_room)
+                .or_else(|| {
+                    self.members.values().find(|m| {
+                        has_room(m) && holders.iter().any(|h| h.process_id == m.process_id)
+                    })
+                })
                 .map(|m| m.member_id.clone())
         };
         // Standby holders first, so stateless tasks do not fill their room.

@@ -258,6 +258,90 @@ impl Drop for Closer {
     }
 }
 
+/// A record's headers as the batch builder takes them (no allocation when
+/// there are none).
+fn header_refs(record: &ProducerRecord) -> Vec<(&str, Option<&[u8]>)> {
+    record
+        .headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_deref()))
+        .collect()
+}
+
+/// The bytes `record` may take in a batch, once it is known to fit in a
+/// request and in `buffer.memory` and to name a topic.
+fn checked_size(
+    record: &ProducerRecord,
+    headers: &[(&str, Option<&[u8]>)],
+    cfg: &ProducerConfig,
+) -> Result<usize> {
+    let size = rill_protocol::records::BatchBuilder::record_size_upper_bound(
+        record.key.as_deref(),
+        record.value.as_deref(),
+        headers,
+    ) + rill_protocol::records::BATCH_HEADER_LEN;
+    if size > cfg.max_request_size {
+        return Err(Error::RecordTooLarge {
+            topic: record.topic.to_string(),
+            size,
+            max: cfg.max_request_size,
+        });
+    }
+    if size > cfg.buffer_memory {
+        return Err(Error::config(
+            "buffer.memory",
+            &cfg.buffer_memory.to_string(),
+            format!("a record of {size} bytes for {} does not fit", record.topic),
+        ));
+    }
+    if record.topic.is_empty() {
+        return Err(Error::UnknownTopic {
+            topic: String::new(),
+            detail: "empty topic name".into(),
+        });
+    }
+    Ok(size)
+}
+
+/// The partition `record` goes to: its own (checked against the topic),
+/// else its key's murmur2 hash, else the uniform sticky partitioner's (KIP-794).
+fn pick_partition(
+    acc: &mut Accumulator,
+    cfg: &ProducerConfig,
+    topic: &crate::cluster::TopicMetadata,
+    record: &ProducerRecord,
+    size: usize,
+) -> Result<i32> {
+    let count = topic.partitions.len();
+    Ok(match record.partition {
+        Some(p) if p < 0 || p as usize >= count => {
+            return Err(Error::UnknownPartition {
+                topic: record.topic.to_string(),
+                partition: p,
+                count,
+            })
+        }
+        Some(p) => p,
+        None => match record
+            .key
+            .as_deref()
+            .filter(|_| !cfg.partitioner_ignore_keys)
+        {
+            Some(k) => partitioner::partition_for_key(k, count),
+            None => acc
+                .sticky
+                .partition(&record.topic, count, size, cfg.batch_size, || {
+                    topic
+                        .partitions
+                        .iter()
+                        .filter(|p| p.leader >= 0)
+                        .map(|p| p.partition)
+                        .collect()
+                }),
+        },
+    })
+}
+
 impl Producer {
     /// A producer for the properties in `config` (Kafka's `new KafkaProducer(props)`); starts
     /// its sender task on the shared I/O runtime.
@@ -303,42 +387,91 @@ impl Producer {
         self.append(record, Some(Box::new(callback))).map(|_| ())
     }
 
+    /// Sends records in order, each as [`send`](Self::send) would, with one
+    /// metadata snapshot and one hold of the accumulator's lock for as long
+    /// as no record has to wait (a stream thread hands over a task's output
+    /// at once: per record that saves the lock, the snapshot's reference
+    /// count and the topic lookup, each shared with the sender task). A
+    /// record that must wait — for its topic's metadata or for
+    /// `buffer.memory` — goes through `send`'s path. `sent` gets each
+    /// record's future in order; the first record that fails stops the
+    /// call with its error, the ones before it are sent.
+    pub fn send_all(
+        &self,
+        records: impl IntoIterator<Item = ProducerRecord>,
+        mut sent: impl FnMut(DeliveryFuture),
+    ) -> Result<()> {
+        let mut wake = false;
+        let result = self.send_all_inner(records, &mut sent, &mut wake);
+        if wake {
+            self.inner.wake.notify_one();
+        }
+        result
+    }
+
+    fn send_all_inner(
+        &self,
+        records: impl IntoIterator<Item = ProducerRecord>,
+        sent: &mut impl FnMut(DeliveryFuture),
+        wake: &mut bool,
+    ) -> Result<()> {
+        let cfg = &self.inner.cfg;
+        let mut meta = self.inner.cluster.metadata();
+        let mut acc = self.inner.lock();
+        for record in records {
+            let headers = header_refs(&record);
+            let size = checked_size(&record, &headers, cfg)?;
+            let topic = meta.topic(&record.topic);
+            let fast =
+                topic.is_some() && !acc.closed && acc.buffer_used + size <= cfg.buffer_memory;
+            let Some(topic) = topic.filter(|_| fast) else {
+                // Waiting (or failing) is `send`'s business, without the lock.
+                drop(headers);
+                drop(acc);
+                if std::mem::take(wake) {
+                    self.inner.wake.notify_one();
+                }
+                sent(self.send(record)?);
+                meta = self.inner.cluster.metadata();
+                acc = self.inner.lock();
+                continue;
+            };
+            if let Some(t) = &acc.txn {
+                t.check_send()?;
+            }
+            let timestamp = record.timestamp.unwrap_or_else(now_ms);
+            let partition = pick_partition(&mut acc, cfg, topic, &record, size)?;
+            if let Some(t) = acc.txn.as_mut() {
+                t.maybe_add_partition(&record.topic, partition);
+            }
+            let (outcome, index, w) = acc.append(
+                &record.topic,
+                partition,
+                timestamp,
+                record.key.as_deref(),
+                record.value.as_deref(),
+                &headers,
+                None,
+                cfg,
+            );
+            *wake |= w;
+            sent(DeliveryFuture {
+                outcome,
+                index,
+                timestamp,
+            });
+        }
+        Ok(())
+    }
+
     fn append(
         &self,
         record: ProducerRecord,
         callback: Option<DeliveryCallback>,
     ) -> Result<(Arc<Outcome>, u32, i64)> {
         let cfg = &self.inner.cfg;
-        let headers: Vec<(&str, Option<&[u8]>)> = record
-            .headers
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_deref()))
-            .collect();
-        let size = rill_protocol::records::BatchBuilder::record_size_upper_bound(
-            record.key.as_deref(),
-            record.value.as_deref(),
-            &headers,
-        ) + rill_protocol::records::BATCH_HEADER_LEN;
-        if size > cfg.max_request_size {
-            return Err(Error::RecordTooLarge {
-                topic: record.topic.to_string(),
-                size,
-                max: cfg.max_request_size,
-            });
-        }
-        if size > cfg.buffer_memory {
-            return Err(Error::config(
-                "buffer.memory",
-                &cfg.buffer_memory.to_string(),
-                format!("a record of {size} bytes for {} does not fit", record.topic),
-            ));
-        }
-        if record.topic.is_empty() {
-            return Err(Error::UnknownTopic {
-                topic: String::new(),
-                detail: "empty topic name".into(),
-            });
-        }
+        let headers = header_refs(&record);
+        let size = checked_size(&record, &headers, cfg)?;
         // `max.block.ms` counts from here, but the clock is read only when
         // something may block (per record it is measurable).
         let mut started: Option<Instant> = None;
@@ -369,7 +502,6 @@ impl Producer {
                 detail: "gone from metadata while sending".into(),
             });
         };
-        let count = topic.partitions.len();
         let timestamp = record.timestamp.unwrap_or_else(now_ms);
         let mut acc = self.inner.lock();
         if acc.closed {
@@ -378,33 +510,7 @@ impl Producer {
         if let Some(t) = &acc.txn {
             t.check_send()?;
         }
-        let partition = match record.partition {
-            Some(p) if p < 0 || p as usize >= count => {
-                return Err(Error::UnknownPartition {
-                    topic: record.topic.to_string(),
-                    partition: p,
-                    count,
-                })
-            }
-            Some(p) => p,
-            None => match record
-                .key
-                .as_deref()
-                .filter(|_| !cfg.partitioner_ignore_keys)
-            {
-                Some(k) => partitioner::partition_for_key(k, count),
-                None => acc
-                    .sticky
-                    .partition(&record.topic, count, size, cfg.batch_size, || {
-                        topic
-                            .partitions
-                            .iter()
-                            .filter(|p| p.leader >= 0)
-                            .map(|p| p.partition)
-                            .collect()
-                    }),
-            },
-        };
+        let partition = pick_partition(&mut acc, cfg, topic, &record, size)?;
         // Back-pressure: wait for buffer memory up to max.block.ms.
         while acc.buffer_used + size > cfg.buffer_memory {
             let now = Instant::now();

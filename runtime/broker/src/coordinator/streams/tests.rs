@@ -445,6 +445,77 @@ fn a_departed_members_tasks_go_where_their_standbys_were() {
 }
 
 #[test]
+fn a_departed_process_tasks_go_to_the_process_that_kept_their_standbys() {
+    // Two stream threads (members) per process: a standby copy belongs to
+    // the process, so when the thread that kept it is full, its sibling
+    // takes the task rather than another process.
+    let c = StreamsConfig {
+        num_standby_replicas: 1,
+        ..cfg()
+    };
+    let members = [
+        ("m1a", "p1"),
+        ("m1b", "p1"),
+        ("m2a", "p2"),
+        ("m2b", "p2"),
+        ("m3a", "p3"),
+        ("m3b", "p3"),
+    ];
+    let process: BTreeMap<&str, &str> = members.iter().copied().collect();
+    let mut g = StreamsGroup::new("app");
+    let now = Instant::now();
+    for (m, p) in members {
+        g.heartbeat(join(m, None, p), &c, &all(), now).unwrap();
+    }
+    g.assign(&c);
+    for (id, t) in g.targets.clone() {
+        g.members.get_mut(&id).expect("member").assigned = t;
+    }
+    let before = g.targets.clone();
+    for m in ["m3a", "m3b"] {
+        g.heartbeat(
+            Heartbeat {
+                member_epoch: -1,
+                ..join(m, None, "p3")
+            },
+            &c,
+            &all(),
+            now,
+        )
+        .unwrap();
+    }
+    g.assign(&c);
+    let mut checked = 0;
+    for gone in ["m3a", "m3b"] {
+        for (s, ps) in &before[gone].active {
+            if s != "1" {
+                continue; // stateless: no standby to prefer
+            }
+            for p in ps {
+                let kept: BTreeSet<&str> = before
+                    .iter()
+                    .filter(|(_, t)| contains(&t.standby, s, *p))
+                    .map(|(id, _)| process[id.as_str()])
+                    .collect();
+                let now_on: BTreeSet<&str> = g
+                    .targets
+                    .iter()
+                    .filter(|(_, t)| contains(&t.active, s, *p))
+                    .map(|(id, _)| process[id.as_str()])
+                    .collect();
+                assert_eq!(
+                    kept, now_on,
+                    "task {s}_{p}: before {before:?}, after {:?}",
+                    g.targets
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 0, "p3 ran stateful tasks: {before:?}");
+}
+
+#[test]
 fn a_changed_standby_group_config_is_a_new_target_assignment() {
     let mut g = StreamsGroup::new("app");
     let now = Instant::now();
