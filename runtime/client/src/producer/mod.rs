@@ -394,26 +394,13 @@ impl Producer {
     /// count and the topic lookup, each shared with the sender task). A
     /// record that must wait — for its topic's metadata or for
     /// `buffer.memory` — goes through `send`'s path. `sent` gets each
-    /// record's future in order; the first record that fails stops the
-    /// call with its error, the ones before it are sent.
+    /// record's future in order (it may run while the producer's lock is
+    /// held: it must not call the producer); the first record that fails
+    /// stops the call with its error, the ones before it are sent.
     pub fn send_all(
         &self,
         records: impl IntoIterator<Item = ProducerRecord>,
         mut sent: impl FnMut(DeliveryFuture),
-    ) -> Result<()> {
-        let mut wake = false;
-        let result = self.send_all_inner(records, &mut sent, &mut wake);
-        if wake {
-            self.inner.wake.notify_one();
-        }
-        result
-    }
-
-    fn send_all_inner(
-        &self,
-        records: impl IntoIterator<Item = ProducerRecord>,
-        sent: &mut impl FnMut(DeliveryFuture),
-        wake: &mut bool,
     ) -> Result<()> {
         let cfg = &self.inner.cfg;
         let mut meta = self.inner.cluster.metadata();
@@ -428,9 +415,6 @@ impl Producer {
                 // Waiting (or failing) is `send`'s business, without the lock.
                 drop(headers);
                 drop(acc);
-                if std::mem::take(wake) {
-                    self.inner.wake.notify_one();
-                }
                 sent(self.send(record)?);
                 meta = self.inner.cluster.metadata();
                 acc = self.inner.lock();
@@ -454,12 +438,19 @@ impl Producer {
                 None,
                 cfg,
             );
-            *wake |= w;
             sent(DeliveryFuture {
                 outcome,
                 index,
                 timestamp,
             });
+            if w {
+                // A batch was opened or filled: let the sender (which takes
+                // this lock on the I/O runtime) have it now, so the lock is
+                // held for at most about a batch of appends.
+                drop(acc);
+                self.inner.wake.notify_one();
+                acc = self.inner.lock();
+            }
         }
         Ok(())
     }
