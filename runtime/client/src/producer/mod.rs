@@ -342,6 +342,33 @@ fn pick_partition(
     })
 }
 
+/// Appends `record` (its partition and timestamp decided) to its batch,
+/// adding the partition to the open transaction first; the batch's outcome,
+/// the record's index in it, and whether the sender should wake.
+fn append_to(
+    acc: &mut Accumulator,
+    cfg: &ProducerConfig,
+    record: &ProducerRecord,
+    partition: i32,
+    timestamp: i64,
+    headers: &[(&str, Option<&[u8]>)],
+    callback: Option<DeliveryCallback>,
+) -> (Arc<Outcome>, u32, bool) {
+    if let Some(t) = acc.txn.as_mut() {
+        t.maybe_add_partition(&record.topic, partition);
+    }
+    acc.append(
+        &record.topic,
+        partition,
+        timestamp,
+        record.key.as_deref(),
+        record.value.as_deref(),
+        headers,
+        callback,
+        cfg,
+    )
+}
+
 impl Producer {
     /// A producer for the properties in `config` (Kafka's `new KafkaProducer(props)`); starts
     /// its sender task on the shared I/O runtime.
@@ -425,19 +452,8 @@ impl Producer {
             }
             let timestamp = record.timestamp.unwrap_or_else(now_ms);
             let partition = pick_partition(&mut acc, cfg, topic, &record, size)?;
-            if let Some(t) = acc.txn.as_mut() {
-                t.maybe_add_partition(&record.topic, partition);
-            }
-            let (outcome, index, w) = acc.append(
-                &record.topic,
-                partition,
-                timestamp,
-                record.key.as_deref(),
-                record.value.as_deref(),
-                &headers,
-                None,
-                cfg,
-            );
+            let (outcome, index, w) =
+                append_to(&mut acc, cfg, &record, partition, timestamp, &headers, None);
             sent(DeliveryFuture {
                 outcome,
                 index,
@@ -529,18 +545,8 @@ impl Producer {
                 t.check_send()?;
             }
         }
-        if let Some(t) = acc.txn.as_mut() {
-            t.maybe_add_partition(&record.topic, partition);
-        }
-        let (outcome, index, wake) = acc.append(
-            &record.topic,
-            partition,
-            timestamp,
-            record.key.as_deref(),
-            record.value.as_deref(),
-            &headers,
-            callback,
-            cfg,
+        let (outcome, index, wake) = append_to(
+            &mut acc, cfg, &record, partition, timestamp, &headers, callback,
         );
         drop(acc);
         if wake {
