@@ -95,6 +95,13 @@ pub(crate) struct RecordCollector {
     in_transaction: bool,
 }
 
+/// The collector's producer unless it was closed.
+fn open(producer: &Option<Producer>) -> Result<&Producer> {
+    producer
+        .as_ref()
+        .ok_or_else(|| StreamsError::IllegalState("the stream thread's producer is closed".into()))
+}
+
 /// Whether a transactional call failed because the consumer's group moved
 /// on (the offsets were refused for a stale generation or member): the
 /// tasks migrated.
@@ -165,9 +172,7 @@ impl RecordCollector {
     }
 
     fn producer(&self) -> Result<&Producer> {
-        self.producer.as_ref().ok_or_else(|| {
-            StreamsError::IllegalState("the stream thread's producer is closed".into())
-        })
+        open(&self.producer)
     }
 
     /// Sends a task's outgoing records (sink and changelog records alike),
@@ -192,11 +197,8 @@ impl RecordCollector {
             rec.headers = r.headers;
             rec
         });
-        let producer = self.producer.as_ref().ok_or_else(|| {
-            StreamsError::IllegalState("the stream thread's producer is closed".into())
-        })?;
         let deliveries = &mut self.deliveries;
-        producer
+        open(&self.producer)?
             .send_all(records, |delivery| {
                 deliveries.track(delivery, changelog.get())
             })

@@ -1225,12 +1225,10 @@ impl Consumer {
     /// wait to be processed); one not fetched yet is: nothing is known to be
     /// waiting there.
     pub fn caught_up(&self) -> bool {
-        self.subs.assignment.iter().all(|(tp, st)| {
-            match (self.fetcher.high_watermark(tp), st.position) {
-                (Some(hw), Some(pos)) => pos >= hw,
-                _ => true,
-            }
-        })
+        self.subs
+            .assignment
+            .keys()
+            .all(|tp| self.lag(tp).is_none_or(|l| l == 0))
     }
 
     /// One assigned partition's lag as of the last fetch (as [`lags`](Self::lags)),

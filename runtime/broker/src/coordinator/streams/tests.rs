@@ -86,6 +86,14 @@ fn join(member: &str, instance: Option<&str>, process: &str) -> Heartbeat {
     }
 }
 
+/// `member` of `process` leaving the group (member epoch -1).
+fn leave(member: &str, process: &str) -> Heartbeat {
+    Heartbeat {
+        member_epoch: -1,
+        ..join(member, None, process)
+    }
+}
+
 fn beat(member: &str, instance: Option<&str>, epoch: i32, owned: Option<TasksTuple>) -> Heartbeat {
     Heartbeat {
         member_epoch: epoch,
@@ -408,16 +416,7 @@ fn a_departed_members_tasks_go_where_their_standbys_were() {
     let before = g.targets.clone();
     let gone = &before["m3"];
     assert!(count(&gone.active) > 0, "m3 runs tasks: {before:?}");
-    g.heartbeat(
-        Heartbeat {
-            member_epoch: -1,
-            ..join("m3", None, "p3")
-        },
-        &c,
-        &all(),
-        now,
-    )
-    .unwrap();
+    g.heartbeat(leave("m3", "p3"), &c, &all(), now).unwrap();
     g.assign(&c);
     for (s, ps) in &gone.active {
         if s != "1" {
@@ -473,16 +472,7 @@ fn a_departed_process_tasks_go_to_the_process_that_kept_their_standbys() {
     }
     let before = g.targets.clone();
     for m in ["m3a", "m3b"] {
-        g.heartbeat(
-            Heartbeat {
-                member_epoch: -1,
-                ..join(m, None, "p3")
-            },
-            &c,
-            &all(),
-            now,
-        )
-        .unwrap();
+        g.heartbeat(leave(m, "p3"), &c, &all(), now).unwrap();
     }
     g.assign(&c);
     let mut checked = 0;
