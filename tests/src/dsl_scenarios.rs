@@ -154,9 +154,10 @@ fn await_windowed_counts(
     while seen != expected {
         assert!(
             Instant::now() < deadline,
-            "windowed counts did not converge: expected {expected:?}, saw {seen:?}; state {:?}; local tasks {:?}; the group: {}",
+            "windowed counts did not converge: expected {expected:?}, saw {seen:?}; state {:?}; local tasks {:?}; rebalances {:?}; the group: {}",
             app.state(),
             app.metadata_for_local_threads(),
+            app.rebalance_history(),
             crate::streams_scenarios::describe_for_failure(&t.bootstrap, &t.app),
         );
         assert_ne!(app.state(), State::Error, "the app failed");
@@ -203,7 +204,11 @@ pub fn streams_pageviews_windowed_join(bootstrap: &str, backend: StoreBackend) {
                 .flatten()
                 .is_some_and(|r| r == region_of(u))
         })),
-        "the users table did not load"
+        "the users table did not load: state {:?}; local tasks {:?}; rebalances {:?}; the group: {}",
+        app.state(),
+        app.metadata_for_local_threads(),
+        app.rebalance_history(),
+        crate::streams_scenarios::describe_for_failure(&t.bootstrap, &t.app),
     );
     let mut expected = BTreeMap::new();
     t.write_views(0, 300, &mut expected);

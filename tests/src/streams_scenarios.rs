@@ -94,11 +94,33 @@ pub(crate) struct Setup {
 
 /// The group as its coordinator describes it, for a failure message: how
 /// a scenario that timed out shows who held which tasks.
+/// Its committed offsets against the partitions' log ends say whether the
+/// app read its input (a stalled loop) or read it and its output is missing.
 pub fn describe_for_failure(bootstrap: &str, group: &str) -> String {
-    match crate::client_scenarios::admin(bootstrap).describe_groups(&[group]) {
+    let admin = crate::client_scenarios::admin(bootstrap);
+    let described = match admin.describe_groups(&[group]) {
         Ok(d) => format!("{d:?}"),
         Err(e) => format!("(describing {group} failed: {e})"),
-    }
+    };
+    let offsets = match admin.list_consumer_group_offsets(group) {
+        Ok(committed) => {
+            let wanted = committed
+                .keys()
+                .map(|tp| (tp.clone(), rill_client::OffsetSpec::Latest))
+                .collect();
+            let ends = admin.list_offsets(&wanted).unwrap_or_default();
+            committed
+                .iter()
+                .map(|(tp, c)| {
+                    let end = ends.get(tp).map_or(-1, |e| e.offset);
+                    format!("{tp} {}/{end}", c.offset)
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+        Err(e) => format!("(listing {group}'s offsets failed: {e})"),
+    };
+    format!("{described}; committed/log end: {offsets}")
 }
 
 impl Setup {
