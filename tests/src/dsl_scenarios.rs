@@ -141,6 +141,18 @@ impl Topics {
     }
 }
 
+/// The app and its group for a failure message: state, local tasks,
+/// rebalances, and the group as its coordinator describes it.
+fn app_for_failure(t: &Topics, app: &KafkaStreams) -> String {
+    format!(
+        "state {:?}; local tasks {:?}; rebalances {:?}; the group: {}",
+        app.state(),
+        app.metadata_for_local_threads(),
+        app.rebalance_history(),
+        crate::streams_scenarios::describe_for_failure(&t.bootstrap, &t.app),
+    )
+}
+
 /// Reads windowed counts until the latest per (region, window) equals `expected`.
 fn await_windowed_counts(
     t: &Topics,
@@ -154,11 +166,8 @@ fn await_windowed_counts(
     while seen != expected {
         assert!(
             Instant::now() < deadline,
-            "windowed counts did not converge: expected {expected:?}, saw {seen:?}; state {:?}; local tasks {:?}; rebalances {:?}; the group: {}",
-            app.state(),
-            app.metadata_for_local_threads(),
-            app.rebalance_history(),
-            crate::streams_scenarios::describe_for_failure(&t.bootstrap, &t.app),
+            "windowed counts did not converge: expected {expected:?}, saw {seen:?}; {}",
+            app_for_failure(t, app),
         );
         assert_ne!(app.state(), State::Error, "the app failed");
         for r in reader.poll(Duration::from_millis(200)).unwrap() {
@@ -204,11 +213,8 @@ pub fn streams_pageviews_windowed_join(bootstrap: &str, backend: StoreBackend) {
                 .flatten()
                 .is_some_and(|r| r == region_of(u))
         })),
-        "the users table did not load: state {:?}; local tasks {:?}; rebalances {:?}; the group: {}",
-        app.state(),
-        app.metadata_for_local_threads(),
-        app.rebalance_history(),
-        crate::streams_scenarios::describe_for_failure(&t.bootstrap, &t.app),
+        "the users table did not load: {}",
+        app_for_failure(&t, &app),
     );
     let mut expected = BTreeMap::new();
     t.write_views(0, 300, &mut expected);

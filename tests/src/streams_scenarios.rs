@@ -94,8 +94,10 @@ pub(crate) struct Setup {
 
 /// The group as its coordinator describes it, for a failure message: how
 /// a scenario that timed out shows who held which tasks.
-/// Its committed offsets against the partitions' log ends say whether the
-/// app read its input (a stalled loop) or read it and its output is missing.
+///
+/// Its committed offsets against the partitions' log ends (-1: not listed)
+/// say whether the app read its input or read it and its output is missing;
+/// a partition never committed is absent (its task never committed).
 pub fn describe_for_failure(bootstrap: &str, group: &str) -> String {
     let admin = crate::client_scenarios::admin(bootstrap);
     let described = match admin.describe_groups(&[group]) {
