@@ -210,9 +210,23 @@ impl AppSpec {
         if let Some(table) = &self.table {
             cmd.args(["--table", table]);
         }
+        // `RILL_BENCH_APP_STDERR=<dir>`: each app's stderr in its own file
+        // there (e.g. with `MIMALLOC_SHOW_STATS=1`, the allocator's peak).
+        let stderr = match std::env::var_os("RILL_BENCH_APP_STDERR") {
+            Some(dir) => {
+                let path = Path::new(&dir).join(format!("{}.stderr", t.app));
+                Stdio::from(std::fs::File::create(&path).unwrap_or_else(|e| {
+                    panic!(
+                        "RILL_BENCH_APP_STDERR: cannot create {}: {e}",
+                        path.display()
+                    )
+                }))
+            }
+            None => Stdio::null(),
+        };
         cmd.env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .expect("app starts")
     }

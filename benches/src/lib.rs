@@ -181,8 +181,19 @@ pub fn machine_summary() -> String {
 }
 
 /// Builds `rill-streams-app` (tests/src/bin) in release and returns its path
-/// next to the running bench binary.
+/// next to the running bench binary. `RILL_BENCH_APP=<path>` runs that
+/// binary instead, unbuilt (comparing two Rill builds: one invocation each,
+/// alternated).
 pub fn streams_app_binary() -> std::path::PathBuf {
+    if let Some(path) = std::env::var_os("RILL_BENCH_APP") {
+        let path = std::path::PathBuf::from(path);
+        assert!(
+            path.is_file(),
+            "RILL_BENCH_APP: {} is not a file",
+            path.display()
+        );
+        return path;
+    }
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .current_dir(rill_tests::backend::repo_root())
         .args([
