@@ -177,10 +177,15 @@ impl RecordCache {
     }
 
     fn slot_of(&self, key: &[u8]) -> Option<u32> {
+        self.find(self.hasher.hash_one(key), key)
+    }
+
+    /// The slot of `key`, whose hash is `hash`.
+    fn find(&self, hash: u64, key: &[u8]) -> Option<u32> {
         let slots = &self.slots;
         self.index
             .find(
-                self.hasher.hash_one(key),
+                hash,
                 |&i| matches!(&slots[i as usize], Some(s) if s.key[..] == *key),
             )
             .copied()
@@ -242,7 +247,9 @@ impl RecordCache {
             seq,
             dirty_at: None,
         };
-        let i = match self.slot_of(&key) {
+        // Hashed once: the lookup and, for a new key, the insert use it.
+        let hash = self.hasher.hash_one(&key[..]);
+        let i = match self.find(hash, &key) {
             Some(i) => {
                 // The slot is overwritten below; the key keeps its item in
                 // `order` (refiled when evicting).
@@ -274,10 +281,9 @@ impl RecordCache {
                     }
                 };
                 let (slots, hasher) = (&self.slots, &self.hasher);
-                self.index
-                    .insert_unique(hasher.hash_one(&key[..]), i, |&j| {
-                        hasher.hash_one(&slots[j as usize].as_ref().expect("live").key[..])
-                    });
+                self.index.insert_unique(hash, i, |&j| {
+                    hasher.hash_one(&slots[j as usize].as_ref().expect("live").key[..])
+                });
                 self.order.insert(seq, i);
                 i
             }
