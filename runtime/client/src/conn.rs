@@ -515,6 +515,7 @@ fn poison(shared: &Mutex<Shared>, e: Error) {
 }
 
 async fn read_loop(mut read: Reader, shared: Arc<Mutex<Shared>>, broker: String, max_frame: usize) {
+    let pool = crate::frames::shared_pool();
     let err = loop {
         let mut size = [0u8; 4];
         if let Err(e) = read.read_exact(&mut size).await {
@@ -548,14 +549,15 @@ async fn read_loop(mut read: Reader, shared: Arc<Mutex<Shared>>, broker: String,
                 reason: format!("response frame of {len} bytes (limit {max_frame})"),
             };
         }
-        let mut frame = BytesMut::zeroed(len as usize);
-        if let Err(e) = read.read_exact(&mut frame).await {
-            break Error::Connection {
-                broker: broker.clone(),
-                reason: e.to_string(),
-            };
-        }
-        let frame = frame.freeze();
+        let frame = match crate::frames::read_frame(&mut read, len as usize, pool).await {
+            Ok(frame) => frame,
+            Err(e) => {
+                break Error::Connection {
+                    broker: broker.clone(),
+                    reason: e.to_string(),
+                }
+            }
+        };
         let Some(id) = peek_correlation_id(&frame) else {
             break Error::Protocol {
                 broker: broker.clone(),

@@ -68,6 +68,7 @@ pub mod config;
 pub(crate) mod conn;
 pub mod consumer;
 pub mod error;
+pub(crate) mod frames;
 pub mod producer;
 pub(crate) mod rpc;
 pub(crate) mod runtime;

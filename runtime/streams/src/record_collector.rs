@@ -36,6 +36,10 @@ use rustc_hash::FxHashMap;
 use crate::error::{Result, StreamsError};
 use crate::processor_context::OutRecord;
 
+/// Records of capacity the thread's output buffer keeps between sends
+/// (~2 MiB): a processing budget's output fits, a cache flush's need not.
+const OUT_CAPACITY_KEPT: usize = 16 * 1024;
+
 /// The outcomes of what the thread sent (Kafka learns them from a callback
 /// per record).
 #[derive(Default)]
@@ -93,6 +97,9 @@ pub(crate) struct RecordCollector {
     /// after fencing) and whether a transaction is open.
     eos: Option<ClientConfig>,
     in_transaction: bool,
+    /// The thread's output buffer while no task holds it ([`Self::lend`]):
+    /// one buffer per thread keeps its capacity, not one per task.
+    spare: Vec<OutRecord>,
 }
 
 /// The collector's producer unless it was closed.
@@ -139,6 +146,7 @@ impl RecordCollector {
         Self {
             producer: Some(producer),
             deliveries: Deliveries::default(),
+            spare: Vec::new(),
             eos: None,
             in_transaction: false,
         }
@@ -152,6 +160,7 @@ impl RecordCollector {
         Ok(Self {
             producer: Some(producer),
             deliveries: Deliveries::default(),
+            spare: Vec::new(),
             eos: Some(config),
             in_transaction: false,
         })
@@ -175,20 +184,46 @@ impl RecordCollector {
         open(&self.producer)
     }
 
+    /// Lends the thread's output buffer to a task about to process (`out`
+    /// is the task's, empty between sends): its output then grows into
+    /// capacity kept from earlier sends instead of from nothing.
+    pub fn lend(&mut self, out: &mut Vec<OutRecord>) {
+        if out.is_empty() && out.capacity() < self.spare.capacity() {
+            std::mem::swap(out, &mut self.spare);
+        }
+    }
+
     /// Sends a task's outgoing records (sink and changelog records alike),
-    /// handed to the producer in one call.
-    pub fn send(&mut self, out: Vec<OutRecord>) -> Result<()> {
+    /// handed to the producer in one call, and leaves `out` empty; the larger
+    /// of `out`'s and the thread's buffers stays with the thread (at most
+    /// [`OUT_CAPACITY_KEPT`] records of capacity).
+    pub fn send(&mut self, out: &mut Vec<OutRecord>) -> Result<()> {
+        let sent = self.send_records(out);
+        if out.capacity() > self.spare.capacity() {
+            std::mem::swap(out, &mut self.spare);
+        }
+        // A commit's cache flush can make one large output; do not keep
+        // that much for the steady state.
+        self.spare.shrink_to(OUT_CAPACITY_KEPT);
+        sent
+    }
+
+    fn send_records(&mut self, out: &mut Vec<OutRecord>) -> Result<()> {
         if out.is_empty() {
             return Ok(());
         }
         if self.eos.is_some() && !self.in_transaction {
-            self.begin()?;
+            if let Err(e) = self.begin() {
+                // As if sent and failed: nothing of it may go out later.
+                out.clear();
+                return Err(e);
+            }
         }
         // The producer takes one record from the iterator and reports its
         // future before taking the next: the flag set by one is the
         // other's.
         let changelog = std::cell::Cell::new(false);
-        let records = out.into_iter().map(|r| {
+        let records = out.drain(..).map(|r| {
             changelog.set(r.store.is_some());
             let mut rec = ProducerRecord::new(r.topic).timestamp(r.timestamp);
             rec.key = r.key;

@@ -618,6 +618,13 @@ impl StreamTask {
         std::mem::take(&mut self.shared.out)
     }
 
+    /// The records the task produced since the last call, for the collector
+    /// to drain: the buffer keeps its capacity, so a task's output does not
+    /// regrow (and re-fault fresh pages) from empty at every send.
+    pub fn out_buffer(&mut self) -> &mut Vec<OutRecord> {
+        &mut self.shared.out
+    }
+
     /// Every store takes the writes it held back: after the thread's
     /// transaction committed (exactly-once), or at each commit
     /// (at-least-once: the write buffers of persistent stores).

@@ -54,6 +54,7 @@ impl TaskExecutor {
         for t in tasks.values_mut() {
             let _span = tracing::debug_span!("task", task = %t.task.id).entered();
             let dropped_before = t.task.dropped_records();
+            collector.lend(t.task.out_buffer());
             let mut taken = 0;
             let r = t.task.process_while(|task| {
                 taken += 1;
@@ -69,7 +70,7 @@ impl TaskExecutor {
                 .processed
                 .fetch_add(n as u64, Ordering::Relaxed);
             commit_requested |= std::mem::take(&mut t.task.shared.commit_requested);
-            collector.send(t.task.take_out())?;
+            collector.send(t.task.out_buffer())?;
         }
         Ok(commit_requested)
     }
@@ -80,7 +81,7 @@ impl TaskExecutor {
         let now = now_ms();
         for t in tasks.values_mut() {
             t.task.punctuate(PunctuationType::WallClockTime, now)?;
-            collector.send(t.task.take_out())?;
+            collector.send(t.task.out_buffer())?;
         }
         Ok(())
     }

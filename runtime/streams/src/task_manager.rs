@@ -677,7 +677,7 @@ impl TaskManager {
         // Record caches first: what they flush is part of this commit.
         for t in self.tasks.values_mut() {
             t.task.flush_caches()?;
-            self.collector.send(t.task.take_out())?;
+            self.collector.send(t.task.out_buffer())?;
         }
         let mut offsets = BTreeMap::new();
         for t in self.tasks.values() {

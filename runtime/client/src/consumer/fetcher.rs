@@ -48,8 +48,7 @@ use rill_protocol::kafka_protocol::messages::{
     fetch_request::{FetchPartition, FetchTopic},
     BrokerId, FetchRequest,
 };
-use rill_protocol::kafka_protocol::records::{RecordBatchDecoder, TimestampType};
-use rill_protocol::records::{validate_batch, BatchError, BatchHeader, BatchIter};
+use rill_protocol::records::{validate_batch, BatchError, BatchHeader, BatchIter, BatchRecords};
 use rill_protocol::{ApiKey, ErrorCode, RequestKind, ResponseKind};
 use tracing::debug;
 
@@ -108,8 +107,13 @@ pub struct Fetcher {
     buffered: VecDeque<BufferedFetch>,
     /// The last high watermark (last stable offset with read_committed)
     /// each partition's leader reported (for lag, Kafka's `records-lag`
-    /// metric).
-    high_watermarks: std::collections::HashMap<TopicPartition, i64>,
+    /// metric). Looked up per record by a stream thread's readiness check;
+    /// keyed by assigned partitions, so the unseeded FxHash is safe.
+    high_watermarks: rustc_hash::FxHashMap<TopicPartition, i64>,
+    /// How many records the last `take` returned: the next one's starting
+    /// capacity (growing a poll's vector from empty copied every record
+    /// several times).
+    last_taken: usize,
 }
 
 /// One partition's part of an answer, kept as the broker sent it and decoded
@@ -125,8 +129,9 @@ struct BufferedFetch {
     fetch_offset: i64,
     /// The offset after the last whole batch: where the next fetch starts.
     next_offset: i64,
-    /// Records of the batch being returned.
-    decoded: VecDeque<ConsumerRecord>,
+    /// The batch being returned, read a record at a time, and its leader
+    /// epoch.
+    current: Option<(BatchRecords, Option<i32>)>,
     /// Aborted transactions not reached yet, as (first offset, producer
     /// id), smallest first offset on top.
     aborted: BinaryHeap<Reverse<(i64, i64)>>,
@@ -142,10 +147,10 @@ const CONTROL_TYPE_ABORT: i16 = 0;
 
 impl BufferedFetch {
     fn is_used_up(&self) -> bool {
-        self.decoded.is_empty() && self.raw.is_empty()
+        self.current.is_none() && self.raw.is_empty()
     }
 
-    /// Decodes the next batch into `decoded` (skipping control batches,
+    /// Opens the next batch as `current` (skipping control batches,
     /// aborted transactions and records below the fetch offset). A batch
     /// that fails stays next.
     fn decode_next(&mut self, check_crcs: bool) -> Result<()> {
@@ -184,44 +189,61 @@ impl BufferedFetch {
             self.raw = self.raw.slice(batch.len()..);
             return Ok(());
         }
-        let set = self.decode(&batch, &h, check_crcs)?;
+        let records = self.decode(&batch, &h, check_crcs)?;
         self.raw = self.raw.slice(batch.len()..);
         let epoch = (h.partition_leader_epoch >= 0).then_some(h.partition_leader_epoch);
-        for r in set.records {
-            if r.offset < self.fetch_offset {
-                continue;
-            }
-            self.decoded.push_back(ConsumerRecord {
-                topic: self.topic.clone(),
-                partition: self.tp.partition,
-                offset: r.offset,
-                timestamp: r.timestamp,
-                log_append_time: r.timestamp_type == TimestampType::LogAppend,
-                key: r.key,
-                value: r.value,
-                headers: r
-                    .headers
-                    .into_iter()
-                    .map(|(k, v)| (k.to_string(), v))
-                    .collect(),
-                leader_epoch: epoch,
-            });
-        }
+        self.current = Some((records, epoch));
         Ok(())
     }
 
-    /// The batch's records (its CRC checked first when `check_crcs`).
-    fn decode(
-        &self,
-        batch: &Bytes,
-        h: &BatchHeader,
-        check_crcs: bool,
-    ) -> Result<rill_protocol::kafka_protocol::records::RecordSet> {
+    /// The next record of `current` at or after the fetch offset; `None`
+    /// when the batch is used up (then `current` is cleared). A malformed
+    /// record is an error at its position; the batch's later records are
+    /// not read.
+    fn next_record(&mut self) -> Option<Result<ConsumerRecord>> {
+        let (records, epoch) = self.current.as_mut()?;
+        let epoch = *epoch;
+        loop {
+            match records.next() {
+                None => {
+                    self.current = None;
+                    return None;
+                }
+                Some(Ok(r)) if r.offset < self.fetch_offset => continue,
+                Some(Ok(r)) => {
+                    let log_append_time = records.log_append_time();
+                    if records.is_done() {
+                        // Used up now, so the answer is too once `raw` is.
+                        self.current = None;
+                    }
+                    return Some(Ok(ConsumerRecord {
+                        topic: self.topic.clone(),
+                        partition: self.tp.partition,
+                        offset: r.offset,
+                        timestamp: r.timestamp,
+                        log_append_time,
+                        key: r.key,
+                        value: r.value,
+                        headers: r.headers,
+                        leader_epoch: epoch,
+                    }));
+                }
+                Some(Err(e)) => {
+                    let base = records.base_offset();
+                    self.current = None;
+                    return Some(Err(self.corrupt(base, &e)));
+                }
+            }
+        }
+    }
+
+    /// A reader of the batch's records (its CRC checked first when
+    /// `check_crcs`).
+    fn decode(&self, batch: &Bytes, h: &BatchHeader, check_crcs: bool) -> Result<BatchRecords> {
         if check_crcs {
             validate_batch(batch, false).map_err(|e| self.corrupt(h.base_offset, &e))?;
         }
-        let mut buf = batch.clone();
-        RecordBatchDecoder::decode(&mut buf).map_err(|e| Error::Protocol {
+        BatchRecords::new(batch, h).map_err(|e| Error::Protocol {
             broker: format!("leader of {}", self.tp),
             reason: format!(
                 "undecodable record batch at offset {} of {}: {e}",
@@ -235,9 +257,10 @@ impl BufferedFetch {
     /// is not; a key shorter than 4 bytes or with a negative version is a
     /// corrupt batch, as Kafka's `ControlRecordType.parse` says.
     fn is_abort_marker(&self, batch: &Bytes, h: &BatchHeader, check_crcs: bool) -> Result<bool> {
-        let set = self.decode(batch, h, check_crcs)?;
-        let Some(first) = set.records.first() else {
-            return Ok(false);
+        let first = match self.decode(batch, h, check_crcs)?.next() {
+            None => return Ok(false),
+            Some(Ok(first)) => first,
+            Some(Err(e)) => return Err(self.corrupt(h.base_offset, &e)),
         };
         match first.key.as_deref() {
             Some([v0, v1, t0, t1, ..]) if i16::from_be_bytes([*v0, *v1]) >= 0 => {
@@ -272,6 +295,7 @@ impl Default for Fetcher {
             in_flight: HashSet::new(),
             buffered: VecDeque::new(),
             high_watermarks: Default::default(),
+            last_taken: 0,
         }
     }
 }
@@ -369,7 +393,7 @@ impl Fetcher {
                         tp: pf.tp,
                         fetch_offset: pf.fetch_offset,
                         next_offset,
-                        decoded: VecDeque::new(),
+                        current: None,
                         aborted: pf
                             .aborted_transactions
                             .iter()
@@ -394,7 +418,19 @@ impl Fetcher {
         subs: &mut Subscriptions,
         cfg: &ConsumerConfig,
     ) -> Result<Vec<ConsumerRecord>> {
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(self.last_taken.min(max));
+        let taken = self.take_into(&mut out, max, subs, cfg);
+        self.last_taken = out.len();
+        taken.map(|()| out)
+    }
+
+    fn take_into(
+        &mut self,
+        out: &mut Vec<ConsumerRecord>,
+        max: usize,
+        subs: &mut Subscriptions,
+        cfg: &ConsumerConfig,
+    ) -> Result<()> {
         let mut i = 0;
         while i < self.buffered.len() && out.len() < max {
             let b = &mut self.buffered[i];
@@ -407,13 +443,26 @@ impl Fetcher {
                 continue;
             }
             while out.len() < max {
-                if let Some(r) = b.decoded.pop_front() {
-                    state.position = Some(r.offset + 1);
-                    if r.leader_epoch.is_some() {
-                        state.leader_epoch = r.leader_epoch;
+                match b.next_record() {
+                    Some(Ok(r)) => {
+                        state.position = Some(r.offset + 1);
+                        if r.leader_epoch.is_some() {
+                            state.leader_epoch = r.leader_epoch;
+                        }
+                        out.push(r);
+                        continue;
                     }
-                    out.push(r);
-                    continue;
+                    Some(Err(e)) => {
+                        // The position stays at the malformed record: the
+                        // next fetch reads it again, as Kafka's does.
+                        if out.is_empty() {
+                            self.buffered.remove(i);
+                            return Err(e);
+                        }
+                        self.buffered.remove(i);
+                        return Ok(());
+                    }
+                    None => {}
                 }
                 if b.raw.is_empty() {
                     break;
@@ -423,7 +472,7 @@ impl Fetcher {
                         self.buffered.remove(i);
                         return Err(e);
                     }
-                    return Ok(out);
+                    return Ok(());
                 }
             }
             if b.is_used_up() {
@@ -435,7 +484,7 @@ impl Fetcher {
                 i += 1;
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Sends a Fetch to every leader of fetchable partitions with none in flight.
