@@ -17,7 +17,9 @@
 //!   checked against the bytes actually present before it is used.
 //! - Compression goes through `kafka-protocol`'s codecs (gzip, snappy both
 //!   Xerial-framed and raw, lz4, zstd). Records are written by
-//!   [`BatchBuilder`] and read by [`BatchRecords`] (a record at a time, every
+//!   [`BatchBuilder`] (an uncompressed batch is built in its own buffer, no
+//!   copy; a batch handed out is never written again) and read by
+//!   [`BatchRecords`] (a record at a time, every
 //!   length checked against the bytes present); [`decode_records`] keeps
 //!   `kafka-protocol`'s decoder for tools and tests. A batch header is
 //!   validated here first so a hostile count never reaches either.
@@ -454,22 +456,16 @@ pub fn control_batch(
     value[2..].copy_from_slice(&coordinator_epoch.to_be_bytes());
     let mut b = BatchBuilder::with_capacity(32);
     b.append(timestamp, Some(&kind.key()), Some(&value), &[]);
-    let built = b
-        .build(
-            Compression::None,
-            ProducerStamp {
-                producer_id,
-                producer_epoch,
-                base_sequence: NO_SEQUENCE,
-            },
-        )
-        .expect("an uncompressed batch always builds");
-    let mut batch = built.to_vec();
-    let attrs = be_i16(&batch, 21) | ATTR_TRANSACTIONAL | ATTR_CONTROL;
-    batch[21..23].copy_from_slice(&attrs.to_be_bytes());
-    let crc = compute_crc(&batch);
-    batch[17..21].copy_from_slice(&crc.to_be_bytes());
-    Bytes::from(batch)
+    b.build_flagged(
+        Compression::None,
+        ProducerStamp {
+            producer_id,
+            producer_epoch,
+            base_sequence: NO_SEQUENCE,
+        },
+        ATTR_TRANSACTIONAL | ATTR_CONTROL,
+    )
+    .expect("an uncompressed batch always builds")
 }
 
 /// The marker type of a control batch (the key of its first record), or
@@ -574,12 +570,32 @@ impl ProducerStamp {
 /// encoded as they are appended, so a batch costs its bytes and nothing
 /// per record; compression, the producer stamp and the CRC are applied once
 /// in [`BatchBuilder::build`].
-#[derive(Debug, Default)]
+///
+/// The buffer starts with room for the batch header, so an uncompressed
+/// batch is built in place: its header is written in front of the records
+/// and the buffer itself is handed out, not copied into a second one (a
+/// producer builds every batch it sends, so that copy was one more pass
+/// over every byte produced and a fresh buffer per batch).
+#[derive(Debug)]
 pub struct BatchBuilder {
-    records: BytesMut,
+    /// `BATCH_HEADER_LEN` bytes of header room, then the encoded records;
+    /// empty after an in-place build (the bytes are in `built`).
+    buf: BytesMut,
+    /// The last in-place build, sharing what was `buf`: a later build (new
+    /// producer id after a reset, so a new stamp) or append starts from a
+    /// copy of it; the producer does neither on its normal path.
+    built: Option<Bytes>,
+    /// Encoded length of the records appended so far.
+    records_len: usize,
     count: i32,
     base_timestamp: i64,
     max_timestamp: i64,
+}
+
+impl Default for BatchBuilder {
+    fn default() -> Self {
+        Self::with_capacity(0)
+    }
 }
 
 fn varint_len(v: i64) -> usize {
@@ -610,9 +626,23 @@ impl BatchBuilder {
     /// An empty builder with room for `bytes` bytes of encoded records before
     /// it reallocates.
     pub fn with_capacity(bytes: usize) -> Self {
+        let mut buf = BytesMut::with_capacity(BATCH_HEADER_LEN + bytes);
+        buf.resize(BATCH_HEADER_LEN, 0);
         Self {
-            records: BytesMut::with_capacity(bytes),
-            ..Default::default()
+            buf,
+            built: None,
+            records_len: 0,
+            count: 0,
+            base_timestamp: 0,
+            max_timestamp: 0,
+        }
+    }
+
+    /// Takes the bytes of an in-place build back into `buf` (a copy; only
+    /// a rebuild or an append after a build needs it).
+    fn unshare(&mut self) {
+        if let Some(b) = self.built.take() {
+            self.buf = BytesMut::from(&b[..]);
         }
     }
 
@@ -628,7 +658,7 @@ impl BatchBuilder {
 
     /// The batch's size on the wire without compression.
     pub fn size_in_bytes(&self) -> usize {
-        BATCH_HEADER_LEN + self.records.len()
+        BATCH_HEADER_LEN + self.records_len
     }
 
     /// The bytes a record adds to a batch (upper bound: the timestamp delta
@@ -674,47 +704,57 @@ impl BatchBuilder {
         self.max_timestamp = self.max_timestamp.max(timestamp);
         let delta = timestamp.wrapping_sub(self.base_timestamp);
         let body = Self::body_len(delta, self.count, key, value, headers);
-        let before = self.records.len();
-        self.records.reserve(body + 5);
-        put_varint(&mut self.records, body as i64);
-        self.records.extend_from_slice(&[0]); // attributes
-        put_varint(&mut self.records, delta);
-        put_varint(&mut self.records, self.count as i64);
-        put_varint(&mut self.records, opt_len(key));
+        self.unshare();
+        let out = &mut self.buf;
+        let before = out.len();
+        out.reserve(body + 5);
+        put_varint(out, body as i64);
+        out.extend_from_slice(&[0]); // attributes
+        put_varint(out, delta);
+        put_varint(out, self.count as i64);
+        put_varint(out, opt_len(key));
         if let Some(k) = key {
-            self.records.extend_from_slice(k);
+            out.extend_from_slice(k);
         }
-        put_varint(&mut self.records, opt_len(value));
+        put_varint(out, opt_len(value));
         if let Some(v) = value {
-            self.records.extend_from_slice(v);
+            out.extend_from_slice(v);
         }
-        put_varint(&mut self.records, headers.len() as i64);
+        put_varint(out, headers.len() as i64);
         for (k, v) in headers {
-            put_varint(&mut self.records, k.len() as i64);
-            self.records.extend_from_slice(k.as_bytes());
-            put_varint(&mut self.records, opt_len(*v));
+            put_varint(out, k.len() as i64);
+            out.extend_from_slice(k.as_bytes());
+            put_varint(out, opt_len(*v));
             if let Some(v) = v {
-                self.records.extend_from_slice(v);
+                out.extend_from_slice(v);
             }
         }
         self.count += 1;
-        self.records.len() - before
+        let added = out.len() - before;
+        self.records_len += added;
+        added
     }
 
     /// The finished batch: header, (compressed) records, CRC-32C.
     pub fn build(
-        &self,
+        &mut self,
         compression: Compression,
         stamp: ProducerStamp,
     ) -> Result<Bytes, BatchError> {
+        self.build_flagged(compression, stamp, 0)
+    }
+
+    /// As [`build`](Self::build), with `flags` (the transactional and
+    /// control attribute bits) set in the batch's attributes.
+    pub fn build_flagged(
+        &mut self,
+        compression: Compression,
+        stamp: ProducerStamp,
+        flags: i16,
+    ) -> Result<Bytes, BatchError> {
         use bytes::BufMut;
         use kafka_protocol::compression::Compressor;
-        let mut out = BytesMut::with_capacity(BATCH_HEADER_LEN + self.records.len());
-        out.put_i64(0); // base offset: the broker assigns it
-        out.put_i32(0); // batch length, set below
-        out.put_i32(NO_PARTITION_LEADER_EPOCH);
-        out.put_i8(2);
-        out.put_u32(0); // crc, set below
+        self.unshare();
         let codec: i16 = match compression {
             Compression::None => 0,
             Compression::Gzip => 1,
@@ -722,35 +762,51 @@ impl BatchBuilder {
             Compression::Lz4 => 3,
             Compression::Zstd => 4,
         };
-        out.put_i16(codec);
-        out.put_i32(self.count - 1);
-        out.put_i64(self.base_timestamp);
-        out.put_i64(self.max_timestamp);
-        out.put_i64(stamp.producer_id);
-        out.put_i16(stamp.producer_epoch);
-        out.put_i32(stamp.base_sequence);
-        out.put_i32(self.count);
-        let records = &self.records[..];
-        let fill = |tmp: &mut BytesMut| -> anyhow::Result<()> {
-            tmp.put_slice(records);
-            Ok(())
-        };
-        let compressed = match compression {
-            Compression::None => {
-                out.put_slice(records);
+        let mut out = if compression == Compression::None {
+            // In place: the header room is the front of the buffer.
+            self.buf.split()
+        } else {
+            let mut out = BytesMut::with_capacity(BATCH_HEADER_LEN + self.records_len);
+            out.resize(BATCH_HEADER_LEN, 0);
+            let records = &self.buf[BATCH_HEADER_LEN..];
+            let fill = |tmp: &mut BytesMut| -> anyhow::Result<()> {
+                tmp.put_slice(records);
                 Ok(())
-            }
-            Compression::Gzip => kafka_protocol::compression::Gzip::compress(&mut out, fill),
-            Compression::Snappy => kafka_protocol::compression::Snappy::compress(&mut out, fill),
-            Compression::Lz4 => kafka_protocol::compression::Lz4::compress(&mut out, fill),
-            Compression::Zstd => kafka_protocol::compression::Zstd::compress(&mut out, fill),
+            };
+            let compressed = match compression {
+                Compression::Gzip => kafka_protocol::compression::Gzip::compress(&mut out, fill),
+                Compression::Snappy => {
+                    kafka_protocol::compression::Snappy::compress(&mut out, fill)
+                }
+                Compression::Lz4 => kafka_protocol::compression::Lz4::compress(&mut out, fill),
+                Compression::Zstd => kafka_protocol::compression::Zstd::compress(&mut out, fill),
+                Compression::None => Ok(()),
+            };
+            compressed.map_err(|e| BatchError::Decode(format!("compressing a batch: {e}")))?;
+            out
         };
-        compressed.map_err(|e| BatchError::Decode(format!("compressing a batch: {e}")))?;
         let len = (out.len() - LOG_OVERHEAD) as i32;
-        out[8..12].copy_from_slice(&len.to_be_bytes());
+        let mut h = &mut out[..BATCH_HEADER_LEN];
+        h.put_i64(0); // base offset: the broker assigns it
+        h.put_i32(len);
+        h.put_i32(NO_PARTITION_LEADER_EPOCH);
+        h.put_i8(2);
+        h.put_u32(0); // crc, set below
+        h.put_i16(codec | flags);
+        h.put_i32(self.count - 1);
+        h.put_i64(self.base_timestamp);
+        h.put_i64(self.max_timestamp);
+        h.put_i64(stamp.producer_id);
+        h.put_i16(stamp.producer_epoch);
+        h.put_i32(stamp.base_sequence);
+        h.put_i32(self.count);
         let crc = compute_crc(&out);
         out[17..21].copy_from_slice(&crc.to_be_bytes());
-        Ok(out.freeze())
+        let out = out.freeze();
+        if compression == Compression::None {
+            self.built = Some(out.clone());
+        }
+        Ok(out)
     }
 }
 
@@ -1210,6 +1266,35 @@ mod tests {
             ]
         );
         assert_eq!((got[1].offset, got[1].timestamp), (1, 9));
+        assert_eq!(got[1].value, None);
+    }
+
+    #[test]
+    fn an_in_place_build_can_be_rebuilt_with_a_new_stamp_and_appended_to() {
+        let mut b = BatchBuilder::with_capacity(8);
+        b.append(1, Some(b"k1"), Some(b"v1"), &[]);
+        let first = b.build(Compression::None, ProducerStamp::NONE).unwrap();
+        let stamp = ProducerStamp {
+            producer_id: 9,
+            producer_epoch: 3,
+            base_sequence: 40,
+        };
+        let second = b.build(Compression::None, stamp).unwrap();
+        // The first batch handed out is not rewritten by the second build.
+        let h1 = validate_batch(&first, true).unwrap();
+        let h2 = validate_batch(&second, true).unwrap();
+        assert_eq!((h1.producer_id, h1.base_sequence), (-1, -1));
+        assert_eq!((h2.producer_id, h2.base_sequence), (9, 40));
+        assert_eq!(first[BATCH_HEADER_LEN..], second[BATCH_HEADER_LEN..]);
+        assert_eq!(b.size_in_bytes(), second.len());
+        b.append(2, Some(b"k2"), None, &[]);
+        let third = b.build(Compression::Lz4, stamp).unwrap();
+        let got = read_all(&third);
+        let keys: Vec<_> = got.iter().map(|r| r.key.clone().unwrap()).collect();
+        assert_eq!(
+            keys,
+            vec![Bytes::from_static(b"k1"), Bytes::from_static(b"k2")]
+        );
         assert_eq!(got[1].value, None);
     }
 

@@ -35,6 +35,29 @@ impl CachedStore {
         self.store.get(key)
     }
 
+    /// `f` applied to `key`'s value, the cache's if it holds the key, else
+    /// the store's — borrowed in both cases: no copy of the bytes and no
+    /// reference count taken on the cached value (for a table of many keys
+    /// that count is a cache miss of its own per lookup).
+    pub fn get_with<T>(&mut self, key: &[u8], f: impl FnOnce(Option<&[u8]>) -> T) -> Result<T> {
+        if let Some(e) = self.cache.as_mut().and_then(|c| c.get(key)) {
+            return Ok(f(e.value.as_deref()));
+        }
+        let mut f = Some(f);
+        let mut out = None;
+        self.store.get_with(key, &mut |v| {
+            if let Some(f) = f.take() {
+                out = Some(f(v));
+            }
+        })?;
+        match (out, f) {
+            (Some(t), _) => Ok(t),
+            // A store that did not call back: read it the owned way.
+            (None, Some(f)) => Ok(f(self.store.get(key)?.as_deref())),
+            (None, None) => unreachable!("the callback ran but left no value"),
+        }
+    }
+
     /// As [`get`](Self::get), without touching the cache's LRU order
     /// (interactive queries).
     pub fn peek(&self, key: &[u8]) -> Result<Option<Bytes>> {

@@ -101,6 +101,13 @@ pub trait KeyValueStore: Send {
     fn persistent(&self) -> bool;
     /// The value stored under `key`, or `None` if there is none.
     fn get(&self, key: &[u8]) -> Result<Option<Bytes>>;
+    /// Calls `f` once with the value stored under `key`, borrowed where the
+    /// store can lend it (a processor that deserializes a value it reads
+    /// needs no owned copy of the bytes).
+    fn get_with(&self, key: &[u8], f: &mut dyn FnMut(Option<&[u8]>)) -> Result<()> {
+        f(self.get(key)?.as_deref());
+        Ok(())
+    }
     /// Writes `value` under `key`, replacing any earlier value.
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()>;
     /// Writes many entries at once (restoration); `None` deletes.

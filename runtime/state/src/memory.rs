@@ -40,6 +40,10 @@ impl KeyValueStore for InMemoryStore {
     fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
         Ok(self.map.get(key).cloned())
     }
+    fn get_with(&self, key: &[u8], f: &mut dyn FnMut(Option<&[u8]>)) -> Result<()> {
+        f(self.map.get(key).map(|v| &v[..]));
+        Ok(())
+    }
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         self.map
             .insert(Bytes::copy_from_slice(key), Bytes::copy_from_slice(value));

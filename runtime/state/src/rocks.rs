@@ -112,6 +112,12 @@ impl KeyValueStore for RocksDbStore {
         let v = self.db().get_pinned(key).map_err(|e| self.err(e))?;
         Ok(v.map(|v| Bytes::copy_from_slice(&v)))
     }
+    fn get_with(&self, key: &[u8], f: &mut dyn FnMut(Option<&[u8]>)) -> Result<()> {
+        // RocksDB's pinned slice, lent without a copy.
+        let v = self.db().get_pinned(key).map_err(|e| self.err(e))?;
+        f(v.as_deref());
+        Ok(())
+    }
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         self.db()
             .put_opt(key, value, &self.write_options)

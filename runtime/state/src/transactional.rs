@@ -148,6 +148,15 @@ impl KeyValueStore for TransactionalStore {
             None => self.inner.get(key),
         }
     }
+    fn get_with(&self, key: &[u8], f: &mut dyn FnMut(Option<&[u8]>)) -> Result<()> {
+        match self.pending.get(key) {
+            Some(v) => {
+                f(v.as_deref());
+                Ok(())
+            }
+            None => self.inner.get_with(key, f),
+        }
+    }
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         self.buffer(key, Some(value))
     }

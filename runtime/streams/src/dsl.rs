@@ -1130,15 +1130,19 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
         let store_c = store.clone();
         let f = Arc::new(
             move |ctx: &mut ProcessorContext<'_, '_, K, Change<VA>>, r: Record<K, V>| {
-                let mut s = ctx.store(&store_c)?;
-                let old = s.get_typed(&ks, &vs, &r.key)?;
-                let new = step(&r.key, &r.value, old.clone());
-                if s.is_cached() {
-                    // The cache forwards the latest value when it flushes
-                    // (Kafka's `TimestampedTupleForwarder` with caching on).
-                    return s.put_typed_cached(&ks, &vs, &r.key, &new, r.timestamp, r.headers);
-                }
-                s.put_typed(&ks, &vs, &r.key, &new)?;
+                // With caching on, the cache forwards the latest value when
+                // it flushes (Kafka's `TimestampedTupleForwarder`).
+                let written = ctx.store(&store_c)?.update_typed(
+                    &ks,
+                    &vs,
+                    &r.key,
+                    r.timestamp,
+                    r.headers.clone(),
+                    |old| Some(step(&r.key, &r.value, old)),
+                )?;
+                let Some((new, old)) = written else {
+                    return Ok(());
+                };
                 ctx.forward(Record {
                     key: r.key,
                     value: Change::new(Some(new), old),

@@ -7,6 +7,11 @@
 //! sees the `K`/`V` it declared. Forwarding is depth-first per forwarded
 //! record, like Kafka's: a record reaches every downstream node before the
 //! next record a processor forwarded is handled.
+//!
+//! Typed store reads deserialize from the stored bytes where they lie (the
+//! record cache's or RocksDB's pinned slice: no copy, no reference count),
+//! and a DSL aggregation's read–modify–write (`StoreRef::update_typed`)
+//! serializes its key once and locks its store once.
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -331,22 +336,10 @@ impl StoreRef<'_> {
         self.handle.store.lock().cache.is_some()
     }
 
-    /// Writes `value` into the record cache only; the store, the changelog
-    /// and this node's children get the key's latest value when the cache
-    /// flushes it (commit) or evicts it.
-    pub(crate) fn put_typed_cached<K: Send + 'static, V: Send + 'static>(
-        &mut self,
-        kser: &SharedSerde<K>,
-        vser: &SharedSerde<V>,
-        key: &K,
-        value: &V,
-        timestamp: i64,
-        headers: Headers,
-    ) -> Result<()> {
-        self.write_typed_cached(kser, vser, key, Some(value), timestamp, headers)
-    }
-
-    /// As `put_typed_cached`; `None` caches a deletion, flushed as one.
+    /// Writes `value` into the record cache only (`None` caches a
+    /// deletion, flushed as one); the store, the changelog and this node's
+    /// children get the key's latest value when the cache flushes it
+    /// (commit) or evicts it.
     pub(crate) fn write_typed_cached<K: Send + 'static, V: Send + 'static>(
         &mut self,
         kser: &SharedSerde<K>,
@@ -356,10 +349,10 @@ impl StoreRef<'_> {
         timestamp: i64,
         headers: Headers,
     ) -> Result<()> {
-        let mut cell = self.handle.store.lock();
         let name = self.handle.name.clone();
         let k = ser(kser, &name, key)?;
         let v = value.map(|v| ser(vser, &name, v)).transpose()?;
+        let mut cell = self.handle.store.lock();
         let Some(cache) = cell.cache.as_mut() else {
             return Err(StreamsError::IllegalState(format!(
                 "task {}: state store {name} has no record cache",
@@ -369,35 +362,93 @@ impl StoreRef<'_> {
         cache.put(k, v, true, timestamp, headers);
         self.handle.evicted.extend(cache.evict());
         drop(cell);
-        if self.handle.flush_to.is_none() {
-            let (ks, vs) = (kser.clone(), vser.clone());
-            let task = self.task;
-            let decode: FlushDecoder = Arc::new(
-                move |k: &Bytes, v: Option<&Bytes>, old: Option<&Bytes>| {
-                    let bad = |reason: String| {
-                        StreamsError::IllegalState(format!(
-                        "task {task}: state store {name}: a cached entry does not deserialize: {reason}"
-                    ))
-                    };
-                    let key = ks.deserialize_bytes(&name, Some(k)).map_err(bad)?;
-                    let value = v
-                        .map(|v| vs.deserialize_bytes(&name, Some(v)))
-                        .transpose()
-                        .map_err(bad)?;
-                    let old = old
-                        .map(|o| vs.deserialize_bytes(&name, Some(o)))
-                        .transpose()
-                        .map_err(bad)?;
-                    let change = Change::new(value, old);
-                    Ok((Box::new(key) as AnyBox, Box::new(change) as AnyBox))
-                },
-            );
-            self.handle.flush_to = Some((self.node, decode));
-        }
+        self.flush_through(kser, vser);
         Ok(())
     }
 
-    /// Typed get through serdes (the store's topic name for the serdes is its name).
+    /// Reads `key`'s value, computes its new one with `step` and writes it
+    /// (an aggregation's read–modify–write), serializing the key once and
+    /// locking the store once on the cached path. With a record cache the
+    /// new value goes into the cache, dirty, and reaches the changelog and
+    /// the children when the cache flushes it: `Ok(None)`. Without one it
+    /// is written through to the store and its changelog and the caller
+    /// forwards the returned `(new, old)`. `step` returning `None` writes
+    /// nothing (`Ok(None)`).
+    pub(crate) fn update_typed<K: Send + 'static, V: Clone + Send + 'static>(
+        &mut self,
+        kser: &SharedSerde<K>,
+        vser: &SharedSerde<V>,
+        key: &K,
+        timestamp: i64,
+        headers: Headers,
+        step: impl FnOnce(Option<V>) -> Option<V>,
+    ) -> Result<Option<(V, Option<V>)>> {
+        let name = self.handle.name.clone();
+        let k = ser(kser, &name, key)?;
+        let mut cell = self.handle.store.lock();
+        let old = cell
+            .get_with(&k, |v| v.map(|b| de_stored(vser, &name, self.task, b)))
+            .map_err(|e| self.err(e))?
+            .transpose()?;
+        let Some(cache) = cell.cache.as_mut() else {
+            drop(cell);
+            let Some(new) = step(old.clone()) else {
+                return Ok(None);
+            };
+            let v = ser(vser, &name, &new)?;
+            self.write(&k, Some(&v))?;
+            return Ok(Some((new, old)));
+        };
+        let Some(new) = step(old) else {
+            return Ok(None);
+        };
+        let v = ser(vser, &name, &new)?;
+        cache.put(k, Some(v), true, timestamp, headers);
+        self.handle.evicted.extend(cache.evict());
+        drop(cell);
+        self.flush_through(kser, vser);
+        Ok(None)
+    }
+
+    /// Makes this node the one the cache's flushed entries are forwarded
+    /// from, decoding them with `kser` / `vser` (set once, by the first
+    /// cached write).
+    fn flush_through<K: Send + 'static, V: Send + 'static>(
+        &mut self,
+        kser: &SharedSerde<K>,
+        vser: &SharedSerde<V>,
+    ) {
+        if self.handle.flush_to.is_some() {
+            return;
+        }
+        let name = self.handle.name.clone();
+        let (ks, vs) = (kser.clone(), vser.clone());
+        let task = self.task;
+        let decode: FlushDecoder = Arc::new(
+            move |k: &Bytes, v: Option<&Bytes>, old: Option<&Bytes>| {
+                let bad = |reason: String| {
+                    StreamsError::IllegalState(format!(
+                        "task {task}: state store {name}: a cached entry does not deserialize: {reason}"
+                    ))
+                };
+                let key = ks.deserialize_bytes(&name, Some(k)).map_err(bad)?;
+                let value = v
+                    .map(|v| vs.deserialize_bytes(&name, Some(v)))
+                    .transpose()
+                    .map_err(bad)?;
+                let old = old
+                    .map(|o| vs.deserialize_bytes(&name, Some(o)))
+                    .transpose()
+                    .map_err(bad)?;
+                let change = Change::new(value, old);
+                Ok((Box::new(key) as AnyBox, Box::new(change) as AnyBox))
+            },
+        );
+        self.handle.flush_to = Some((self.node, decode));
+    }
+
+    /// Typed get through serdes (the store's topic name for the serdes is
+    /// its name); the value is deserialized from the stored bytes in place.
     pub fn get_typed<K: 'static, V: 'static>(
         &self,
         kser: &SharedSerde<K>,
@@ -406,18 +457,12 @@ impl StoreRef<'_> {
     ) -> Result<Option<V>> {
         let name = self.handle.name.clone();
         let k = ser(kser, &name, key)?;
-        match self.get(&k)? {
-            None => Ok(None),
-            Some(b) => vser
-                .deserialize(&name, Some(&b))
-                .map(Some)
-                .map_err(|reason| {
-                    StreamsError::IllegalState(format!(
-                    "task {}: state store {name} holds a value that does not deserialize: {reason}",
-                    self.task
-                ))
-                }),
-        }
+        self.handle
+            .store
+            .lock()
+            .get_with(&k, |v| v.map(|b| de_stored(vser, &name, self.task, b)))
+            .map_err(|e| self.err(e))?
+            .transpose()
     }
 
     /// Typed delete through the key serde.
@@ -440,6 +485,16 @@ impl StoreRef<'_> {
         let v = ser(vser, &name, value)?;
         self.put(&k, &v)
     }
+}
+
+/// A value read from a store, deserialized; a failure is the store's
+/// (it holds what its own serde wrote).
+fn de_stored<T: 'static>(serde: &SharedSerde<T>, store: &str, task: TaskId, b: &[u8]) -> Result<T> {
+    serde.deserialize(store, Some(b)).map_err(|reason| {
+        StreamsError::IllegalState(format!(
+            "task {task}: state store {store} holds a value that does not deserialize: {reason}"
+        ))
+    })
 }
 
 fn ser<T: 'static>(serde: &SharedSerde<T>, store: &str, data: &T) -> Result<Bytes> {

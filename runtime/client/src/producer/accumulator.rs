@@ -280,8 +280,10 @@ impl Accumulator {
             q.batches.push_back(ProducerBatch {
                 id,
                 tp: TopicPartition::new(topic, partition),
+                // Records of at most batch.size in all, header included
+                // (the builder keeps the header's room itself).
                 builder: BatchBuilder::with_capacity(
-                    cfg.batch_size.max(size + BATCH_HEADER_LEN).min(1 << 20),
+                    cfg.batch_size.max(size + BATCH_HEADER_LEN).min(1 << 20) - BATCH_HEADER_LEN,
                 ),
                 created: now,
                 deadline: now + cfg.delivery_timeout,

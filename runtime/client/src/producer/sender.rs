@@ -16,12 +16,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
 use rill_protocol::kafka_protocol::messages::{
     produce_request::{PartitionProduceData, TopicProduceData},
     InitProducerIdRequest, ProduceRequest, ProducerId, TransactionalId,
 };
-use rill_protocol::records::{compute_crc, ProducerStamp, BATCH_HEADER_LEN, NO_SEQUENCE};
+use rill_protocol::records::{ProducerStamp, NO_SEQUENCE};
 use rill_protocol::{ApiKey, ErrorCode, RequestKind, ResponseKind};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, warn};
@@ -228,20 +227,6 @@ async fn transaction_step(inner: &Inner) -> Option<Instant> {
     retry_at
 }
 
-/// Sets a built batch's transactional attribute and recomputes its CRC
-/// (which covers the attributes).
-fn mark_transactional(batch: Bytes) -> Bytes {
-    if batch.len() < BATCH_HEADER_LEN {
-        return batch;
-    }
-    let mut b = BytesMut::from(&batch[..]);
-    let attributes = i16::from_be_bytes([b[21], b[22]]) | ATTR_TRANSACTIONAL;
-    b[21..23].copy_from_slice(&attributes.to_be_bytes());
-    let crc = compute_crc(&b);
-    b[17..21].copy_from_slice(&crc.to_be_bytes());
-    b.freeze()
-}
-
 async fn init_producer_id(inner: &Inner) -> Result<(i64, i16)> {
     let conn = inner.cluster.any_connection().await?;
     let req = InitProducerIdRequest::default()
@@ -317,10 +302,14 @@ async fn write_request(
                 producer_epoch: epoch,
                 base_sequence: seq,
             };
-            match b.builder.build(cfg.compression, stamp) {
-                Ok(bytes) if cfg.transactional_id.is_some() => {
-                    b.encoded = Some(mark_transactional(bytes))
-                }
+            // A transactional producer's batches carry the transactional
+            // attribute bit (KIP-98), set before the CRC is computed.
+            let flags = if cfg.transactional_id.is_some() {
+                ATTR_TRANSACTIONAL
+            } else {
+                0
+            };
+            match b.builder.build_flagged(cfg.compression, stamp, flags) {
                 Ok(bytes) => b.encoded = Some(bytes),
                 Err(e) => {
                     let err = Error::Protocol {
@@ -503,7 +492,13 @@ mod tests {
         for codec in [Compression::None, Compression::Zstd] {
             let plain = builder.build(codec, stamp).unwrap();
             assert!(!validate_batch(&plain, true).unwrap().is_transactional());
-            let h = validate_batch(&mark_transactional(plain), true).unwrap();
+            // Built again (as after a producer reset): the first build's
+            // bytes stay as they were.
+            let flagged = builder
+                .build_flagged(codec, stamp, ATTR_TRANSACTIONAL)
+                .unwrap();
+            assert!(!validate_batch(&plain, true).unwrap().is_transactional());
+            let h = validate_batch(&flagged, true).unwrap();
             assert!(h.is_transactional() && !h.is_control());
             assert_eq!(h.compression(), Some(codec));
             assert_eq!((h.producer_id, h.producer_epoch), (7, 2));

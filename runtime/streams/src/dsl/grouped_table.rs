@@ -220,15 +220,17 @@ impl<K: Data, V: Data> KGroupedTable<K, V> {
         let store_c = store.clone();
         let f = Arc::new(
             move |ctx: &mut ProcessorContext<'_, '_, K, Change<VA>>, r: Record<K, Tagged<V>>| {
-                let mut s = ctx.store(&store_c)?;
-                let old = s.get_typed(&ks, &vs, &r.key)?;
-                let Some(new) = step(&r.key, &r.value.value, r.value.add, old.clone()) else {
+                let written = ctx.store(&store_c)?.update_typed(
+                    &ks,
+                    &vs,
+                    &r.key,
+                    r.timestamp,
+                    r.headers.clone(),
+                    |old| step(&r.key, &r.value.value, r.value.add, old),
+                )?;
+                let Some((new, old)) = written else {
                     return Ok(());
                 };
-                if s.is_cached() {
-                    return s.put_typed_cached(&ks, &vs, &r.key, &new, r.timestamp, r.headers);
-                }
-                s.put_typed(&ks, &vs, &r.key, &new)?;
                 ctx.forward(Record {
                     key: r.key,
                     value: Change::new(Some(new), old),

@@ -277,18 +277,15 @@ impl<K: Data, V: Data, VA: Data> Processor<K, V, Windowed<K>, Change<VA>>
                 }
                 let Some(agg) = agg else { continue };
                 let wk = Windowed::new(r.key.clone(), Window::new(start, end));
-                let old = s.get_typed(&self.key_serde, &self.value_serde, &wk)?;
-                if s.is_cached() {
-                    s.put_typed_cached(
-                        &self.key_serde,
-                        &self.value_serde,
-                        &wk,
-                        &agg,
-                        ts,
-                        r.headers.clone(),
-                    )?;
-                } else {
-                    s.put_typed(&self.key_serde, &self.value_serde, &wk, &agg)?;
+                let written = s.update_typed(
+                    &self.key_serde,
+                    &self.value_serde,
+                    &wk,
+                    ts,
+                    r.headers.clone(),
+                    |_| Some(agg),
+                )?;
+                if let Some((agg, old)) = written {
                     out.push((wk, Change::new(Some(agg), old)));
                 }
             }

@@ -189,19 +189,15 @@ impl<K: Data, V: Data, VA: Data> Processor<K, V, Windowed<K>, Change<VA>>
                     continue;
                 }
                 let wk = Windowed::new(r.key.clone(), w);
-                let old = s.get_typed(&self.key_serde, &self.value_serde, &wk)?;
-                let new = (self.step)(&r.key, &r.value, old.clone());
-                if s.is_cached() {
-                    s.put_typed_cached(
-                        &self.key_serde,
-                        &self.value_serde,
-                        &wk,
-                        &new,
-                        r.timestamp,
-                        r.headers.clone(),
-                    )?;
-                } else {
-                    s.put_typed(&self.key_serde, &self.value_serde, &wk, &new)?;
+                let written = s.update_typed(
+                    &self.key_serde,
+                    &self.value_serde,
+                    &wk,
+                    r.timestamp,
+                    r.headers.clone(),
+                    |old| Some((self.step)(&r.key, &r.value, old)),
+                )?;
+                if let Some((new, old)) = written {
                     updates.push((wk, Change::new(Some(new), old)));
                 }
             }
