@@ -1030,13 +1030,7 @@ mod tests {
     #[test]
     fn every_codec_round_trips_and_validates() {
         let records = sample(100);
-        for codec in [
-            Compression::None,
-            Compression::Gzip,
-            Compression::Snappy,
-            Compression::Lz4,
-            Compression::Zstd,
-        ] {
+        for codec in CODECS {
             let bytes = encode_records(&records, codec).unwrap();
             let h = validate_batch(&bytes, true).unwrap();
             assert_eq!(h.compression(), Some(codec));
@@ -1149,13 +1143,7 @@ mod tests {
 
     #[test]
     fn batch_builder_matches_the_decoder_for_every_codec() {
-        for codec in [
-            Compression::None,
-            Compression::Gzip,
-            Compression::Snappy,
-            Compression::Lz4,
-            Compression::Zstd,
-        ] {
+        for codec in CODECS {
             let mut b = BatchBuilder::with_capacity(1024);
             for i in 0..50i64 {
                 let key = format!("k{i}");
@@ -1202,6 +1190,14 @@ mod tests {
 
     /// What `BatchRecords` reads of `batch`, as (offset, timestamp, key,
     /// value, headers).
+    const CODECS: [Compression; 5] = [
+        Compression::None,
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ];
+
     fn read_all(batch: &Bytes) -> Vec<BatchRecord> {
         let h = validate_batch(batch, false).unwrap();
         BatchRecords::new(batch, &h)
@@ -1213,13 +1209,7 @@ mod tests {
     #[test]
     fn batch_records_read_what_kafka_protocol_reads_for_every_codec() {
         let records = sample(100);
-        for codec in [
-            Compression::None,
-            Compression::Gzip,
-            Compression::Snappy,
-            Compression::Lz4,
-            Compression::Zstd,
-        ] {
+        for codec in CODECS {
             let mut bytes = BytesMut::from(&encode_records(&records, codec).unwrap()[..]);
             set_base_offset(&mut bytes, 1_000);
             let bytes = bytes.freeze();

@@ -330,6 +330,36 @@ where
     }
 }
 
+/// An aggregation step on `store` for `rec`'s key (`rec` carries the key,
+/// timestamp and headers): `step` computes the new value from the old;
+/// with caching on the cache forwards the latest value when it flushes
+/// (Kafka's `TimestampedTupleForwarder`), else the change is forwarded here.
+fn update_and_forward<K: Data, VA: Data>(
+    ctx: &mut ProcessorContext<'_, '_, K, Change<VA>>,
+    store: &str,
+    (ks, vs): (&SharedSerde<K>, &SharedSerde<VA>),
+    rec: Record<K, ()>,
+    step: impl FnOnce(&K, Option<VA>) -> Option<VA>,
+) -> Result<()> {
+    let written = ctx.store(store)?.update_typed(
+        ks,
+        vs,
+        &rec.key,
+        rec.timestamp,
+        rec.headers.clone(),
+        |old| step(&rec.key, old),
+    )?;
+    if let Some((new, old)) = written {
+        ctx.forward(Record {
+            key: rec.key,
+            value: Change::new(Some(new), old),
+            timestamp: rec.timestamp,
+            headers: rec.headers,
+        });
+    }
+    Ok(())
+}
+
 fn erase<P, KIn, VIn, KOut, VOut>(p: P) -> Box<dyn ErasedProcessor>
 where
     P: Processor<KIn, VIn, KOut, VOut> + 'static,
@@ -1130,26 +1160,16 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
         let store_c = store.clone();
         let f = Arc::new(
             move |ctx: &mut ProcessorContext<'_, '_, K, Change<VA>>, r: Record<K, V>| {
-                // With caching on, the cache forwards the latest value when
-                // it flushes (Kafka's `TimestampedTupleForwarder`).
-                let written = ctx.store(&store_c)?.update_typed(
-                    &ks,
-                    &vs,
-                    &r.key,
-                    r.timestamp,
-                    r.headers.clone(),
-                    |old| Some(step(&r.key, &r.value, old)),
-                )?;
-                let Some((new, old)) = written else {
-                    return Ok(());
-                };
-                ctx.forward(Record {
-                    key: r.key,
-                    value: Change::new(Some(new), old),
+                let (key, value) = (r.key, r.value);
+                let rec = Record {
+                    key,
+                    value: (),
                     timestamp: r.timestamp,
                     headers: r.headers,
-                });
-                Ok(())
+                };
+                update_and_forward(ctx, &store_c, (&ks, &vs), rec, |k, old| {
+                    Some(step(k, &value, old))
+                })
             },
         );
         let table = input.then::<K, Change<VA>>(

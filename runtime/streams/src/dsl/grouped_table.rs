@@ -220,24 +220,16 @@ impl<K: Data, V: Data> KGroupedTable<K, V> {
         let store_c = store.clone();
         let f = Arc::new(
             move |ctx: &mut ProcessorContext<'_, '_, K, Change<VA>>, r: Record<K, Tagged<V>>| {
-                let written = ctx.store(&store_c)?.update_typed(
-                    &ks,
-                    &vs,
-                    &r.key,
-                    r.timestamp,
-                    r.headers.clone(),
-                    |old| step(&r.key, &r.value.value, r.value.add, old),
-                )?;
-                let Some((new, old)) = written else {
-                    return Ok(());
-                };
-                ctx.forward(Record {
-                    key: r.key,
-                    value: Change::new(Some(new), old),
+                let (key, tagged) = (r.key, r.value);
+                let rec = Record {
+                    key,
+                    value: (),
                     timestamp: r.timestamp,
                     headers: r.headers,
-                });
-                Ok(())
+                };
+                crate::dsl::update_and_forward(ctx, &store_c, (&ks, &vs), rec, |k, old| {
+                    step(k, &tagged.value, tagged.add, old)
+                })
             },
         );
         let table = input.then::<K, Change<VA>>(
