@@ -1188,8 +1188,6 @@ mod tests {
         }
     }
 
-    /// What `BatchRecords` reads of `batch`, as (offset, timestamp, key,
-    /// value, headers).
     const CODECS: [Compression; 5] = [
         Compression::None,
         Compression::Gzip,
@@ -1198,6 +1196,8 @@ mod tests {
         Compression::Zstd,
     ];
 
+    /// What `BatchRecords` reads of `batch`, as (offset, timestamp, key,
+    /// value, headers).
     fn read_all(batch: &Bytes) -> Vec<BatchRecord> {
         let h = validate_batch(batch, false).unwrap();
         BatchRecords::new(batch, &h)

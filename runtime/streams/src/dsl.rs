@@ -330,16 +330,16 @@ where
     }
 }
 
-/// An aggregation step on `store` for `rec`'s key (`rec` carries the key,
-/// timestamp and headers): `step` computes the new value from the old;
-/// with caching on the cache forwards the latest value when it flushes
-/// (Kafka's `TimestampedTupleForwarder`), else the change is forwarded here.
-fn update_and_forward<K: Data, VA: Data>(
+/// An aggregation step on `store` for `rec`: `step` computes the key's new
+/// value from `rec` and the old value; with caching on the cache forwards
+/// the latest value when it flushes (Kafka's `TimestampedTupleForwarder`),
+/// else the change is forwarded here.
+fn update_and_forward<K: Data, V, VA: Data>(
     ctx: &mut ProcessorContext<'_, '_, K, Change<VA>>,
     store: &str,
     (ks, vs): (&SharedSerde<K>, &SharedSerde<VA>),
-    rec: Record<K, ()>,
-    step: impl FnOnce(&K, Option<VA>) -> Option<VA>,
+    rec: Record<K, V>,
+    step: impl FnOnce(&K, &V, Option<VA>) -> Option<VA>,
 ) -> Result<()> {
     let written = ctx.store(store)?.update_typed(
         ks,
@@ -347,7 +347,7 @@ fn update_and_forward<K: Data, VA: Data>(
         &rec.key,
         rec.timestamp,
         rec.headers.clone(),
-        |old| step(&rec.key, old),
+        |old| step(&rec.key, &rec.value, old),
     )?;
     if let Some((new, old)) = written {
         ctx.forward(Record {
@@ -1160,15 +1160,8 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
         let store_c = store.clone();
         let f = Arc::new(
             move |ctx: &mut ProcessorContext<'_, '_, K, Change<VA>>, r: Record<K, V>| {
-                let (key, value) = (r.key, r.value);
-                let rec = Record {
-                    key,
-                    value: (),
-                    timestamp: r.timestamp,
-                    headers: r.headers,
-                };
-                update_and_forward(ctx, &store_c, (&ks, &vs), rec, |k, old| {
-                    Some(step(k, &value, old))
+                update_and_forward(ctx, &store_c, (&ks, &vs), r, |k, v, old| {
+                    Some(step(k, v, old))
                 })
             },
         );

@@ -26,6 +26,7 @@ use crate::record::{AnyBox, Change, RawRecord};
 pub use crate::record::{Headers, Record, RecordMetadata};
 use crate::serdes::SharedSerde;
 use crate::task_id::TaskId;
+use rill_state::CachedStore;
 
 /// A user processor (Kafka's `Processor<KIn, VIn, KOut, VOut>`). One
 /// instance per task, made by the factory given to the topology.
@@ -386,10 +387,7 @@ impl StoreRef<'_> {
         let name = self.handle.name.clone();
         let k = ser(kser, &name, key)?;
         let mut cell = self.handle.store.lock();
-        let old = cell
-            .get_with(&k, |v| v.map(|b| de_stored(vser, &name, self.task, b)))
-            .map_err(|e| self.err(e))?
-            .transpose()?;
+        let old = self.read_typed(&mut cell, vser, &name, &k)?;
         let Some(cache) = cell.cache.as_mut() else {
             drop(cell);
             let Some(new) = step(old.clone()) else {
@@ -457,10 +455,30 @@ impl StoreRef<'_> {
     ) -> Result<Option<V>> {
         let name = self.handle.name.clone();
         let k = ser(kser, &name, key)?;
-        self.handle
-            .store
-            .lock()
-            .get_with(&k, |v| v.map(|b| de_stored(vser, &name, self.task, b)))
+        self.read_typed(&mut self.handle.store.lock(), vser, &name, &k)
+    }
+
+    /// `k`'s value in the locked `store`, deserialized from the stored
+    /// bytes in place; a value that does not deserialize is the store's
+    /// error (it holds what its own serde wrote).
+    fn read_typed<V: 'static>(
+        &self,
+        store: &mut CachedStore,
+        vser: &SharedSerde<V>,
+        name: &str,
+        k: &[u8],
+    ) -> Result<Option<V>> {
+        let task = self.task;
+        store
+            .get_with(k, |v| {
+                v.map(|b| {
+                    vser.deserialize(name, Some(b)).map_err(|reason| {
+                        StreamsError::IllegalState(format!(
+                            "task {task}: state store {name} holds a value that does not deserialize: {reason}"
+                        ))
+                    })
+                })
+            })
             .map_err(|e| self.err(e))?
             .transpose()
     }
@@ -485,16 +503,6 @@ impl StoreRef<'_> {
         let v = ser(vser, &name, value)?;
         self.put(&k, &v)
     }
-}
-
-/// A value read from a store, deserialized; a failure is the store's
-/// (it holds what its own serde wrote).
-fn de_stored<T: 'static>(serde: &SharedSerde<T>, store: &str, task: TaskId, b: &[u8]) -> Result<T> {
-    serde.deserialize(store, Some(b)).map_err(|reason| {
-        StreamsError::IllegalState(format!(
-            "task {task}: state store {store} holds a value that does not deserialize: {reason}"
-        ))
-    })
 }
 
 fn ser<T: 'static>(serde: &SharedSerde<T>, store: &str, data: &T) -> Result<Bytes> {

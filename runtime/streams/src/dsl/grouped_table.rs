@@ -220,15 +220,8 @@ impl<K: Data, V: Data> KGroupedTable<K, V> {
         let store_c = store.clone();
         let f = Arc::new(
             move |ctx: &mut ProcessorContext<'_, '_, K, Change<VA>>, r: Record<K, Tagged<V>>| {
-                let (key, tagged) = (r.key, r.value);
-                let rec = Record {
-                    key,
-                    value: (),
-                    timestamp: r.timestamp,
-                    headers: r.headers,
-                };
-                crate::dsl::update_and_forward(ctx, &store_c, (&ks, &vs), rec, |k, old| {
-                    step(k, &tagged.value, tagged.add, old)
+                crate::dsl::update_and_forward(ctx, &store_c, (&ks, &vs), r, |k, t, old| {
+                    step(k, &t.value, t.add, old)
                 })
             },
         );
