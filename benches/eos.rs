@@ -11,7 +11,10 @@
 //!    1,000,000 lines of 10 words from a 1,000-word vocabulary, record cache
 //!    on) — and the output read `read_committed` until every input is
 //!    accounted for: input records/s from RUNNING to the last output,
-//!    records per CPU-second of the app, peak RSS. `ROUNDS` (3) rounds after
+//!    records per CPU-second of the app, peak RSS, and the cores busy
+//!    meanwhile — the app's, the broker's, this bench's (the reader's) and
+//!    the whole machine's (`/proc/stat`), which say whether a run was bound
+//!    by the 2 cores or waited. `ROUNDS` (3) rounds after
 //!    a warm-up round, Rill and Kafka Streams alternating which goes first;
 //!    medians and min–max of the pairwise ratios.
 //! 2. Latency under load: passthrough at a fixed `RATE` records/s (default:
@@ -37,7 +40,8 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rill_benches::{
-    cpu_seconds, env_or, lines_of, machine_summary, median, peak_rss_kib, ratio_stats,
+    cpu_seconds, env_or, first_child, lines_of, machine_busy_seconds, machine_summary, median,
+    peak_rss_kib, ratio_stats,
 };
 use rill_client::admin::NewTopic;
 use rill_client::{Admin, ClientConfig, Consumer, Producer, ProducerRecord, TopicPartition};
@@ -214,11 +218,20 @@ struct Run {
     per_cpu_s: f64,
     rss_mib: f64,
     secs: f64,
+    /// Cores busy on average during the run: the app, the broker (NaN when
+    /// it is not a process of ours), this bench's process (the
+    /// read_committed reader) and the whole machine.
+    app_cores: f64,
+    broker_cores: f64,
+    reader_cores: f64,
+    machine_cores: f64,
 }
 
+#[allow(clippy::too_many_arguments)]
 fn throughput_run(
     bin: &Path,
     bootstrap: &str,
+    broker_pid: Option<u32>,
     runtime: Runtime,
     wordcount: bool,
     n: usize,
@@ -250,7 +263,15 @@ fn throughput_run(
     let pid = child.id();
     let rx = lines_of(&mut child);
     await_running(&rx, Duration::from_secs(300));
-    let (t0, cpu0) = (Instant::now(), cpu_seconds(pid));
+    let broker_cpu = || broker_pid.map_or(f64::NAN, cpu_seconds);
+    let me = std::process::id();
+    let (t0, cpu0, broker0, reader0, machine0) = (
+        Instant::now(),
+        cpu_seconds(pid),
+        broker_cpu(),
+        cpu_seconds(me),
+        machine_busy_seconds(),
+    );
     let mut out = Output::new(bootstrap, &t.output);
     let deadline = Instant::now() + Duration::from_secs(1800);
     loop {
@@ -267,6 +288,11 @@ fn throughput_run(
     }
     let secs = t0.elapsed().as_secs_f64();
     let cpu = cpu_seconds(pid) - cpu0;
+    let (broker, reader, machine) = (
+        broker_cpu() - broker0,
+        cpu_seconds(me) - reader0,
+        machine_busy_seconds() - machine0,
+    );
     let rss = peak_rss_kib(pid) as f64 / 1024.0;
     rill_tests::send_signal(pid, libc::SIGTERM);
     let _ = child.wait();
@@ -281,10 +307,19 @@ fn throughput_run(
         per_cpu_s: n as f64 / cpu.max(1e-3),
         rss_mib: rss,
         secs,
+        app_cores: cpu / secs,
+        broker_cores: broker / secs,
+        reader_cores: reader / secs,
+        machine_cores: machine / secs,
     }
 }
 
-fn throughput_part(bin: &Path, bootstrap: &str, broker: &str) -> Option<f64> {
+fn throughput_part(
+    bin: &Path,
+    bootstrap: &str,
+    broker: &str,
+    broker_pid: Option<u32>,
+) -> Option<f64> {
     let records: usize = env_or("RECORDS", 10_000_000);
     let lines: usize = env_or("LINES", 1_000_000);
     let rounds: usize = env_or("ROUNDS", 3);
@@ -311,14 +346,18 @@ fn throughput_part(bin: &Path, bootstrap: &str, broker: &str) -> Option<f64> {
                     },
                     std::process::id()
                 );
-                let r = throughput_run(bin, bootstrap, runtime, *wordcount, n, &tag);
+                let r = throughput_run(bin, bootstrap, broker_pid, runtime, *wordcount, n, &tag);
                 println!(
-                    "round {round} {} {label}: {:.0} records/s over {:.1} s, {:.0} per CPU-s, peak RSS {:.0} MiB{}",
+                    "round {round} {} {label}: {:.0} records/s over {:.1} s, {:.0} per CPU-s, peak RSS {:.0} MiB; cores busy: app {:.2}, broker {:.2}, reader {:.2}, machine {:.2}{}",
                     name(runtime),
                     r.rate,
                     r.secs,
                     r.per_cpu_s,
                     r.rss_mib,
+                    r.app_cores,
+                    r.broker_cores,
+                    r.reader_cores,
+                    r.machine_cores,
                     if round == 0 { " (warm-up, not counted)" } else { "" }
                 );
                 if round > 0 {
@@ -354,6 +393,27 @@ fn throughput_part(bin: &Path, bootstrap: &str, broker: &str) -> Option<f64> {
         if *label == "passthrough" {
             ks_passthrough = Some(median(&kr));
         }
+    }
+    // Whether the runs were bound by the machine: a broker and an app that
+    // together keep every core busy leave no room to go faster but less CPU
+    // per record in both.
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    println!("\nCores busy during the runs (medians; the machine has {cores}; reader: the bench's read_committed consumer):");
+    println!("| app | Rill: app | broker | reader | machine | Kafka Streams: app | broker | reader | machine |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for (label, _, rill, ks) in &rows {
+        let m = |v: &[Run], g: fn(&Run) -> f64| median(&v.iter().map(g).collect::<Vec<_>>());
+        println!(
+            "| {label} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            m(rill, |r| r.app_cores),
+            m(rill, |r| r.broker_cores),
+            m(rill, |r| r.reader_cores),
+            m(rill, |r| r.machine_cores),
+            m(ks, |r| r.app_cores),
+            m(ks, |r| r.broker_cores),
+            m(ks, |r| r.reader_cores),
+            m(ks, |r| r.machine_cores),
+        );
     }
     ks_passthrough
 }
@@ -505,11 +565,11 @@ fn restore_run(
     (restored, to_running)
 }
 
-fn run_parts(bin: &Path, bootstrap: &str, broker: &str) {
+fn run_parts(bin: &Path, bootstrap: &str, broker: &str, broker_pid: Option<u32>) {
     let parts = std::env::var("PARTS").unwrap_or_else(|_| "throughput,latency,restore".into());
     let mut ks_rate = None;
     if parts.contains("throughput") {
-        ks_rate = throughput_part(bin, bootstrap, broker);
+        ks_rate = throughput_part(bin, bootstrap, broker, broker_pid);
     }
     if parts.contains("latency") {
         let rate: u64 = env_or("RATE", ks_rate.map_or(5_000, |r| (r / 2.0) as u64));
@@ -555,10 +615,16 @@ fn main() {
             &bin,
             &kafka.bootstrap,
             &format!("Apache Kafka {KAFKA_VERSION}"),
+            first_child(kafka.pid()),
         );
     }
     if brokers.contains("embedded") {
         let broker = rill_benches::spawn_broker_process();
-        run_parts(&bin, &broker.bootstrap, "the embedded broker");
+        run_parts(
+            &bin,
+            &broker.bootstrap,
+            "the embedded broker",
+            Some(broker.child.id()),
+        );
     }
 }

@@ -117,6 +117,33 @@ pub fn cpu_seconds(pid: u32) -> f64 {
     ticks / hz.max(1.0)
 }
 
+/// Busy CPU seconds of the whole machine so far, summed over its cores
+/// (`/proc/stat`: everything but idle and iowait): with [`cpu_seconds`] of
+/// the app and the broker it shows whether a run was bound by the cores.
+#[allow(unsafe_code)] // sysconf(3), see SAFETY below
+pub fn machine_busy_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/stat") else {
+        return f64::NAN;
+    };
+    let Some(cpu) = stat.lines().find(|l| l.starts_with("cpu ")) else {
+        return f64::NAN;
+    };
+    // user nice system idle iowait irq softirq steal (guest time is in user).
+    let f: Vec<f64> = cpu
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    if f.len() < 8 {
+        return f64::NAN;
+    }
+    let busy = f.iter().sum::<f64>() - f[3] - f[4];
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    busy / hz.max(1.0)
+}
+
 /// The first child process of `pid` (the JVM under Kafka's guard shell).
 pub fn first_child(pid: u32) -> Option<u32> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;

@@ -26,6 +26,7 @@ use crate::record::{AnyBox, Change, RawRecord};
 pub use crate::record::{Headers, Record, RecordMetadata};
 use crate::serdes::SharedSerde;
 use crate::task_id::TaskId;
+use rill_state::cache::{Flushed, RecordCache};
 use rill_state::CachedStore;
 
 /// A user processor (Kafka's `Processor<KIn, VIn, KOut, VOut>`). One
@@ -213,14 +214,16 @@ impl<'c, 'a, KOut: Send + 'static, VOut: Send + 'static> ProcessorContext<'c, 'a
                 self.inner.node_name, self.inner.stores
             )));
         }
-        let task = self.inner.shared.task_id;
-        let handle = self.inner.shared.stores.get_mut(name).ok_or_else(|| {
+        let shared = &mut *self.inner.shared;
+        let task = shared.task_id;
+        let handle = shared.stores.get_mut(name).ok_or_else(|| {
             StreamsError::IllegalState(format!("task {task}: state store {name} is not open"))
         })?;
         Ok(StoreRef {
             task,
             node: self.inner.node,
             handle,
+            evictions: &mut shared.evictions,
         })
     }
 }
@@ -231,6 +234,20 @@ pub struct StoreRef<'s> {
     task: TaskId,
     node: usize,
     handle: &'s mut StoreHandle,
+    /// The task's [`TaskShared::evictions`], set when the cache evicts.
+    evictions: &'s mut bool,
+}
+
+/// Takes what a store's `cache` evicts into its handle's `evicted`, for
+/// the task to write and forward after the node ran, and says so in the
+/// task's `evictions` flag. (Fields, not the `StoreRef`: the cache is
+/// borrowed from the store's lock.)
+fn take_evicted(evicted: &mut Vec<Flushed>, evictions: &mut bool, cache: &mut RecordCache) {
+    let out = cache.evict();
+    if !out.is_empty() {
+        evicted.extend(out);
+        *evictions = true;
+    }
 }
 
 impl StoreRef<'_> {
@@ -268,7 +285,7 @@ impl StoreRef<'_> {
         );
         if let Some(cache) = cell.cache.as_mut() {
             cache.put(key.clone(), value.clone(), false, -1, Vec::new());
-            self.handle.evicted.extend(cache.evict());
+            take_evicted(&mut self.handle.evicted, self.evictions, cache);
         }
         drop(cell);
         if let Some(log) = &mut self.handle.changelog {
@@ -361,7 +378,7 @@ impl StoreRef<'_> {
             )));
         };
         cache.put(k, v, true, timestamp, headers);
-        self.handle.evicted.extend(cache.evict());
+        take_evicted(&mut self.handle.evicted, self.evictions, cache);
         drop(cell);
         self.flush_through(kser, vser);
         Ok(())
@@ -402,7 +419,7 @@ impl StoreRef<'_> {
         };
         let v = ser(vser, &name, &new)?;
         cache.put(k, Some(v), true, timestamp, headers);
-        self.handle.evicted.extend(cache.evict());
+        take_evicted(&mut self.handle.evicted, self.evictions, cache);
         drop(cell);
         self.flush_through(kser, vser);
         Ok(None)

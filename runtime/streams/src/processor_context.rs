@@ -67,6 +67,9 @@ pub(crate) struct TaskShared {
     pub application_id: String,
     pub stores: Stores,
     pub current: Option<RecordMetadata>,
+    /// The last record's metadata once processed, reused by the next one
+    /// of the same topic.
+    pub spare_metadata: Option<RecordMetadata>,
     pub stream_time: i64,
     pub wall_clock_ms: i64,
     /// Records processors dropped on purpose (late records).
@@ -74,6 +77,10 @@ pub(crate) struct TaskShared {
     pub schedules: Vec<Schedule>,
     pub commit_requested: bool,
     pub out: Vec<OutRecord>,
+    /// Whether a store's cache evicted dirty entries (`StoreHandle::evicted`)
+    /// while the current node ran: only then are its stores looked up
+    /// after it (a name lookup per record and store otherwise).
+    pub evictions: bool,
 }
 
 impl TaskShared {

@@ -304,6 +304,9 @@ impl RecordCollector {
             }
         };
         if !offsets.is_empty() {
+            // The transaction's lingering batches go out while the offsets
+            // join it (two round trips), not only once the commit flushes.
+            self.producer()?.send_buffered_now();
             let group = group.ok_or_else(|| {
                 StreamsError::TaskMigrated(
                     "the consumer has no group membership to commit offsets with".into(),

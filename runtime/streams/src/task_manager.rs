@@ -581,21 +581,34 @@ impl TaskManager {
     ) -> Result<()> {
         let mut rewind: BTreeMap<TopicPartition, i64> = BTreeMap::new();
         // Records come in runs of one partition (one fetched batch after
-        // another), sharing one topic name: the task is looked up per run.
-        let mut last: Option<(Arc<str>, i32, Option<TaskId>)> = None;
+        // another), sharing one topic name: the task and its queue are
+        // looked up per run.
+        // (topic, partition) of the run -> its task and that task's queue
+        // (`None`: not one of the task's partitions, its error).
+        type Target = Option<(TaskId, Option<usize>)>;
+        let mut last: Option<(Arc<str>, i32, Target)> = None;
         for rec in records {
-            let id = match &last {
-                Some((topic, p, id)) if Arc::ptr_eq(topic, &rec.topic) && *p == rec.partition => {
-                    *id
+            let target = match &last {
+                Some((topic, p, target))
+                    if Arc::ptr_eq(topic, &rec.topic) && *p == rec.partition =>
+                {
+                    *target
                 }
                 _ => {
-                    let id = self.task_of_topic(&rec.topic, rec.partition);
-                    last = Some((rec.topic.clone(), rec.partition, id));
-                    id
+                    let target = self
+                        .task_of_topic(&rec.topic, rec.partition)
+                        .and_then(|id| {
+                            let at = self.tasks.get(&id)?;
+                            Some((id, at.task.queue_of(&rec.topic, rec.partition)))
+                        });
+                    last = Some((rec.topic.clone(), rec.partition, target));
+                    target
                 }
             };
-            match id.and_then(|id| self.tasks.get_mut(&id)) {
-                Some(at) => at.task.add_record(rec)?,
+            match target.and_then(|(id, qi)| Some((self.tasks.get_mut(&id)?, qi))) {
+                Some((at, Some(qi))) => at.task.add_record_to(qi, rec)?,
+                // Not one of the task's partitions: its error says so.
+                Some((at, None)) => at.task.add_record(rec)?,
                 None => {
                     rewind.entry(rec.topic_partition()).or_insert(rec.offset);
                 }

@@ -195,10 +195,9 @@ fn queue_in<'a>(
     topic: &str,
     partition: i32,
 ) -> &'a mut PartitionQueue {
-    if !queues.contains_key(topic) {
-        queues.insert(topic.to_string(), Vec::new());
-    }
-    let qs = queues.get_mut(topic).expect("inserted above");
+    // One hash and probe per record (a lookup then a second one to satisfy
+    // the borrow checker cost ~1 % of a word count's samples in `memcmp`).
+    let qs = queues.entry_ref(topic).or_default();
     let i = partition.max(0) as usize;
     if qs.len() <= i {
         qs.resize_with(i + 1, PartitionQueue::default);
@@ -211,7 +210,7 @@ const MAX_IN_FLIGHT_PER_PARTITION: usize = 1;
 
 /// Queues by topic (FxHash: topic names are the app's own, and the map is
 /// looked up for every record).
-type TopicQueues = HashMap<String, Vec<PartitionQueue>, rustc_hash::FxBuildHasher>;
+type TopicQueues = hashbrown::HashMap<String, Vec<PartitionQueue>, rustc_hash::FxBuildHasher>;
 
 pub struct Accumulator {
     /// Queues by topic, then partition (looked up without allocating).
