@@ -362,5 +362,10 @@ mod tests {
         assert!(peak_rss_kib(me) > 0);
         assert!(rss_kib(me) > 0);
         assert!(cpu_seconds(me) >= 0.0);
+        // The machine has been up and busy for a while, and its busy time
+        // only grows.
+        let busy = machine_busy_seconds();
+        assert!(busy.is_finite() && busy > 0.0, "{busy}");
+        assert!(machine_busy_seconds() >= busy);
     }
 }
