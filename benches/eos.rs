@@ -14,7 +14,9 @@
 //!    records per CPU-second of the app, peak RSS, and the cores busy
 //!    meanwhile — the app's, the broker's, this bench's (the reader's) and
 //!    the whole machine's (`/proc/stat`), which say whether a run was bound
-//!    by the 2 cores or waited. `ROUNDS` (3) rounds after
+//!    by the 2 cores or waited — and for Rill, from its REST `/metrics`,
+//!    how often its stream threads committed, how long a commit took and
+//!    what share of their time that was. `ROUNDS` (3) rounds after
 //!    a warm-up round, Rill and Kafka Streams alternating which goes first;
 //!    medians and min–max of the pairwise ratios.
 //! 2. Latency under load: passthrough at a fixed `RATE` records/s (default:
@@ -139,6 +141,10 @@ fn start(
     if let Some(id) = instance {
         cmd.args(["--group-instance-id", id]);
     }
+    if runtime == Runtime::Rill {
+        // Its REST server, for the commit latency in `/metrics`.
+        cmd.args(["--application-server", "127.0.0.1:0"]);
+    }
     cmd.env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -147,17 +153,51 @@ fn start(
 }
 
 fn await_running(rx: &crossbeam_channel::Receiver<String>, within: Duration) -> u64 {
+    await_running_rest(rx, within).0
+}
+
+/// As [`await_running`], with the REST address a Rill app prints first.
+fn await_running_rest(
+    rx: &crossbeam_channel::Receiver<String>,
+    within: Duration,
+) -> (u64, Option<String>) {
     let deadline = Instant::now() + within;
-    let mut restored = 0;
+    let (mut restored, mut rest) = (0, None);
     loop {
         let l = rx.recv_deadline(deadline).expect("the app reaches RUNNING");
         if l == "RUNNING" {
-            return restored;
+            return (restored, rest);
         }
         if let Some(n) = l.strip_prefix("RESTORED ") {
             restored += n.trim().parse::<u64>().unwrap_or(0);
         }
+        if let Some(a) = l.strip_prefix("REST ") {
+            rest = Some(a.trim().to_string());
+        }
     }
+}
+
+/// Seconds spent committing and commits made so far by all of a Rill app's
+/// stream threads (the `rill_streams_commit_latency_seconds` histogram's
+/// sum and count in its `/metrics`); `None` if it cannot be read.
+fn commit_totals(rest: &str) -> Option<(f64, f64)> {
+    let text = ureq::get(&format!("http://{rest}/metrics"))
+        .timeout(Duration::from_secs(5))
+        .call()
+        .ok()?
+        .into_string()
+        .ok()?;
+    let total = |name: &str| -> f64 {
+        text.lines()
+            .filter_map(|l| l.strip_prefix(name))
+            .filter(|rest| rest.starts_with(['{', ' ']))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    Some((
+        total("rill_streams_commit_latency_seconds_sum"),
+        total("rill_streams_commit_latency_seconds_count"),
+    ))
 }
 
 /// A `read_committed` reader of the output.
@@ -225,6 +265,12 @@ struct Run {
     broker_cores: f64,
     reader_cores: f64,
     machine_cores: f64,
+    /// Rill only (NaN for Kafka Streams): commits per second per stream
+    /// thread, their mean duration in ms, and the share of the threads'
+    /// time spent committing.
+    commits_per_s: f64,
+    commit_ms: f64,
+    commit_share: f64,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -262,7 +308,9 @@ fn throughput_run(
     );
     let pid = child.id();
     let rx = lines_of(&mut child);
-    await_running(&rx, Duration::from_secs(300));
+    let (_, rest) = await_running_rest(&rx, Duration::from_secs(300));
+    let commits = || rest.as_deref().and_then(commit_totals);
+    let commits0 = commits();
     let broker_cpu = || broker_pid.map_or(f64::NAN, cpu_seconds);
     let me = std::process::id();
     let (t0, cpu0, broker0, reader0, machine0) = (
@@ -294,6 +342,15 @@ fn throughput_run(
         machine_busy_seconds() - machine0,
     );
     let rss = peak_rss_kib(pid) as f64 / 1024.0;
+    // Stream threads: the app's `--threads 2`.
+    let (commits_per_s, commit_ms, commit_share) = match (commits0, commits()) {
+        (Some((s0, n0)), Some((s1, n1))) if n1 > n0 => (
+            (n1 - n0) / secs / 2.0,
+            (s1 - s0) / (n1 - n0) * 1000.0,
+            (s1 - s0) / (secs * 2.0),
+        ),
+        _ => (f64::NAN, f64::NAN, f64::NAN),
+    };
     rill_tests::send_signal(pid, libc::SIGTERM);
     let _ = child.wait();
     if !wordcount {
@@ -311,6 +368,9 @@ fn throughput_run(
         broker_cores: broker / secs,
         reader_cores: reader / secs,
         machine_cores: machine / secs,
+        commits_per_s,
+        commit_ms,
+        commit_share,
     }
 }
 
@@ -348,7 +408,7 @@ fn throughput_part(
                 );
                 let r = throughput_run(bin, bootstrap, broker_pid, runtime, *wordcount, n, &tag);
                 println!(
-                    "round {round} {} {label}: {:.0} records/s over {:.1} s, {:.0} per CPU-s, peak RSS {:.0} MiB; cores busy: app {:.2}, broker {:.2}, reader {:.2}, machine {:.2}{}",
+                    "round {round} {} {label}: {:.0} records/s over {:.1} s, {:.0} per CPU-s, peak RSS {:.0} MiB; cores busy: app {:.2}, broker {:.2}, reader {:.2}, machine {:.2}; commits {:.1}/s per thread, {:.1} ms each, {:.0} % of the threads' time{}",
                     name(runtime),
                     r.rate,
                     r.secs,
@@ -358,6 +418,9 @@ fn throughput_part(
                     r.broker_cores,
                     r.reader_cores,
                     r.machine_cores,
+                    r.commits_per_s,
+                    r.commit_ms,
+                    r.commit_share * 100.0,
                     if round == 0 { " (warm-up, not counted)" } else { "" }
                 );
                 if round > 0 {
