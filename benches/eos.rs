@@ -52,6 +52,8 @@ use rill_tests::rolling::{self, Runtime};
 
 const PARTITIONS: i32 = 6;
 const WORDS_PER_LINE: usize = 10;
+/// Stream threads of both apps.
+const THREADS: usize = 2;
 
 fn now_ms() -> i64 {
     SystemTime::now()
@@ -129,7 +131,7 @@ fn start(
             "--topology",
             topology,
             "--threads",
-            "2",
+            &THREADS.to_string(),
             "--commit-ms",
             "100",
         ])
@@ -342,12 +344,12 @@ fn throughput_run(
         machine_busy_seconds() - machine0,
     );
     let rss = peak_rss_kib(pid) as f64 / 1024.0;
-    // Stream threads: the app's `--threads 2`.
+    let threads = THREADS as f64;
     let (commits_per_s, commit_ms, commit_share) = match (commits0, commits()) {
         (Some((s0, n0)), Some((s1, n1))) if n1 > n0 => (
-            (n1 - n0) / secs / 2.0,
+            (n1 - n0) / secs / threads,
             (s1 - s0) / (n1 - n0) * 1000.0,
-            (s1 - s0) / (secs * 2.0),
+            (s1 - s0) / (secs * threads),
         ),
         _ => (f64::NAN, f64::NAN, f64::NAN),
     };
@@ -432,7 +434,7 @@ fn throughput_part(
             }
         }
     }
-    println!("\n## exactly_once_v2 throughput on {broker}: passthrough {records} records, word count {lines} lines of {WORDS_PER_LINE} words (1,000-word vocabulary, cache on), {PARTITIONS} partitions, 2 stream threads, commit.interval.ms 100, output read read_committed; median of {rounds} rounds (min–max of pairwise ratios)");
+    println!("\n## exactly_once_v2 throughput on {broker}: passthrough {records} records, word count {lines} lines of {WORDS_PER_LINE} words (1,000-word vocabulary, cache on), {PARTITIONS} partitions, {THREADS} stream threads, commit.interval.ms 100, output read read_committed; median of {rounds} rounds (min–max of pairwise ratios)");
     println!("| app | Rill records/s | Kafka Streams records/s | ratio | Rill per CPU-s | KS per CPU-s | ratio | Rill RSS MiB | KS RSS MiB | run length Rill / KS s |");
     println!("|---|---|---|---|---|---|---|---|---|---|");
     let mut ks_passthrough = None;

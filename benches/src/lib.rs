@@ -112,15 +112,20 @@ pub fn cpu_seconds(pid: u32) -> f64 {
     let f: Vec<&str> = rest.split_whitespace().collect();
     let ticks: f64 = f.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0)
         + f.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    ticks / clock_ticks_per_second()
+}
+
+/// The kernel's clock ticks per second, the unit of `/proc` CPU times.
+#[allow(unsafe_code)] // sysconf(3), see SAFETY below
+fn clock_ticks_per_second() -> f64 {
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    ticks / hz.max(1.0)
+    hz.max(1.0)
 }
 
 /// Busy CPU seconds of the whole machine so far, summed over its cores
 /// (`/proc/stat`: everything but idle and iowait): with [`cpu_seconds`] of
 /// the app and the broker it shows whether a run was bound by the cores.
-#[allow(unsafe_code)] // sysconf(3), see SAFETY below
 pub fn machine_busy_seconds() -> f64 {
     let Ok(stat) = std::fs::read_to_string("/proc/stat") else {
         return f64::NAN;
@@ -139,9 +144,7 @@ pub fn machine_busy_seconds() -> f64 {
         return f64::NAN;
     }
     let busy = f.iter().sum::<f64>() - f[3] - f[4];
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    busy / hz.max(1.0)
+    busy / clock_ticks_per_second()
 }
 
 /// The first child process of `pid` (the JVM under Kafka's guard shell).
