@@ -144,6 +144,10 @@ pub struct LocalInfo {
     /// The last assignment received.
     pub assignment: Option<AssignmentInfo>,
     pub generation: i32,
+    /// An assignment said the application shuts down (KIP-671). Sticky: the
+    /// requester leaves at once, and the rebalance that follows may hand out
+    /// a new assignment before the thread looked at this one.
+    pub shutdown_seen: bool,
 }
 
 pub(crate) struct StreamsAssignor {
@@ -763,6 +767,7 @@ impl PartitionAssignor for StreamsAssignor {
             });
         let mut local = self.local.lock().unwrap_or_else(|e| e.into_inner());
         local.generation = generation;
+        local.shutdown_seen |= info.as_ref().is_some_and(|i| i.shutdown_requested);
         local.assignment = info;
     }
 }
@@ -823,6 +828,31 @@ mod tests {
             max_warmups: 2,
             rack_tags: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_shutdown_request_outlives_the_next_assignment() {
+        // The requester leaves as soon as it saw the request answered; the
+        // rebalance that follows must not hide the request from a member
+        // whose thread had not looked yet (KIP-671).
+        let assignor = assignor();
+        let with = |shutdown| Assignment {
+            partitions: Vec::new(),
+            user_data: Some(Bytes::from(
+                serde_json::to_vec(&AssignmentInfo {
+                    shutdown_requested: shutdown,
+                    ..Default::default()
+                })
+                .unwrap(),
+            )),
+        };
+        assignor.on_assignment(&with(false), 1);
+        assert!(!assignor.local.lock().unwrap().shutdown_seen);
+        assignor.on_assignment(&with(true), 2);
+        assignor.on_assignment(&with(false), 3);
+        let local = assignor.local.lock().unwrap();
+        assert!(local.shutdown_seen);
+        assert_eq!(local.generation, 3);
     }
 
     #[test]

@@ -79,6 +79,7 @@ fn publish_streams_group(ctx: &ThreadContext, consumer: &Consumer) {
     let info = crate::streams_group::assignment_info(ctx, &view, &consumer.assignment());
     let mut local = lock(&ctx.shared.local);
     local.generation = view.member_epoch;
+    local.shutdown_seen |= info.shutdown_requested;
     if local.assignment.as_ref() != Some(&info) {
         local.assignment = Some(info);
     }
@@ -306,10 +307,10 @@ impl StreamThread {
                 .map_err(|e| StreamsError::client("requesting the application shutdown", e))?;
             return Ok(true);
         }
-        let shutdown = lock(&shared.local)
-            .assignment
-            .as_ref()
-            .is_some_and(|a| a.shutdown_requested);
+        let shutdown = {
+            let local = lock(&shared.local);
+            local.shutdown_seen || local.assignment.as_ref().is_some_and(|a| a.shutdown_requested)
+        };
         if shutdown {
             return Err(StreamsError::ShutdownRequested(format!(
                 "seen by {} in the group's assignment",
