@@ -147,9 +147,21 @@ fn start(
         // Its REST server, for the commit latency in `/metrics`.
         cmd.args(["--application-server", "127.0.0.1:0"]);
     }
-    cmd.env("RUST_LOG", "warn")
+    // `APP_LOG=dir` keeps each Rill app's log (at `APP_RUST_LOG`, default
+    // warn) in that directory, e.g. for the commit phases at debug.
+    let log = std::env::var("APP_LOG")
+        .ok()
+        .filter(|_| runtime == Runtime::Rill);
+    let stderr = match log {
+        Some(dir) => {
+            let path = Path::new(&dir).join(format!("{}-{}.log", t.app, now_ms()));
+            Stdio::from(std::fs::File::create(&path).expect("APP_LOG is a writable directory"))
+        }
+        None => Stdio::null(),
+    };
+    cmd.env("RUST_LOG", env_or("APP_RUST_LOG", "warn".to_string()))
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(stderr)
         .spawn()
         .expect("app starts")
 }

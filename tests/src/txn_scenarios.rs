@@ -13,7 +13,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use rill_client::{
-    ClientConfig, Consumer, Error, OffsetAndMetadata, Producer, ProducerRecord, TopicPartition,
+    Admin, ClientConfig, Consumer, Error, OffsetAndMetadata, Producer, ProducerRecord,
+    TopicPartition,
 };
 
 use crate::client_scenarios::{config, create_topic, send_and_wait, wait_until};
@@ -116,6 +117,18 @@ pub fn txn_commit_and_abort_visibility(bootstrap: &str) {
     create_topic(bootstrap, &topic, 2);
     let p = txn_producer(bootstrap, &unique_topic("txn-vis-id"), &[]);
     p.init_transactions().expect("init_transactions");
+    // The transaction version is the cluster's (KIP-890 part 2): 2 where
+    // `transaction.version` 2 is finalized (the embedded broker, Kafka
+    // 4.x), else 1 (Kafka 3.x).
+    let finalized = Admin::new(&config(bootstrap, &[]))
+        .unwrap()
+        .describe_features()
+        .unwrap()
+        .get("transaction.version")
+        .copied()
+        .unwrap_or(0);
+    let (version, pid, first_epoch) = p.transaction_version().expect("initialised");
+    assert_eq!(version, if finalized >= 2 { 2 } else { 1 });
     p.begin_transaction().unwrap();
     send_values(&p, &topic, 2, &["c1", "c2"]);
     p.commit_transaction().expect("commit");
@@ -125,6 +138,11 @@ pub fn txn_commit_and_abort_visibility(bootstrap: &str) {
     p.begin_transaction().unwrap();
     send_values(&p, &topic, 2, &["c3", "c4"]);
     p.commit_transaction().expect("commit after an abort");
+    // Version 2 bumps the epoch at every EndTxn; version 1 keeps it.
+    let (_, pid_now, epoch) = p.transaction_version().unwrap();
+    assert_eq!(pid_now, pid);
+    let bumps = if version == 2 { 3 } else { 0 };
+    assert_eq!(epoch, first_epoch + bumps, "epoch after three transactions");
 
     let mut committed = reader(bootstrap, &topic, 2, true);
     let got = read_until(

@@ -437,6 +437,17 @@ impl Admin {
         })
     }
 
+    /// The cluster's finalized feature levels (Kafka's `describeFeatures`,
+    /// KIP-584), as a broker reports them in ApiVersions: feature name →
+    /// finalized maximum level, e.g. `transaction.version` → 2 on a Kafka
+    /// 4.x cluster that uses KIP-890's transaction version 2.
+    pub fn describe_features(&self) -> Result<BTreeMap<String, i16>> {
+        self.run("Admin::describe_features", async {
+            let conn = self.cluster.any_connection().await?;
+            Ok(conn.finalized_features())
+        })
+    }
+
     /// Names of all topics (internal ones excluded).
     pub fn list_topics(&self) -> Result<Vec<String>> {
         self.run("Admin::list_topics", async {

@@ -83,6 +83,9 @@ pub struct Connection {
     next_correlation_id: AtomicI32,
     /// The broker's supported version range per API key.
     versions: HashMap<i16, (i16, i16)>,
+    /// The cluster's finalized feature levels as this broker reported them
+    /// (ApiVersions v3+, KIP-584), e.g. `transaction.version`.
+    features: HashMap<String, i16>,
     reader: tokio::task::JoinHandle<()>,
     /// The KIP-368 re-authentication task, when the broker set a lifetime.
     background: Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -176,10 +179,11 @@ impl Connection {
             shared,
             next_correlation_id: AtomicI32::new(0),
             versions: HashMap::new(),
+            features: HashMap::new(),
             reader,
             background: Mutex::new(None),
         };
-        conn.versions = conn.negotiate().await?;
+        (conn.versions, conn.features) = conn.negotiate().await?;
         Ok(Arc::new(conn))
     }
 
@@ -194,7 +198,9 @@ impl Connection {
         *self.background.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
     }
 
-    async fn negotiate(&self) -> Result<HashMap<i16, (i16, i16)>> {
+    /// Supported versions per API key, and the finalized feature levels.
+    #[allow(clippy::type_complexity)] // the two tables of one answer
+    async fn negotiate(&self) -> Result<(HashMap<i16, (i16, i16)>, HashMap<String, i16>)> {
         let req = ApiVersionsRequest::default()
             .with_client_software_name(StrBytes::from_static_str("rill-client"))
             .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
@@ -211,11 +217,17 @@ impl Connection {
                 format!("ApiVersions with {}", self.broker()),
             ));
         }
-        Ok(resp
+        let versions = resp
             .api_keys
             .iter()
             .map(|k| (k.api_key, (k.min_version, k.max_version)))
-            .collect())
+            .collect();
+        let features = resp
+            .finalized_features
+            .iter()
+            .map(|f| (f.name.to_string(), f.max_version_level))
+            .collect();
+        Ok((versions, features))
     }
 
     pub fn broker(&self) -> String {
@@ -230,6 +242,17 @@ impl Connection {
     /// The broker's version range of an API, if it has it.
     pub fn broker_versions(&self, api: impl Into<Api>) -> Option<(i16, i16)> {
         self.versions.get(&api.into().key()).copied()
+    }
+
+    /// The finalized level of a cluster feature (KIP-584) as this broker
+    /// reported it when the connection opened; `None` when not finalized.
+    pub fn finalized_feature(&self, name: &str) -> Option<i16> {
+        self.features.get(name).copied()
+    }
+
+    /// Every finalized feature level this broker reported.
+    pub fn finalized_features(&self) -> std::collections::BTreeMap<String, i16> {
+        self.features.iter().map(|(k, v)| (k.clone(), *v)).collect()
     }
 
     /// The highest version both sides support within `[min, max]`.

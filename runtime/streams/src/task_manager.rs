@@ -42,7 +42,7 @@ use std::time::Instant;
 use rill_client::{Consumer, ConsumerRecord, OffsetAndMetadata, Producer, TopicPartition};
 use rill_state::cache::CacheBudget;
 use rill_state::{Checkpoint, TaskDirLock};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::error::{Result, StreamsError};
 use crate::metadata::{RebalanceEvent, HISTORY_LIMIT};
@@ -686,6 +686,7 @@ impl TaskManager {
     }
 
     fn commit_inner(&mut self, consumer: &mut Consumer, checkpoint: bool) -> Result<()> {
+        let started = Instant::now();
         self.commit_requested = false;
         // Record caches first: what they flush is part of this commit.
         for t in self.tasks.values_mut() {
@@ -699,16 +700,27 @@ impl TaskManager {
             }
         }
         if self.collector.is_transactional() {
+            let t0 = Instant::now();
             offsets.retain(|tp, o| self.txn_committed.get(tp) != Some(&o.offset));
             self.collector
                 .commit_transaction(&offsets, consumer.group_metadata())?;
+            let t1 = Instant::now();
             self.txn_committed
                 .extend(offsets.iter().map(|(tp, o)| (tp.clone(), o.offset)));
             // Committed: the stores may take what they held back.
             for t in self.tasks.values_mut() {
                 t.task.commit_stores()?;
             }
+            let t2 = Instant::now();
             self.write_checkpoints(checkpoint);
+            // Where an exactly-once commit's time goes (issue 19).
+            debug!(
+                caches_us = (t0 - started).as_micros() as u64,
+                transaction_us = (t1 - t0).as_micros() as u64,
+                stores_us = (t2 - t1).as_micros() as u64,
+                checkpoints_us = t2.elapsed().as_micros() as u64,
+                "exactly-once commit"
+            );
             return Ok(());
         }
         // At-least-once: the stores' write buffers go to RocksDB (one batch

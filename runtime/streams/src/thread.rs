@@ -309,7 +309,11 @@ impl StreamThread {
         }
         let shutdown = {
             let local = lock(&shared.local);
-            local.shutdown_seen || local.assignment.as_ref().is_some_and(|a| a.shutdown_requested)
+            local.shutdown_seen
+                || local
+                    .assignment
+                    .as_ref()
+                    .is_some_and(|a| a.shutdown_requested)
         };
         if shutdown {
             return Err(StreamsError::ShutdownRequested(format!(

@@ -51,7 +51,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::cluster::Cluster;
 use crate::config::{ClientConfig, ProducerConfig};
@@ -633,15 +633,30 @@ impl Producer {
         self.with_txn(op, |t| Ok(t.fail(f))).unwrap_or_else(|e| e)
     }
 
+    /// EndTxn v5's answer (transaction version 2): the coordinator bumped
+    /// the epoch (or, at the epoch's end, gave a new producer id), so every
+    /// partition's sequence restarts under it.
+    fn epoch_bumped(&self, bumped: Option<(i64, i16)>) {
+        let Some((pid, epoch)) = bumped else {
+            return;
+        };
+        let mut acc = self.inner.lock();
+        acc.reset_to(pid, epoch);
+        if let Some(t) = acc.txn.as_mut() {
+            t.epoch_bumped();
+        }
+    }
+
     /// A producer id from InitProducerId (init or an abort's epoch bump):
-    /// sequences restart, the state becomes `Ready`.
+    /// sequences restart, the state becomes `Ready`, and the transaction
+    /// version the cluster finalized is taken (KIP-890 part 2).
     fn producer_id_arrived(
         &self,
         op: &str,
-        r: std::result::Result<(i64, i16), transaction_manager::TxnFailure>,
+        r: std::result::Result<(i64, i16, bool), transaction_manager::TxnFailure>,
     ) -> Result<()> {
         match r {
-            Ok((pid, epoch)) => {
+            Ok((pid, epoch, v2)) => {
                 let mut acc = self.inner.lock();
                 acc.reset_to(pid, epoch);
                 let Some(t) = acc.txn.as_mut() else {
@@ -651,8 +666,10 @@ impl Producer {
                     transactional_id = t.transactional_id(),
                     producer_id = pid,
                     epoch,
+                    transaction_version = if v2 { 2 } else { 1 },
                     "transactional producer id initialised"
                 );
+                t.set_v2(v2);
                 t.init_done()
             }
             Err(f) => Err(self.txn_failed(op, f)),
@@ -682,6 +699,18 @@ impl Producer {
             txn_requests::init_producer_id(&self.inner, None, deadline),
         )?;
         self.producer_id_arrived(OP, r)
+    }
+
+    /// The transaction version in use (KIP-890: 1, or 2 when the cluster
+    /// finalized `transaction.version` 2) and the current producer id and
+    /// epoch; `None` before `init_transactions` or without
+    /// `transactional.id`. With version 2 the epoch grows with every
+    /// ended transaction. For diagnostics and tests.
+    pub fn transaction_version(&self) -> Option<(u8, i64, i16)> {
+        let acc = self.inner.lock();
+        let t = acc.txn.as_ref()?;
+        let (pid, epoch) = acc.producer?;
+        Some((if t.is_v2() { 2 } else { 1 }, pid, epoch))
     }
 
     /// Opens a transaction (Kafka's `beginTransaction`): records sent from
@@ -718,14 +747,25 @@ impl Producer {
         }
         let deadline = Instant::now() + self.inner.cfg.max_block;
         let inner = &self.inner;
+        let started = Instant::now();
+        let v2 = self.with_txn(OP, |t| Ok(t.is_v2()))?;
         let r = block_on("Producer::send_offsets_to_transaction", async {
-            txn_requests::add_offsets(inner, &group.group_id, deadline).await?;
+            if !v2 {
+                txn_requests::add_offsets(inner, &group.group_id, deadline).await?;
+            }
+            let added = started.elapsed();
             // The coordinator knows of the transaction from here on, even if
             // the offset commit below fails: it must be ended with EndTxn.
             if let Some(t) = inner.lock().txn.as_mut() {
                 t.offsets_added();
             }
-            txn_requests::txn_offset_commit(inner, offsets, group, deadline).await
+            let r = txn_requests::txn_offset_commit(inner, offsets, group, v2, deadline).await;
+            debug!(
+                add_offsets_us = added.as_micros() as u64,
+                txn_offset_commit_us = (started.elapsed() - added).as_micros() as u64,
+                "offsets sent to the transaction"
+            );
+            r
         })?;
         r.map_err(|f| self.txn_failed(OP, f))
     }
@@ -750,23 +790,32 @@ impl Producer {
     /// The rest of a commit, once in `CommittingTransaction`.
     fn finish_commit(&self, deadline: Instant) -> Result<()> {
         const OP: &str = "commit_transaction";
+        let t0 = Instant::now();
         let mark = self.inner.lock().flush_mark();
         self.inner.wake.notify_one();
         self.wait_for_batches(mark, deadline, OP)?;
+        let flushed = t0.elapsed();
         // A record that failed made the transaction abortable meanwhile.
         let started = self.with_txn(OP, |t| {
             t.fail_if_in_error()?;
             Ok(t.is_started())
         })?;
         if started {
+            let v2 = self.with_txn(OP, |t| Ok(t.is_v2()))?;
             let r = block_on(
                 "Producer::commit_transaction",
-                txn_requests::end_txn(&self.inner, true, deadline),
+                txn_requests::end_txn(&self.inner, true, v2, deadline),
             )?;
-            if let Err(f) = r {
-                return Err(self.txn_failed(OP, f));
+            match r {
+                Ok(bumped) => self.epoch_bumped(bumped),
+                Err(f) => return Err(self.txn_failed(OP, f)),
             }
         }
+        debug!(
+            flush_us = flushed.as_micros() as u64,
+            end_txn_us = (t0.elapsed() - flushed).as_micros() as u64,
+            "transaction committed"
+        );
         self.with_txn(OP, |t| t.complete())
     }
 
@@ -809,12 +858,14 @@ impl Producer {
         let (state, started) = self.with_txn(OP, |t| Ok((t.state(), t.is_started())))?;
         if state == TxnState::AbortingTransaction {
             if started {
+                let v2 = self.with_txn(OP, |t| Ok(t.is_v2()))?;
                 let r = block_on(
                     "Producer::abort_transaction",
-                    txn_requests::end_txn(&self.inner, false, deadline),
+                    txn_requests::end_txn(&self.inner, false, v2, deadline),
                 )?;
-                if let Err(f) = r {
-                    return Err(self.txn_failed(OP, f));
+                match r {
+                    Ok(bumped) => self.epoch_bumped(bumped),
+                    Err(f) => return Err(self.txn_failed(OP, f)),
                 }
             }
             self.with_txn(OP, |t| t.complete())?;

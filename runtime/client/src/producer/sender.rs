@@ -9,8 +9,10 @@
 //! that got their first records to the transaction (AddPartitionsToTxn, one
 //! request at a time) before their batches may be drained. Its batches carry
 //! the transactional attribute and its Produce requests the
-//! `transactional.id`, at Produce v11 at most (transaction version 1; v12
-//! would ask the broker to add partitions itself, KIP-890 part 2).
+//! `transactional.id`: at Produce v11 at most with transaction version 1,
+//! at v12 with transaction version 2, where the broker adds a partition to
+//! the transaction with its first batch and no AddPartitionsToTxn is sent
+//! (KIP-890 part 2).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -37,6 +39,9 @@ use crate::rpc::{sb, topic_name};
 /// The highest Produce version of transaction version 1 (Java's
 /// `LAST_STABLE_VERSION_BEFORE_TRANSACTION_V2`).
 const PRODUCE_TRANSACTION_V1_MAX: i16 = 11;
+/// The Produce version of transaction version 2 (KIP-890 part 2): the
+/// broker adds a partition to the transaction with its first batch.
+const PRODUCE_TRANSACTION_V2: i16 = 12;
 /// The transactional bit of a batch's attributes.
 const ATTR_TRANSACTIONAL: i16 = 0x10;
 
@@ -365,12 +370,15 @@ async fn write_request(
     for b in ready.iter_mut() {
         b.sent = true;
     }
-    let max_version = if cfg.transactional_id.is_some() {
-        PRODUCE_TRANSACTION_V1_MAX
-    } else {
-        12
+    let transaction_v2 =
+        cfg.transactional_id.is_some() && inner.lock().txn.as_ref().is_some_and(|t| t.is_v2());
+    let (min_version, max_version) = match (cfg.transactional_id.is_some(), transaction_v2) {
+        // v12 asks the broker to add the partition to the transaction.
+        (true, true) => (PRODUCE_TRANSACTION_V2, PRODUCE_TRANSACTION_V2),
+        (true, false) => (3, PRODUCE_TRANSACTION_V1_MAX),
+        (false, _) => (3, 12),
     };
-    let version = match conn.version(ApiKey::Produce, 3, max_version) {
+    let version = match conn.version(ApiKey::Produce, min_version, max_version) {
         Ok(v) => v,
         Err(e) => {
             for b in ready {

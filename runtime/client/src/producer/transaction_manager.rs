@@ -27,10 +27,10 @@
 //!   and every call that the state does not allow returns it (only
 //!   `abort_transaction` leaves `AbortableError`; nothing leaves
 //!   `FatalError`);
-//! - a batch is sent only to a partition the coordinator has added to the
-//!   transaction (AddPartitionsToTxn answered without error); partitions
-//!   are added in batches, one request at a time, as records are appended
-//!   to them;
+//! - with transaction version 1 a batch is sent only to a partition the
+//!   coordinator has added to the transaction (AddPartitionsToTxn answered
+//!   without error); partitions are added in batches, one request at a
+//!   time, as records are appended to them (version 2: see below);
 //! - EndTxn is sent only if the coordinator knows of the transaction (a
 //!   partition or the group's offsets were added), as Java does;
 //! - a batch of the transaction that failed after it was drained (its
@@ -39,14 +39,17 @@
 //!   id and epoch), so the next transaction restarts every partition's
 //!   sequence at 0 instead of meeting a gap.
 //!
-//! Transaction version 1 only: partitions are added explicitly
-//! (AddPartitionsToTxn up to v3, the client form), EndTxn up to v4,
-//! TxnOffsetCommit up to v4 and Produce up to v11, against every broker.
-//! KIP-890 part 2 (transaction version 2: partitions added implicitly by
-//! Produce v12, an epoch bump at every EndTxn v5) is not implemented on the
-//! client side; brokers keep serving version 1 clients, and their defence
-//! against a late write into the next transaction (KIP-890 part 1's
-//! verification) works for them too.
+//! Transaction versions (KIP-890 part 2): the version is taken with the
+//! producer id, from the coordinator's finalized `transaction.version`.
+//! Version 1 adds partitions explicitly (AddPartitionsToTxn up to v3, the
+//! client form) and the group with AddOffsetsToTxn, with EndTxn up to v4,
+//! TxnOffsetCommit up to v4 and Produce up to v11. Version 2 (Kafka 4.0+
+//! clusters) sends neither add request: a partition joins with its first
+//! Produce v12 and the group with TxnOffsetCommit v5, so the transaction
+//! counts as started at the first append; every EndTxn v5 bumps the epoch
+//! and its answer carries the id and epoch to go on with (sequences
+//! restart), which also stands in for KIP-360's InitProducerId bump after
+//! an abort.
 //!
 //! Error classification is Kafka's: PRODUCER_FENCED, INVALID_PRODUCER_EPOCH
 //! on the transaction APIs, TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
@@ -164,6 +167,11 @@ pub struct TransactionManager {
     started: bool,
     /// The next abort bumps the epoch (see the module header).
     epoch_bump_required: bool,
+    /// Transaction version 2 (KIP-890 part 2) is in use: the cluster
+    /// finalized `transaction.version` 2 when the producer id was taken.
+    /// Partitions join with their first Produce (v12), offsets with
+    /// TxnOffsetCommit v5, and every EndTxn (v5) bumps the epoch.
+    v2: bool,
     /// The transaction coordinator's node, once found.
     pub coordinator: Option<i32>,
     /// AddPartitionsToTxn is retried no earlier than this.
@@ -182,6 +190,7 @@ impl TransactionManager {
             pending: BTreeSet::new(),
             started: false,
             epoch_bump_required: false,
+            v2: false,
             coordinator: None,
             add_retry_at: None,
         }
@@ -272,6 +281,26 @@ impl TransactionManager {
         self.clear_transaction();
         self.epoch_bump_required = false;
         Ok(())
+    }
+
+    /// Whether transaction version 2 is in use (see the field).
+    pub fn is_v2(&self) -> bool {
+        self.v2
+    }
+
+    /// Sets the transaction version from the cluster's finalized
+    /// `transaction.version`, when a producer id is taken (Java decides it
+    /// when initialising too); not while a transaction is open.
+    pub fn set_v2(&mut self, v2: bool) {
+        if !self.state.has_ongoing_transaction() {
+            self.v2 = v2;
+        }
+    }
+
+    /// EndTxn v5 answered with the id and epoch to continue with: that was
+    /// the epoch bump, so an abort needs no InitProducerId for it.
+    pub fn epoch_bumped(&mut self) {
+        self.epoch_bump_required = false;
     }
 
     /// `begin_transaction`: `Ready` → `InTransaction`.
@@ -380,6 +409,16 @@ impl TransactionManager {
     /// next AddPartitionsToTxn unless it is in it or on its way.
     pub fn maybe_add_partition(&mut self, topic: &str, partition: i32) {
         if self.is_partition_added(topic, partition) {
+            return;
+        }
+        if self.v2 {
+            // Its first Produce adds it; the coordinator knows of the
+            // transaction from then on (Java sets `transactionStarted` here).
+            self.added
+                .entry(topic.to_string())
+                .or_default()
+                .insert(partition);
+            self.started = true;
             return;
         }
         let tp = TopicPartition::new(topic, partition);
@@ -628,6 +667,40 @@ mod tests {
         assert_eq!(t.state(), Ready);
         assert!(!t.is_started() && !t.is_partition_added("a", 0));
         t.begin().unwrap();
+    }
+
+    #[test]
+    fn transaction_version_2_adds_partitions_without_a_request() {
+        let mut t = ready();
+        t.set_v2(true);
+        t.begin().unwrap();
+        // Not while a transaction is open: the version stays what it began with.
+        t.set_v2(false);
+        assert!(t.is_v2());
+        assert!(!t.is_started());
+        t.maybe_add_partition("a", 0);
+        t.maybe_add_partition("a", 0);
+        assert!(t.is_partition_added("a", 0));
+        assert!(t.is_started(), "the first Produce starts the transaction");
+        assert!(t.take_partitions_to_add(Instant::now()).is_none());
+        // A failed batch needs a new epoch; EndTxn v5 brought one, so the
+        // abort ends in Ready without an InitProducerId.
+        t.fail(TxnFailure::Abortable(Error::broker(
+            ErrorCode::UnknownProducerId.code(),
+            "Produce",
+        )));
+        assert!(t.epoch_bump_required());
+        t.begin_abort().unwrap();
+        t.epoch_bumped();
+        t.complete().unwrap();
+        assert_eq!(t.state(), Ready);
+        assert!(!t.is_partition_added("a", 0));
+        // Version 1 again (a cluster that did not finalize version 2).
+        t.set_v2(false);
+        t.begin().unwrap();
+        t.maybe_add_partition("a", 0);
+        assert!(!t.is_partition_added("a", 0) && !t.is_started());
+        assert_eq!(t.take_partitions_to_add(Instant::now()).unwrap().len(), 1);
     }
 
     #[test]

@@ -11,8 +11,12 @@
 //!   and cached until an answer or a broken connection says it moved;
 //! - retries stop at the caller's deadline (`max.block.ms`) with a timeout
 //!   that leaves the transaction state as it is, so the same call resumes;
-//! - versions are transaction version 1's (see `transaction_manager`):
-//!   AddPartitionsToTxn ≤ 3, EndTxn ≤ 4, TxnOffsetCommit ≤ 4.
+//! - versions follow the transaction version the producer took at
+//!   InitProducerId (see `transaction_manager`): version 1 sends
+//!   AddPartitionsToTxn ≤ 3, AddOffsetsToTxn, EndTxn ≤ 4 and TxnOffsetCommit
+//!   ≤ 4; version 2 (KIP-890 part 2, when the cluster finalized
+//!   `transaction.version` 2) sends no AddPartitionsToTxn or AddOffsetsToTxn,
+//!   TxnOffsetCommit v5 and EndTxn v5, whose answer carries the bumped epoch.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -37,6 +41,12 @@ use crate::TopicPartition;
 const ADD_PARTITIONS_MAX: i16 = 3;
 const END_TXN_MAX: i16 = 4;
 const TXN_OFFSET_COMMIT_MAX: i16 = 4;
+/// Transaction version 2's EndTxn (epoch bump in the answer) and
+/// TxnOffsetCommit (the group joins the transaction implicitly).
+const END_TXN_V2: i16 = 5;
+const TXN_OFFSET_COMMIT_V2: i16 = 5;
+/// The cluster feature that says whether transaction version 2 may be used.
+const TRANSACTION_VERSION_FEATURE: &str = "transaction.version";
 /// TxnOffsetCommit carries the member id, generation and instance id
 /// (KIP-447) from this version on.
 const TXN_OFFSET_COMMIT_WITH_MEMBER: i16 = 3;
@@ -236,6 +246,35 @@ fn unexpected<T>(api: &str) -> Verdict<T> {
 /// `current`: the id and epoch to bump (KIP-360, after an aborted
 /// transaction whose batches failed); `None` for `init_transactions`.
 pub(super) async fn init_producer_id(
+    inner: &Inner,
+    current: Option<(i64, i16)>,
+    deadline: Instant,
+) -> std::result::Result<(i64, i16, bool), TxnFailure> {
+    let (pid, epoch) = init_producer_id_once(inner, current, deadline).await?;
+    Ok((pid, epoch, transaction_v2(inner).await))
+}
+
+/// Whether the transaction coordinator's cluster finalized
+/// `transaction.version` 2 and its broker has the APIs it needs (Java's
+/// `isTransactionV2Enabled`); version 1 when unknown.
+async fn transaction_v2(inner: &Inner) -> bool {
+    let Some(node) = inner.lock().txn.as_ref().and_then(|t| t.coordinator) else {
+        return false;
+    };
+    let Ok(conn) = inner.cluster.coordinator_connection(node).await else {
+        return false;
+    };
+    conn.finalized_feature(TRANSACTION_VERSION_FEATURE)
+        .is_some_and(|level| level >= 2)
+        && conn
+            .broker_versions(ApiKey::EndTxn)
+            .is_some_and(|(_, max)| max >= END_TXN_V2)
+        && conn
+            .broker_versions(ApiKey::Produce)
+            .is_some_and(|(_, max)| max >= 12)
+}
+
+async fn init_producer_id_once(
     inner: &Inner,
     current: Option<(i64, i16)>,
     deadline: Instant,
@@ -477,12 +516,20 @@ pub(super) async fn add_offsets(
     .await
 }
 
-/// EndTxn: commits (`committed`) or aborts the open transaction.
+/// EndTxn: commits (`committed`) or aborts the open transaction. With
+/// transaction version 2 (`v2`) the coordinator bumped the epoch: the
+/// producer id and epoch to go on with.
 pub(super) async fn end_txn(
     inner: &Inner,
     committed: bool,
+    v2: bool,
     deadline: Instant,
-) -> std::result::Result<(), TxnFailure> {
+) -> std::result::Result<Option<(i64, i16)>, TxnFailure> {
+    let versions = if v2 {
+        (END_TXN_V2, END_TXN_V2)
+    } else {
+        (0, END_TXN_MAX)
+    };
     let (id, pid, epoch) = identity(inner);
     let backoff = inner.cfg.common.retry_backoff;
     let what = if committed {
@@ -496,7 +543,7 @@ pub(super) async fn end_txn(
             txn_attempt(
                 inner,
                 ApiKey::EndTxn,
-                (0, END_TXN_MAX),
+                versions,
                 deadline,
                 |_| {
                     RequestKind::EndTxn(
@@ -512,7 +559,7 @@ pub(super) async fn end_txn(
                         return unexpected("EndTxn");
                     };
                     if r.error_code == 0 {
-                        return Verdict::Done(());
+                        return Verdict::Done(v2.then_some((r.producer_id.0, r.producer_epoch)));
                     }
                     let e =
                         Error::broker(r.error_code, format!("{what} for transactional.id {id}"));
@@ -537,6 +584,7 @@ pub(super) async fn txn_offset_commit(
     inner: &Inner,
     offsets: &BTreeMap<TopicPartition, OffsetAndMetadata>,
     group: &GroupMetadata,
+    v2: bool,
     deadline: Instant,
 ) -> std::result::Result<(), TxnFailure> {
     let (id, pid, epoch) = identity(inner);
@@ -549,12 +597,15 @@ pub(super) async fn txn_offset_commit(
         let sent: Result<ResponseKind> = async {
             let conn = crate::rpc::coordinator(cluster, gid).await?;
             let with_member = !group.member_id.is_empty() || group.group_instance_id.is_some();
-            let min = if with_member {
-                TXN_OFFSET_COMMIT_WITH_MEMBER
+            let (min, max) = if v2 {
+                // The group joins the transaction with this request.
+                (TXN_OFFSET_COMMIT_V2, TXN_OFFSET_COMMIT_V2)
+            } else if with_member {
+                (TXN_OFFSET_COMMIT_WITH_MEMBER, TXN_OFFSET_COMMIT_MAX)
             } else {
-                0
+                (0, TXN_OFFSET_COMMIT_MAX)
             };
-            let v = conn.version(ApiKey::TxnOffsetCommit, min, TXN_OFFSET_COMMIT_MAX)?;
+            let v = conn.version(ApiKey::TxnOffsetCommit, min, max)?;
             let mut by_topic: BTreeMap<&str, Vec<TxnOffsetCommitRequestPartition>> =
                 BTreeMap::new();
             for (tp, o) in &pending {
@@ -622,9 +673,13 @@ pub(super) async fn txn_offset_commit(
                                 | ErrorCode::NotCoordinator
                                 | ErrorCode::RequestTimedOut,
                             ) => refind = true,
+                            // The last two: with transaction version 2 the
+                            // previous transaction may still be completing.
                             Some(
                                 ErrorCode::UnknownTopicOrPartition
-                                | ErrorCode::CoordinatorLoadInProgress,
+                                | ErrorCode::CoordinatorLoadInProgress
+                                | ErrorCode::ConcurrentTransactions
+                                | ErrorCode::NotEnoughReplicas,
                             ) => {}
                             Some(
                                 ErrorCode::GroupAuthorizationFailed
