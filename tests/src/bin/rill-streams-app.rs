@@ -219,7 +219,14 @@ impl rill_streams::StateRestoreListener for PrintRestored {
 
 fn main() {
     return_freed_memory_at_once();
-    rill_tests::init_tracing();
+    // Logs go to stderr: stdout carries the lines the harness reads
+    // (RUNNING, RESTORED, the REST address).
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
     let (input, output) = (need("--input"), need("--output"));
     let topology = arg("--topology").unwrap_or_else(|| "passthrough".into());
     let bytes = || Serdes::nullable(Serdes::bytes());

@@ -380,7 +380,10 @@ impl Accumulator {
         {
             return out;
         }
-        let txn = self.txn.as_ref();
+        let mut txn = self.txn.as_mut();
+        if let Some(t) = txn.as_deref_mut() {
+            t.begin_drain();
+        }
         let closed = self.closed;
         let flush_up_to = self.flush_up_to;
         let max_in_flight = if producer.is_some() {
@@ -404,8 +407,12 @@ impl Accumulator {
                     continue;
                 };
                 // Sent only once the coordinator has the partition in the
-                // transaction (the sender asks for it first).
-                if txn.is_some_and(|t| !t.is_partition_added(topic, partition as i32)) {
+                // transaction (version 1: the sender asks for it first), or
+                // as this pass's first batch (version 2).
+                if txn
+                    .as_deref()
+                    .is_some_and(|t| !t.may_send(topic, partition as i32))
+                {
                     continue;
                 }
                 if b.attempts > 0 && !q.in_flight.is_empty() {
@@ -452,6 +459,9 @@ impl Accumulator {
                     b.stamp = Some(seq);
                 }
                 q.in_flight.push(b.id);
+                if let Some(t) = txn.as_deref_mut() {
+                    t.batch_drained(&b.tp);
+                }
                 out.by_leader.entry(leader).or_default().push(b);
             }
         }
@@ -462,6 +472,9 @@ impl Accumulator {
     pub fn finish(&mut self, b: &ProducerBatch, result: Result<(i64, i64)>) {
         if let Some(q) = self.queue_mut(&b.tp) {
             q.in_flight.retain(|id| *id != b.id);
+        }
+        if let Some(t) = self.txn.as_mut() {
+            t.batch_answered(&b.tp, result.is_ok());
         }
         if let Err(e) = &result {
             self.failed_for_good(b, e, b.stamp.is_some_and(|s| s.0 >= 0));
@@ -501,6 +514,9 @@ impl Accumulator {
 
     /// Puts a batch back at the front of its queue to be retried.
     pub fn requeue(&mut self, mut b: ProducerBatch, backoff: Duration) {
+        if let Some(t) = self.txn.as_mut() {
+            t.batch_answered(&b.tp, false);
+        }
         b.attempts += 1;
         b.retry_at = Some(Instant::now() + backoff);
         let q = queue_in(&mut self.queues, &b.tp.topic, b.tp.partition);

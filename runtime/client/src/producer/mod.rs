@@ -731,8 +731,9 @@ impl Producer {
     /// must be aborted).
     ///
     /// Sends AddOffsetsToTxn to the transaction coordinator, then
-    /// TxnOffsetCommit to the group's coordinator, retrying up to
-    /// `max.block.ms`.
+    /// TxnOffsetCommit to the group's coordinator (transaction version 2:
+    /// TxnOffsetCommit v5 alone, once the transaction's first batches in
+    /// flight were acknowledged), retrying up to `max.block.ms`.
     pub fn send_offsets_to_transaction(
         &self,
         offsets: &BTreeMap<TopicPartition, OffsetAndMetadata>,
@@ -749,6 +750,9 @@ impl Producer {
         let inner = &self.inner;
         let started = Instant::now();
         let v2 = self.with_txn(OP, |t| Ok(t.is_v2()))?;
+        if v2 {
+            self.await_offsets_turn(deadline, OP)?;
+        }
         let r = block_on("Producer::send_offsets_to_transaction", async {
             if !v2 {
                 txn_requests::add_offsets(inner, &group.group_id, deadline).await?;
@@ -766,8 +770,42 @@ impl Producer {
                 "offsets sent to the transaction"
             );
             r
-        })?;
-        r.map_err(|f| self.txn_failed(OP, f))
+        });
+        if v2 {
+            if let Some(t) = self.inner.lock().txn.as_mut() {
+                t.offsets_sent();
+            }
+            self.inner.wake.notify_one();
+        }
+        r?.map_err(|f| self.txn_failed(OP, f))
+    }
+
+    /// Transaction version 2: waits until no first batch of the transaction
+    /// is being verified, then holds the next ones back while the
+    /// TxnOffsetCommit (which the broker verifies the same way) is on its
+    /// way (see `TransactionManager::begin_drain`).
+    fn await_offsets_turn(&self, deadline: Instant, op: &str) -> Result<()> {
+        let mut acc = self.inner.lock();
+        loop {
+            if acc.txn.as_mut().is_none_or(|t| t.try_begin_offsets()) {
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::Timeout {
+                    what: format!(
+                        "{op}: waiting for the transaction's first batches to be acknowledged (max.block.ms)"
+                    ),
+                    timeout_ms: self.inner.cfg.max_block.as_millis() as u64,
+                });
+            }
+            acc = self
+                .inner
+                .changed
+                .wait_timeout(acc, (deadline - now).min(Duration::from_millis(100)))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
     }
 
     /// Commits the open transaction (Kafka's `commitTransaction`): sends

@@ -172,6 +172,13 @@ pub struct TransactionManager {
     /// Partitions join with their first Produce (v12), offsets with
     /// TxnOffsetCommit v5, and every EndTxn (v5) bumps the epoch.
     v2: bool,
+    /// Version 2: partitions whose first batch of the transaction is on its
+    /// way (the broker verifies it with the coordinator, adding it).
+    verifying: BTreeSet<TopicPartition>,
+    /// Version 2: a TxnOffsetCommit (which adds the group) is on its way.
+    offsets_verifying: bool,
+    /// Version 2: the current drain pass may send first batches.
+    may_verify: bool,
     /// The transaction coordinator's node, once found.
     pub coordinator: Option<i32>,
     /// AddPartitionsToTxn is retried no earlier than this.
@@ -191,6 +198,9 @@ impl TransactionManager {
             started: false,
             epoch_bump_required: false,
             v2: false,
+            verifying: BTreeSet::new(),
+            offsets_verifying: false,
+            may_verify: false,
             coordinator: None,
             add_retry_at: None,
         }
@@ -374,6 +384,9 @@ impl TransactionManager {
     fn clear_transaction(&mut self) {
         self.started = false;
         self.added.clear();
+        self.verifying.clear();
+        self.offsets_verifying = false;
+        self.may_verify = false;
         self.new_partitions.clear();
         self.pending.clear();
         self.add_retry_at = None;
@@ -412,12 +425,9 @@ impl TransactionManager {
             return;
         }
         if self.v2 {
-            // Its first Produce adds it; the coordinator knows of the
-            // transaction from then on (Java sets `transactionStarted` here).
-            self.added
-                .entry(topic.to_string())
-                .or_default()
-                .insert(partition);
+            // Its first Produce adds it (see `may_send`); the coordinator
+            // knows of the transaction from then on (Java sets
+            // `transactionStarted` here).
             self.started = true;
             return;
         }
@@ -432,6 +442,59 @@ impl TransactionManager {
         self.added
             .get(topic)
             .is_some_and(|ps| ps.contains(&partition))
+    }
+
+    /// Start of a drain pass. With version 2 a broker verifies a
+    /// partition's first batch of the transaction with the coordinator, and
+    /// Kafka's broker keeps one verification per transactional id waiting
+    /// (a newer one fails the older with NETWORK_EXCEPTION, which a client
+    /// sees as NOT_ENOUGH_REPLICAS and retries after `retry.backoff.ms`). So
+    /// first batches go out in rounds, as version 1's AddPartitionsToTxn
+    /// requests do: one pass sends them, the next round waits until every
+    /// one was answered and no TxnOffsetCommit is on its way.
+    pub fn begin_drain(&mut self) {
+        self.may_verify = self.v2 && self.verifying.is_empty() && !self.offsets_verifying;
+    }
+
+    /// Whether a batch of the partition may be drained in this pass.
+    pub fn may_send(&self, topic: &str, partition: i32) -> bool {
+        self.is_partition_added(topic, partition) || self.may_verify
+    }
+
+    /// A batch of `tp` was drained: a first batch (version 2) is verifying.
+    pub fn batch_drained(&mut self, tp: &TopicPartition) {
+        if self.v2 && !self.is_partition_added(&tp.topic, tp.partition) {
+            self.verifying.insert(tp.clone());
+        }
+    }
+
+    /// A drained batch of `tp` was answered (`ok`: written, so its partition
+    /// is in the transaction; otherwise it is retried as a first batch).
+    pub fn batch_answered(&mut self, tp: &TopicPartition, ok: bool) {
+        if self.verifying.remove(tp) && ok {
+            self.added
+                .entry(tp.topic.clone())
+                .or_default()
+                .insert(tp.partition);
+        }
+    }
+
+    /// Version 2: whether the TxnOffsetCommit may go now (no first batch
+    /// is verifying); if so, none goes until [`Self::offsets_sent`].
+    pub fn try_begin_offsets(&mut self) -> bool {
+        if !self.v2 {
+            return true;
+        }
+        if !self.verifying.is_empty() {
+            return false;
+        }
+        self.offsets_verifying = true;
+        true
+    }
+
+    /// The TxnOffsetCommit was answered (whatever the answer).
+    pub fn offsets_sent(&mut self) {
+        self.offsets_verifying = false;
     }
 
     /// The partitions to ask for now, if any (one request at a time, only
@@ -679,10 +742,29 @@ mod tests {
         assert!(t.is_v2());
         assert!(!t.is_started());
         t.maybe_add_partition("a", 0);
-        t.maybe_add_partition("a", 0);
-        assert!(t.is_partition_added("a", 0));
+        t.maybe_add_partition("b", 0);
         assert!(t.is_started(), "the first Produce starts the transaction");
         assert!(t.take_partitions_to_add(Instant::now()).is_none());
+        // First batches go out in rounds: one pass sends them ...
+        let (a, b) = (TopicPartition::new("a", 0), TopicPartition::new("b", 0));
+        t.begin_drain();
+        assert!(t.may_send("a", 0) && t.may_send("b", 0));
+        t.batch_drained(&a);
+        t.batch_drained(&b);
+        // ... the next waits for their answers, and so do the offsets.
+        t.begin_drain();
+        assert!(!t.may_send("a", 0) && !t.may_send("c", 0));
+        assert!(!t.try_begin_offsets());
+        t.batch_answered(&a, true);
+        t.batch_answered(&b, false);
+        assert!(t.is_partition_added("a", 0) && !t.is_partition_added("b", 0));
+        t.begin_drain();
+        assert!(t.may_send("a", 0) && t.may_send("b", 0));
+        t.batch_drained(&a); // in the transaction: not verifying
+        assert!(t.try_begin_offsets());
+        t.begin_drain();
+        assert!(t.may_send("a", 0) && !t.may_send("b", 0));
+        t.offsets_sent();
         // A failed batch needs a new epoch; EndTxn v5 brought one, so the
         // abort ends in Ready without an InitProducerId.
         t.fail(TxnFailure::Abortable(Error::broker(

@@ -741,6 +741,9 @@ pub(super) async fn txn_offset_commit(
                 timeout_ms: inner.cfg.max_block.as_millis() as u64,
             }));
         }
+        if let Some(e) = &last {
+            debug!(error = %e, "TxnOffsetCommit: retrying");
+        }
         tokio::time::sleep(backoff.min(deadline - now)).await;
     }
 }
