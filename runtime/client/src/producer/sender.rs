@@ -273,7 +273,14 @@ fn retry_or_fail(inner: &Inner, b: ProducerBatch, e: Error) {
     let retriable = e.is_retriable() || behind_a_retry;
     if retriable && b.attempts < cfg.retries && Instant::now() < b.deadline {
         debug!(partition = %b.tp, attempt = b.attempts + 1, error = %e, "retrying batch");
-        acc.requeue(b, cfg.common.retry_backoff);
+        let backoff = if e.code() == Some(ErrorCode::ConcurrentTransactions) {
+            // Transaction version 2: the previous transaction's markers are
+            // still being written, done within moments.
+            txn_requests::CONCURRENT_TRANSACTIONS_BACKOFF.min(cfg.common.retry_backoff)
+        } else {
+            cfg.common.retry_backoff
+        };
+        acc.requeue(b, backoff);
     } else if retriable && Instant::now() >= b.deadline {
         acc.finish_expired(&b, cfg.delivery_timeout, &e);
     } else {

@@ -56,6 +56,9 @@ const INIT_PRODUCER_ID_BUMP_MIN: i16 = 3;
 /// CONCURRENT_TRANSACTIONS before anything was added: the previous
 /// transaction is still completing and will be done within moments.
 const FIRST_ADD_PARTITIONS_BACKOFF: Duration = Duration::from_millis(20);
+/// The same wait where transaction version 2 meets that refusal: a first
+/// Produce or the TxnOffsetCommit of the next transaction.
+pub(super) const CONCURRENT_TRANSACTIONS_BACKOFF: Duration = FIRST_ADD_PARTITIONS_BACKOFF;
 
 /// What to do with one answer.
 pub(super) enum Verdict<T> {
@@ -741,10 +744,14 @@ pub(super) async fn txn_offset_commit(
                 timeout_ms: inner.cfg.max_block.as_millis() as u64,
             }));
         }
+        let mut wait = backoff;
         if let Some(e) = &last {
             debug!(error = %e, "TxnOffsetCommit: retrying");
+            if e.code() == Some(ErrorCode::ConcurrentTransactions) {
+                wait = wait.min(CONCURRENT_TRANSACTIONS_BACKOFF);
+            }
         }
-        tokio::time::sleep(backoff.min(deadline - now)).await;
+        tokio::time::sleep(wait.min(deadline - now)).await;
     }
 }
 
