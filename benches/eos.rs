@@ -35,6 +35,9 @@
 //!
 //! Command: `cargo bench -p rill-benches --bench eos` (needs Java 17 and
 //! Maven for the Kafka jars; `PARTS=throughput,latency,restore`).
+//! `APP_LOG=dir` keeps each Rill app's log there, at `APP_RUST_LOG`
+//! (e.g. `warn,rill_streams::task_manager=debug,rill_client::producer=debug`
+//! for every exactly-once commit's phases).
 
 use std::collections::HashMap;
 use std::path::Path;
