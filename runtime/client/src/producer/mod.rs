@@ -590,14 +590,31 @@ impl Producer {
     /// AddPartitionsToTxn is under way (EndTxn is decided on what the
     /// coordinator knows), or `deadline` (a timeout naming `op`).
     fn wait_for_batches(&self, mark: u64, deadline: Instant, op: &str) -> Result<()> {
+        self.wait_until(
+            deadline,
+            || format!("{op}: waiting for the records sent before it to be acknowledged (max.block.ms)"),
+            |acc| {
+                !acc.has_incomplete_up_to(mark)
+                    && !acc.txn.as_ref().is_some_and(|t| t.has_pending_add())
+            },
+        )
+    }
+
+    /// Waits, re-checking whenever a batch completes, until `ready` holds
+    /// (it runs under the accumulator's lock), or `deadline` (a timeout
+    /// saying `what`).
+    fn wait_until(
+        &self,
+        deadline: Instant,
+        what: impl FnOnce() -> String,
+        mut ready: impl FnMut(&mut Accumulator) -> bool,
+    ) -> Result<()> {
         let mut acc = self.inner.lock();
-        while acc.has_incomplete_up_to(mark)
-            || acc.txn.as_ref().is_some_and(|t| t.has_pending_add())
-        {
+        while !ready(&mut acc) {
             let now = Instant::now();
             if now >= deadline {
                 return Err(Error::Timeout {
-                    what: format!("{op}: waiting for the records sent before it to be acknowledged (max.block.ms)"),
+                    what: what(),
                     timeout_ms: self.inner.cfg.max_block.as_millis() as u64,
                 });
             }
@@ -785,27 +802,11 @@ impl Producer {
     /// TxnOffsetCommit (which the broker verifies the same way) is on its
     /// way (see `TransactionManager::begin_drain`).
     fn await_offsets_turn(&self, deadline: Instant, op: &str) -> Result<()> {
-        let mut acc = self.inner.lock();
-        loop {
-            if acc.txn.as_mut().is_none_or(|t| t.try_begin_offsets()) {
-                return Ok(());
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(Error::Timeout {
-                    what: format!(
-                        "{op}: waiting for the transaction's first batches to be acknowledged (max.block.ms)"
-                    ),
-                    timeout_ms: self.inner.cfg.max_block.as_millis() as u64,
-                });
-            }
-            acc = self
-                .inner
-                .changed
-                .wait_timeout(acc, (deadline - now).min(Duration::from_millis(100)))
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
+        self.wait_until(
+            deadline,
+            || format!("{op}: waiting for the transaction's first batches to be acknowledged (max.block.ms)"),
+            |acc| acc.txn.as_mut().is_none_or(|t| t.try_begin_offsets()),
+        )
     }
 
     /// Commits the open transaction (Kafka's `commitTransaction`): sends
