@@ -835,12 +835,11 @@ impl Producer {
         self.wait_for_batches(mark, deadline, OP)?;
         let flushed = t0.elapsed();
         // A record that failed made the transaction abortable meanwhile.
-        let started = self.with_txn(OP, |t| {
+        let (started, v2) = self.with_txn(OP, |t| {
             t.fail_if_in_error()?;
-            Ok(t.is_started())
+            Ok((t.is_started(), t.is_v2()))
         })?;
         if started {
-            let v2 = self.with_txn(OP, |t| Ok(t.is_v2()))?;
             let r = block_on(
                 "Producer::commit_transaction",
                 txn_requests::end_txn(&self.inner, true, v2, deadline),
@@ -894,10 +893,10 @@ impl Producer {
         self.inner.wake.notify_one();
         // EndTxn waits until no batch of the transaction can still be written.
         self.wait_for_batches(u64::MAX, deadline, OP)?;
-        let (state, started) = self.with_txn(OP, |t| Ok((t.state(), t.is_started())))?;
+        let (state, started, v2) =
+            self.with_txn(OP, |t| Ok((t.state(), t.is_started(), t.is_v2())))?;
         if state == TxnState::AbortingTransaction {
             if started {
-                let v2 = self.with_txn(OP, |t| Ok(t.is_v2()))?;
                 let r = block_on(
                     "Producer::abort_transaction",
                     txn_requests::end_txn(&self.inner, false, v2, deadline),

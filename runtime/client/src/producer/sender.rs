@@ -377,13 +377,11 @@ async fn write_request(
     for b in ready.iter_mut() {
         b.sent = true;
     }
-    let transaction_v2 =
-        cfg.transactional_id.is_some() && inner.lock().txn.as_ref().is_some_and(|t| t.is_v2());
-    let (min_version, max_version) = match (cfg.transactional_id.is_some(), transaction_v2) {
+    let (min_version, max_version) = match inner.lock().txn.as_ref().map(|t| t.is_v2()) {
+        None => (3, 12),
         // v12 asks the broker to add the partition to the transaction.
-        (true, true) => (PRODUCE_TRANSACTION_V2, PRODUCE_TRANSACTION_V2),
-        (true, false) => (3, PRODUCE_TRANSACTION_V1_MAX),
-        (false, _) => (3, 12),
+        Some(true) => (PRODUCE_TRANSACTION_V2, PRODUCE_TRANSACTION_V2),
+        Some(false) => (3, PRODUCE_TRANSACTION_V1_MAX),
     };
     let version = match conn.version(ApiKey::Produce, min_version, max_version) {
         Ok(v) => v,
