@@ -20,7 +20,9 @@
 //!   capacity, dropping the smallest first, however many connections the
 //!   process has (one per broker per client, and a stream thread has
 //!   several clients); frames under [`POOLED_MIN`] are
-//!   plain allocations (allocators reuse small blocks themselves).
+//!   plain allocations (allocators reuse small blocks themselves);
+//! - a frame is read into a free buffer at most [`MAX_OVERSIZE`] times its
+//!   length, so a small frame never pins a large buffer.
 
 use std::sync::{Arc, Mutex};
 
@@ -35,6 +37,14 @@ pub(crate) const MAX_KEPT: usize = 4;
 /// Capacity a pool keeps in free buffers (a fetch answer of 3 partitions
 /// at the default `max.partition.fetch.bytes` is ~3 MiB).
 pub(crate) const MAX_KEPT_BYTES: usize = 8 * 1024 * 1024;
+
+/// How many times a frame's length a pooled buffer may be to hold it. A
+/// frame pins its whole buffer until its last record is processed, so a
+/// small answer (a partition near its end, a repartition topic's trickle)
+/// read into a 3 MiB buffer kept 3 MiB alive for a few KiB, while the next
+/// large answer had to allocate afresh: in a cached word count the frames
+/// were 48 of 57 MB of live heap (docs/benchmarks.md).
+pub(crate) const MAX_OVERSIZE: usize = 2;
 
 /// Free frame buffers.
 #[derive(Default)]
@@ -55,13 +65,14 @@ impl FramePool {
     }
 
     /// An empty buffer of at least `len` bytes' capacity: the smallest free
-    /// one that fits, else a new one.
+    /// one that fits without being more than [`MAX_OVERSIZE`] times `len`,
+    /// else a new one of `len` bytes.
     fn take(&self, len: usize) -> Vec<u8> {
         let mut free = self.free();
         let fit = free
             .iter()
             .enumerate()
-            .filter(|(_, b)| b.capacity() >= len)
+            .filter(|(_, b)| b.capacity() >= len && b.capacity() / MAX_OVERSIZE <= len)
             .min_by_key(|(_, b)| b.capacity())
             .map(|(i, _)| i);
         match fit {
@@ -198,5 +209,20 @@ mod tests {
         pool.give_back(Vec::with_capacity(MAX_KEPT_BYTES));
         assert!(pool.kept().iter().sum::<usize>() <= MAX_KEPT_BYTES);
         assert!(pool.take(MAX_KEPT_BYTES).capacity() >= MAX_KEPT_BYTES);
+    }
+
+    #[test]
+    fn a_small_frame_does_not_take_a_large_buffer() {
+        let pool = FramePool::default();
+        let big = 4 << 20;
+        pool.give_back(Vec::with_capacity(big));
+        let small = pool.take(POOLED_MIN);
+        assert!(small.capacity() < big, "a fresh buffer, not the 4 MiB one");
+        assert_eq!(pool.kept(), vec![big]);
+        assert!(pool.take(big / MAX_OVERSIZE + 1).capacity() >= big);
+        assert!(
+            pool.kept().is_empty(),
+            "a frame over half its size takes it"
+        );
     }
 }

@@ -11,6 +11,13 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+/// Queued writes of capacity a logger keeps once drained: a processed
+/// record queues one or a few, but a cache flush queues every dirty entry of
+/// the store at once (a table loaded behind a 10 MiB cache: ~17,000 per
+/// task), and that capacity, kept, was 9 MB of a join's live heap for the
+/// rest of the run (docs/benchmarks.md).
+const PENDING_CAPACITY_KEPT: usize = 256;
+
 /// One queued changelog write: key, value (`None`: a deletion) and the
 /// timestamp to give it (`None`: the current record's).
 pub type ChangelogWrite = (Bytes, Option<Bytes>, Option<i64>);
@@ -47,5 +54,48 @@ impl ChangeLogger {
     /// they go to.
     pub fn drain(&mut self) -> (&Arc<str>, i32, std::vec::Drain<'_, ChangelogWrite>) {
         (&self.topic, self.partition, self.pending.drain(..))
+    }
+
+    /// Frees a drained queue's capacity beyond [`PENDING_CAPACITY_KEPT`].
+    pub fn trim(&mut self) {
+        if self.pending.is_empty() && self.pending.capacity() > PENDING_CAPACITY_KEPT {
+            self.pending = Vec::new();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(i: usize) -> ChangelogWrite {
+        (
+            Bytes::from(i.to_string()),
+            Some(Bytes::from_static(b"v")),
+            None,
+        )
+    }
+
+    #[test]
+    fn a_flush_sized_queue_is_freed_once_drained_and_a_small_one_kept() {
+        let mut log = ChangeLogger::new("app-store-changelog", 3);
+        log.log_all((0..20_000).map(write));
+        let (topic, partition, writes) = log.drain();
+        assert_eq!((&**topic, partition), ("app-store-changelog", 3));
+        let keys: Vec<Bytes> = writes.map(|(k, _, _)| k).collect();
+        assert_eq!(keys.len(), 20_000);
+        assert_eq!(keys[19_999], Bytes::from("19999"), "order kept");
+        log.trim();
+        assert!(log.pending.capacity() <= PENDING_CAPACITY_KEPT);
+
+        log.log(Bytes::from_static(b"k"), None, Some(7));
+        let kept = log.pending.capacity();
+        assert_eq!(log.drain().2.count(), 1);
+        log.trim();
+        assert_eq!(
+            log.pending.capacity(),
+            kept,
+            "a small queue keeps its buffer"
+        );
     }
 }

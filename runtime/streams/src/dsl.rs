@@ -739,12 +739,11 @@ impl<K: Data, V: Data> KStream<K, V> {
             SinkTopic::Fixed(t) => (Some(t), None),
             SinkTopic::PerRecord(f) => (None, Some(f)),
         };
-        let encode: crate::topology::SinkEncoder = Arc::new(move |raw: &RawRecord, fixed| {
-            let (Some(k), Some(v)) = (raw.key.downcast_ref::<K>(), raw.value.downcast_ref::<V>())
-            else {
-                return Err(StreamsError::Topology(
-                    "sink received a record of the wrong type".into(),
-                ));
+        let encode: crate::topology::SinkEncoder = Arc::new(move |key, value, fixed| {
+            let wrong =
+                || StreamsError::Topology("sink received a record of the wrong type".into());
+            let (Some(k), Some(v)) = (key.downcast_ref::<K>(), value.downcast_ref::<V>()) else {
+                return Err(wrong());
             };
             let t: Arc<str> = match (fixed, &per_record) {
                 (Some(t), _) => t.clone(),
@@ -755,19 +754,16 @@ impl<K: Data, V: Data> KStream<K, V> {
                     ))
                 }
             };
-            let kb = ks
-                .serialize(&t, k)
-                .map_err(|reason| StreamsError::Serialization {
-                    topic: t.to_string(),
-                    reason,
-                })?;
-            let vb = vs
-                .serialize(&t, v)
-                .map_err(|reason| StreamsError::Serialization {
-                    topic: t.to_string(),
-                    reason,
-                })?;
             let p = partition.as_ref().and_then(|f| f(k, v));
+            let (Ok(k), Ok(v)) = (key.downcast::<K>(), value.downcast::<V>()) else {
+                return Err(wrong());
+            };
+            let ser = |reason| StreamsError::Serialization {
+                topic: t.to_string(),
+                reason,
+            };
+            let kb = ks.serialize_owned(&t, k.into_inner()).map_err(ser)?;
+            let vb = vs.serialize_owned(&t, v.into_inner()).map_err(ser)?;
             Ok(crate::topology::Encoded {
                 topic: t,
                 key: kb,

@@ -22,7 +22,7 @@ use bytes::Bytes;
 use crate::error::{Result, StreamsError};
 use crate::processor_context::{FlushDecoder, StoreHandle, TaskShared};
 pub use crate::processor_context::{PunctuationType, ScheduleId};
-use crate::record::{AnyBox, Change, RawRecord};
+use crate::record::{any_box, Change, RawRecord};
 pub use crate::record::{Headers, Record, RecordMetadata};
 use crate::serdes::SharedSerde;
 use crate::task_id::TaskId;
@@ -456,7 +456,7 @@ impl StoreRef<'_> {
                     .transpose()
                     .map_err(bad)?;
                 let change = Change::new(value, old);
-                Ok((Box::new(key) as AnyBox, Box::new(change) as AnyBox))
+                Ok((any_box(key), any_box(change)))
             },
         );
         self.handle.flush_to = Some((self.node, decode));

@@ -126,6 +126,7 @@ impl TaskShared {
                     store: Some(h.name.clone()),
                 });
             }
+            log.trim();
         }
     }
 }

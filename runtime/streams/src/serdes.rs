@@ -17,6 +17,12 @@ pub trait Serde<T>: Send + Sync + 'static {
     /// Encodes `data` for `topic`; `Ok(None)` writes a null. An `Err` message becomes a
     /// [`StreamsError::Serialization`](crate::StreamsError::Serialization).
     fn serialize(&self, topic: &str, data: &T) -> Result<Option<Bytes>, String>;
+    /// Encodes `data`, which the caller no longer needs (a sink's record):
+    /// serdes whose type already holds the bytes (`String`, `Bytes`)
+    /// override this to hand them over instead of copying.
+    fn serialize_owned(&self, topic: &str, data: T) -> Result<Option<Bytes>, String> {
+        self.serialize(topic, &data)
+    }
     /// Decodes bytes read from `topic`; `data` is `None` for a null key or value. An `Err` message
     /// becomes a deserialization error, handled per `default.deserialization.exception.handler`.
     fn deserialize(&self, topic: &str, data: Option<&[u8]>) -> Result<T, String>;
@@ -76,6 +82,9 @@ impl Serde<Bytes> for BytesSerde {
     fn serialize(&self, _: &str, data: &Bytes) -> Result<Option<Bytes>, String> {
         Ok(Some(data.clone()))
     }
+    fn serialize_owned(&self, _: &str, data: Bytes) -> Result<Option<Bytes>, String> {
+        Ok(Some(data))
+    }
     fn deserialize(&self, _: &str, data: Option<&[u8]>) -> Result<Bytes, String> {
         Ok(Bytes::copy_from_slice(need(data)?))
     }
@@ -88,6 +97,9 @@ struct StringSerde;
 impl Serde<String> for StringSerde {
     fn serialize(&self, _: &str, data: &String) -> Result<Option<Bytes>, String> {
         Ok(Some(Bytes::copy_from_slice(data.as_bytes())))
+    }
+    fn serialize_owned(&self, _: &str, data: String) -> Result<Option<Bytes>, String> {
+        Ok(Some(Bytes::from(data.into_bytes())))
     }
     fn deserialize(&self, _: &str, data: Option<&[u8]>) -> Result<String, String> {
         String::from_utf8(need(data)?.to_vec()).map_err(|e| format!("not UTF-8: {e}"))
@@ -139,6 +151,12 @@ impl<T: Send + Sync + 'static> Serde<Option<T>> for NullableSerde<T> {
     fn serialize(&self, topic: &str, data: &Option<T>) -> Result<Option<Bytes>, String> {
         match data {
             Some(d) => self.0.serialize(topic, d),
+            None => Ok(None),
+        }
+    }
+    fn serialize_owned(&self, topic: &str, data: Option<T>) -> Result<Option<Bytes>, String> {
+        match data {
+            Some(d) => self.0.serialize_owned(topic, d),
             None => Ok(None),
         }
     }

@@ -495,7 +495,7 @@ impl StreamTask {
             }
             NodeKind::Source { .. } => self.forward(topology, node, None, rec),
             NodeKind::Sink { encode, .. } => {
-                let e = encode(&rec, self.sink_topics[node].as_ref())?;
+                let e = encode(rec.key, rec.value, self.sink_topics[node].as_ref())?;
                 self.shared.out.push(OutRecord {
                     topic: e.topic,
                     partition: e.partition,

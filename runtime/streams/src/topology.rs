@@ -21,7 +21,7 @@ use rill_state::StoreBackend;
 
 use crate::error::{Result, StreamsError};
 use crate::processor::ErasedProcessor;
-use crate::record::{CloneFn, RawRecord};
+use crate::record::{AnyBox, CloneFn, RawRecord};
 
 /// Decodes a consumed record's key and value; `Err((part, reason))`.
 pub(crate) type SourceDecoder = Arc<
@@ -44,8 +44,10 @@ pub(crate) struct Encoded {
 
 /// Encodes a record for a sink, given the sink's resolved topic when it
 /// has a fixed one (the serdes see the real topic name).
+/// Encodes a sink's record (key, value) for its topic; takes them by value,
+/// so a serde can hand over the bytes they hold (`Serde::serialize_owned`).
 pub(crate) type SinkEncoder =
-    Arc<dyn Fn(&RawRecord, Option<&Arc<str>>) -> Result<Encoded> + Send + Sync>;
+    Arc<dyn Fn(AnyBox, AnyBox, Option<&Arc<str>>) -> Result<Encoded> + Send + Sync>;
 pub(crate) type ProcessorFactory = Arc<dyn Fn() -> Box<dyn ErasedProcessor> + Send + Sync>;
 
 /// A topic name as the topology knows it.

@@ -33,8 +33,67 @@ use std::time::{Duration, Instant};
 /// record's trip allocates its keys and values a few times over, and
 /// glibc's malloc/free was ~17 % of the uncached word count's CPU
 /// (docs/benchmarks.md). See [`return_freed_memory_at_once`].
+#[cfg(not(any(feature = "heap-profile", feature = "alloc-count")))]
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// `--features alloc-count`: mimalloc, counting allocations (and
+/// reallocations); the count is printed on stderr at a clean exit, for
+/// "allocations per record" (a count, not a time: it does not move with
+/// the machine's load). `heap-profile` wins when both are on.
+#[cfg(all(feature = "alloc-count", not(feature = "heap-profile")))]
+#[global_allocator]
+static ALLOC: counting::Counting = counting::Counting;
+
+#[cfg(all(feature = "alloc-count", not(feature = "heap-profile")))]
+#[allow(unsafe_code)] // a GlobalAlloc forwarding to mimalloc
+mod counting {
+    use std::alloc::{GlobalAlloc, Layout};
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    pub static COUNT: AtomicU64 = AtomicU64::new(0);
+    pub struct Counting;
+
+    // SAFETY: every call is forwarded unchanged to mimalloc, which upholds
+    // GlobalAlloc's contract; the counter has no effect on the memory.
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+            COUNT.fetch_add(1, Ordering::Relaxed);
+            // SAFETY: the caller\'s arguments, forwarded unchanged.
+            unsafe { mimalloc::MiMalloc.alloc(l) }
+        }
+        unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+            COUNT.fetch_add(1, Ordering::Relaxed);
+            // SAFETY: the caller\'s arguments, forwarded unchanged.
+            unsafe { mimalloc::MiMalloc.alloc_zeroed(l) }
+        }
+        unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+            // SAFETY: the caller\'s arguments, forwarded unchanged.
+            unsafe { mimalloc::MiMalloc.dealloc(p, l) }
+        }
+        unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+            COUNT.fetch_add(1, Ordering::Relaxed);
+            // SAFETY: the caller\'s arguments, forwarded unchanged.
+            unsafe { mimalloc::MiMalloc.realloc(p, l, n) }
+        }
+    }
+}
+
+/// Prints the allocation count (`alloc-count` builds only).
+fn report_allocations() {
+    #[cfg(all(feature = "alloc-count", not(feature = "heap-profile")))]
+    eprintln!(
+        "rill-streams-app: {} allocations",
+        counting::COUNT.load(std::sync::atomic::Ordering::Relaxed)
+    );
+}
+
+/// `--features heap-profile`: jemalloc, whose sampling heap profiler names
+/// the allocation sites of the live heap (`_RJEM_MALLOC_CONF=prof:true,
+/// prof_gdump:true,...`, read with jeprof).
+#[cfg(feature = "heap-profile")]
+#[global_allocator]
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// mimalloc 3's `purge_delay` option (its index in `mi_option_t`,
 /// mimalloc.h; the sys crate names no constant for it).
@@ -416,5 +475,6 @@ fn main() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let clean = streams.close();
+    report_allocations();
     println!("CLOSED {clean}");
 }
