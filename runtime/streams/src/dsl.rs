@@ -45,7 +45,7 @@ use rill_state::StoreBackend;
 
 use crate::error::{Result, StreamsError};
 use crate::processor::{Adapter, ErasedProcessor, Processor, ProcessorContext};
-use crate::record::{clone_raw, RawRecord, Record};
+use crate::record::{clone_raw, unbox, RawRecord, Record};
 use crate::serdes::SharedSerde;
 use crate::topology::{Node, NodeKind, StoreDef, TopicName, Topology};
 
@@ -755,15 +755,15 @@ impl<K: Data, V: Data> KStream<K, V> {
                 }
             };
             let p = partition.as_ref().and_then(|f| f(k, v));
-            let (Ok(k), Ok(v)) = (key.downcast::<K>(), value.downcast::<V>()) else {
+            let (Ok(k), Ok(v)) = (unbox::<K>(key), unbox::<V>(value)) else {
                 return Err(wrong());
             };
             let ser = |reason| StreamsError::Serialization {
                 topic: t.to_string(),
                 reason,
             };
-            let kb = ks.serialize_owned(&t, k.into_inner()).map_err(ser)?;
-            let vb = vs.serialize_owned(&t, v.into_inner()).map_err(ser)?;
+            let kb = ks.serialize_owned(&t, k).map_err(ser)?;
+            let vb = vs.serialize_owned(&t, v).map_err(ser)?;
             Ok(crate::topology::Encoded {
                 topic: t,
                 key: kb,

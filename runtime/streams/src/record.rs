@@ -7,11 +7,11 @@
 //! declared; [`RawRecord::typed`] restores them and reports a mismatch (a
 //! wiring bug) as an error naming the node, never a panic.
 //!
-//! A `RawRecord`'s key and value are [`AnyBox`]es: a value of up to 32
-//! bytes (a `String`, `Bytes`, an integer, most table `Change`s) is kept
-//! inline, a larger one on the heap. With `Box<dyn Any>` every hop from one
-//! node to the next allocated and freed both: a cached word count made 146
-//! allocations per line of 10 words (docs/benchmarks.md).
+//! A `RawRecord`'s key and value are boxed ([`AnyBox`]), made and opened
+//! only through [`any_box`] and [`unbox`]. Keeping values of up to 32 bytes
+//! inline instead (a small-box type) halved the word count's allocations
+//! but made its 128-byte records slower to move: 5–7 % more CPU per line
+//! (docs/benchmarks.md), so they stay boxed.
 
 use std::any::Any;
 
@@ -65,12 +65,17 @@ impl<K, V> Record<K, V> {
     }
 }
 
-/// A type-erased key or value, inline up to 4 words.
-pub(crate) type AnyBox = smallbox::SmallBox<dyn Any + Send, smallbox::space::S4>;
+/// A type-erased key or value.
+pub(crate) type AnyBox = Box<dyn Any + Send>;
 
 /// `v`, type-erased.
 pub(crate) fn any_box<T: Any + Send>(v: T) -> AnyBox {
-    smallbox::smallbox!(v)
+    Box::new(v)
+}
+
+/// The `T` in `b`, or `b` back if it holds another type.
+pub(crate) fn unbox<T: Any>(b: AnyBox) -> std::result::Result<T, AnyBox> {
+    b.downcast::<T>().map(|b| *b)
 }
 
 /// A record between nodes, types erased.
@@ -96,21 +101,21 @@ impl RawRecord {
     /// Restores the types; a mismatch is a bug in the topology wiring, reported
     /// with the node's name rather than a panic.
     pub(crate) fn typed<K: 'static, V: 'static>(self, node: &str) -> Result<Record<K, V>> {
-        let key = self.key.downcast::<K>().map_err(|_| {
+        let key = unbox::<K>(self.key).map_err(|_| {
             StreamsError::Topology(format!(
                 "node {node} received a key that is not a {}",
                 std::any::type_name::<K>()
             ))
         })?;
-        let value = self.value.downcast::<V>().map_err(|_| {
+        let value = unbox::<V>(self.value).map_err(|_| {
             StreamsError::Topology(format!(
                 "node {node} received a value that is not a {}",
                 std::any::type_name::<V>()
             ))
         })?;
         Ok(Record {
-            key: key.into_inner(),
-            value: value.into_inner(),
+            key,
+            value,
             timestamp: self.timestamp,
             headers: self.headers,
         })
@@ -166,5 +171,24 @@ impl<V> Change<V> {
     /// An update from `old` to `new`.
     pub fn new(new: Option<V>, old: Option<V>) -> Self {
         Self { new, old }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_comes_back_whole_or_names_its_node() {
+        let raw = RawRecord::from(Record::new(String::from("k"), [7u64; 8], 5));
+        let back: Record<String, [u64; 8]> = raw.typed("node").unwrap();
+        assert_eq!(
+            (back.key.as_str(), back.value, back.timestamp),
+            ("k", [7; 8], 5)
+        );
+        assert_eq!(unbox::<i64>(any_box(3i64)).ok(), Some(3));
+        assert!(unbox::<i32>(any_box(3i64)).is_err());
+        let wrong = RawRecord::from(Record::new(1i32, 2i32, 0)).typed::<String, i32>("n");
+        assert!(matches!(wrong, Err(StreamsError::Topology(m)) if m.contains("node n")));
     }
 }

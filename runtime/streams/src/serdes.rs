@@ -200,6 +200,34 @@ mod tests {
     use super::*;
 
     #[test]
+    fn serializing_by_value_gives_the_same_bytes_and_hands_the_buffer_over() {
+        let s = Serdes::string();
+        let word = String::from("rill");
+        let at = word.as_ptr();
+        let owned = s.serialize_owned("t", word).unwrap().unwrap();
+        assert_eq!(
+            owned,
+            s.serialize("t", &"rill".to_string()).unwrap().unwrap()
+        );
+        assert_eq!(owned.as_ptr(), at, "the String's buffer, not a copy");
+        let b = Serdes::bytes();
+        let bytes = Bytes::from_static(b"xy");
+        assert_eq!(b.serialize_owned("t", bytes.clone()).unwrap(), Some(bytes));
+        let n = Serdes::nullable(Serdes::string());
+        assert_eq!(n.serialize_owned("t", None).unwrap(), None);
+        assert_eq!(
+            n.serialize_owned("t", Some("a".into())).unwrap(),
+            Some(Bytes::from_static(b"a"))
+        );
+        // A serde without its own serialize_owned serializes by reference.
+        let i = Serdes::i64();
+        assert_eq!(
+            i.serialize_owned("t", 7).unwrap(),
+            i.serialize("t", &7).unwrap()
+        );
+    }
+
+    #[test]
     fn integers_are_big_endian_like_kafka() {
         let b = Serdes::i64().serialize("t", &1).unwrap().unwrap();
         assert_eq!(&b[..], &[0, 0, 0, 0, 0, 0, 0, 1]);

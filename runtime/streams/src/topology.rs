@@ -42,10 +42,10 @@ pub(crate) struct Encoded {
     pub partition: Option<i32>,
 }
 
-/// Encodes a record for a sink, given the sink's resolved topic when it
-/// has a fixed one (the serdes see the real topic name).
-/// Encodes a sink's record (key, value) for its topic; takes them by value,
-/// so a serde can hand over the bytes they hold (`Serde::serialize_owned`).
+/// Encodes a sink's record (key, value), given the sink's resolved topic
+/// when it has a fixed one (the serdes see the real topic name); takes them
+/// by value, so a serde can hand over the bytes they hold
+/// (`Serde::serialize_owned`).
 pub(crate) type SinkEncoder =
     Arc<dyn Fn(AnyBox, AnyBox, Option<&Arc<str>>) -> Result<Encoded> + Send + Sync>;
 pub(crate) type ProcessorFactory = Arc<dyn Fn() -> Box<dyn ErasedProcessor> + Send + Sync>;
