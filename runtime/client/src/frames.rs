@@ -41,9 +41,9 @@ pub(crate) const MAX_KEPT_BYTES: usize = 8 * 1024 * 1024;
 /// How many times a frame's length a pooled buffer may be to hold it. A
 /// frame pins its whole buffer until its last record is processed, so a
 /// small answer (a partition near its end, a repartition topic's trickle)
-/// read into a 3 MiB buffer kept 3 MiB alive for a few KiB, while the next
-/// large answer had to allocate afresh: in a cached word count the frames
-/// were 48 of 57 MB of live heap (docs/benchmarks.md).
+/// read into a 3 MiB buffer would keep 3 MiB alive for a few KiB while the
+/// next large answer allocates afresh; frames were 48 of 57 MB of a cached
+/// word count's live heap (docs/benchmarks.md).
 pub(crate) const MAX_OVERSIZE: usize = 2;
 
 /// Free frame buffers.
