@@ -56,7 +56,8 @@ impl ChangeLogger {
         (&self.topic, self.partition, self.pending.drain(..))
     }
 
-    /// Frees a drained queue's capacity beyond [`PENDING_CAPACITY_KEPT`].
+    /// Frees a drained queue's capacity beyond 256 writes (a flush's; a
+    /// processed record's few keep their buffer).
     pub fn trim(&mut self) {
         if self.pending.is_empty() && self.pending.capacity() > PENDING_CAPACITY_KEPT {
             self.pending = Vec::new();
