@@ -1098,7 +1098,25 @@ pub fn join_group(
     instance: &str,
     topic: &str,
 ) -> JoinGroupResponse {
+    join_group_after(addr, group, member_id, instance, topic, None)
+}
+
+/// As [`join_group`], sending the request only once every party of
+/// `together` is connected, so concurrent joins reach the coordinator at
+/// the same moment rather than one connection setup apart.
+fn join_group_after(
+    addr: &str,
+    group: &str,
+    member_id: &str,
+    instance: &str,
+    topic: &str,
+    together: Option<&std::sync::Barrier>,
+) -> JoinGroupResponse {
     let mut conn = Conn::connect(addr).unwrap();
+    let v = conn.version(ApiKey::JoinGroup, 9);
+    if let Some(b) = together {
+        b.wait();
+    }
     let req = JoinGroupRequest::default()
         .with_group_id(GroupId(sb(group)))
         .with_session_timeout_ms(10_000)
@@ -1110,7 +1128,6 @@ pub fn join_group(
         )
         .with_name(sb("range"))
         .with_metadata(consumer_subscription(&[topic]))]);
-    let v = conn.version(ApiKey::JoinGroup, 9);
     match conn
         .request(ApiKey::JoinGroup, v, RequestKind::JoinGroup(req))
         .unwrap()
@@ -1199,11 +1216,18 @@ pub fn static_member_rejoins_without_rebalance(bootstrap: &str) {
             .find(|b| b.node_id.0 == node)
             .unwrap();
         let addr = format!("{}:{}", b.host.as_str(), b.port);
+        // Connected first, then sent together (a connection setup apart,
+        // the first join completed alone more often under CI's load).
+        let start = std::sync::Arc::new(std::sync::Barrier::new(3));
         let joins: Vec<_> = ["A", "B", "C"]
             .into_iter()
             .map(|iid| {
                 let (addr, group, topic) = (addr.clone(), group.clone(), topic.clone());
-                thread::spawn(move || (iid, join_group(&addr, &group, "", iid, &topic)))
+                let start = start.clone();
+                thread::spawn(move || {
+                    let r = join_group_after(&addr, &group, "", iid, &topic, Some(&start));
+                    (iid, r)
+                })
             })
             .collect();
         let joined: Vec<(&str, JoinGroupResponse)> =
@@ -1214,7 +1238,7 @@ pub fn static_member_rejoins_without_rebalance(bootstrap: &str) {
         let together = joined
             .iter()
             .all(|(_, r)| r.generation_id == joined[0].1.generation_id);
-        if together || attempt == 4 {
+        if together || attempt == 6 {
             break (group, addr, joined);
         }
         eprintln!(
