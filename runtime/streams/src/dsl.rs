@@ -740,24 +740,21 @@ impl<K: Data, V: Data> KStream<K, V> {
             SinkTopic::PerRecord(f) => (None, Some(f)),
         };
         let encode: crate::topology::SinkEncoder = Arc::new(move |key, value, fixed| {
-            let wrong =
-                || StreamsError::Topology("sink received a record of the wrong type".into());
-            let (Some(k), Some(v)) = (key.downcast_ref::<K>(), value.downcast_ref::<V>()) else {
-                return Err(wrong());
+            let (Ok(k), Ok(v)) = (unbox::<K>(key), unbox::<V>(value)) else {
+                return Err(StreamsError::Topology(
+                    "sink received a record of the wrong type".into(),
+                ));
             };
             let t: Arc<str> = match (fixed, &per_record) {
                 (Some(t), _) => t.clone(),
-                (None, Some(f)) => Arc::from(f(k, v)),
+                (None, Some(f)) => Arc::from(f(&k, &v)),
                 (None, None) => {
                     return Err(StreamsError::IllegalState(
                         "a sink with a fixed topic was given none".into(),
                     ))
                 }
             };
-            let p = partition.as_ref().and_then(|f| f(k, v));
-            let (Ok(k), Ok(v)) = (unbox::<K>(key), unbox::<V>(value)) else {
-                return Err(wrong());
-            };
+            let p = partition.as_ref().and_then(|f| f(&k, &v));
             let ser = |reason| StreamsError::Serialization {
                 topic: t.to_string(),
                 reason,
