@@ -150,6 +150,9 @@ pub struct RollReport {
     /// end differs from the one they had once the app ran steadily (a
     /// restarted instance reads it back from its state directory).
     pub process_ids_changed: Vec<String>,
+    /// Each rebalance the observer counted: what the roll was doing then
+    /// and what it saw, so a failure says when the group moved.
+    pub rebalances_seen: Vec<String>,
 }
 
 impl RollReport {
@@ -385,12 +388,98 @@ struct GroupView {
     epochs: Option<(i32, i32)>,
     /// A streams group's members: instance id → process id.
     processes: BTreeMap<String, String>,
+    /// Members of any kind.
+    members: usize,
+}
+
+/// The observer's memory: the last view it compared against, and the
+/// rebalances it counted since the last reset.
+struct Watch {
+    last: String,
+    last_dynamic: Option<std::collections::BTreeSet<String>>,
+    last_epochs: Option<(i32, i32)>,
+    /// Bumped by each reset, so a view asked for before it is dropped.
+    resets: u64,
+    rebalances: usize,
+    /// One line per rebalance counted: when, and what changed.
+    seen: Vec<String>,
+    /// What the roll is doing, and since when.
+    phase: String,
+    phase_since: Instant,
+}
+
+impl Watch {
+    fn new() -> Self {
+        Self {
+            last: String::from("Stable"),
+            last_dynamic: None,
+            last_epochs: None,
+            resets: 0,
+            rebalances: 0,
+            seen: Vec::new(),
+            phase: String::from("starting"),
+            phase_since: Instant::now(),
+        }
+    }
+
+    /// `v` (a settled view) is the baseline from now on; nothing counted.
+    fn reset(&mut self, v: GroupView) {
+        self.last = v.state;
+        self.last_dynamic = Some(v.dynamic);
+        self.last_epochs = v.epochs;
+        self.resets += 1;
+        self.rebalances = 0;
+        self.seen.clear();
+        self.phase = String::from("settled");
+        self.phase_since = Instant::now();
+    }
+
+    /// Compares a new view with the last one; counts a rebalance.
+    fn see(&mut self, v: GroupView) {
+        let left_once = match v.epochs {
+            // A streams group (KIP-1071): a rebalance is a new group epoch
+            // or target assignment, however short. Its state is not one:
+            // Kafka 4.4 reports a group Reconciling while a static member is
+            // away at epoch -2 (KAFKA-20169), nothing being reassigned.
+            Some(now) => self.last_epochs.is_some_and(|was| was != now),
+            // A classic group: leaving Stable; one too short for a 50 ms
+            // poll still shows, as dynamic members only come and go through
+            // a rebalance (static replacements keep their instance id and
+            // are not counted).
+            None => {
+                let changed = self.last_dynamic.as_ref().is_some_and(|d| *d != v.dynamic);
+                self.last == "Stable" && (v.state != "Stable" || changed)
+            }
+        };
+        if left_once {
+            self.rebalances += 1;
+            let epochs = match (self.last_epochs, v.epochs) {
+                (Some(was), Some(now)) => format!(
+                    ", group/target epochs {}/{} → {}/{}",
+                    was.0, was.1, now.0, now.1
+                ),
+                _ => String::new(),
+            };
+            self.seen.push(format!(
+                "{} +{} ms: {} → {}{epochs}, {} members",
+                self.phase,
+                self.phase_since.elapsed().as_millis(),
+                self.last,
+                v.state,
+                v.members
+            ));
+        }
+        self.last = v.state;
+        self.last_dynamic = Some(v.dynamic);
+        self.last_epochs = v.epochs.or(self.last_epochs);
+    }
 }
 
 fn observe(admin: &rill_client::Admin, group: &str, input: &str) -> Option<GroupView> {
     let d = admin.describe_groups(&[group]).ok()?.remove(group)?.ok()?;
     let mut owners = BTreeMap::new();
     let mut dynamic = std::collections::BTreeSet::new();
+    let members = d.members.len();
     for m in d.members {
         let who = match &m.group_instance_id {
             // `<app>-i<k>-thread-<n>` (Rill) or `<app>-i<k>-<n>` (Kafka Streams):
@@ -429,6 +518,7 @@ fn observe(admin: &rill_client::Admin, group: &str, input: &str) -> Option<Group
         state: d.state,
         owners,
         dynamic,
+        members,
     })
 }
 
@@ -462,7 +552,11 @@ pub struct Deployment {
     seen: Arc<Mutex<Seen>>,
     reader: Option<std::thread::JoinHandle<()>>,
     stop_obs: Arc<AtomicBool>,
-    left_stable: Arc<AtomicU64>,
+    /// The observer's baseline and count, shared so a reset and a view
+    /// cannot interleave.
+    watch: Arc<Mutex<Watch>>,
+    /// Rounds begun.
+    round: usize,
     observer: Option<std::thread::JoinHandle<()>>,
     group_admin: rill_client::Admin,
     gap_window_start: i64,
@@ -618,46 +712,22 @@ impl Deployment {
 
         // The observer: group state and partition owners every 50 ms.
         let stop_obs = Arc::new(AtomicBool::new(false));
-        let left_stable = Arc::new(AtomicU64::new(0));
+        let watch = Arc::new(Mutex::new(Watch::new()));
         let observer = {
-            let (stop, left) = (stop_obs.clone(), left_stable.clone());
+            let (stop, watch) = (stop_obs.clone(), watch.clone());
             let (bootstrap, app, input) = (n.bootstrap.clone(), n.app.clone(), n.input.clone());
             std::thread::spawn(move || {
                 let admin = admin(&bootstrap);
-                let mut last = String::from("Stable");
-                let mut last_dynamic: Option<std::collections::BTreeSet<String>> = None;
-                let mut last_epochs: Option<(i32, i32)> = None;
                 while !stop.load(Ordering::Acquire) {
-                    if let Some(GroupView {
-                        state,
-                        dynamic,
-                        epochs,
-                        ..
-                    }) = observe(&admin, &app, &input)
-                    {
-                        let left_once = match epochs {
-                            // A streams group (KIP-1071): a rebalance is a new
-                            // group epoch or target assignment, however short.
-                            // Its state is not one: Kafka 4.4 reports a group
-                            // Reconciling while a static member is away at
-                            // epoch -2 (KAFKA-20169), nothing being reassigned.
-                            Some(now) => last_epochs.is_some_and(|was| was != now),
-                            // A classic group: leaving Stable; one too short
-                            // for a 50 ms poll still shows, as dynamic members
-                            // only come and go through a rebalance (static
-                            // replacements keep their instance id and are not
-                            // counted).
-                            None => {
-                                let changed = last_dynamic.as_ref().is_some_and(|d| *d != dynamic);
-                                last == "Stable" && (state != "Stable" || changed)
-                            }
-                        };
-                        if left_once {
-                            left.fetch_add(1, Ordering::AcqRel);
+                    let resets = watch.lock().unwrap().resets;
+                    if let Some(v) = observe(&admin, &app, &input) {
+                        let mut w = watch.lock().unwrap();
+                        // A view asked for before a reset is older than the
+                        // baseline the reset set: comparing it would count
+                        // the settling itself.
+                        if w.resets == resets {
+                            w.see(v);
                         }
-                        last = state;
-                        last_dynamic = Some(dynamic);
-                        last_epochs = epochs.or(last_epochs);
                     }
                     std::thread::sleep(Duration::from_millis(50));
                 }
@@ -677,25 +747,40 @@ impl Deployment {
             seen,
             reader: Some(reader),
             stop_obs,
-            left_stable,
+            watch,
+            round: 0,
             observer: Some(observer),
             gap_window_start: 0,
             initial_owners: None,
             initial_processes: BTreeMap::new(),
             report: RollReport::default(),
         };
-        // Let everything flow before anything is done to it.
-        let settled = crate::client_scenarios::wait_until(Duration::from_secs(120), || {
-            d.seen.lock().unwrap().progress() > cfg.preload + 100 && d.stable()
+        // Let everything flow before anything is done to it; the view that
+        // shows it settled is the observer's baseline.
+        let mut settled_view = None;
+        crate::client_scenarios::wait_until(Duration::from_secs(120), || {
+            d.seen.lock().unwrap().progress() > cfg.preload + 100
+                && observe(&d.group_admin, &d.n.app, &d.n.input)
+                    .filter(|v| d.is_stable(v))
+                    .map(|v| settled_view = Some(v))
+                    .is_some()
         });
-        assert!(settled, "the app never processed steadily");
+        let v = settled_view.expect("the app never processed steadily");
         d.gap_window_start = now_ms();
-        d.initial_owners = d.owners();
-        d.initial_processes = observe(&d.group_admin, &d.n.app, &d.n.input)
-            .map(|v| v.processes)
-            .unwrap_or_default();
-        d.left_stable.store(0, Ordering::Release);
+        d.initial_owners = Some(v.owners.clone());
+        d.initial_processes = v.processes.clone();
+        d.watch.lock().unwrap().reset(v);
         d
+    }
+
+    fn set_phase(&self, what: String) {
+        let mut w = self.watch.lock().unwrap();
+        w.phase = what;
+        w.phase_since = Instant::now();
+    }
+
+    fn is_stable(&self, v: &GroupView) -> bool {
+        v.state == "Stable" && v.owners.len() == self.cfg.partitions as usize
     }
 
     /// The app's consumer group (its `application.id`).
@@ -710,8 +795,7 @@ impl Deployment {
 
     /// Stable, with every input partition owned.
     pub fn stable(&self) -> bool {
-        observe(&self.group_admin, &self.n.app, &self.n.input)
-            .is_some_and(|v| v.state == "Stable" && v.owners.len() == self.cfg.partitions as usize)
+        observe(&self.group_admin, &self.n.app, &self.n.input).is_some_and(|v| self.is_stable(&v))
     }
 
     fn owners(&self) -> Option<BTreeMap<i32, String>> {
@@ -741,7 +825,7 @@ impl Deployment {
 
     /// Times the group left Stable since the app first ran steadily.
     pub fn rebalances(&self) -> usize {
-        self.left_stable.load(Ordering::Acquire) as usize
+        self.watch.lock().unwrap().rebalances
     }
 
     /// Instances whose process has exited (a terminal error: the app exits
@@ -807,12 +891,16 @@ impl Deployment {
     /// Stops instance `i` (`stop`), starts it again and waits until it runs
     /// and new output arrives.
     pub fn restart(&mut self, i: usize, stop: StopMode) {
+        let round = self.round;
+        self.set_phase(format!("round {round}: stopping instance {i}"));
         self.instances[i].stop(stop);
         let restarted = Instant::now();
+        self.set_phase(format!("round {round}: starting instance {i}"));
         self.instances[i] = spawn(&self.cfg, &self.n, self.dirs[i].path(), i);
         let restored = self.instances[i]
             .await_running(Duration::from_secs(120))
             .unwrap_or_else(|| panic!("instance {i} did not come back"));
+        self.set_phase(format!("round {round}: instance {i} RUNNING"));
         self.report
             .restart_to_running_ms
             .push(restarted.elapsed().as_millis() as u64);
@@ -858,6 +946,7 @@ impl Deployment {
     /// runs before instance `i` is stopped, e.g. to bounce a broker mid-roll),
     /// then the moves once the group is stable again.
     pub fn roll_round(&mut self, stop: StopMode, mut between: impl FnMut(&mut Self, usize)) {
+        self.round += 1;
         let before = self.owners();
         for i in 0..self.cfg.instances {
             between(self, i);
@@ -895,6 +984,7 @@ impl Deployment {
         });
         let mut report = std::mem::take(&mut self.report);
         report.rebalances = self.rebalances();
+        report.rebalances_seen = self.watch.lock().unwrap().seen.clone();
         if let Some(v) = observe(&self.group_admin, &self.n.app, &self.n.input) {
             report.process_ids_changed = self
                 .initial_processes
@@ -1077,7 +1167,11 @@ pub fn describe(cfg: &RollConfig, r: &RollReport) -> String {
         r.restored_per_restart,
         r.restart_to_running_ms,
         r.process_ids_changed,
-    )
+    ) + &if r.rebalances_seen.is_empty() {
+        String::new()
+    } else {
+        format!(", rebalances seen: {:?}", r.rebalances_seen)
+    }
 }
 
 // ---------------------------------------------------------------- scenarios

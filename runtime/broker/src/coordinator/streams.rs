@@ -38,6 +38,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use rill_protocol::ErrorCode;
 use serde::{Deserialize, Serialize};
 use tokio::time::{Duration, Instant};
+use tracing::info;
 
 use super::consumer::TopicSource;
 use super::{topic_hash, TopicHashCache};
@@ -372,12 +373,15 @@ impl StreamsGroup {
         }
     }
 
-    fn bump(&mut self) {
+    /// A new group epoch; `why` is logged, so a rebalance nobody expected
+    /// can be traced to its cause from the broker's log.
+    fn bump(&mut self, why: &str) {
         self.group_epoch = match self.epoch_base {
             Some(base) => base + 1,
             None => self.group_epoch + 1,
         };
         self.dirty = true;
+        info!(group = %self.group_id, epoch = self.group_epoch, why, "bumped streams group epoch");
     }
 
     fn member_by_instance(&self, instance: &str) -> Option<&StreamsMember> {
@@ -435,7 +439,7 @@ impl StreamsGroup {
             if configured.tasks != self.configured.tasks
                 || configured.status.is_some() != self.configured.status.is_some()
             {
-                self.bump();
+                self.bump("the tasks of its topology changed");
             }
             self.configured = configured;
             self.dirty = true;
@@ -443,7 +447,7 @@ impl StreamsGroup {
         let hash = self.metadata_hash_of(topics);
         if hash != self.metadata_hash {
             if self.metadata_hash != 0 {
-                self.bump();
+                self.bump("a topic it reads changed (KIP-1101 topic hash)");
             }
             self.metadata_hash = hash;
             self.dirty = true;
@@ -453,7 +457,7 @@ impl StreamsGroup {
                 .assignment_standbys
                 .is_some_and(|n| n != cfg.num_standby_replicas)
         {
-            self.bump();
+            self.bump("num.standby.replicas changed");
         }
         let delayed = self.delay_until.is_some_and(|d| now < d);
         if !delayed {
@@ -589,7 +593,7 @@ impl StreamsGroup {
                 }
                 self.dirty = true;
                 if bump {
-                    self.bump();
+                    self.bump("a static member came back with another process id, rack, client tags or topology epoch");
                 }
                 return Ok(());
             }
@@ -603,7 +607,7 @@ impl StreamsGroup {
                 self.members.insert(m.member_id.clone(), m);
                 self.dirty = true;
                 if changed || !old.assigned.is_empty() {
-                    self.bump();
+                    self.bump("a fenced member rejoined");
                 }
             }
             None => {
@@ -620,7 +624,7 @@ impl StreamsGroup {
                     self.delay_until = Some(now + cfg.initial_rebalance_delay);
                 }
                 self.members.insert(fresh.member_id.clone(), fresh);
-                self.bump();
+                self.bump("a member joined");
             }
         }
         Ok(())
@@ -708,7 +712,7 @@ impl StreamsGroup {
             self.revocation_deadlines.remove(&id);
             self.dirty = true;
         } else {
-            self.remove_member(&id);
+            self.remove_member(&id, "a member left (epoch -1)");
         }
         Ok(Answer {
             member_id: hb.member_id.clone(),
@@ -718,7 +722,7 @@ impl StreamsGroup {
         })
     }
 
-    fn remove_member(&mut self, id: &str) {
+    fn remove_member(&mut self, id: &str, why: &str) {
         self.members.remove(id);
         self.targets.remove(id);
         self.deadlines.remove(id);
@@ -728,7 +732,7 @@ impl StreamsGroup {
             self.shutdown_requested = false;
         }
         self.endpoint_epoch += 1;
-        self.bump();
+        self.bump(why);
     }
 
     /// Members whose session ended, or who kept tasks past their rebalance
@@ -744,7 +748,12 @@ impl StreamsGroup {
             .into_iter()
             .collect();
         for id in &expired {
-            self.remove_member(id);
+            let why = if self.deadlines.get(id).is_some_and(|d| now >= *d) {
+                "a member's session timed out"
+            } else {
+                "a member kept tasks past its rebalance timeout"
+            };
+            self.remove_member(id, why);
         }
         expired
     }
