@@ -125,7 +125,8 @@ impl RollConfig {
 /// What one roll did, seen from outside.
 #[derive(Debug, Clone, Default)]
 pub struct RollReport {
-    /// Times the group left Stable during the roll.
+    /// Rebalances during the roll: a classic group leaving Stable, a
+    /// streams group's new group or target-assignment epoch.
     pub rebalances: usize,
     /// Input partitions whose owner changed, per round.
     pub moves_per_round: Vec<usize>,
@@ -722,9 +723,9 @@ impl Deployment {
                     let resets = watch.lock().unwrap().resets;
                     if let Some(v) = observe(&admin, &app, &input) {
                         let mut w = watch.lock().unwrap();
-                        // A view asked for before a reset is older than the
-                        // baseline the reset set: comparing it would count
-                        // the settling itself.
+                        // A view asked for before a reset may be older than
+                        // the baseline the reset set: comparing it could
+                        // count the settling itself.
                         if w.resets == resets {
                             w.see(v);
                         }
@@ -823,7 +824,8 @@ impl Deployment {
         }
     }
 
-    /// Times the group left Stable since the app first ran steadily.
+    /// Rebalances (as `RollReport::rebalances` counts them) since the app
+    /// first ran steadily.
     pub fn rebalances(&self) -> usize {
         self.watch.lock().unwrap().rebalances
     }
@@ -891,16 +893,20 @@ impl Deployment {
     /// Stops instance `i` (`stop`), starts it again and waits until it runs
     /// and new output arrives.
     pub fn restart(&mut self, i: usize, stop: StopMode) {
-        let round = self.round;
-        self.set_phase(format!("round {round}: stopping instance {i}"));
+        // A restart outside `roll_round` (a fault scenario's) has no round.
+        let round = match self.round {
+            0 => String::new(),
+            r => format!("round {r}: "),
+        };
+        self.set_phase(format!("{round}stopping instance {i}"));
         self.instances[i].stop(stop);
         let restarted = Instant::now();
-        self.set_phase(format!("round {round}: starting instance {i}"));
+        self.set_phase(format!("{round}starting instance {i}"));
         self.instances[i] = spawn(&self.cfg, &self.n, self.dirs[i].path(), i);
         let restored = self.instances[i]
             .await_running(Duration::from_secs(120))
             .unwrap_or_else(|| panic!("instance {i} did not come back"));
-        self.set_phase(format!("round {round}: instance {i} RUNNING"));
+        self.set_phase(format!("{round}instance {i} RUNNING"));
         self.report
             .restart_to_running_ms
             .push(restarted.elapsed().as_millis() as u64);
@@ -928,6 +934,7 @@ impl Deployment {
         let mut cfg = self.cfg.clone();
         cfg.session_timeout_ms = session_timeout_ms;
         let file = std::fs::File::create(&log).expect("log file");
+        self.set_phase(format!("a duplicate of instance {i} running"));
         let mut dup = spawn_logging(&cfg, &self.n, dir.path(), i, Stdio::from(file));
         let deadline = Instant::now() + within;
         let status = loop {
@@ -949,6 +956,10 @@ impl Deployment {
         self.round += 1;
         let before = self.owners();
         for i in 0..self.cfg.instances {
+            self.set_phase(format!(
+                "round {}: before instance {i}'s restart",
+                self.round
+            ));
             between(self, i);
             self.restart(i, stop);
         }
@@ -983,8 +994,11 @@ impl Deployment {
             }
         });
         let mut report = std::mem::take(&mut self.report);
-        report.rebalances = self.rebalances();
-        report.rebalances_seen = self.watch.lock().unwrap().seen.clone();
+        {
+            let w = self.watch.lock().unwrap();
+            report.rebalances = w.rebalances;
+            report.rebalances_seen = w.seen.clone();
+        }
         if let Some(v) = observe(&self.group_admin, &self.n.app, &self.n.input) {
             report.process_ids_changed = self
                 .initial_processes

@@ -439,7 +439,7 @@ impl StreamsGroup {
             if configured.tasks != self.configured.tasks
                 || configured.status.is_some() != self.configured.status.is_some()
             {
-                self.bump("the tasks of its topology changed");
+                self.bump("its topology's tasks or readiness changed");
             }
             self.configured = configured;
             self.dirty = true;
@@ -447,7 +447,7 @@ impl StreamsGroup {
         let hash = self.metadata_hash_of(topics);
         if hash != self.metadata_hash {
             if self.metadata_hash != 0 {
-                self.bump("a topic it reads changed (KIP-1101 topic hash)");
+                self.bump("a topic it reads or writes changed (KIP-1101 topic hash)");
             }
             self.metadata_hash = hash;
             self.dirty = true;
@@ -607,7 +607,7 @@ impl StreamsGroup {
                 self.members.insert(m.member_id.clone(), m);
                 self.dirty = true;
                 if changed || !old.assigned.is_empty() {
-                    self.bump("a fenced member rejoined");
+                    self.bump("a member joined again under its member id");
                 }
             }
             None => {
