@@ -401,8 +401,8 @@ struct Watch {
     last_epochs: Option<(i32, i32)>,
     /// Bumped by each reset, so a view asked for before it is dropped.
     resets: u64,
-    rebalances: usize,
-    /// One line per rebalance counted: when, and what changed.
+    /// One line per rebalance counted (their count is the count): when,
+    /// and what changed.
     seen: Vec<String>,
     /// What the roll is doing, and since when.
     phase: String,
@@ -416,7 +416,6 @@ impl Watch {
             last_dynamic: None,
             last_epochs: None,
             resets: 0,
-            rebalances: 0,
             seen: Vec::new(),
             phase: String::from("starting"),
             phase_since: Instant::now(),
@@ -429,7 +428,6 @@ impl Watch {
         self.last_dynamic = Some(v.dynamic);
         self.last_epochs = v.epochs;
         self.resets += 1;
-        self.rebalances = 0;
         self.seen.clear();
         self.phase = String::from("settled");
         self.phase_since = Instant::now();
@@ -453,7 +451,6 @@ impl Watch {
             }
         };
         if left_once {
-            self.rebalances += 1;
             let epochs = match (self.last_epochs, v.epochs) {
                 (Some(was), Some(now)) => format!(
                     ", group/target epochs {}/{} → {}/{}",
@@ -827,7 +824,7 @@ impl Deployment {
     /// Rebalances (as `RollReport::rebalances` counts them) since the app
     /// first ran steadily.
     pub fn rebalances(&self) -> usize {
-        self.watch.lock().unwrap().rebalances
+        self.watch.lock().unwrap().seen.len()
     }
 
     /// Instances whose process has exited (a terminal error: the app exits
@@ -994,11 +991,8 @@ impl Deployment {
             }
         });
         let mut report = std::mem::take(&mut self.report);
-        {
-            let w = self.watch.lock().unwrap();
-            report.rebalances = w.rebalances;
-            report.rebalances_seen = w.seen.clone();
-        }
+        report.rebalances_seen = self.watch.lock().unwrap().seen.clone();
+        report.rebalances = report.rebalances_seen.len();
         if let Some(v) = observe(&self.group_admin, &self.n.app, &self.n.input) {
             report.process_ids_changed = self
                 .initial_processes
