@@ -27,7 +27,11 @@ pub mod wire;
 
 use std::sync::Once;
 
-/// Logs to the test's captured output when `RUST_LOG` is set.
+/// Logs to the test's captured output when `RUST_LOG` is set; otherwise
+/// keeps the runtime's recent log lines in memory (the flight recorder),
+/// so a failure message can show what an application logged before it
+/// went wrong ([`recent_logs`]) — a flake seen only in CI then explains
+/// itself without a second run.
 pub fn init_tracing() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
@@ -36,8 +40,99 @@ pub fn init_tracing() {
                 .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
                 .with_test_writer()
                 .try_init();
+        } else {
+            recorder::START.get_or_init(std::time::Instant::now);
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new(RECORDED))
+                .with_timer(tracing_subscriber::fmt::time::uptime())
+                .with_ansi(false)
+                .with_writer(|| recorder::Line(Vec::new()))
+                .try_init();
         }
     });
+}
+
+/// What the flight recorder keeps: warnings from everything, the
+/// runtime's info lines, and the consumer's and task manager's debug lines
+/// (fetch and heartbeat failures, member epochs, position resets) — none
+/// of them per record.
+const RECORDED: &str = "warn,rill_streams=info,rill_streams::task_manager=debug,rill_streams::thread=debug,rill_client=info,rill_client::consumer=debug,rill_broker=info";
+
+/// The flight recorder's lines that contain `needle` (an application id, a
+/// group, a topic), the last `RECENT_LINES` of them, with `needle` shown as
+/// `…` to keep them short; empty when `RUST_LOG` sends the logs to the
+/// test output instead. Times are seconds since the recorder started; the
+/// header says what time it is now, so a silence shows.
+pub fn recent_logs(needle: &str) -> String {
+    const RECENT_LINES: usize = 100;
+    let Some(start) = recorder::START.get() else {
+        return String::new();
+    };
+    let lines = recorder::lines();
+    let mut hits: Vec<&String> = lines
+        .iter()
+        .rev()
+        .filter(|l| l.contains(needle))
+        .take(RECENT_LINES)
+        .collect();
+    if hits.is_empty() {
+        return String::new();
+    }
+    hits.reverse();
+    let mut out = format!(
+        "\n--- the last {} log lines naming {needle} (shown as …), now {:.3}s ---\n",
+        hits.len(),
+        start.elapsed().as_secs_f64()
+    );
+    for l in hits {
+        out.push_str(l.trim_end().replace(needle, "…").as_str());
+        out.push('\n');
+    }
+    out
+}
+
+mod recorder {
+    use std::collections::VecDeque;
+    use std::sync::{Mutex, MutexGuard};
+
+    /// Lines kept over the whole test process (every test shares it).
+    const CAPACITY: usize = 100_000;
+
+    static LINES: Mutex<VecDeque<String>> = Mutex::new(VecDeque::new());
+
+    /// When the recorder started: its lines' times count from here.
+    pub(crate) static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
+    pub(crate) fn lines() -> MutexGuard<'static, VecDeque<String>> {
+        LINES.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// One formatted event; kept when the formatter drops it.
+    pub(crate) struct Line(pub(crate) Vec<u8>);
+
+    impl std::io::Write for Line {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Drop for Line {
+        fn drop(&mut self) {
+            if self.0.is_empty() {
+                return;
+            }
+            let line = String::from_utf8_lossy(&self.0).into_owned();
+            let mut l = lines();
+            if l.len() >= CAPACITY {
+                l.pop_front();
+            }
+            l.push_back(line);
+        }
+    }
 }
 
 /// A topic name unique to this process and call, so scenarios sharing a

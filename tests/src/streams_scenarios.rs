@@ -122,7 +122,10 @@ pub fn describe_for_failure(bootstrap: &str, group: &str) -> String {
         }
         Err(e) => format!("(listing {group}'s offsets failed: {e})"),
     };
-    format!("{described}; committed/log end: {offsets}")
+    format!(
+        "{described}; committed/log end: {offsets}{}",
+        crate::recent_logs(group)
+    )
 }
 
 impl Setup {

@@ -625,6 +625,27 @@ impl TaskManager {
         Ok(())
     }
 
+    /// Each active task's input partitions with their buffered records and
+    /// what `partition` says of them, e.g. `0_1 [users-1: 0 buffered, lag 0;
+    /// views-1: 12 buffered, lag ?]`; pending tasks (directory locked) are
+    /// named as such.
+    pub fn describe_inputs(&self, partition: impl Fn(&TopicPartition) -> String) -> String {
+        let mut out: Vec<String> = self
+            .tasks
+            .iter()
+            .map(|(id, at)| {
+                let parts: Vec<String> = at
+                    .task
+                    .partitions()
+                    .map(|tp| format!("{tp}: {} buffered, {}", at.task.buffered(tp), partition(tp)))
+                    .collect();
+                format!("{id} [{}]", parts.join("; "))
+            })
+            .collect();
+        out.extend(self.pending.keys().map(|id| format!("{id} pending")));
+        out.join(", ")
+    }
+
     /// Back-pressure, after processing so the queues show what is left:
     /// pauses a partition holding more than `buffered.records.per.partition`
     /// (Kafka's rule; a paused partition keeps its fetched answers but is

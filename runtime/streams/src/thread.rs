@@ -218,6 +218,7 @@ impl StreamThread {
         if Instant::now() >= self.next_task_lag_refresh {
             self.next_task_lag_refresh = Instant::now() + TASK_LAG_REFRESH;
             tm.refresh_lags();
+            self.log_progress(&tm);
         }
         let step = self.process(&mut tm).and_then(|()| self.punctuate(&mut tm));
         tm.update_back_pressure(&mut self.consumer);
@@ -421,6 +422,32 @@ impl StreamThread {
             .enforce_rebalance()
             .map_err(|e| StreamsError::client("refreshing the group's metadata", e))?;
         Ok(true)
+    }
+
+    /// A debug line every [`TASK_LAG_REFRESH`] with where each task's input
+    /// stands: per partition its buffered records and fetched lag (`?`
+    /// while no fetch has reported the partition's end, which holds a task
+    /// back under KIP-695) and whether it is paused. A thread that stops
+    /// making progress then shows which partition it waits on, or by the
+    /// line's absence that the loop itself is blocked.
+    fn log_progress(&self, tm: &TaskManager) {
+        if !tracing::enabled!(tracing::Level::DEBUG) {
+            return;
+        }
+        let paused: BTreeSet<TopicPartition> = self.consumer.paused().into_iter().collect();
+        let inputs = tm.describe_inputs(|tp| {
+            let lag = self
+                .consumer
+                .lag(tp)
+                .map_or_else(|| "?".to_string(), |l| l.to_string());
+            if paused.contains(tp) {
+                format!("lag {lag}, paused")
+            } else {
+                format!("lag {lag}")
+            }
+        });
+        let processed = self.ctx.shared.metrics.processed.load(Ordering::Relaxed);
+        tracing::debug!(processed, %inputs, "stream thread progress");
     }
 
     /// The process phase: the executor runs the ready tasks, each reading
