@@ -56,7 +56,7 @@ pub fn init_tracing() {
 /// runtime's info lines, and the consumer's and task manager's debug lines
 /// (fetch and heartbeat failures, member epochs, position resets) — none
 /// of them per record.
-const RECORDED: &str = "warn,rill_streams=info,rill_streams::task_manager=debug,rill_streams::thread=debug,rill_client=info,rill_client::consumer=debug,rill_broker=info";
+pub(crate) const RECORDED: &str = "warn,rill_streams=info,rill_streams::task_manager=debug,rill_streams::thread=debug,rill_client=info,rill_client::consumer=debug,rill_broker=info";
 
 /// The flight recorder's lines that contain `needle` (an application id, a
 /// group, a topic), the last `RECENT_LINES` of them, with `needle` shown as

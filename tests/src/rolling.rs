@@ -21,7 +21,7 @@
 //!
 //! Only the restore counts (`RESTORED n` lines) come from the apps' stdout.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::io::BufRead;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -173,7 +173,12 @@ pub fn now_ms() -> i64 {
 struct Instance {
     child: Child,
     lines: crossbeam_channel::Receiver<String>,
+    /// The last lines of its log (standard error), when `spawn` kept them.
+    log: Arc<Mutex<VecDeque<String>>>,
 }
+
+/// How many of an instance's log lines a failure message can show.
+const LOG_TAIL: usize = 60;
 
 struct Names {
     bootstrap: String,
@@ -182,17 +187,21 @@ struct Names {
     output: String,
 }
 
+/// Starts instance `index`; its log's last lines are kept for a failure
+/// message (Rill's app logs what the tests' flight recorder keeps, unless
+/// `RUST_LOG` says otherwise).
 fn spawn(cfg: &RollConfig, n: &Names, state_dir: &Path, index: usize) -> Instance {
-    spawn_logging(cfg, n, state_dir, index, Stdio::null())
+    spawn_logging(cfg, n, state_dir, index, None)
 }
 
-/// `spawn` with the app's standard error (its log) going to `stderr`.
+/// `spawn` with the app's standard error (its log) going to `stderr`, or
+/// its last lines kept in the instance (`None`).
 fn spawn_logging(
     cfg: &RollConfig,
     n: &Names,
     state_dir: &Path,
     index: usize,
-    stderr: Stdio,
+    stderr: Option<Stdio>,
 ) -> Instance {
     let bootstrap = cfg
         .instance_bootstrap
@@ -247,12 +256,32 @@ fn spawn_logging(
         args.push("--group-instance-id".into());
         args.push(format!("{}-i{index}", n.app));
     }
-    let mut child = app_command(cfg.runtime, &crate::streams_scenarios::app_binary())
+    let mut command = app_command(cfg.runtime, &crate::streams_scenarios::app_binary());
+    let keep_log = stderr.is_none();
+    if keep_log && cfg.runtime == Runtime::Rill && std::env::var_os("RUST_LOG").is_none() {
+        command
+            .env("RUST_LOG", crate::RECORDED)
+            .env("NO_COLOR", "1");
+    }
+    let mut child = command
         .args(&args)
         .stdout(Stdio::piped())
-        .stderr(stderr)
+        .stderr(stderr.unwrap_or_else(Stdio::piped))
         .spawn()
         .expect("app starts");
+    let tail: Arc<Mutex<VecDeque<String>>> = Arc::default();
+    if let (true, Some(err)) = (keep_log, child.stderr.take()) {
+        let log = tail.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(err).lines().map_while(|l| l.ok()) {
+                let mut l = log.lock().unwrap_or_else(|p| p.into_inner());
+                if l.len() >= LOG_TAIL {
+                    l.pop_front();
+                }
+                l.push_back(line);
+            }
+        });
+    }
     let stdout = child.stdout.take().expect("piped");
     let (tx, rx) = crossbeam_channel::unbounded();
     // `RILL_APP_LOG_DIR=DIR` (with `RUST_LOG` for Rill's app) keeps each
@@ -276,7 +305,11 @@ fn spawn_logging(
             let _ = tx.send(line);
         }
     });
-    Instance { child, lines: rx }
+    Instance {
+        child,
+        lines: rx,
+        log: tail,
+    }
 }
 
 /// The command that starts one app instance: Rill's `rill-streams-app`
@@ -330,6 +363,20 @@ fn compiled_streams_app() -> std::path::PathBuf {
 }
 
 impl Instance {
+    /// Its last log lines, for a failure message ("" when none were kept).
+    fn log_tail(&self) -> String {
+        let l = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        if l.is_empty() {
+            return String::new();
+        }
+        let mut out = format!("; its last {} log lines:\n", l.len());
+        for line in l.iter() {
+            out.push_str(line);
+            out.push('\n');
+        }
+        out
+    }
+
     /// Waits for `RUNNING`; the restored records seen on the way.
     fn await_running(&self, within: Duration) -> Option<u64> {
         let deadline = Instant::now() + within;
@@ -612,7 +659,8 @@ impl Deployment {
         for (i, inst) in instances.iter().enumerate() {
             assert!(
                 inst.await_running(Duration::from_secs(120)).is_some(),
-                "instance {i} never reached RUNNING"
+                "instance {i} never reached RUNNING (within 120 s){}",
+                inst.log_tail()
             );
         }
 
@@ -902,7 +950,12 @@ impl Deployment {
         self.instances[i] = spawn(&self.cfg, &self.n, self.dirs[i].path(), i);
         let restored = self.instances[i]
             .await_running(Duration::from_secs(120))
-            .unwrap_or_else(|| panic!("instance {i} did not come back"));
+            .unwrap_or_else(|| {
+                panic!(
+                    "instance {i} did not come back (no RUNNING within 120 s){}",
+                    self.instances[i].log_tail()
+                )
+            });
         self.set_phase(format!("{round}instance {i} RUNNING"));
         self.report
             .restart_to_running_ms
@@ -932,7 +985,7 @@ impl Deployment {
         cfg.session_timeout_ms = session_timeout_ms;
         let file = std::fs::File::create(&log).expect("log file");
         self.set_phase(format!("a duplicate of instance {i} running"));
-        let mut dup = spawn_logging(&cfg, &self.n, dir.path(), i, Stdio::from(file));
+        let mut dup = spawn_logging(&cfg, &self.n, dir.path(), i, Some(Stdio::from(file)));
         let deadline = Instant::now() + within;
         let status = loop {
             match dup.child.try_wait() {
