@@ -32,7 +32,8 @@
 //!    warm-up) rounds; medians (min–max) and pairwise ratios. A workload
 //!    whose fastest app ran < 20 s is flagged. `WORKLOADS=raw,join,…`
 //!    picks workloads, `APPS=rill` runs Rill only (no tables: with
-//!    `RILL_BENCH_PERF=<dir>`, for profiles). Chart:
+//!    `RILL_BENCH_PERF=<dir>`, for profiles; `RILL_BENCH_PERF_JVM=1`
+//!    profiles Kafka Streams' runs too). Chart:
 //!    docs/img/throughput[-embedded].png.
 //!    `latency`: passthrough and the uncached word count at fractions
 //!    `LATENCY_LOADS` (`0.5,0.25`) of Kafka Streams' steady-state maximum
@@ -627,9 +628,12 @@ fn throughput_run(
         != "RUNNING"
     {}
     let running = Instant::now();
-    // RILL_BENCH_PERF=<dir>: a profile of Rill's runs (the JVM's frames
-    // would not resolve).
-    let perf = if runtime == Runtime::Rill {
+    // RILL_BENCH_PERF=<dir>: a profile of Rill's runs; with
+    // RILL_BENCH_PERF_JVM=1 of Kafka Streams' too, for where its CPU goes
+    // by library (RocksDB's JNI library, the JVM, the kernel, libc): its
+    // JIT-compiled Java frames do not resolve, so they count together.
+    let profile_jvm = std::env::var("RILL_BENCH_PERF_JVM").is_ok_and(|v| v == "1");
+    let perf = if runtime == Runtime::Rill || profile_jvm {
         rill_benches::PerfRecord::start_if_requested(pid, tag)
     } else {
         None
