@@ -68,7 +68,7 @@ pub fn recent_logs(needle: &str) -> String {
     let Some(start) = recorder::START.get() else {
         return String::new();
     };
-    let lines = recorder::lines();
+    let lines = recorder::LINES.lines();
     let mut hits: Vec<&String> = lines
         .iter()
         .rev()
@@ -91,21 +91,42 @@ pub fn recent_logs(needle: &str) -> String {
     out
 }
 
+/// The last `cap` lines of a log, shared between the thread writing them
+/// and a failure message reading them (the flight recorder's, a rolling
+/// instance's standard error).
+pub(crate) struct Tail {
+    cap: usize,
+    lines: std::sync::Mutex<std::collections::VecDeque<String>>,
+}
+
+impl Tail {
+    pub(crate) const fn new(cap: usize) -> Self {
+        Self {
+            cap,
+            lines: std::sync::Mutex::new(std::collections::VecDeque::new()),
+        }
+    }
+
+    /// Adds a line, dropping the oldest past `cap`.
+    pub(crate) fn push(&self, line: String) {
+        let mut l = self.lines();
+        if l.len() >= self.cap {
+            l.pop_front();
+        }
+        l.push_back(line);
+    }
+
+    pub(crate) fn lines(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<String>> {
+        self.lines.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 mod recorder {
-    use std::collections::VecDeque;
-    use std::sync::{Mutex, MutexGuard};
-
     /// Lines kept over the whole test process (every test shares it).
-    const CAPACITY: usize = 100_000;
-
-    static LINES: Mutex<VecDeque<String>> = Mutex::new(VecDeque::new());
+    pub(crate) static LINES: super::Tail = super::Tail::new(100_000);
 
     /// When the recorder started: its lines' times count from here.
     pub(crate) static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-
-    pub(crate) fn lines() -> MutexGuard<'static, VecDeque<String>> {
-        LINES.lock().unwrap_or_else(|p| p.into_inner())
-    }
 
     /// One formatted event; kept when the formatter drops it.
     pub(crate) struct Line(pub(crate) Vec<u8>);
@@ -122,15 +143,9 @@ mod recorder {
 
     impl Drop for Line {
         fn drop(&mut self) {
-            if self.0.is_empty() {
-                return;
+            if !self.0.is_empty() {
+                LINES.push(String::from_utf8_lossy(&self.0).into_owned());
             }
-            let line = String::from_utf8_lossy(&self.0).into_owned();
-            let mut l = lines();
-            if l.len() >= CAPACITY {
-                l.pop_front();
-            }
-            l.push_back(line);
         }
     }
 }

@@ -21,7 +21,7 @@
 //!
 //! Only the restore counts (`RESTORED n` lines) come from the apps' stdout.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::io::BufRead;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -174,7 +174,7 @@ struct Instance {
     child: Child,
     lines: crossbeam_channel::Receiver<String>,
     /// The last lines of its log (standard error), when `spawn` kept them.
-    log: Arc<Mutex<VecDeque<String>>>,
+    log: Arc<crate::Tail>,
 }
 
 /// How many of an instance's log lines a failure message can show.
@@ -257,8 +257,7 @@ fn spawn_logging(
         args.push(format!("{}-i{index}", n.app));
     }
     let mut command = app_command(cfg.runtime, &crate::streams_scenarios::app_binary());
-    let keep_log = stderr.is_none();
-    if keep_log && cfg.runtime == Runtime::Rill && std::env::var_os("RUST_LOG").is_none() {
+    if stderr.is_none() && cfg.runtime == Runtime::Rill && std::env::var_os("RUST_LOG").is_none() {
         command
             .env("RUST_LOG", crate::RECORDED)
             .env("NO_COLOR", "1");
@@ -269,16 +268,13 @@ fn spawn_logging(
         .stderr(stderr.unwrap_or_else(Stdio::piped))
         .spawn()
         .expect("app starts");
-    let tail: Arc<Mutex<VecDeque<String>>> = Arc::default();
-    if let (true, Some(err)) = (keep_log, child.stderr.take()) {
+    let tail = Arc::new(crate::Tail::new(LOG_TAIL));
+    // Piped only when the log is kept (`stderr` None).
+    if let Some(err) = child.stderr.take() {
         let log = tail.clone();
         std::thread::spawn(move || {
             for line in std::io::BufReader::new(err).lines().map_while(|l| l.ok()) {
-                let mut l = log.lock().unwrap_or_else(|p| p.into_inner());
-                if l.len() >= LOG_TAIL {
-                    l.pop_front();
-                }
-                l.push_back(line);
+                log.push(line);
             }
         });
     }
@@ -365,7 +361,7 @@ fn compiled_streams_app() -> std::path::PathBuf {
 impl Instance {
     /// Its last log lines, for a failure message ("" when none were kept).
     fn log_tail(&self) -> String {
-        let l = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        let l = self.log.lines();
         if l.is_empty() {
             return String::new();
         }
