@@ -10,6 +10,7 @@
 pub mod backend;
 pub mod client_scenarios;
 pub mod dsl_scenarios;
+pub mod error_scenarios;
 pub mod fault_scenarios;
 pub mod net_proxy;
 pub mod operator_scenarios;

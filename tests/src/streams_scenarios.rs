@@ -37,6 +37,11 @@ pub use crate::rolling::{
     streams_roll_static_clean, streams_roll_static_kill9, streams_roll_static_standby,
     streams_roll_static_stateful, Runtime,
 };
+// Failures in user code too (issue 44).
+pub use crate::error_scenarios::{
+    streams_panic_in, streams_poison_record, streams_poison_record_to_dead_letter_queue,
+    streams_replace_thread_backs_off_until_fixed, Guarantee, Poison, Where,
+};
 // Standby replicas and KIP-441 warm-ups too.
 pub use crate::standby_scenarios::{
     streams_standby_failover, streams_standby_rack_aware, streams_standby_warmup,
@@ -1290,6 +1295,14 @@ macro_rules! for_each_streams_scenario {
             streams_standby_warmup => streams_standby_warmup(),
             streams_standby_rack_aware => streams_standby_rack_aware(),
             streams_roll_static_standby => streams_roll_static_standby(Runtime::Rill),
+            streams_poison_panic_at_least_once => streams_poison_record(Poison::Panic, Guarantee::AtLeastOnce),
+            streams_poison_err_exactly_once => streams_poison_record(Poison::Err, Guarantee::ExactlyOnce),
+            streams_poison_to_dead_letter_queue_at_least_once => streams_poison_record_to_dead_letter_queue(Guarantee::AtLeastOnce),
+            streams_poison_to_dead_letter_queue_exactly_once => streams_poison_record_to_dead_letter_queue(Guarantee::ExactlyOnce),
+            streams_replace_thread_backs_off_until_fixed => streams_replace_thread_backs_off_until_fixed(),
+            streams_panic_in_punctuator => streams_panic_in(Where::Punctuator),
+            streams_panic_in_serde => streams_panic_in(Where::Serde),
+            streams_panic_in_cached_aggregator => streams_panic_in(Where::Aggregator),
         );
     };
 }

@@ -83,6 +83,7 @@ macro_rules! streams_on_apache_kafka {
             use super::*;
             use rill_streams::StoreBackend;
             use rill_tests::rolling::Runtime;
+    use rill_tests::error_scenarios::{Guarantee, Poison, Where};
                     $(
                 #[test]
                 fn $name() {
@@ -103,6 +104,7 @@ macro_rules! streams_protocol_on_apache_kafka {
             use super::*;
             use rill_streams::StoreBackend;
             use rill_tests::rolling::Runtime;
+    use rill_tests::error_scenarios::{Guarantee, Poison, Where};
                     $(
                 #[test]
                 fn $name() {

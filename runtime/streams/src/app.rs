@@ -36,6 +36,7 @@ use rill_state::SharedStore;
 
 use crate::assignor::LocalInfo;
 use crate::error::{Result, StreamsError};
+use crate::error_handlers::{CustomHandlers, ErrorCounts};
 use crate::global::GlobalThread;
 use crate::metadata::History;
 use crate::restore::StateRestoreListener;
@@ -126,6 +127,27 @@ struct Hooks {
     state_listener: Option<Arc<StateListener>>,
     error_handler: Option<Arc<ErrorHandler>>,
     restore_listener: Option<Arc<dyn StateRestoreListener>>,
+    /// Error handlers set in code (they win over the configuration's keys).
+    handlers: CustomHandlers,
+}
+
+pub use crate::metadata::ThreadError;
+
+/// The thread errors an instance keeps (the newest last).
+const THREAD_ERRORS_KEPT: usize = 20;
+
+/// A replaced thread that failed within this long of starting counts as
+/// failing again, and its successor waits longer before it starts.
+const REPLACE_QUICK_FAILURE: Duration = Duration::from_secs(60);
+
+/// The wait before the `n`-th quick replacement in a row (0: none): 0.5 s,
+/// doubling, at most 30 s.
+fn replace_backoff(n: u32) -> Duration {
+    if n == 0 {
+        return Duration::ZERO;
+    }
+    Duration::from_millis(500u64.saturating_mul(1u64 << (n - 1).min(6)))
+        .min(Duration::from_secs(30))
 }
 
 /// What `close` stops besides the stream threads.
@@ -144,6 +166,9 @@ struct ThreadHandle {
     name: String,
     shared: Arc<ThreadShared>,
     join: Option<JoinHandle<()>>,
+    /// When it was spawned, and how many quick replacements in a row it ends.
+    started: Instant,
+    quick_replacements: u32,
 }
 
 /// A live view of one of the instance's threads.
@@ -178,6 +203,12 @@ pub(crate) struct App {
     /// How REST calls other instances (HTTP or HTTPS), set when the REST
     /// server starts.
     rest_peers: OnceLock<crate::rest_tls::Peers>,
+    /// The stream threads that died of an error, newest last.
+    thread_errors: Mutex<std::collections::VecDeque<ThreadError>>,
+    /// Failures of user code by stage and handler answer, for every thread.
+    errors: Arc<ErrorCounts>,
+    /// Records dropped by threads that are gone (replaced after an error).
+    retired_dropped: std::sync::atomic::AtomicU64,
 }
 
 impl App {
@@ -205,7 +236,25 @@ impl App {
             services: Mutex::default(),
             unreachable_since: Mutex::default(),
             rest_peers: OnceLock::new(),
+            thread_errors: Mutex::default(),
+            errors: Arc::default(),
+            retired_dropped: Default::default(),
         }
+    }
+
+    /// The stream threads that died of an error, newest last.
+    pub fn thread_errors(&self) -> Vec<ThreadError> {
+        lock(&self.thread_errors).iter().cloned().collect()
+    }
+
+    /// Failures of user code by stage and handler answer.
+    pub fn error_counts(&self) -> &ErrorCounts {
+        &self.errors
+    }
+
+    /// Sets the error handlers the application gives in code.
+    pub fn set_handlers(&self, f: impl FnOnce(&mut CustomHandlers)) {
+        f(&mut lock(&self.hooks).handlers);
     }
 
     /// When each instance probes found unreachable was first found so.
@@ -369,7 +418,10 @@ impl App {
             tracing::info!(from = ?old, to = ?next, "application state");
             let listener = lock(&self.hooks).state_listener.clone();
             if let Some(l) = listener {
-                l(next, old);
+                // User code: a panic in it is logged, the transition stands.
+                if let Err(p) = crate::user_code::guard(|| l(next, old)) {
+                    tracing::error!("the state listener panicked on {old:?} -> {next:?}: {p}");
+                }
             }
         }
         true
@@ -399,13 +451,17 @@ impl App {
 
     /// Starts a stream thread with `index` (or the smallest free one); its name.
     pub fn spawn_thread(this: &Arc<App>, index: Option<usize>) -> Result<String> {
-        App::spawn_thread_with(this, index, false)
+        App::spawn_thread_with(this, index, false, 0)
     }
 
+    /// `quick_replacements`: how many threads of this index failed soon
+    /// after they started, in a row; the new one waits
+    /// [`replace_backoff`] of it before joining.
     fn spawn_thread_with(
         this: &Arc<App>,
         index: Option<usize>,
         request_shutdown: bool,
+        quick_replacements: u32,
     ) -> Result<String> {
         let mut threads = lock(&this.threads);
         let used: BTreeSet<usize> = threads.iter().map(|t| t.index).collect();
@@ -443,6 +499,15 @@ impl App {
                 }
             }),
         });
+        // One look at the hooks (a struct literal keeps its temporaries, a
+        // guard among them, to its end).
+        let (restore_listener, handlers) = {
+            let hooks = lock(&this.hooks);
+            (
+                hooks.restore_listener.clone(),
+                this.config.error_handlers(&hooks.handlers),
+            )
+        };
         let ctx = ThreadContext {
             index,
             name: name.clone(),
@@ -451,11 +516,14 @@ impl App {
             topology: this.topology.clone(),
             admin: this.admin.clone(),
             process_id: this.process_id.clone(),
-            restore_listener: lock(&this.hooks).restore_listener.clone(),
+            restore_listener,
             shared: shared.clone(),
             endpoint: this.endpoint().map(str::to_string),
             history: this.history.clone(),
             global_stores: this.global_stores.get().cloned().unwrap_or_default(),
+            handlers,
+            errors: this.errors.clone(),
+            start_delay: replace_backoff(quick_replacements),
         };
         let weak = Arc::downgrade(this);
         let join = std::thread::Builder::new()
@@ -472,6 +540,8 @@ impl App {
             name: name.clone(),
             shared,
             join: Some(join),
+            started: Instant::now(),
+            quick_replacements,
         });
         Ok(name)
     }
@@ -507,18 +577,52 @@ impl App {
         }
         let handler = lock(&this.hooks).error_handler.clone();
         match handler {
-            Some(h) => h(e),
+            // User code: a panic in it shuts the instance down, Kafka's default.
+            Some(h) => crate::user_code::guard(|| h(e)).unwrap_or_else(|p| {
+                tracing::error!(
+                    "the uncaught-error handler panicked ({p}); shutting this instance down"
+                );
+                StreamThreadExceptionResponse::ShutdownClient
+            }),
             None => StreamThreadExceptionResponse::ShutdownClient,
         }
     }
 
+    /// Remembers a thread's death for the REST API and the dashboard.
+    fn remember_error(
+        &self,
+        name: &str,
+        e: &StreamsError,
+        response: StreamThreadExceptionResponse,
+    ) {
+        let mut errors = lock(&self.thread_errors);
+        if errors.len() >= THREAD_ERRORS_KEPT {
+            errors.pop_front();
+        }
+        errors.push_back(ThreadError {
+            time_ms: crate::timestamp::now_ms(),
+            thread_name: name.to_string(),
+            error: e.to_string(),
+            response: response.kafka_name().to_string(),
+        });
+    }
+
     fn on_thread_error(this: &Arc<App>, index: usize, e: StreamsError) {
-        let decided = lock(&this.threads)
+        let (decided, name, started, quick) = lock(&this.threads)
             .iter()
             .find(|t| t.index == index)
-            .and_then(|t| lock(&t.shared.decided).take());
+            .map(|t| {
+                (
+                    lock(&t.shared.decided).take(),
+                    t.name.clone(),
+                    t.started,
+                    t.quick_replacements,
+                )
+            })
+            .unwrap_or((None, format!("thread {index}"), Instant::now(), 0));
         let carried = decided.is_some() && this.config.streams_protocol;
         let response = decided.unwrap_or_else(|| App::decide(this, &e));
+        this.remember_error(&name, &e, response);
         if response == StreamThreadExceptionResponse::ShutdownApplication && carried {
             // The failing thread's leave heartbeat carried the request
             // (KIP-1071); the group's answer stops every instance.
@@ -531,7 +635,7 @@ impl App {
                 t.shared.shutdown.store(true, Ordering::Release);
             }
             let app = this.clone();
-            std::thread::spawn(move || app.close(CloseOptions::default()));
+            std::thread::spawn(move || app.close_to_error());
             return;
         }
         if response == StreamThreadExceptionResponse::ShutdownApplication {
@@ -548,7 +652,7 @@ impl App {
             match carrier {
                 Some(t) => t.request_app_shutdown.store(true, Ordering::Release),
                 None => {
-                    if let Err(e) = App::spawn_thread_with(this, None, true) {
+                    if let Err(e) = App::spawn_thread_with(this, None, true, 0) {
                         tracing::error!("no thread to carry the shutdown request: {e}");
                     }
                 }
@@ -561,8 +665,29 @@ impl App {
         }
         match response {
             StreamThreadExceptionResponse::ReplaceThread => {
-                lock(&this.threads).retain(|t| t.index != index);
-                if let Err(e) = App::spawn_thread(this, Some(index)) {
+                lock(&this.threads).retain(|t| {
+                    if t.index == index {
+                        let d = t.shared.dropped_records.load(Ordering::Relaxed);
+                        this.retired_dropped.fetch_add(d, Ordering::Relaxed);
+                    }
+                    t.index != index
+                });
+                // A thread that failed soon after it started (a record that
+                // fails every time) is replaced after a growing wait.
+                let quick = if started.elapsed() < REPLACE_QUICK_FAILURE {
+                    quick + 1
+                } else {
+                    0
+                };
+                if quick > 1 {
+                    tracing::warn!(
+                        thread.index = index,
+                        "stream thread failed again {:.1} s after it started; its replacement waits {:?}",
+                        started.elapsed().as_secs_f64(),
+                        replace_backoff(quick)
+                    );
+                }
+                if let Err(e) = App::spawn_thread_with(this, Some(index), false, quick) {
                     tracing::error!("replacing the stream thread failed: {e}");
                 }
             }
@@ -574,18 +699,35 @@ impl App {
                 }
                 // The application moves to Error once close() joins the threads.
                 let app = this.clone();
-                std::thread::spawn(move || app.close(CloseOptions::default()));
+                std::thread::spawn(move || app.close_to_error());
             }
         }
+    }
+
+    /// After a thread's error: stops every thread and the global thread and
+    /// moves to Error, keeping the REST server up so the dashboard and
+    /// `/v1/instances` say why, until the application closes it
+    /// (`KafkaStreams::close` or drop).
+    fn close_to_error(&self) {
+        self.close_inner(CloseOptions::default(), false);
     }
 
     /// Stops every thread, then the global thread and the REST server;
     /// `false` if the threads did not all stop within the timeout (or a
     /// batch LeaveGroup failed).
     pub fn close(&self, options: CloseOptions) -> bool {
+        self.close_inner(options, true)
+    }
+
+    fn close_inner(&self, options: CloseOptions, stop_rest: bool) -> bool {
         let deadline = Instant::now() + options.timeout;
         match self.state() {
-            State::NotRunning | State::Error => return true,
+            State::NotRunning | State::Error => {
+                if stop_rest {
+                    self.stop_rest();
+                }
+                return true;
+            }
             State::PendingShutdown | State::PendingError => {}
             _ => {
                 self.transition(State::PendingShutdown);
@@ -620,12 +762,12 @@ impl App {
         if !batch_leave.is_empty() {
             all &= self.leave_group(&batch_leave);
         }
-        let services = std::mem::take(&mut *lock(&self.services));
-        if let Some(mut g) = services.global_thread {
+        let global = lock(&self.services).global_thread.take();
+        if let Some(mut g) = global {
             g.stop();
         }
-        if let Some(stop) = services.rest_stop {
-            stop();
+        if stop_rest {
+            self.stop_rest();
         }
         match self.state() {
             State::PendingError => self.transition(State::Error),
@@ -633,6 +775,27 @@ impl App {
             _ => true,
         };
         all
+    }
+
+    /// Stops the REST server, if it runs.
+    fn stop_rest(&self) {
+        let stop = {
+            let mut services = lock(&self.services);
+            services.rest_address = None;
+            services.rest_stop.take()
+        };
+        if let Some(stop) = stop {
+            stop();
+        }
+    }
+
+    /// Records dropped by every thread, those no longer running included.
+    pub fn dropped_records(&self) -> u64 {
+        let live: u64 = lock(&self.threads)
+            .iter()
+            .map(|t| t.shared.dropped_records.load(Ordering::Relaxed))
+            .sum();
+        live + self.retired_dropped.load(Ordering::Relaxed)
     }
 
     /// One batch LeaveGroup by instance id; whether the request went through.

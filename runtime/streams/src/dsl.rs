@@ -638,6 +638,124 @@ impl<K: Data, V: Data> KStream<K, V> {
         })
     }
 
+    /// [`map`](Self::map) with a function that may fail: an `Err` goes to the
+    /// `processing.exception.handler` with the record, as a panic does (the
+    /// default stops the thread without committing the record; with
+    /// `LogAndContinueProcessingExceptionHandler` the record is skipped and
+    /// counted). Any error type that converts into a boxed error works: a
+    /// `String`, `std::io::Error`, `anyhow::Error`, your own.
+    pub fn try_map<K2: Data, V2: Data, E>(
+        &self,
+        f: impl Fn(&K, &V) -> std::result::Result<(K2, V2), E> + Send + Sync + 'static,
+    ) -> KStream<K2, V2>
+    where
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        self.stateless("KSTREAM-MAP", true, move |ctx, r| {
+            let (k, v) = f(&r.key, &r.value).map_err(StreamsError::user)?;
+            ctx.forward(Record {
+                key: k,
+                value: v,
+                timestamp: r.timestamp,
+                headers: r.headers,
+            });
+            Ok(())
+        })
+    }
+
+    /// [`map_values`](Self::map_values) with a function that may fail (see
+    /// [`try_map`](Self::try_map) for what an `Err` does).
+    ///
+    /// ```
+    /// # use rill_streams::{Consumed, Produced, Serdes, StreamsBuilder};
+    /// let b = StreamsBuilder::new();
+    /// b.stream(&["amounts"], Consumed::with(Serdes::string(), Serdes::string()))
+    ///     .try_map_values(|v: &String| v.trim().parse::<i64>())
+    ///     .to("parsed", Produced::with(Serdes::string(), Serdes::i64()));
+    /// # b.build().unwrap();
+    /// ```
+    pub fn try_map_values<V2: Data, E>(
+        &self,
+        f: impl Fn(&V) -> std::result::Result<V2, E> + Send + Sync + 'static,
+    ) -> KStream<K, V2>
+    where
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let changed = self.key_changed;
+        self.stateless("KSTREAM-MAPVALUES", changed, move |ctx, r| {
+            let v = f(&r.value).map_err(StreamsError::user)?;
+            ctx.forward(r.with_value(v));
+            Ok(())
+        })
+    }
+
+    /// [`filter`](Self::filter) with a predicate that may fail (see
+    /// [`try_map`](Self::try_map) for what an `Err` does).
+    pub fn try_filter<E>(
+        &self,
+        p: impl Fn(&K, &V) -> std::result::Result<bool, E> + Send + Sync + 'static,
+    ) -> KStream<K, V>
+    where
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let changed = self.key_changed;
+        self.stateless("KSTREAM-FILTER", changed, move |ctx, r| {
+            if p(&r.key, &r.value).map_err(StreamsError::user)? {
+                ctx.forward(r);
+            }
+            Ok(())
+        })
+    }
+
+    /// [`flat_map`](Self::flat_map) with a function that may fail (see
+    /// [`try_map`](Self::try_map) for what an `Err` does; nothing of the
+    /// record is forwarded then).
+    pub fn try_flat_map<K2: Data, V2: Data, I, E>(
+        &self,
+        f: impl Fn(&K, &V) -> std::result::Result<I, E> + Send + Sync + 'static,
+    ) -> KStream<K2, V2>
+    where
+        I: IntoIterator<Item = (K2, V2)>,
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        self.stateless("KSTREAM-FLATMAP", true, move |ctx, r| {
+            for (k, v) in f(&r.key, &r.value).map_err(StreamsError::user)? {
+                ctx.forward(Record {
+                    key: k,
+                    value: v,
+                    timestamp: r.timestamp,
+                    headers: r.headers.clone(),
+                });
+            }
+            Ok(())
+        })
+    }
+
+    /// [`flat_map_values`](Self::flat_map_values) with a function that may
+    /// fail (see [`try_map`](Self::try_map) for what an `Err` does; nothing
+    /// of the record is forwarded then).
+    pub fn try_flat_map_values<V2: Data, I, E>(
+        &self,
+        f: impl Fn(&V) -> std::result::Result<I, E> + Send + Sync + 'static,
+    ) -> KStream<K, V2>
+    where
+        I: IntoIterator<Item = V2>,
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let changed = self.key_changed;
+        self.stateless("KSTREAM-FLATMAPVALUES", changed, move |ctx, r| {
+            for v in f(&r.value).map_err(StreamsError::user)? {
+                ctx.forward(Record {
+                    key: r.key.clone(),
+                    value: v,
+                    timestamp: r.timestamp,
+                    headers: r.headers.clone(),
+                });
+            }
+            Ok(())
+        })
+    }
+
     /// Sees every record and passes it on unchanged.
     pub fn peek(&self, f: impl Fn(&K, &V) + Send + Sync + 'static) -> KStream<K, V> {
         let changed = self.key_changed;
@@ -740,27 +858,49 @@ impl<K: Data, V: Data> KStream<K, V> {
             SinkTopic::PerRecord(f) => (None, Some(f)),
         };
         let encode: crate::topology::SinkEncoder = Arc::new(move |key, value, fixed| {
+            use crate::error_handlers::Caught;
+            use crate::topology::SinkError;
+            use crate::user_code::guard;
             let (Ok(k), Ok(v)) = (unbox::<K>(key), unbox::<V>(value)) else {
-                return Err(StreamsError::Topology(
+                return Err(SinkError::Wiring(StreamsError::Topology(
                     "sink received a record of the wrong type".into(),
-                ));
+                )));
             };
-            let t: Arc<str> = match (fixed, &per_record) {
-                (Some(t), _) => t.clone(),
-                (None, Some(f)) => Arc::from(f(&k, &v)),
-                (None, None) => {
-                    return Err(StreamsError::IllegalState(
-                        "a sink with a fixed topic was given none".into(),
-                    ))
-                }
+            // Each piece of user code runs guarded, so a failure names it:
+            // the topic-name extractor and the partitioner, then the serdes.
+            let route = guard(|| {
+                let t: Arc<str> = match (fixed, &per_record) {
+                    (Some(t), _) => t.clone(),
+                    (None, Some(f)) => Arc::from(f(&k, &v)),
+                    (None, None) => {
+                        return Err(StreamsError::IllegalState(
+                            "a sink with a fixed topic was given none".into(),
+                        ))
+                    }
+                };
+                Ok((t, partition.as_ref().and_then(|f| f(&k, &v))))
+            });
+            let (t, p) = match route {
+                Ok(Ok(r)) => r,
+                Ok(Err(e)) => return Err(SinkError::Wiring(e)),
+                Err(panic) => return Err(SinkError::Route(Caught::Panic(panic))),
             };
-            let p = partition.as_ref().and_then(|f| f(&k, &v));
-            let ser = |reason| StreamsError::Serialization {
-                topic: t.to_string(),
-                reason,
+            let ser = |reason| {
+                Caught::Error(StreamsError::Serialization {
+                    topic: t.to_string(),
+                    reason,
+                })
             };
-            let kb = ks.serialize_owned(&t, k).map_err(ser)?;
-            let vb = vs.serialize_owned(&t, v).map_err(ser)?;
+            let kb = match guard(|| ks.serialize_owned(&t, k)) {
+                Ok(Ok(b)) => b,
+                Ok(Err(reason)) => return Err(SinkError::Key(ser(reason))),
+                Err(panic) => return Err(SinkError::Key(Caught::Panic(panic))),
+            };
+            let vb = match guard(|| vs.serialize_owned(&t, v)) {
+                Ok(Ok(b)) => b,
+                Ok(Err(reason)) => return Err(SinkError::Value(ser(reason))),
+                Err(panic) => return Err(SinkError::Value(Caught::Panic(panic))),
+            };
             Ok(crate::topology::Encoded {
                 topic: t,
                 key: kb,

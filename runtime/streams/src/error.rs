@@ -8,10 +8,21 @@
 //!   (corrupt checkpoint, store error); wipe its stores and restore.
 //! - [`Recovery::Retriable`]: try again after a backoff.
 //! - [`Recovery::Fatal`]: the thread stops (FENCED_INSTANCE_ID, bad
-//!   configuration, a deserialization error under log-and-fail, a processor
-//!   error); the uncaught-error handler decides what happens next.
+//!   configuration, a deserialization error under log-and-fail, a failure
+//!   in user code the processing handler answered FAIL to); the
+//!   uncaught-error handler decides what happens next.
+//!
+//! Failures in user code (a panic or an `Err` from a DSL closure, a
+//! processor, a serde, an extractor) reach the thread as
+//! [`StreamsError::UserCode`], which names the task, the node and the
+//! record (topic, partition, offset): what a log line, the REST API and the
+//! uncaught-error handler show. [`StreamsError::User`] is how user code
+//! returns an error of its own.
 
 use rill_client::error::Error as ClientError;
+
+use crate::task_id::TaskId;
+use crate::user_code::Panic;
 
 /// Result of the streams runtime's operations; the error defaults to [`StreamsError`].
 pub type Result<T, E = StreamsError> = std::result::Result<T, E>;
@@ -122,6 +133,16 @@ pub enum StreamsError {
     /// shutdown), or the runtime found its own state inconsistent; fatal.
     #[error("{0}")]
     IllegalState(String),
+    /// An error of user code's own, returned by a processor or a fallible DSL
+    /// closure (`try_map_values`, ...): what the `processing.exception.handler`
+    /// sees as the failure. Made with [`StreamsError::user`].
+    #[error("{0}")]
+    User(Box<dyn std::error::Error + Send + Sync>),
+    /// User code failed (panicked or returned an error) and the error handler
+    /// for it answered FAIL, or none applies; the stream thread stops. It
+    /// names the task, the node and the record.
+    #[error("{0}")]
+    UserCode(Box<UserCodeError>),
     /// Another instance's handler chose shutdown-application; this instance stops too.
     #[error("the application was asked to shut down by one of its instances ({0})")]
     ShutdownRequested(String),
@@ -139,7 +160,158 @@ pub enum StreamsError {
     },
 }
 
+/// What user code was doing when it failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// `Processor::process` or a DSL closure, on a record.
+    Process,
+    /// `Processor::punctuate` (a punctuator).
+    Punctuate,
+    /// `Processor::init`, when its task was created.
+    Init,
+    /// Deserializing a source record's key or value.
+    Deserialize,
+    /// Serializing a record at a sink (its serdes, topic-name extractor or partitioner).
+    Serialize,
+    /// A timestamp extractor, on a consumed record.
+    ExtractTimestamp,
+    /// Turning a record cache's flushed entry back into a record (the store's serdes).
+    CacheFlush,
+    /// Sending a record to Kafka (the broker or the producer refused it).
+    Produce,
+}
+
+impl Stage {
+    /// Every stage, in declaration order.
+    pub const ALL: [Stage; 8] = [
+        Stage::Process,
+        Stage::Punctuate,
+        Stage::Init,
+        Stage::Deserialize,
+        Stage::Serialize,
+        Stage::ExtractTimestamp,
+        Stage::CacheFlush,
+        Stage::Produce,
+    ];
+
+    /// The stage as the error's text and `/metrics` say it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stage::Process => "process",
+            Stage::Punctuate => "punctuate",
+            Stage::Init => "init",
+            Stage::Deserialize => "deserialize",
+            Stage::Serialize => "serialize",
+            Stage::ExtractTimestamp => "extract-timestamp",
+            Stage::CacheFlush => "cache-flush",
+            Stage::Produce => "produce",
+        }
+    }
+}
+
+/// Where a record came from: its topic, partition and offset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordPosition {
+    /// The topic it was read from.
+    pub topic: String,
+    /// Its partition.
+    pub partition: i32,
+    /// Its offset in the partition.
+    pub offset: i64,
+}
+
+impl std::fmt::Display for RecordPosition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}-{} offset {}",
+            self.topic, self.partition, self.offset
+        )
+    }
+}
+
+/// How user code failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cause {
+    /// It panicked.
+    Panic(Panic),
+    /// It returned an error (its text).
+    Error(String),
+}
+
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Cause::Panic(p) => write!(f, "panicked: {p}"),
+            Cause::Error(e) => write!(f, "failed: {e}"),
+        }
+    }
+}
+
+/// A failure in user code, naming where it happened (see [`StreamsError::UserCode`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserCodeError {
+    /// What the code was doing.
+    pub stage: Stage,
+    /// The task it ran in (`None` outside a task).
+    pub task: Option<TaskId>,
+    /// The processor, source or sink node (`None` when no node was running it,
+    /// e.g. a timestamp extractor).
+    pub node: Option<String>,
+    /// The source record being processed (`None` in a punctuation or a cache flush).
+    pub record: Option<RecordPosition>,
+    /// How it failed.
+    pub cause: Cause,
+    /// The handler that answered FAIL (`processing.exception.handler`, ...), when one was asked.
+    pub handler: Option<&'static str>,
+}
+
+impl std::fmt::Display for UserCodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(t) = &self.task {
+            write!(f, "task {t}: ")?;
+        }
+        let node = self.node.as_deref().unwrap_or("?");
+        match self.stage {
+            Stage::Process => write!(f, "processor {node} {}", self.cause)?,
+            Stage::Punctuate => write!(f, "processor {node} {} in a punctuation", self.cause)?,
+            Stage::Init => write!(f, "processor {node} {} in init", self.cause)?,
+            Stage::Deserialize => write!(f, "source {node}: the deserializer {}", self.cause)?,
+            Stage::Serialize => write!(f, "sink {node}: the serializer {}", self.cause)?,
+            Stage::ExtractTimestamp => write!(f, "the timestamp extractor {}", self.cause)?,
+            Stage::CacheFlush => write!(
+                f,
+                "processor {node}: a record cache flush {} (the store's serdes)",
+                self.cause
+            )?,
+            Stage::Produce => write!(f, "sink {node}: sending {}", self.cause)?,
+        }
+        if let Some(r) = &self.record {
+            write!(f, " on the record at {r}")?;
+        }
+        if let Some(h) = self.handler {
+            write!(f, "; {h} answered FAIL")?;
+        }
+        Ok(())
+    }
+}
+
 impl StreamsError {
+    /// An error of user code's own ([`StreamsError::User`]): anything that
+    /// converts into a boxed error (a `String`, a `&str`, an `std::io::Error`,
+    /// an `anyhow::Error`, your own error type).
+    pub fn user(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        StreamsError::User(e.into())
+    }
+
+    /// The [`UserCodeError`] this is, if it is one.
+    pub fn user_code(&self) -> Option<&UserCodeError> {
+        match self {
+            StreamsError::UserCode(u) => Some(u),
+            _ => None,
+        }
+    }
+
     /// A task directory another thread of this process still locks (it has
     /// not closed its copy of the task yet): retry later.
     pub(crate) fn is_locked(&self) -> bool {

@@ -110,6 +110,17 @@ pub(crate) fn prepare_topics(
             .map(|t| (t.name.clone(), t.partitions.len() as i32))
             .collect()
     };
+    if let Some(dlq) = &config.dead_letter_queue_topic {
+        // Kafka Streams does not create it either; sending to a missing
+        // topic would block each failed record for max.block.ms instead.
+        if !existing.contains_key(dlq) {
+            return Err(StreamsError::config(
+                "errors.dead.letter.queue.topic.name",
+                dlq,
+                "names a topic that does not exist; create it first (Kafka Streams does not create dead-letter topics)",
+            ));
+        }
+    }
     let rf = config.replication_factor;
     let mut counts = internal_topic_counts(topology, app, &existing);
     let mut create: Vec<NewTopic> = Vec::new();

@@ -10,14 +10,13 @@
 //! [`internal_topics`]: crate::internal_topics
 
 use std::collections::BTreeSet;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use rill_client::Admin;
 
 use crate::app::{App, ValueRenderer};
-pub use crate::app::{CloseOptions, State, StreamThreadExceptionResponse};
+pub use crate::app::{CloseOptions, State, StreamThreadExceptionResponse, ThreadError};
 use crate::error::{Result, StreamsError};
 use crate::global::{GlobalState, GlobalThread};
 use crate::internal_topics::prepare_topics;
@@ -90,6 +89,9 @@ fn load_process_id(config: &StreamsConfig) -> Result<String> {
 impl KafkaStreams {
     /// Validates the topology against the configuration; nothing runs until `start`.
     pub fn new(topology: Topology, config: StreamsConfig) -> Result<Self> {
+        // Panics in user code are caught and reported as errors naming the
+        // record; the hook keeps them off standard error.
+        crate::user_code::install_hook();
         if config.streams_protocol {
             // A topology KIP-1071 cannot carry is refused here, not by a
             // stream thread after start.
@@ -135,6 +137,40 @@ impl KafkaStreams {
         f: impl Fn(&StreamsError) -> StreamThreadExceptionResponse + Send + Sync + 'static,
     ) {
         self.app.set_error_handler(Box::new(f));
+    }
+
+    /// Asks `handler` when user code (a processor, a DSL closure, a punctuator,
+    /// a store serde inside one) panics or returns an error on a record,
+    /// instead of the handler `processing.exception.handler` names (Kafka's
+    /// `ProcessingExceptionHandler`, KIP-1033). Set before `start`.
+    pub fn set_processing_exception_handler(
+        &self,
+        handler: impl crate::error_handlers::ProcessingExceptionHandler,
+    ) {
+        self.app
+            .set_handlers(|h| h.processing = Some(Arc::new(handler)));
+    }
+
+    /// Asks `handler` about a consumed record whose key or value does not
+    /// deserialize, instead of the handler `deserialization.exception.handler`
+    /// names. Set before `start`.
+    pub fn set_deserialization_exception_handler(
+        &self,
+        handler: impl crate::error_handlers::DeserializationExceptionHandler,
+    ) {
+        self.app
+            .set_handlers(|h| h.deserialization = Some(Arc::new(handler)));
+    }
+
+    /// Asks `handler` when a record cannot be produced (its serde failed at
+    /// the sink, or Kafka refused it), instead of the handler
+    /// `production.exception.handler` names. Set before `start`.
+    pub fn set_production_exception_handler(
+        &self,
+        handler: impl crate::error_handlers::ProductionExceptionHandler,
+    ) {
+        self.app
+            .set_handlers(|h| h.production = Some(Arc::new(handler)));
     }
 
     /// Told of every store restoration (Kafka's `StateRestoreListener`).
@@ -364,15 +400,32 @@ impl KafkaStreams {
         self.app.rebalance_history()
     }
 
-    /// Records dropped by the deserialization handler (log-and-continue)
-    /// or as late for a closed window
-    /// across this instance's live threads (Kafka's `dropped-records-total`).
+    /// Records dropped so far by this instance's threads, replaced ones
+    /// included (Kafka's `dropped-records-total`): skipped by an error
+    /// handler's RESUME, for a negative timestamp, or as late for a closed
+    /// window.
     pub fn dropped_records(&self) -> u64 {
-        self.app
-            .threads()
-            .iter()
-            .map(|t| t.shared.dropped_records.load(Ordering::Relaxed))
-            .sum()
+        self.app.dropped_records()
+    }
+
+    /// The stream threads that died of an error (the last 20, newest
+    /// last): when, which thread, the error (naming the task, node and
+    /// record when user code failed) and what the uncaught-error handler
+    /// answered.
+    pub fn thread_errors(&self) -> Vec<crate::app::ThreadError> {
+        self.app.thread_errors()
+    }
+
+    /// Failures of user code so far, by stage and the handler's answer, as
+    /// `(stage, result, count)` (`/metrics`: `rill_streams_errors_total`).
+    pub fn error_counts(
+        &self,
+    ) -> Vec<(
+        crate::error::Stage,
+        crate::error_handlers::HandlerResult,
+        u64,
+    )> {
+        self.app.error_counts().snapshot()
     }
 
     /// The last assignment any local thread received (the whole group's view).

@@ -53,6 +53,7 @@ mod app;
 mod assignor;
 mod dsl;
 mod error;
+pub mod error_handlers;
 mod global;
 mod internal_topics;
 mod kafka_streams;
@@ -80,6 +81,7 @@ mod thread;
 mod thread_state;
 mod timestamp;
 mod topology;
+mod user_code;
 mod window;
 
 pub use assignor::{AssignmentInfo, MemberInfo, PROTOCOL_NAME};
@@ -88,9 +90,13 @@ pub use dsl::{
     KGroupedTable, KStream, KTable, Materialized, Produced, Repartitioned, SessionWindowedKStream,
     StreamJoined, StreamsBuilder, Suppressed, TimeWindowedKStream,
 };
-pub use error::{Recovery, Result, StreamsError};
+pub use error::{Cause, RecordPosition, Recovery, Result, Stage, StreamsError, UserCodeError};
+pub use error_handlers::{
+    DeserializationExceptionHandler, ErrorHandlerContext, Failure, HandlerResult,
+    ProcessingExceptionHandler, ProductionExceptionHandler, Response,
+};
 pub use kafka_streams::{
-    CloseOptions, KafkaStreams, State, StreamThreadExceptionResponse, ThreadMetadata,
+    CloseOptions, KafkaStreams, State, StreamThreadExceptionResponse, ThreadError, ThreadMetadata,
 };
 pub use metadata::{
     ApplicationMetadata, KeyQueryMetadata, LagInfo, PartitionLag, PartitionRef, RebalanceEvent,
@@ -105,7 +111,8 @@ pub use rill_client::ConsumerRecord;
 pub use rill_state::StoreBackend;
 pub use serdes::{Serde, Serdes, SharedSerde};
 pub use streams_config::{
-    instance_id_for_thread, DeserializationHandler, StreamsConfig, StreamsConfigBuilder,
+    instance_id_for_thread, DeserializationHandler, ProcessingHandler, ProductionHandler,
+    StreamsConfig, StreamsConfigBuilder,
 };
 pub use task_id::TaskId;
 pub use test_driver::{TestInputTopic, TopologyTestDriver};
@@ -115,4 +122,5 @@ pub use timestamp::{
     UsePartitionTimeOnInvalidTimestamp, WallclockTimestampExtractor,
 };
 pub use topology::{StoreDef, SubTopology, TopicName, Topology};
+pub use user_code::Panic;
 pub use window::{JoinWindows, SessionWindows, SlidingWindows, TimeWindows, Window, Windowed};

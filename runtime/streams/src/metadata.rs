@@ -73,6 +73,25 @@ pub struct StreamsMetadata {
     pub stores: Vec<String>,
     /// The instance's stream threads; sorted by name in [`ApplicationMetadata`].
     pub threads: Vec<StreamThreadMetadata>,
+    /// The instance's stream threads that died of an error (the last 20,
+    /// newest last), when known (this instance's, and another's once probed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<ThreadError>,
+}
+
+/// A stream thread's death, as its instance remembers it
+/// (`KafkaStreams::thread_errors`, `/v1/instances`, the dashboard).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadError {
+    /// When it died (ms since the Unix epoch).
+    pub time_ms: i64,
+    /// The thread's name.
+    pub thread_name: String,
+    /// The error, naming the task, node and record when user code failed.
+    pub error: String,
+    /// The uncaught-error handler's answer: `REPLACE_THREAD`, `SHUTDOWN_CLIENT` or
+    /// `SHUTDOWN_APPLICATION`.
+    pub response: String,
 }
 
 fn classic() -> String {

@@ -58,6 +58,11 @@ pub(crate) struct Sample {
     pub state: String,
     pub states: Vec<String>,
     pub threads: Vec<ThreadSample>,
+    /// Failures of user code as (stage, handler result, count), the
+    /// application's (replaced threads' included).
+    pub errors: Vec<(String, String, u64)>,
+    /// Stream threads that died of an error (Kafka's `failed-stream-threads`).
+    pub failed_threads: u64,
 }
 
 type Labels = Vec<(String, String)>;
@@ -111,7 +116,7 @@ impl Collector for Sample {
         self.counter(
             &mut encoder,
             "rill_streams_dropped_records",
-            "Records dropped by the deserialization handler or as late for a closed window (Kafka's dropped-records-total).",
+            "Records dropped: skipped by an error handler's RESUME, for a negative timestamp, or late for a closed window (Kafka's dropped-records-total).",
             |t| t.dropped,
         )?;
         self.counter(
@@ -197,6 +202,32 @@ impl Collector for Sample {
             "Records between the consumer's position and the partition's high watermark (Kafka's records-lag).",
             lags,
         )?;
+        {
+            let mut family = encoder.encode_descriptor(
+                "rill_streams_errors",
+                "Failures in user code (panics and errors) by stage (process, punctuate, init, deserialize, serialize, extract-timestamp, cache-flush, produce) and the handler's answer (FAIL, RESUME, RETRY).",
+                None,
+                MetricType::Counter,
+            )?;
+            for (stage, result, n) in &self.errors {
+                let labels: Labels = vec![
+                    ("application_id".into(), self.application_id.clone()),
+                    ("stage".into(), stage.clone()),
+                    ("result".into(), result.clone()),
+                ];
+                ConstCounter::new(*n).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        {
+            let mut family = encoder.encode_descriptor(
+                "rill_streams_failed_stream_threads",
+                "Stream threads that died of an error (Kafka's failed-stream-threads).",
+                None,
+                MetricType::Counter,
+            )?;
+            let labels: Labels = vec![("application_id".into(), self.application_id.clone())];
+            ConstCounter::new(self.failed_threads).encode(family.encode_family(&labels)?)?;
+        }
         self.gauge(
             &mut encoder,
             "rill_streams_state",
@@ -347,12 +378,16 @@ mod tests {
                 standby_updated: 7,
                 standby_lags: vec![("1_0".into(), 12)],
             }],
+            errors: vec![("process".into(), "RESUME".into(), 3)],
+            failed_threads: 1,
         });
         for line in [
             "rill_streams_process_total{application_id=\"app\",thread=\"StreamThread-1\"} 5",
             "rill_streams_state{application_id=\"app\",state=\"Running\"} 1",
             "rill_streams_standby_update_records_total{application_id=\"app\",thread=\"StreamThread-1\"} 7",
             "rill_streams_standby_lag_records{application_id=\"app\",thread=\"StreamThread-1\",task=\"1_0\"} 12",
+            "rill_streams_errors_total{application_id=\"app\",stage=\"process\",result=\"RESUME\"} 3",
+            "rill_streams_failed_stream_threads_total{application_id=\"app\"} 1",
             "process_resident_memory_bytes ",
             "process_cpu_seconds_total ",
             "# EOF",

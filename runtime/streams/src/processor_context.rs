@@ -52,6 +52,15 @@ pub(crate) struct OutRecord {
     pub store: Option<Arc<str>>,
 }
 
+/// A source record as it was consumed: raw key and value, its headers
+/// (kept only when a handler may read them) and its extracted timestamp.
+pub(crate) struct SourceRecord {
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
+    pub headers: Headers,
+    pub timestamp: i64,
+}
+
 pub(crate) struct Schedule {
     pub node: usize,
     pub id: ScheduleId,
@@ -70,6 +79,11 @@ pub(crate) struct TaskShared {
     /// The last record's metadata once processed, reused by the next one
     /// of the same topic.
     pub spare_metadata: Option<RecordMetadata>,
+    /// The source record being processed, as consumed (for an error
+    /// handler's context and a dead-letter record); `None` between records.
+    pub source: Option<SourceRecord>,
+    /// The time of the punctuation running, if one is.
+    pub punctuation: Option<i64>,
     pub stream_time: i64,
     pub wall_clock_ms: i64,
     /// Records processors dropped on purpose (late records).

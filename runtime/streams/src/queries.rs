@@ -99,6 +99,7 @@ impl App {
             unreachable_since_ms: None,
             stores: self.stores_of_tasks(threads.iter().flat_map(|t| t.active_tasks.iter())),
             threads,
+            errors: self.thread_errors(),
         }
     }
 
@@ -145,6 +146,7 @@ impl App {
                     unreachable_since_ms: None,
                     stores: Vec::new(),
                     threads: Vec::new(),
+                    errors: Vec::new(),
                 });
             e.threads.push(StreamThreadMetadata {
                 thread_name: m.thread_name.clone(),
@@ -446,7 +448,15 @@ impl App {
                 }
             })
             .collect();
+        let errors = self
+            .error_counts()
+            .snapshot()
+            .into_iter()
+            .map(|(stage, result, n)| (stage.as_str().to_string(), result.as_str().to_string(), n))
+            .collect();
         crate::metrics::encode(Sample {
+            errors,
+            failed_threads: self.thread_errors().len() as u64,
             application_id: self.config().application_id.clone(),
             state: format!("{:?}", self.state()),
             states: crate::app::State::ALL

@@ -415,6 +415,7 @@ fn probe_instance(peers: &crate::rest_tls::Peers, i: &mut StreamsMetadata, auth:
         return;
     }
     i.state = live.state;
+    i.errors = live.errors;
     for t in &mut i.threads {
         if let Some(l) = live.threads.iter().find(|l| l.thread_name == t.thread_name) {
             t.thread_state = l.thread_state.clone();

@@ -29,6 +29,8 @@ use rill_client::{ClientConfig, ClientKind};
 use rill_state::StoreBackend;
 
 use crate::error::{Result, StreamsError};
+use crate::error_handlers::{CustomHandlers, ErrorHandlers};
+use std::sync::Arc;
 
 /// Kafka Streams' defaults for the keys Rill implements.
 pub const DEFAULTS: &[(&str, &str)] = &[
@@ -44,7 +46,6 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("application.server", ""),
     ("replication.factor", "-1"),
     ("default.dsl.store", "rocksDB"),
-    ("default.deserialization.exception.handler", "log-and-fail"),
     ("default.timestamp.extractor", "FailOnInvalidTimestamp"),
     ("max.task.idle.ms", "0"),
     ("buffered.records.per.partition", "1000"),
@@ -101,6 +102,9 @@ impl std::fmt::Debug for StreamsConfig {
             .field("replication_factor", &self.replication_factor)
             .field("default_store", &self.default_store)
             .field("deserialization_handler", &self.deserialization_handler)
+            .field("processing_handler", &self.processing_handler)
+            .field("production_handler", &self.production_handler)
+            .field("dead_letter_queue_topic", &self.dead_letter_queue_topic)
             .field(
                 "default_timestamp_extractor",
                 &self.default_timestamp_extractor,
@@ -210,6 +214,16 @@ const OPTIONAL: &[&str] = &[
     // HTTPS for the REST server and calls between instances.
     "rest.ssl.keystore.location",
     "rest.ssl.truststore.location",
+    // The error handlers (KIP-1033, KIP-1056; defaults: Kafka's log-and-fail
+    // and DefaultProductionExceptionHandler); the `default.` keys are the
+    // names before Kafka 4.0, still read (the new key wins when both are set).
+    "processing.exception.handler",
+    "deserialization.exception.handler",
+    "default.deserialization.exception.handler",
+    "production.exception.handler",
+    "default.production.exception.handler",
+    // KIP-1034: where the built-in handlers send failed records (none: nowhere).
+    "errors.dead.letter.queue.topic.name",
 ];
 
 /// Kafka Streams' client prefixes: `consumer.` reaches every consumer,
@@ -223,13 +237,72 @@ const CLIENT_PREFIXES: &[&str] = &[
     "admin.",
 ];
 
-/// What happens to a record that does not deserialize.
+/// What happens to a record that does not deserialize
+/// (`deserialization.exception.handler`'s built-ins; a custom one is set in
+/// code with `KafkaStreams::set_deserialization_exception_handler`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeserializationHandler {
     /// Kafka's `LogAndFailExceptionHandler` (the default): the thread fails.
     LogAndFail,
     /// Kafka's `LogAndContinueExceptionHandler`: skip, log and count it.
     LogAndContinue,
+}
+
+/// What happens when user code fails on a record
+/// (`processing.exception.handler`'s built-ins, KIP-1033; a custom one is
+/// set in code with `KafkaStreams::set_processing_exception_handler`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcessingHandler {
+    /// Kafka's `LogAndFailProcessingExceptionHandler` (the default): the thread fails.
+    LogAndFail,
+    /// Kafka's `LogAndContinueProcessingExceptionHandler`: skip the record where it failed, log
+    /// and count it.
+    LogAndContinue,
+}
+
+/// What happens when a record cannot be produced (`production.exception.handler`'s
+/// built-ins; a custom one is set in code with
+/// `KafkaStreams::set_production_exception_handler`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProductionHandler {
+    /// Kafka's `DefaultProductionExceptionHandler` (the default): retry a retriable error from the
+    /// last commit, fail on anything else.
+    Default,
+    /// `LogAndContinueProductionExceptionHandler` (KIP-1348, proposed; not in Kafka 4.4): drop
+    /// the record, log and count it.
+    LogAndContinue,
+}
+
+/// The built-in handler `value` names for `key`: Kafka's class name, simple
+/// or fully qualified (`org.apache.kafka.streams.errors.`), or one of
+/// Rill's short names; `choices` lists `(class name, short name, value)`.
+fn handler_named<T: Copy>(key: &str, value: &str, choices: &[(&str, &str, T)]) -> Result<T> {
+    let simple = value
+        .strip_prefix("org.apache.kafka.streams.errors.")
+        .unwrap_or(value);
+    if let Some((_, _, t)) = choices
+        .iter()
+        .find(|(class, short, _)| simple == *class || value == *short)
+    {
+        return Ok(*t);
+    }
+    let names: Vec<String> = choices
+        .iter()
+        .map(|(class, short, _)| format!("{class} ({short})"))
+        .collect();
+    let setter = match key {
+        "processing.exception.handler" => "set_processing_exception_handler",
+        k if k.contains("deserialization") => "set_deserialization_exception_handler",
+        _ => "set_production_exception_handler",
+    };
+    Err(StreamsError::config(
+        key,
+        value,
+        format!(
+            "expected {}; a handler of your own is Rust code, given to KafkaStreams::{setter}",
+            names.join(" or ")
+        ),
+    ))
 }
 
 /// Validated configuration of a streams application. `Debug` hides
@@ -304,10 +377,23 @@ pub struct StreamsConfig {
     /// `default.dsl.store` (`rocksDB`, the default, or `in_memory`): backend of DSL stores that do
     /// not choose one.
     pub default_store: StoreBackend,
-    /// `default.deserialization.exception.handler` (`log-and-fail`, the default, or
-    /// `log-and-continue`; Kafka's class names also work): what happens to a record that does not
-    /// deserialize.
+    /// `deserialization.exception.handler` (Kafka's `LogAndFailExceptionHandler`, the default,
+    /// or `LogAndContinueExceptionHandler`; `log-and-fail` / `log-and-continue` also work, and
+    /// the key's name before Kafka 4.0, `default.deserialization.exception.handler`): what happens
+    /// to a record that does not deserialize.
     pub deserialization_handler: DeserializationHandler,
+    /// `processing.exception.handler` (`LogAndFailProcessingExceptionHandler`, the default, or
+    /// `LogAndContinueProcessingExceptionHandler`, KIP-1033): what happens when user code panics
+    /// or returns an error on a record.
+    pub processing_handler: ProcessingHandler,
+    /// `production.exception.handler` (`DefaultProductionExceptionHandler`, the default, or
+    /// `LogAndContinueProductionExceptionHandler`; also read under its name before Kafka 4.0,
+    /// `default.production.exception.handler`): what happens when a record cannot be produced.
+    pub production_handler: ProductionHandler,
+    /// `errors.dead.letter.queue.topic.name` (KIP-1034; none by default): the topic the built-in
+    /// handlers send each failed source record to, with Kafka's `__streams.errors.*` headers. It
+    /// must exist (`start()` checks; Kafka Streams does not create it either).
+    pub dead_letter_queue_topic: Option<String>,
     /// `default.timestamp.extractor`: one of Kafka's built-in extractors
     /// (checked when the config is built).
     pub default_timestamp_extractor: String,
@@ -359,6 +445,63 @@ pub struct StreamsConfigBuilder {
 }
 
 impl StreamsConfig {
+    /// The error handlers a stream thread's tasks use: `custom` ones set in
+    /// code, else the built-ins the keys name (each told the dead-letter
+    /// topic). Source headers are kept for a handler's context when a
+    /// dead-letter topic or a custom handler may read them.
+    pub(crate) fn error_handlers(&self, custom: &CustomHandlers) -> ErrorHandlers {
+        use crate::error_handlers as h;
+        let dlq = self.dead_letter_queue_topic.clone();
+        let processing: Arc<dyn h::ProcessingExceptionHandler> =
+            match (&custom.processing, self.processing_handler) {
+                (Some(c), _) => c.clone(),
+                (None, ProcessingHandler::LogAndFail) => {
+                    Arc::new(h::LogAndFailProcessingExceptionHandler {
+                        dead_letter_queue_topic: dlq.clone(),
+                    })
+                }
+                (None, ProcessingHandler::LogAndContinue) => {
+                    Arc::new(h::LogAndContinueProcessingExceptionHandler {
+                        dead_letter_queue_topic: dlq.clone(),
+                    })
+                }
+            };
+        let deserialization: Arc<dyn h::DeserializationExceptionHandler> =
+            match (&custom.deserialization, self.deserialization_handler) {
+                (Some(c), _) => c.clone(),
+                (None, DeserializationHandler::LogAndFail) => {
+                    Arc::new(h::LogAndFailExceptionHandler {
+                        dead_letter_queue_topic: dlq.clone(),
+                    })
+                }
+                (None, DeserializationHandler::LogAndContinue) => {
+                    Arc::new(h::LogAndContinueExceptionHandler {
+                        dead_letter_queue_topic: dlq.clone(),
+                    })
+                }
+            };
+        let production: Arc<dyn h::ProductionExceptionHandler> =
+            match (&custom.production, self.production_handler) {
+                (Some(c), _) => c.clone(),
+                (None, ProductionHandler::Default) => {
+                    Arc::new(h::DefaultProductionExceptionHandler {
+                        dead_letter_queue_topic: dlq.clone(),
+                    })
+                }
+                (None, ProductionHandler::LogAndContinue) => {
+                    Arc::new(h::LogAndContinueProductionExceptionHandler {
+                        dead_letter_queue_topic: dlq.clone(),
+                    })
+                }
+            };
+        ErrorHandlers {
+            processing,
+            deserialization,
+            production,
+            keep_headers: dlq.is_some() || custom.any(),
+        }
+    }
+
     /// The extractor `default.timestamp.extractor` names.
     pub(crate) fn timestamp_extractor(&self) -> crate::timestamp::SharedExtractor {
         crate::timestamp::by_name(&self.default_timestamp_extractor)
@@ -902,20 +1045,101 @@ fn parse(mut flat: BTreeMap<String, String>) -> Result<StreamsConfig> {
     let default_store = StoreBackend::parse(&store).ok_or_else(|| {
         StreamsError::config("default.dsl.store", &store, "expected rocksDB or in_memory")
     })?;
-    let handler = take("default.deserialization.exception.handler").unwrap_or_default();
-    let deserialization_handler = match handler.as_str() {
-        "log-and-fail" | "LogAndFailExceptionHandler" => DeserializationHandler::LogAndFail,
-        "log-and-continue" | "LogAndContinueExceptionHandler" => {
-            DeserializationHandler::LogAndContinue
+    // KIP-1056: the keys lost their `default.` prefix in Kafka 4.0; the
+    // old ones are still read, the new ones win.
+    let renamed = |take: &mut dyn FnMut(&str) -> Option<String>, new: &str, old: &str| match (
+        take(new),
+        take(old),
+    ) {
+        (Some(n), Some(o)) => {
+            tracing::warn!("{new}={n} wins over {old}={o} (the key's name before Kafka 4.0)");
+            Some((new.to_string(), n))
         }
-        _ => {
-            return Err(StreamsError::config(
-                "default.deserialization.exception.handler",
-                &handler,
-                "expected log-and-fail or log-and-continue",
-            ))
-        }
+        (Some(n), None) => Some((new.to_string(), n)),
+        (None, Some(o)) => Some((old.to_string(), o)),
+        (None, None) => None,
     };
+    let deserialization_handler = match renamed(
+        &mut take,
+        "deserialization.exception.handler",
+        "default.deserialization.exception.handler",
+    ) {
+        None => DeserializationHandler::LogAndFail,
+        Some((key, v)) => handler_named(
+            &key,
+            &v,
+            &[
+                (
+                    "LogAndFailExceptionHandler",
+                    "log-and-fail",
+                    DeserializationHandler::LogAndFail,
+                ),
+                (
+                    "LogAndContinueExceptionHandler",
+                    "log-and-continue",
+                    DeserializationHandler::LogAndContinue,
+                ),
+            ],
+        )?,
+    };
+    let processing_handler = match take("processing.exception.handler") {
+        None => ProcessingHandler::LogAndFail,
+        Some(v) => handler_named(
+            "processing.exception.handler",
+            &v,
+            &[
+                (
+                    "LogAndFailProcessingExceptionHandler",
+                    "log-and-fail",
+                    ProcessingHandler::LogAndFail,
+                ),
+                (
+                    "LogAndContinueProcessingExceptionHandler",
+                    "log-and-continue",
+                    ProcessingHandler::LogAndContinue,
+                ),
+            ],
+        )?,
+    };
+    let production_handler = match renamed(
+        &mut take,
+        "production.exception.handler",
+        "default.production.exception.handler",
+    ) {
+        None => ProductionHandler::Default,
+        Some((key, v)) => handler_named(
+            &key,
+            &v,
+            &[
+                (
+                    "DefaultProductionExceptionHandler",
+                    "default",
+                    ProductionHandler::Default,
+                ),
+                (
+                    "LogAndContinueProductionExceptionHandler",
+                    "log-and-continue",
+                    ProductionHandler::LogAndContinue,
+                ),
+            ],
+        )?,
+    };
+    let dead_letter_queue_topic = take("errors.dead.letter.queue.topic.name");
+    if let Some(t) = &dead_letter_queue_topic {
+        if t.len() > 249
+            || !t
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+            || t == "."
+            || t == ".."
+        {
+            return Err(StreamsError::config(
+                "errors.dead.letter.queue.topic.name",
+                t,
+                "is not a legal topic name (ASCII letters, digits, '.', '_' and '-', at most 249)",
+            ));
+        }
+    }
     let default_timestamp_extractor = take("default.timestamp.extractor").unwrap_or_default();
     if crate::timestamp::by_name(&default_timestamp_extractor).is_none() {
         return Err(StreamsError::config(
@@ -1027,6 +1251,9 @@ fn parse(mut flat: BTreeMap<String, String>) -> Result<StreamsConfig> {
         rest_read_requires_token,
         default_store,
         deserialization_handler,
+        processing_handler,
+        production_handler,
+        dead_letter_queue_topic,
         default_timestamp_extractor,
         client_overrides,
     })

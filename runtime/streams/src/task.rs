@@ -33,14 +33,18 @@ use bytes::Bytes;
 use rill_client::{ConsumerRecord, TopicPartition};
 use rill_state::cache::Flushed;
 
-use crate::error::{Result, StreamsError};
+use crate::error::{RecordPosition, Recovery, Result, Stage, StreamsError, UserCodeError};
+use crate::error_handlers::{
+    ask, Caught, ErrorCounts, ErrorHandlerContext, ErrorHandlers, HandlerResult,
+    SerializationExceptionOrigin,
+};
 use crate::processor::{ErasedProcessor, NodeContext};
-use crate::processor_context::{OutRecord, PunctuationType, Stores, TaskShared};
+use crate::processor_context::{OutRecord, PunctuationType, SourceRecord, Stores, TaskShared};
 use crate::record::{RawRecord, RecordMetadata};
-use crate::streams_config::DeserializationHandler;
 use crate::task_id::TaskId;
 use crate::timestamp::SharedExtractor;
-use crate::topology::{NodeKind, Topology};
+use crate::topology::{NodeKind, SinkError, Topology};
+use crate::user_code::guard;
 
 /// Kafka's `Task.State`, for active tasks (the diagram is in the module
 /// header).
@@ -96,11 +100,25 @@ struct Queued {
     headers: Vec<(String, Option<Bytes>)>,
 }
 
-/// How a task treats what it consumes: records that do not deserialize,
+/// How a task treats failures and what it consumes: the error handlers
+/// (deserialization, processing, production), where failures are counted,
 /// and the timestamp extractor of sources without their own.
 pub(crate) struct InputPolicy {
-    pub deserialization: DeserializationHandler,
+    pub handlers: ErrorHandlers,
+    pub errors: Arc<ErrorCounts>,
     pub timestamp_extractor: SharedExtractor,
+}
+
+/// Errors a processor's call passes up untouched instead of to the
+/// processing handler (Kafka rethrows `TaskMigratedException` and
+/// `TaskCorruptedException` too): the thread recovers from them (a lost
+/// group membership, a store that cannot be trusted), they are not the
+/// record's fault.
+fn passes_through(e: &StreamsError) -> bool {
+    matches!(
+        e.recovery(),
+        Recovery::TaskMigrated | Recovery::TaskCorrupted
+    ) || matches!(e, StreamsError::UserCode(_))
 }
 
 pub(crate) struct StreamTask {
@@ -117,8 +135,11 @@ pub(crate) struct StreamTask {
     /// One queue per source partition (a task has few: a linear search
     /// finds one without building a key per record).
     queues: Vec<PartitionQueue>,
-    handler: DeserializationHandler,
-    /// Records dropped by log-and-continue (Kafka's `dropped-records` metric).
+    handlers: ErrorHandlers,
+    /// Failures in user code by stage (the application's, shared).
+    errors: Arc<ErrorCounts>,
+    /// Records skipped at the source: by the deserialization handler or
+    /// for a negative timestamp (Kafka's `dropped-records` metric).
     pub skipped: u64,
     /// Wall-clock time the task started waiting on caught-up empty
     /// partitions (`max.task.idle.ms` > 0).
@@ -137,7 +158,8 @@ impl StreamTask {
         wall_clock_ms: i64,
     ) -> Result<Self> {
         let InputPolicy {
-            deserialization: handler,
+            handlers,
+            errors,
             timestamp_extractor: default_extractor,
         } = input;
         let st = topology
@@ -212,6 +234,8 @@ impl StreamTask {
                 stores,
                 current: None,
                 spare_metadata: None,
+                source: None,
+                punctuation: None,
                 stream_time: -1,
                 wall_clock_ms,
                 dropped: 0,
@@ -223,16 +247,22 @@ impl StreamTask {
             queues,
             procs,
             topology,
-            handler,
+            handlers,
+            errors,
             skipped: 0,
             idle_since: None,
             processed: 0,
         };
         let topology = task.topology.clone();
         for &i in &st.nodes {
-            task.with_processor(&topology, i, |p, ctx| p.init(ctx))?;
+            task.with_processor(&topology, i, Stage::Init, |p, ctx| p.init(ctx))?;
         }
         Ok(task)
+    }
+
+    /// Replaces the task's error handlers (the test driver's setters).
+    pub fn set_handlers(&mut self, handlers: ErrorHandlers) {
+        self.handlers = handlers;
     }
 
     /// Records dropped so far: skipped by the deserialization handler or
@@ -289,17 +319,33 @@ impl StreamTask {
     pub fn add_record_to(&mut self, qi: usize, rec: ConsumerRecord) -> Result<()> {
         let q = &mut self.queues[qi];
         debug_assert!(q.tp.partition == rec.partition && q.tp.topic == *rec.topic);
-        let ts = q
-            .extractor
-            .extract(&rec, q.partition_time)
-            .map_err(|reason| StreamsError::Processor {
-                task: self.id.to_string(),
-                processor: "timestamp extractor".into(),
-                reason: format!(
-                    "record at {}-{} offset {}: {reason}",
-                    rec.topic, rec.partition, rec.offset
-                ),
-            })?;
+        // A failing extractor stops the thread (no handler sees it, as in
+        // Kafka); the record and those after it are not processed, so not
+        // committed.
+        let cause = match guard(|| q.extractor.extract(&rec, q.partition_time)) {
+            Ok(Ok(ts)) => Ok(ts),
+            Ok(Err(reason)) => Err(crate::error::Cause::Error(reason)),
+            Err(p) => Err(crate::error::Cause::Panic(p)),
+        };
+        let ts = match cause {
+            Ok(ts) => ts,
+            Err(cause) => {
+                self.errors
+                    .count(Stage::ExtractTimestamp, HandlerResult::Fail);
+                return Err(StreamsError::UserCode(Box::new(UserCodeError {
+                    stage: Stage::ExtractTimestamp,
+                    task: Some(self.id),
+                    node: None,
+                    record: Some(RecordPosition {
+                        topic: rec.topic.to_string(),
+                        partition: rec.partition,
+                        offset: rec.offset,
+                    }),
+                    cause,
+                    handler: None,
+                })));
+            }
+        };
         if ts < 0 {
             tracing::warn!(
                 task = %self.id,
@@ -323,11 +369,17 @@ impl StreamTask {
         Ok(())
     }
 
-    /// Runs `f` on processor `node` with a context; delivers what it forwarded.
+    /// Runs `f` on processor `node` with a context; delivers what it
+    /// forwarded. `f` is user code: a panic or an error in it goes to the
+    /// processing handler (`init` failures stop the thread, as Kafka's);
+    /// RESUME drops the record at this node, and what it forwarded before
+    /// failing still goes on (as it would have in Kafka, whose `forward`
+    /// runs the children at once).
     fn with_processor(
         &mut self,
         topology: &Topology,
         node: usize,
+        stage: Stage,
         f: impl FnOnce(&mut Box<dyn ErasedProcessor>, &mut NodeContext<'_>) -> Result<()>,
     ) -> Result<()> {
         let Some(mut p) = self.procs[node].take() else {
@@ -335,21 +387,31 @@ impl StreamTask {
         };
         let def = &topology.nodes[node];
         let mut forwarded = self.forward_buffers.pop().unwrap_or_default();
-        let r = f(
-            &mut p,
-            &mut NodeContext {
-                shared: &mut self.shared,
-                node,
-                node_name: &def.name,
-                stores: &def.stores,
-                children: &def.child_names,
-                forwarded: &mut forwarded,
-            },
-        );
+        let r = guard(|| {
+            f(
+                &mut p,
+                &mut NodeContext {
+                    shared: &mut self.shared,
+                    node,
+                    node_name: &def.name,
+                    stores: &def.stores,
+                    children: &def.child_names,
+                    forwarded: &mut forwarded,
+                },
+            )
+        });
         self.procs[node] = Some(p);
         // Taken before the children run: each of them takes its own.
         let evictions = std::mem::take(&mut self.shared.evictions);
-        r?;
+        let caught = match r {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) if passes_through(&e) => return Err(e),
+            Ok(Err(e)) => Some(Caught::Error(e)),
+            Err(p) => Some(Caught::Panic(p)),
+        };
+        if let Some(caught) = caught {
+            self.processing_failed(&def.name, stage, &caught)?;
+        }
         for (to, rec) in forwarded.drain(..) {
             self.forward(topology, node, to, rec)?;
         }
@@ -365,6 +427,149 @@ impl StreamTask {
             self.apply_flushed(topology, store, evicted)?;
         }
         Ok(())
+    }
+
+    /// What a handler is told of the failure at `node`: the source record
+    /// being processed (or none, in a punctuation or a cache flush).
+    fn error_context(&self, node: &str, timestamp: i64) -> ErrorHandlerContext {
+        let (topic, partition, offset) = match &self.shared.current {
+            Some(m) => (Some(m.topic.to_string()), m.partition, m.offset),
+            None => (None, -1, -1),
+        };
+        let source = self.shared.source.as_ref();
+        ErrorHandlerContext {
+            topic,
+            partition,
+            offset,
+            headers: source.map(|s| s.headers.clone()).unwrap_or_default(),
+            processor_node_id: node.to_string(),
+            task_id: self.id,
+            timestamp: source.map_or(timestamp, |s| s.timestamp),
+            source_raw_key: source.and_then(|s| s.key.clone()),
+            source_raw_value: source.and_then(|s| s.value.clone()),
+        }
+    }
+
+    /// The record being processed, for an error naming it.
+    fn position(&self) -> Option<RecordPosition> {
+        self.shared.current.as_ref().map(|m| RecordPosition {
+            topic: m.topic.to_string(),
+            partition: m.partition,
+            offset: m.offset,
+        })
+    }
+
+    /// A failure of user code at `node`, as the error that stops the thread.
+    fn user_code_error(
+        &self,
+        node: &str,
+        stage: Stage,
+        cause: crate::error::Cause,
+        handler: Option<&'static str>,
+    ) -> StreamsError {
+        StreamsError::UserCode(Box::new(UserCodeError {
+            stage,
+            task: Some(self.id),
+            node: Some(node.to_string()),
+            record: self.position(),
+            cause,
+            handler,
+        }))
+    }
+
+    /// Queues a handler's dead-letter records with the task's output (sent
+    /// by the thread's producer, inside its transaction under exactly-once).
+    fn send_dead_letters(&mut self, records: Vec<rill_client::ProducerRecord>, timestamp: i64) {
+        for r in records {
+            self.shared.out.push(OutRecord {
+                topic: r.topic,
+                partition: r.partition,
+                key: r.key,
+                value: r.value,
+                timestamp: r.timestamp.unwrap_or(timestamp),
+                headers: r.headers,
+                store: None,
+            });
+        }
+    }
+
+    /// Asks the processing handler about `caught` at `node`: `Ok` to go on
+    /// (RESUME: the record is dropped here and counted), the error that
+    /// stops the thread otherwise. `init` fails without a handler (Kafka's
+    /// `StreamsException: failed to initialize processor`).
+    fn processing_failed(&mut self, node: &str, stage: Stage, caught: &Caught) -> Result<()> {
+        let failure = caught.failure();
+        if stage == Stage::Init {
+            self.errors.count(stage, HandlerResult::Fail);
+            return Err(self.user_code_error(node, stage, failure.cause(), None));
+        }
+        let now = self.shared.punctuation.unwrap_or(self.shared.stream_time);
+        let context = self.error_context(node, now);
+        let handler = self.handlers.processing.clone();
+        const KEY: &str = "processing.exception.handler";
+        let response = match ask(KEY, false, || handler.handle_error(&context, &failure)) {
+            Ok(r) => r,
+            Err(panicked) => {
+                self.errors.count(stage, HandlerResult::Fail);
+                tracing::error!(task = %self.id, processor = node, "{panicked}");
+                return Err(self.user_code_error(node, stage, failure.cause(), Some(KEY)));
+            }
+        };
+        self.errors.count(stage, response.result);
+        self.send_dead_letters(response.dead_letter_queue_records, context.timestamp);
+        match response.result {
+            HandlerResult::Resume => {
+                self.shared.dropped += 1;
+                Ok(())
+            }
+            HandlerResult::Fail | HandlerResult::Retry => {
+                Err(self.user_code_error(node, stage, failure.cause(), Some(KEY)))
+            }
+        }
+    }
+
+    /// A sink could not make its record: a serde failure goes to the
+    /// production handler's `handle_serialization_error` (Kafka's), a
+    /// failing topic-name extractor or partitioner to the processing
+    /// handler, a wiring bug stops the thread.
+    fn sink_failed(&mut self, node: &str, e: SinkError) -> Result<()> {
+        let (origin, caught) = match e {
+            SinkError::Key(c) => (SerializationExceptionOrigin::Key, c),
+            SinkError::Value(c) => (SerializationExceptionOrigin::Value, c),
+            SinkError::Route(c) => return self.processing_failed(node, Stage::Process, &c),
+            SinkError::Wiring(e) => return Err(e),
+        };
+        let failure = caught.failure();
+        let context = self.error_context(node, self.shared.stream_time);
+        let handler = self.handlers.production.clone();
+        const KEY: &str = "production.exception.handler";
+        let response = ask(KEY, false, || {
+            handler.handle_serialization_error(&context, &failure, origin)
+        });
+        let response = match response {
+            Ok(r) => r,
+            Err(panicked) => {
+                tracing::error!(task = %self.id, sink = node, "{panicked}");
+                self.errors.count(Stage::Serialize, HandlerResult::Fail);
+                return Err(self.user_code_error(
+                    node,
+                    Stage::Serialize,
+                    failure.cause(),
+                    Some(KEY),
+                ));
+            }
+        };
+        self.errors.count(Stage::Serialize, response.result);
+        self.send_dead_letters(response.dead_letter_queue_records, context.timestamp);
+        match response.result {
+            HandlerResult::Resume => {
+                self.shared.dropped += 1;
+                Ok(())
+            }
+            HandlerResult::Fail | HandlerResult::Retry => {
+                Err(self.user_code_error(node, Stage::Serialize, failure.cause(), Some(KEY)))
+            }
+        }
     }
 
     /// Writes flushed cache entries of `store` to the store and its
@@ -412,7 +617,22 @@ impl StreamTask {
             return Ok(());
         };
         for (f, old) in flushed.into_iter().zip(olds) {
-            let (key, value) = decode(&f.key, f.value.as_ref(), old.as_ref())?;
+            // The store's serdes are user code; no handler sees a failure
+            // here (Kafka's flush listener is outside every processor), so
+            // it stops the thread, naming the node that owns the store.
+            let decoded = match guard(|| decode(&f.key, f.value.as_ref(), old.as_ref())) {
+                Ok(Ok(d)) => Ok(d),
+                Ok(Err(e)) => Err(crate::error::Cause::Error(e.to_string())),
+                Err(p) => Err(crate::error::Cause::Panic(p)),
+            };
+            let (key, value) = match decoded {
+                Ok(d) => d,
+                Err(cause) => {
+                    self.errors.count(Stage::CacheFlush, HandlerResult::Fail);
+                    let name = &topology.nodes[node].name;
+                    return Err(self.user_code_error(name, Stage::CacheFlush, cause, None));
+                }
+            };
             let rec = RawRecord {
                 key,
                 value,
@@ -491,11 +711,25 @@ impl StreamTask {
         let def = &topology.nodes[node];
         match &def.kind {
             NodeKind::Processor { .. } => {
-                self.with_processor(topology, node, |p, ctx| p.process(ctx, rec))
+                self.with_processor(topology, node, Stage::Process, |p, ctx| p.process(ctx, rec))
             }
             NodeKind::Source { .. } => self.forward(topology, node, None, rec),
             NodeKind::Sink { encode, .. } => {
-                let e = encode(rec.key, rec.value, self.sink_topics[node].as_ref())?;
+                let encoded = guard(|| encode(rec.key, rec.value, self.sink_topics[node].as_ref()));
+                let e = match encoded {
+                    Ok(Ok(e)) => e,
+                    Ok(Err(e)) => return self.sink_failed(&def.name, e),
+                    Err(p) => {
+                        // The encoder guards each serde itself; a panic
+                        // here is the topic-name extractor's or the
+                        // partitioner's: a processing failure of the sink.
+                        return self.processing_failed(
+                            &def.name,
+                            Stage::Process,
+                            &Caught::Panic(p),
+                        );
+                    }
+                };
                 self.shared.out.push(OutRecord {
                     topic: e.topic,
                     partition: e.partition,
@@ -579,15 +813,14 @@ impl StreamTask {
         let q = &mut self.queues[qi];
         let rec = q.records.pop_front().expect("the queue has a head");
         let node = q.source;
-        q.next_offset = Some(rec.offset + 1);
         let NodeKind::Source { decode, .. } = &topology.nodes[node].kind else {
             unreachable!("queues point at source nodes");
         };
-        let decoded = decode(&q.topic, rec.key.as_ref(), rec.value.as_ref());
+        let decoded = guard(|| decode(&q.topic, rec.key.as_ref(), rec.value.as_ref()));
         let mut raw = match decoded {
-            Ok(raw) => raw,
-            Err((part, reason)) => {
-                let err = StreamsError::Deserialization {
+            Ok(Ok(raw)) => raw,
+            Ok(Err((part, reason))) => {
+                let e = StreamsError::Deserialization {
                     task: self.id.to_string(),
                     topic: q.tp.topic.clone(),
                     partition: q.tp.partition,
@@ -595,24 +828,35 @@ impl StreamTask {
                     part,
                     reason,
                 };
-                match self.handler {
-                    DeserializationHandler::LogAndFail => {
-                        // Not processed, so not committed either.
-                        self.queues[qi].next_offset = Some(rec.offset);
-                        return Err(err);
-                    }
-                    DeserializationHandler::LogAndContinue => {
-                        tracing::warn!(task = %self.id, "skipping record: {err}");
-                        self.skipped += 1;
-                        return Ok(true);
-                    }
-                }
+                return self.deserialization_failed(topology, qi, rec, Caught::Error(e));
             }
+            Err(p) => return self.deserialization_failed(topology, qi, rec, Caught::Panic(p)),
         };
         raw.timestamp = rec.timestamp;
-        raw.headers = rec.headers;
-        if rec.timestamp > self.shared.stream_time {
-            self.shared.stream_time = rec.timestamp;
+        let Queued {
+            offset,
+            timestamp,
+            key,
+            value,
+            headers,
+        } = rec;
+        // The source record as consumed, for a handler's context and a
+        // dead-letter record; its headers are copied only when something
+        // will read them.
+        let kept = if self.handlers.keep_headers {
+            headers.clone()
+        } else {
+            Vec::new()
+        };
+        raw.headers = headers;
+        self.shared.source = Some(SourceRecord {
+            key,
+            value,
+            headers: kept,
+            timestamp,
+        });
+        if timestamp > self.shared.stream_time {
+            self.shared.stream_time = timestamp;
         }
         // The metadata of the task's previous record is reused when it names
         // the same topic: no reference count is touched per record.
@@ -620,23 +864,105 @@ impl StreamTask {
         let metadata = match self.shared.spare_metadata.take() {
             Some(mut m) if Arc::ptr_eq(&m.topic, &q.topic) => {
                 m.partition = q.tp.partition;
-                m.offset = rec.offset;
+                m.offset = offset;
                 m
             }
             _ => RecordMetadata {
                 topic: q.topic.clone(),
                 partition: q.tp.partition,
-                offset: rec.offset,
+                offset,
             },
         };
         self.shared.current = Some(metadata);
         let r = self.forward(topology, node, None, raw);
         self.shared.spare_metadata = self.shared.current.take();
-        self.shared.drain_changelogs(rec.timestamp);
+        self.shared.source = None;
+        self.shared.drain_changelogs(timestamp);
+        // Only a record fully processed (or skipped by a handler) moves the
+        // offset to commit: after a failure the record is processed again.
         r?;
+        self.queues[qi].next_offset = Some(offset + 1);
         self.processed += 1;
         self.punctuate(PunctuationType::StreamTime, self.shared.stream_time)?;
         Ok(true)
+    }
+
+    /// A source record whose key or value did not deserialize (an error
+    /// or a panic in its serde): the deserialization handler decides.
+    /// RESUME skips it (counted, its offset may be committed); FAIL stops
+    /// the thread with the record not consumed.
+    fn deserialization_failed(
+        &mut self,
+        topology: &Topology,
+        qi: usize,
+        rec: Queued,
+        caught: Caught,
+    ) -> Result<bool> {
+        let q = &self.queues[qi];
+        let source = &topology.nodes[q.source].name;
+        let record = ConsumerRecord {
+            topic: q.topic.clone(),
+            partition: q.tp.partition,
+            offset: rec.offset,
+            timestamp: rec.timestamp,
+            log_append_time: false,
+            key: rec.key,
+            value: rec.value,
+            headers: rec.headers,
+            leader_epoch: None,
+        };
+        let context = ErrorHandlerContext {
+            topic: Some(q.tp.topic.clone()),
+            partition: q.tp.partition,
+            offset: record.offset,
+            headers: record.headers.clone(),
+            processor_node_id: source.clone(),
+            task_id: self.id,
+            timestamp: record.timestamp,
+            source_raw_key: record.key.clone(),
+            source_raw_value: record.value.clone(),
+        };
+        let failure = caught.failure();
+        let handler = self.handlers.deserialization.clone();
+        const KEY: &str = "deserialization.exception.handler";
+        let response = ask(KEY, false, || {
+            handler.handle_error(&context, &record, &failure)
+        });
+        let id = self.id;
+        let fail = |handler: Option<&'static str>| match caught {
+            // The serde's error keeps its own variant (it names the part).
+            Caught::Error(e @ StreamsError::Deserialization { .. }) if handler.is_some() => e,
+            c => StreamsError::UserCode(Box::new(UserCodeError {
+                stage: Stage::Deserialize,
+                task: Some(id),
+                node: Some(source.clone()),
+                record: Some(RecordPosition {
+                    topic: record.topic.to_string(),
+                    partition: record.partition,
+                    offset: record.offset,
+                }),
+                cause: c.failure().cause(),
+                handler,
+            })),
+        };
+        let response = match response {
+            Ok(r) => r,
+            Err(panicked) => {
+                tracing::error!(task = %self.id, "{panicked}");
+                self.errors.count(Stage::Deserialize, HandlerResult::Fail);
+                return Err(fail(Some(KEY)));
+            }
+        };
+        self.errors.count(Stage::Deserialize, response.result);
+        self.send_dead_letters(response.dead_letter_queue_records, record.timestamp);
+        match response.result {
+            HandlerResult::Resume => {
+                self.skipped += 1;
+                self.queues[qi].next_offset = Some(record.offset + 1);
+                Ok(true)
+            }
+            HandlerResult::Fail | HandlerResult::Retry => Err(fail(Some(KEY))),
+        }
     }
 
     /// Runs due punctuations of `kind` at time `now`; how many ran.
@@ -659,7 +985,12 @@ impl StreamTask {
             s.next = Some(next + ((now - next) / interval + 1) * interval);
             let (node, id) = (s.node, s.id);
             let topology = self.topology.clone();
-            self.with_processor(&topology, node, |p, ctx| p.punctuate(ctx, id, now))?;
+            self.shared.punctuation = Some(now);
+            let r = self.with_processor(&topology, node, Stage::Punctuate, |p, ctx| {
+                p.punctuate(ctx, id, now)
+            });
+            self.shared.punctuation = None;
+            r?;
             self.shared.drain_changelogs(now);
             ran += 1;
         }
@@ -708,11 +1039,21 @@ impl StreamTask {
         Ok(())
     }
 
-    /// Closes the processors (stores are closed by dropping the task).
+    /// Closes the processors (stores are closed by dropping the task); a
+    /// processor's `close` failing or panicking is logged, and the task
+    /// closes anyway.
     pub fn close(&mut self) {
-        for p in self.procs.iter_mut().flatten() {
-            if let Err(e) = p.close() {
-                tracing::warn!(task = %self.id, "processor close failed: {e}");
+        for (i, p) in self.procs.iter_mut().enumerate() {
+            let Some(p) = p else { continue };
+            let node = &self.topology.nodes[i].name;
+            match guard(|| p.close()) {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(task = %self.id, processor = %node, "processor close failed: {e}")
+                }
+                Err(panic) => {
+                    tracing::warn!(task = %self.id, processor = %node, "processor close panicked: {panic}")
+                }
             }
         }
     }
@@ -739,7 +1080,8 @@ mod tests {
             &[TopicPartition::new("a", 0), TopicPartition::new("b", 0)],
             Default::default(),
             InputPolicy {
-                deserialization: DeserializationHandler::LogAndFail,
+                handlers: Default::default(),
+                errors: Default::default(),
                 timestamp_extractor: Arc::new(crate::timestamp::FailOnInvalidTimestamp),
             },
             0,

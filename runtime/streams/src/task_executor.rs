@@ -64,7 +64,20 @@ impl TaskExecutor {
             if dropped > 0 {
                 shared.dropped_records.fetch_add(dropped, Ordering::Relaxed);
             }
-            let n = r?;
+            let n = match r {
+                Ok(n) => n,
+                Err(e) => {
+                    // What the task made before it failed still goes out
+                    // (a handler's dead-letter records among it): the
+                    // failed record's offset is not committed, so under
+                    // at-least-once it is processed again, and under
+                    // exactly_once_v2 the transaction is aborted.
+                    if let Err(send) = collector.send(t.task.out_buffer()) {
+                        tracing::warn!("sending a failed task's output: {send}");
+                    }
+                    return Err(e);
+                }
+            };
             shared
                 .metrics
                 .processed
@@ -76,12 +89,19 @@ impl TaskExecutor {
     }
 
     /// Runs every task's due wall-clock punctuations.
-    pub fn punctuate(&self, running: Running<'_>) -> Result<()> {
+    pub fn punctuate(&self, running: Running<'_>, shared: &ThreadShared) -> Result<()> {
         let Running { tasks, collector } = running;
         let now = now_ms();
         for t in tasks.values_mut() {
-            t.task.punctuate(PunctuationType::WallClockTime, now)?;
+            let dropped_before = t.task.dropped_records();
+            let r = t.task.punctuate(PunctuationType::WallClockTime, now);
+            // A punctuation the processing handler skipped counts as dropped.
+            let dropped = t.task.dropped_records() - dropped_before;
+            if dropped > 0 {
+                shared.dropped_records.fetch_add(dropped, Ordering::Relaxed);
+            }
             collector.send(t.task.out_buffer())?;
+            r?;
         }
         Ok(())
     }

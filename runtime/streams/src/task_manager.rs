@@ -130,6 +130,9 @@ pub(crate) struct TaskManager {
     /// Changelog ends as last listed, for the lags of tasks this thread
     /// does not run as active (KIP-441 subscription, KIP-535 lags).
     ends: BTreeMap<TopicPartition, i64>,
+    /// The thread failed and closed its tasks without a commit: nothing
+    /// may be committed any more.
+    closed_dirty: bool,
 }
 
 /// What the [`TaskExecutor`](crate::task_executor::TaskExecutor) works on:
@@ -176,12 +179,18 @@ impl TaskManager {
             txn_committed: BTreeMap::new(),
             standbys: Standbys::default(),
             ends: BTreeMap::new(),
+            closed_dirty: false,
         })
     }
 
     /// The error a rebalance callback met, once.
     pub fn take_fatal(&mut self) -> Result<()> {
         self.fatal.take().map_or(Ok(()), Err)
+    }
+
+    /// Records an error for the thread's next loop (the first one wins).
+    pub fn set_fatal(&mut self, e: StreamsError) {
+        self.fatal.get_or_insert(e);
     }
 
     /// Whether no task has a record buffered.
@@ -517,7 +526,8 @@ impl TaskManager {
             partitions,
             stores,
             crate::task::InputPolicy {
-                deserialization: c.deserialization_handler,
+                handlers: self.ctx.handlers.clone(),
+                errors: self.ctx.errors.clone(),
                 timestamp_extractor: c.timestamp_extractor(),
             },
             now_ms(),
@@ -696,6 +706,13 @@ impl TaskManager {
     /// `checkpoint`: write every task's checkpoint whatever the delta (the
     /// tasks are being suspended or closed).
     fn commit_with(&mut self, consumer: &mut Consumer, checkpoint: bool) -> Result<()> {
+        if self.closed_dirty || std::thread::panicking() {
+            // The thread failed (or a panic is unwinding it): committing
+            // now would cover records that were not fully processed.
+            return Err(StreamsError::IllegalState(
+                "not committing: the stream thread failed".into(),
+            ));
+        }
         let started = Instant::now();
         let r = self.commit_inner(consumer, checkpoint);
         let ns = started.elapsed().as_nanos() as u64;
@@ -711,7 +728,17 @@ impl TaskManager {
         self.commit_requested = false;
         // Record caches first: what they flush is part of this commit.
         for t in self.tasks.values_mut() {
-            t.task.flush_caches()?;
+            let dropped_before = t.task.dropped_records();
+            let flushed = t.task.flush_caches();
+            // Records a handler skipped downstream of a cache count as dropped.
+            let dropped = t.task.dropped_records() - dropped_before;
+            if dropped > 0 {
+                self.ctx
+                    .shared
+                    .dropped_records
+                    .fetch_add(dropped, Ordering::Relaxed);
+            }
+            flushed?;
             self.collector.send(t.task.out_buffer())?;
         }
         let mut offsets = BTreeMap::new();
@@ -832,7 +859,7 @@ impl TaskManager {
     /// The rebalance listener's revocation: commit, then suspend.
     pub fn on_revoked(&mut self, consumer: &mut Consumer, partitions: &[TopicPartition]) {
         self.ctx.shared.set_state(ThreadState::PartitionsRevoked);
-        if partitions.is_empty() {
+        if partitions.is_empty() || self.closed_dirty {
             return;
         }
         // No forced checkpoint: most suspended tasks resume here after the
@@ -1090,11 +1117,21 @@ impl TaskManager {
     }
 
     /// Commits (when `consumer` is given and tasks run) and closes every
-    /// task; the commit's error, if any.
+    /// task; the commit's error, if any. Without a consumer (the thread
+    /// failed) nothing is committed from here on, not even by the
+    /// revocation the consumer's close runs, and under exactly-once the
+    /// open transaction is aborted.
     pub fn close_all(&mut self, consumer: Option<&mut Consumer>) -> Result<()> {
         let r = match consumer {
             Some(c) if !self.tasks.is_empty() => self.commit_with(c, true),
-            _ => Ok(()),
+            Some(_) => Ok(()),
+            None => {
+                if let Err(e) = self.abort_transaction() {
+                    warn!(thread = %self.ctx.name, "aborting the transaction of a failed thread: {e}");
+                }
+                self.closed_dirty = true;
+                Ok(())
+            }
         };
         let ids: Vec<TaskId> = self
             .tasks

@@ -16,6 +16,10 @@ use rill_state::cache::CacheBudget;
 use rill_state::{CachedStore, SharedStore, StoreBackend};
 
 use crate::error::{Result, StreamsError};
+use crate::error_handlers::{
+    CustomHandlers, DeserializationExceptionHandler, ErrorCounts, ErrorHandlers,
+    ProcessingExceptionHandler, ProductionExceptionHandler,
+};
 use crate::processor_context::{OutRecord, PunctuationType};
 use crate::serdes::SharedSerde;
 use crate::streams_config::DeserializationHandler;
@@ -34,7 +38,27 @@ pub struct TopologyTestDriver {
     next_offset: BTreeMap<String, i64>,
     outputs: BTreeMap<String, VecDeque<OutRecord>>,
     wall_clock_ms: i64,
+    /// The built-in deserialization handler chosen, and the handlers set in code.
+    deserialization: DeserializationHandler,
+    custom: CustomHandlers,
+    errors: Arc<ErrorCounts>,
     _state_dir: tempfile::TempDir,
+}
+
+/// The handlers of a driver: the built-in deserialization handler chosen,
+/// Kafka's defaults for the others, then what the test set in code.
+fn handlers_for(deserialization: DeserializationHandler, custom: &CustomHandlers) -> ErrorHandlers {
+    let config = crate::StreamsConfig::builder()
+        .env_prefix(None)
+        .set("application.id", "test-driver")
+        .set("bootstrap.servers", "unused:9092")
+        .build()
+        .expect("the driver's own configuration is valid");
+    crate::StreamsConfig {
+        deserialization_handler: deserialization,
+        ..config
+    }
+    .error_handlers(custom)
 }
 
 impl TopologyTestDriver {
@@ -83,6 +107,9 @@ impl TopologyTestDriver {
         cache_max_bytes: usize,
     ) -> Result<Self> {
         let application_id = "test-driver".to_string();
+        crate::user_code::install_hook();
+        let handlers = handlers_for(handler, &CustomHandlers::default());
+        let errors: Arc<ErrorCounts> = Arc::default();
         let topology = Arc::new(topology);
         let dir = tempfile::tempdir().map_err(|e| {
             StreamsError::IllegalState(format!("test driver: no temporary state dir: {e}"))
@@ -143,7 +170,8 @@ impl TopologyTestDriver {
                 &partitions,
                 stores,
                 crate::task::InputPolicy {
-                    deserialization: handler,
+                    handlers: handlers.clone(),
+                    errors: errors.clone(),
                     timestamp_extractor: Arc::new(crate::timestamp::FailOnInvalidTimestamp),
                 },
                 wall_clock_ms,
@@ -154,12 +182,78 @@ impl TopologyTestDriver {
             tasks,
             globals,
             topology,
+            deserialization: handler,
+            custom: CustomHandlers::default(),
+            errors,
             application_id,
             next_offset: BTreeMap::new(),
             outputs: BTreeMap::new(),
             wall_clock_ms,
             _state_dir: dir,
         })
+    }
+
+    /// Asks `handler` when user code fails on a record (instead of
+    /// `LogAndFailProcessingExceptionHandler`, under which `pipe` returns the
+    /// failure as an error).
+    pub fn set_processing_exception_handler(&mut self, handler: impl ProcessingExceptionHandler) {
+        self.custom.processing = Some(Arc::new(handler));
+        self.apply_handlers();
+    }
+
+    /// Asks `handler` about a record that does not deserialize.
+    pub fn set_deserialization_exception_handler(
+        &mut self,
+        handler: impl DeserializationExceptionHandler,
+    ) {
+        self.custom.deserialization = Some(Arc::new(handler));
+        self.apply_handlers();
+    }
+
+    /// Asks `handler` when a sink's serde fails.
+    pub fn set_production_exception_handler(&mut self, handler: impl ProductionExceptionHandler) {
+        self.custom.production = Some(Arc::new(handler));
+        self.apply_handlers();
+    }
+
+    fn apply_handlers(&mut self) {
+        let handlers = handlers_for(self.deserialization, &self.custom);
+        for t in self.tasks.values_mut() {
+            t.set_handlers(handlers.clone());
+        }
+    }
+
+    /// Failures of user code so far as `(stage, handler result, count)`
+    /// (what `/metrics` counts as `rill_streams_errors_total`).
+    pub fn errors(
+        &self,
+    ) -> Vec<(
+        crate::error::Stage,
+        crate::error_handlers::HandlerResult,
+        u64,
+    )> {
+        self.errors.snapshot()
+    }
+
+    /// The records the topology sent to `topic` so far, raw (dead-letter
+    /// records included), without taking them.
+    pub fn peek_raw_output(&self, topic: &str) -> Vec<rill_client::ProducerRecord> {
+        self.outputs
+            .get(topic)
+            .map(|q| {
+                q.iter()
+                    .map(|r| {
+                        let mut p = rill_client::ProducerRecord::new(r.topic.clone())
+                            .timestamp(r.timestamp);
+                        p.key = r.key.clone();
+                        p.value = r.value.clone();
+                        p.headers = r.headers.clone();
+                        p.partition = r.partition;
+                        p
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// The application id internal topics are prefixed with (`test-driver`).
@@ -176,6 +270,19 @@ impl TopologyTestDriver {
         timestamp: i64,
     ) -> Result<()> {
         self.enqueue(topic, key, value, timestamp, Vec::new())?;
+        self.run()
+    }
+
+    /// Pipes one record with headers in (bytes) and processes until every task is idle.
+    pub fn pipe_raw_with_headers(
+        &mut self,
+        topic: &str,
+        key: Option<Bytes>,
+        value: Option<Bytes>,
+        timestamp: i64,
+        headers: Vec<(String, Option<Bytes>)>,
+    ) -> Result<()> {
+        self.enqueue(topic, key, value, timestamp, headers)?;
         self.run()
     }
 

@@ -37,6 +37,7 @@ use crate::error::{Recovery, Result, StreamsError};
 use crate::task_executor::TaskExecutor;
 use crate::task_manager::TaskManager;
 use crate::thread_state::{lock, ThreadContext, ThreadState};
+use crate::user_code::guard;
 
 /// How long an idle thread polls before it sends its lingering records.
 const IDLE_PROBE: Duration = Duration::from_millis(2);
@@ -55,18 +56,34 @@ const TASK_LAG_REFRESH: Duration = Duration::from_secs(5);
 /// Hands the consumer's rebalance callbacks to the task manager.
 struct Listener(Arc<Mutex<TaskManager>>, Arc<ThreadContext>);
 
+impl Listener {
+    /// Runs a callback's work (which runs user code: processors' `init`,
+    /// restore listeners) so that a panic in it becomes the thread's error
+    /// at its next loop instead of unwinding through the consumer.
+    fn guarded(&self, what: &str, f: impl FnOnce(&mut TaskManager)) {
+        if let Err(p) = guard(|| f(&mut lock(&self.0))) {
+            let e = StreamsError::IllegalState(format!("{what} panicked: {p}"));
+            lock(&self.0).set_fatal(e);
+        }
+    }
+}
+
 impl RebalanceListener for Listener {
     fn on_partitions_revoked(&mut self, consumer: &mut Consumer, partitions: &[TopicPartition]) {
-        lock(&self.0).on_revoked(consumer, partitions);
+        self.guarded("revoking partitions", |tm| {
+            tm.on_revoked(consumer, partitions)
+        });
     }
     fn on_partitions_assigned(&mut self, consumer: &mut Consumer, partitions: &[TopicPartition]) {
         // KIP-1071: the broker's assignment (standbys included) becomes the
         // group view the task manager reads, as the classic assignor's does.
         publish_streams_group(&self.1, consumer);
-        lock(&self.0).on_assigned(consumer, partitions);
+        self.guarded("creating the assigned tasks", |tm| {
+            tm.on_assigned(consumer, partitions)
+        });
     }
     fn on_partitions_lost(&mut self, _consumer: &mut Consumer, _partitions: &[TopicPartition]) {
-        lock(&self.0).on_lost();
+        self.guarded("closing the lost tasks", |tm| tm.on_lost());
     }
 }
 
@@ -91,7 +108,25 @@ pub(crate) fn run(ctx: ThreadContext) -> Result<()> {
     let span = info_span!("stream_thread", thread = %ctx.name);
     let _g = span.enter();
     ctx.shared.set_state(ThreadState::Starting);
-    let r = StreamThread::new(ctx.clone()).and_then(StreamThread::run);
+    if !ctx.start_delay.is_zero() {
+        // Replacing a thread that failed soon after it started: wait, so a
+        // record that fails every time does not make the instance spin.
+        let until = Instant::now() + ctx.start_delay;
+        while Instant::now() < until && !ctx.shared.shutdown.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(20).min(until - Instant::now()));
+        }
+    }
+    // Nothing below may unwind past here: a panic the tasks did not catch
+    // (the runtime's own, or user code outside a task) ends the thread as
+    // an error the uncaught-error handler sees, after a close that commits
+    // nothing.
+    let r = match guard(|| StreamThread::new(ctx.clone())) {
+        Ok(Ok(t)) => t.run(),
+        Ok(Err(e)) => Err(e),
+        Err(p) => Err(StreamsError::IllegalState(format!(
+            "creating the stream thread panicked: {p}"
+        ))),
+    };
     ctx.shared.set_state(ThreadState::PendingShutdown);
     ctx.shared.set_state(ThreadState::Dead);
     match &r {
@@ -180,13 +215,23 @@ impl StreamThread {
 
     fn run(mut self) -> Result<()> {
         let result = loop {
-            match self.run_once() {
-                Ok(Next::Continue) => {}
-                Ok(Next::Stop) => break Ok(()),
-                Err(e) => break Err(e),
+            match guard(|| self.run_once()) {
+                Ok(Ok(Next::Continue)) => {}
+                Ok(Ok(Next::Stop)) => break Ok(()),
+                Ok(Err(e)) => break Err(e),
+                Err(p) => {
+                    break Err(StreamsError::IllegalState(format!(
+                        "the stream thread panicked: {p}"
+                    )))
+                }
             }
         };
-        self.shutdown(result)
+        match guard(|| self.shutdown(result)) {
+            Ok(r) => r,
+            Err(p) => Err(StreamsError::IllegalState(format!(
+                "closing the stream thread panicked: {p}"
+            ))),
+        }
     }
 
     /// One iteration of the loop (Kafka's `runOnce`).
@@ -476,7 +521,7 @@ impl StreamThread {
     /// The punctuate phase: due wall-clock punctuations (stream-time ones
     /// run as records are processed).
     fn punctuate(&self, tm: &mut TaskManager) -> Result<()> {
-        self.executor.punctuate(tm.running())
+        self.executor.punctuate(tm.running(), &self.ctx.shared)
     }
 
     /// The commit phase: every `commit.interval.ms`, or when a processor asked.
@@ -508,6 +553,9 @@ impl StreamThread {
                 }
             }
         }
+        // After an error nothing is committed: the tasks close dirty (under
+        // exactly_once_v2 the open transaction is aborted first), so the
+        // record that failed and those after it are processed again.
         let closed = lock(&self.tasks).close_all(if result.is_err() {
             None
         } else {

@@ -114,6 +114,17 @@ pub enum StreamThreadExceptionResponse {
     ShutdownApplication,
 }
 
+impl StreamThreadExceptionResponse {
+    /// Kafka's constant name (`REPLACE_THREAD`, `SHUTDOWN_CLIENT`, `SHUTDOWN_APPLICATION`).
+    pub fn kafka_name(self) -> &'static str {
+        match self {
+            StreamThreadExceptionResponse::ReplaceThread => "REPLACE_THREAD",
+            StreamThreadExceptionResponse::ShutdownClient => "SHUTDOWN_CLIENT",
+            StreamThreadExceptionResponse::ShutdownApplication => "SHUTDOWN_APPLICATION",
+        }
+    }
+}
+
 /// What the application sees of a thread.
 pub(crate) struct ThreadShared {
     pub state: Mutex<ThreadState>,
@@ -262,6 +273,14 @@ pub(crate) struct ThreadContext {
     pub history: History,
     /// Global tables' stores, handed to every task for reading.
     pub global_stores: Vec<(String, SharedStore)>,
+    /// The error handlers the thread's tasks ask.
+    pub handlers: crate::error_handlers::ErrorHandlers,
+    /// The application's failure counts by stage (`/metrics`).
+    pub errors: Arc<crate::error_handlers::ErrorCounts>,
+    /// How long to wait before joining the group: a thread replacing one
+    /// that failed soon after it started backs off, so a record that fails
+    /// every time does not make the instance spin (zero otherwise).
+    pub start_delay: std::time::Duration,
 }
 
 impl ThreadContext {

@@ -20,6 +20,7 @@ use bytes::Bytes;
 use rill_state::StoreBackend;
 
 use crate::error::{Result, StreamsError};
+use crate::error_handlers::Caught;
 use crate::processor::ErasedProcessor;
 use crate::record::{AnyBox, CloneFn, RawRecord};
 
@@ -45,9 +46,25 @@ pub(crate) struct Encoded {
 /// Encodes a sink's record (key, value), given the sink's resolved topic
 /// when it has a fixed one (the serdes see the real topic name); takes them
 /// by value, so a serde can hand over the bytes they hold
-/// (`Serde::serialize_owned`).
-pub(crate) type SinkEncoder =
-    Arc<dyn Fn(AnyBox, AnyBox, Option<&Arc<str>>) -> Result<Encoded> + Send + Sync>;
+/// (`Serde::serialize_owned`). Each serde runs guarded, so a failure says
+/// which part failed.
+pub(crate) type SinkEncoder = Arc<
+    dyn Fn(AnyBox, AnyBox, Option<&Arc<str>>) -> std::result::Result<Encoded, SinkError>
+        + Send
+        + Sync,
+>;
+
+/// Why a sink could not make its record.
+pub(crate) enum SinkError {
+    /// The key serde failed or panicked.
+    Key(Caught),
+    /// The value serde failed or panicked.
+    Value(Caught),
+    /// The topic-name extractor or the partitioner failed or panicked.
+    Route(Caught),
+    /// The record was not of the sink's types (a wiring bug).
+    Wiring(StreamsError),
+}
 pub(crate) type ProcessorFactory = Arc<dyn Fn() -> Box<dyn ErasedProcessor> + Send + Sync>;
 
 /// A topic name as the topology knows it.
