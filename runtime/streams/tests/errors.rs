@@ -26,13 +26,7 @@ fn s() -> rill_streams::SharedSerde<String> {
 fn panicking_upper_case() -> rill_streams::Topology {
     let b = StreamsBuilder::new();
     b.stream(&["in"], Consumed::with(s(), s()))
-        .map_values(|v: &String| {
-            if v == "poison" {
-                let none: Option<String> = None;
-                return none.unwrap();
-            }
-            v.to_uppercase()
-        })
+        .map_values(|v: &String| (v != "poison").then(|| v.to_uppercase()).unwrap())
         .to("out", Produced::with(s(), s()));
     b.build().unwrap()
 }
