@@ -4,7 +4,7 @@
 //
 //   java -cp '<kafka lib dir>/*' tests/java/StreamsApp.java \
 //       --bootstrap B --application-id A --input I --output O \
-//       --state-dir D [--topology passthrough|wordcount|windowed|join|raw] \
+//       --state-dir D [--topology passthrough|wordcount|windowed|join|poison|raw] \
 //       [--table T] [--threads N] \
 //       [--group-instance-id ID] [--session-ms MS] [--commit-ms MS]
 //       [--processing-guarantee exactly_once_v2] [--config FILE]
@@ -15,6 +15,8 @@
 // changelog (Kafka Streams' defaults, including its 10 MiB record cache;
 // `windowed` counts words per 10 s tumbling window (1 h grace); `join`
 // joins each record with its key's value in the table read from --table;
+// `poison` upper-cases values and throws on "poison" (the error handlers'
+// and dead-letter queue's reference, configured through --config);
 // `raw` is no Kafka Streams at all: the Java clients' consume → produce
 // loop, one per --threads, the ceiling the benchmarks compare with;
 // `--cache-bytes N` sets statestore.cache.max.bytes, 0 turns it off). With --group-instance-id each stream
@@ -165,12 +167,24 @@ public class StreamsApp {
                 .join(table, (v, t) -> t + ":" + v,
                       Joined.with(Serdes.String(), Serdes.String(), Serdes.String()))
                 .to(output, Produced.with(Serdes.String(), Serdes.String()));
+        } else if (topology.equals("poison")) {
+            // The error handlers' reference: upper-cases each value and
+            // throws on "poison" (what the processing.exception.handler and
+            // the dead-letter queue, set through --config, then do).
+            b.stream(input, Consumed.with(Serdes.String(), Serdes.String()))
+                .mapValues(v -> {
+                    if (v.equals("poison")) {
+                        throw new IllegalStateException("cannot upper-case " + v);
+                    }
+                    return v.toUpperCase();
+                })
+                .to(output, Produced.with(Serdes.String(), Serdes.String()));
         } else if (topology.equals("raw")) {
             rawLoop(a);
             return;
         } else {
             System.err.println("unknown --topology " + topology
-                + " (passthrough, wordcount, windowed, join, raw)");
+                + " (passthrough, wordcount, windowed, join, poison, raw)");
             System.exit(2);
         }
         Properties p = new Properties();

@@ -648,3 +648,232 @@ pub fn describe_errors(app: &KafkaStreams) -> BTreeMap<String, u64> {
         .map(|(s, r, n)| (format!("{}/{}", s.as_str(), r.as_str()), n))
         .collect()
 }
+
+/// What the production handler does with a record Kafka refuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnRefusal {
+    /// The default, `DefaultProductionExceptionHandler`: the thread fails.
+    Fail,
+    /// `LogAndContinueProductionExceptionHandler`: the record is dropped.
+    Continue,
+}
+
+/// A sink record larger than the output topic's `max.message.bytes` (the
+/// broker refuses it with MESSAGE_TOO_LARGE; 50 kB, above `batch.size`, so
+/// it travels in a batch of its own): the default production handler stops
+/// the instance naming the sink's topic with nothing committed past the
+/// input record; LogAndContinueProductionExceptionHandler drops it, counts
+/// it, and the rest arrives and is committed.
+pub fn streams_record_too_large(bootstrap: &str, on: OnRefusal) {
+    let mut t = Topics::new(bootstrap, "too-large");
+    // The output topic refuses batches over 20,000 bytes.
+    t.output = unique_topic("too-large-small-out");
+    admin(bootstrap)
+        .create_topic(
+            rill_client::admin::NewTopic::new(t.output.clone(), 1, -1)
+                .config("max.message.bytes", "20000"),
+        )
+        .expect("create the small output topic");
+    t.produce();
+    let b = StreamsBuilder::new();
+    b.stream(
+        &[t.input.as_str()],
+        Consumed::with(Serdes::string(), Serdes::string()),
+    )
+    .map_values(|v: &String| {
+        if v == "poison" {
+            "x".repeat(50_000)
+        } else {
+            v.to_uppercase()
+        }
+    })
+    .to(
+        &t.output,
+        Produced::with(Serdes::string(), Serdes::string()),
+    );
+    let topology = b.build().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let extra: &[(&str, &str)] = match on {
+        OnRefusal::Fail => &[],
+        OnRefusal::Continue => &[(
+            "production.exception.handler",
+            "LogAndContinueProductionExceptionHandler",
+        )],
+    };
+    let app = KafkaStreams::new(topology, t.config(dir.path(), extra)).unwrap();
+    app.start().unwrap();
+    match on {
+        OnRefusal::Fail => {
+            assert!(
+                app.wait_for_state(State::Error, Duration::from_secs(60)),
+                "no Error: {:?}",
+                app.state()
+            );
+            let errors = app.thread_errors();
+            let e = &errors[0].error;
+            for part in [
+                "sink KSTREAM-SINK-0000000002",
+                t.output.as_str(),
+                "production.exception.handler answered FAIL",
+            ] {
+                assert!(e.contains(part), "{part:?} missing from {e}");
+            }
+            assert!(app.close());
+            let committed = t.committed();
+            assert!(
+                committed.is_none_or(|c| c <= POISON_OFFSET),
+                "committed {committed:?} past the refused record's input"
+            );
+        }
+        OnRefusal::Continue => {
+            let out = t.read(&t.output, "read_uncommitted", |r| r.len() >= 4);
+            assert_eq!(values(&out), ["A", "B", "C", "D"]);
+            assert!(
+                wait_until(Duration::from_secs(30), || t.committed() == Some(5)
+                    && app.dropped_records() == 1),
+                "committed {:?}, dropped {}",
+                t.committed(),
+                app.dropped_records()
+            );
+            assert_eq!(app.state(), State::Running);
+            assert_eq!(
+                app.error_counts(),
+                vec![(
+                    rill_streams::Stage::Produce,
+                    rill_streams::HandlerResult::Resume,
+                    1
+                )]
+            );
+            assert!(app.close());
+        }
+    }
+}
+
+/// Whether Rill's dead-letter record `rill` carries what Kafka Streams'
+/// `kafka` does for the same failure: the same key, value and timestamp,
+/// the same header names in the same order, and the same values but for
+/// the three that describe the failure in each language's terms
+/// (exception, message, stacktrace), which must be present. `Err` says
+/// what differs.
+pub fn dead_letters_match(
+    kafka: &rill_client::ConsumerRecord,
+    rill: &rill_client::ConsumerRecord,
+) -> Result<(), String> {
+    let mut diffs = Vec::new();
+    if kafka.key != rill.key {
+        diffs.push(format!("key {:?} vs {:?}", kafka.key, rill.key));
+    }
+    if kafka.value != rill.value {
+        diffs.push(format!("value {:?} vs {:?}", kafka.value, rill.value));
+    }
+    if kafka.timestamp != rill.timestamp {
+        diffs.push(format!(
+            "timestamp {} vs {}",
+            kafka.timestamp, rill.timestamp
+        ));
+    }
+    let names = |r: &rill_client::ConsumerRecord| -> Vec<String> {
+        r.headers.iter().map(|(k, _)| k.clone()).collect()
+    };
+    if names(kafka) != names(rill) {
+        diffs.push(format!("headers {:?} vs {:?}", names(kafka), names(rill)));
+    }
+    let described = [headers::EXCEPTION, headers::MESSAGE, headers::STACKTRACE];
+    for ((k, kv), (_, rv)) in kafka.headers.iter().zip(&rill.headers) {
+        if described.contains(&k.as_str()) {
+            if rv.as_ref().is_none_or(|v| v.is_empty()) {
+                diffs.push(format!("{k} is empty in Rill's"));
+            }
+        } else if kv != rv {
+            diffs.push(format!("{k}: {kv:?} vs {rv:?}"));
+        }
+    }
+    if diffs.is_empty() {
+        Ok(())
+    } else {
+        Err(diffs.join("; "))
+    }
+}
+
+/// Kafka Streams (4.4, the Java reference app's `poison` topology) and
+/// Rill, each with `LogAndContinueProcessingExceptionHandler` and a
+/// dead-letter topic, on the same input: the same records reach the
+/// output and the dead-letter records match ([`dead_letters_match`]); a
+/// record missing one of Kafka's headers does not (the negative control).
+pub fn kafka_streams_dead_letters_match(bootstrap: &str) {
+    let t = Topics::new(bootstrap, "dlq-ref");
+    let (java_out, java_dlq) = (
+        unique_topic("dlq-ref-java-out"),
+        unique_topic("dlq-ref-java-dlq"),
+    );
+    for topic in [&java_out, &java_dlq] {
+        create_topic(bootstrap, topic, 1);
+    }
+    t.produce();
+    // Kafka Streams first: the reference.
+    let dir = tempfile::tempdir().unwrap();
+    let props = dir.path().join("app.properties");
+    std::fs::write(
+        &props,
+        format!(
+            "processing.exception.handler=org.apache.kafka.streams.errors.LogAndContinueProcessingExceptionHandler\n\
+             errors.dead.letter.queue.topic.name={java_dlq}\n"
+        ),
+    )
+    .unwrap();
+    let mut java = crate::rolling::app_command(
+        crate::rolling::Runtime::KafkaStreams,
+        std::path::Path::new(""),
+    )
+    .args(["--bootstrap", bootstrap])
+    .args(["--application-id", &unique_topic("dlq-ref-java")])
+    .args(["--input", &t.input, "--output", &java_out])
+    .arg("--state-dir")
+    .arg(dir.path().join("state"))
+    .args(["--topology", "poison"])
+    .arg("--config")
+    .arg(&props)
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .expect("java runs");
+    let kafka_out = t.read(&java_out, "read_uncommitted", |r| r.len() >= 4);
+    let kafka_dlq = t.read(&java_dlq, "read_uncommitted", |r| !r.is_empty());
+    let _ = java.kill();
+    let _ = java.wait();
+    assert_eq!(
+        values(&kafka_out),
+        ["A", "B", "C", "D"],
+        "Kafka Streams' output"
+    );
+    assert_eq!(kafka_dlq.len(), 1, "Kafka Streams' dead-letter records");
+    // Rill on the same input.
+    let rill_dir = tempfile::tempdir().unwrap();
+    let cfg = t.config(
+        rill_dir.path(),
+        &[
+            (
+                "processing.exception.handler",
+                "org.apache.kafka.streams.errors.LogAndContinueProcessingExceptionHandler",
+            ),
+            ("errors.dead.letter.queue.topic.name", &t.dlq),
+        ],
+    );
+    let app = KafkaStreams::new(upper_case(&t, Some(Poison::Err)), cfg).unwrap();
+    app.start().unwrap();
+    let rill_out = t.read(&t.output, "read_uncommitted", |r| r.len() >= 4);
+    let rill_dlq = t.read(&t.dlq, "read_uncommitted", |r| !r.is_empty());
+    assert!(app.close());
+    assert_eq!(values(&rill_out), values(&kafka_out));
+    assert_eq!(rill_dlq.len(), 1);
+    if let Err(d) = dead_letters_match(&kafka_dlq[0], &rill_dlq[0]) {
+        panic!("Rill's dead-letter record differs from Kafka Streams': {d}");
+    }
+    // The negative control: without its offset header, a record does not match.
+    let mut broken = rill_dlq[0].clone();
+    broken.headers.retain(|(k, _)| k != headers::OFFSET);
+    assert!(dead_letters_match(&kafka_dlq[0], &broken).is_err());
+    let mut moved = rill_dlq[0].clone();
+    moved.value = Some(Bytes::from_static(b"POISON"));
+    assert!(dead_letters_match(&kafka_dlq[0], &moved).is_err());
+}

@@ -40,7 +40,8 @@ pub use crate::rolling::{
 // Failures in user code too (issue 44).
 pub use crate::error_scenarios::{
     streams_panic_in, streams_poison_record, streams_poison_record_to_dead_letter_queue,
-    streams_replace_thread_backs_off_until_fixed, Guarantee, Poison, Where,
+    streams_record_too_large, streams_replace_thread_backs_off_until_fixed, Guarantee, OnRefusal,
+    Poison, Where,
 };
 // Standby replicas and KIP-441 warm-ups too.
 pub use crate::standby_scenarios::{
@@ -1303,6 +1304,8 @@ macro_rules! for_each_streams_scenario {
             streams_panic_in_punctuator => streams_panic_in(Where::Punctuator),
             streams_panic_in_serde => streams_panic_in(Where::Serde),
             streams_panic_in_cached_aggregator => streams_panic_in(Where::Aggregator),
+            streams_record_too_large_fails => streams_record_too_large(OnRefusal::Fail),
+            streams_record_too_large_continues => streams_record_too_large(OnRefusal::Continue),
         );
     };
 }

@@ -78,7 +78,7 @@ mod security {
 mod streams {
     use rill_streams::StoreBackend;
     use rill_tests::backend::Embedded;
-    use rill_tests::error_scenarios::{Guarantee, Poison, Where};
+    use rill_tests::error_scenarios::{Guarantee, OnRefusal, Poison, Where};
     use rill_tests::rolling::Runtime;
 
     macro_rules! streams_on_embedded {

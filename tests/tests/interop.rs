@@ -83,7 +83,7 @@ macro_rules! streams_on_apache_kafka {
             use super::*;
             use rill_streams::StoreBackend;
             use rill_tests::rolling::Runtime;
-    use rill_tests::error_scenarios::{Guarantee, Poison, Where};
+    use rill_tests::error_scenarios::{Guarantee, OnRefusal, Poison, Where};
                     $(
                 #[test]
                 fn $name() {
@@ -104,7 +104,7 @@ macro_rules! streams_protocol_on_apache_kafka {
             use super::*;
             use rill_streams::StoreBackend;
             use rill_tests::rolling::Runtime;
-    use rill_tests::error_scenarios::{Guarantee, Poison, Where};
+    use rill_tests::error_scenarios::{Guarantee, OnRefusal, Poison, Where};
                     $(
                 #[test]
                 fn $name() {
@@ -118,6 +118,14 @@ macro_rules! streams_protocol_on_apache_kafka {
 }
 
 rill_tests::for_each_streams_scenario!(streams_protocol_on_apache_kafka);
+
+/// Kafka Streams 4.4's LogAndContinueProcessingExceptionHandler and
+/// dead-letter queue (KIP-1033, KIP-1034) as the reference for Rill's: the
+/// same input gives the same output and matching dead-letter records.
+#[test]
+fn kafka_streams_dead_letters_match_rill_on_apache_kafka() {
+    rill_tests::error_scenarios::kafka_streams_dead_letters_match(shared_kafka());
+}
 
 /// The dashboard in headless Chromium (Debian's `chromium`, installed on
 /// demand), on both backends.

@@ -81,7 +81,9 @@ pub use admin::Admin;
 pub use config::{parse_key_value, ClientConfig, ClientKind};
 pub use consumer::{Consumer, ConsumerRecord, GroupMetadata, RebalanceListener};
 pub use error::{Error, Result};
-pub use producer::{DeliveryFuture, IntoTopicName, Producer, ProducerRecord, RecordMetadata};
+pub use producer::{
+    DeliveryFuture, IntoTopicName, Producer, ProducerRecord, RecordMetadata, Unsent,
+};
 pub use rill_protocol::records::Compression;
 pub use rill_protocol::ErrorCode;
 pub use rpc::{ListedOffset, OffsetAndMetadata, OffsetSpec};

@@ -33,34 +33,57 @@ use rill_client::{
 };
 use rustc_hash::FxHashMap;
 
-use crate::error::{Result, StreamsError};
+use std::sync::Arc;
+
+use crate::error::{Result, Stage, StreamsError, UserCodeError};
+use crate::error_handlers::{
+    ask, ErrorCounts, ErrorHandlerContext, Failure, HandlerResult, ProductionExceptionHandler,
+};
 use crate::processor_context::OutRecord;
+use crate::task_id::TaskId;
+use crate::topology::{NodeKind, Topology};
 
 /// Records of capacity the thread's output buffer keeps between sends
 /// (~2 MiB): a processing budget's output fits, a cache flush's need not.
 const OUT_CAPACITY_KEPT: usize = 16 * 1024;
 
+/// A producer batch Kafka refused for good: its records, as far as the
+/// collector tracks them (the batch's partition, how many of the thread's
+/// records it held, the last task that sent into it).
+struct FailedBatch {
+    tp: TopicPartition,
+    records: u64,
+    changelog: bool,
+    task: TaskId,
+    error: ClientError,
+}
+
+/// Failed batches kept for the production handler between flushes; more
+/// are counted, not kept (the first ones decide: a FAIL stops the thread).
+const FAILED_KEPT: usize = 1024;
+
 /// The outcomes of what the thread sent (Kafka learns them from a callback
 /// per record).
 #[derive(Default)]
 struct Deliveries {
-    /// Producer batch -> its latest record's future, and whether the batch
-    /// is a changelog's. Keyed by the batch's address (not input data), so
-    /// the unseeded FxHash is safe; looked up per record sent.
-    pending: FxHashMap<usize, (DeliveryFuture, bool)>,
+    /// Producer batch -> its latest record's future, whether the batch is a
+    /// changelog's, and the last task that sent into it. Keyed by the
+    /// batch's address (not input data), so the unseeded FxHash is safe;
+    /// looked up per record sent.
+    pending: FxHashMap<usize, (DeliveryFuture, bool, TaskId)>,
     /// Settle once `pending` holds this many (doubles while they are not done).
     settle_at: usize,
     /// Highest changelog offset written per partition.
     written: BTreeMap<(String, i32), i64>,
-    /// The first failed send.
-    error: Option<String>,
+    /// Batches refused for good since the last flush, for the production handler.
+    failed: Vec<FailedBatch>,
 }
 
 impl Deliveries {
-    fn track(&mut self, delivery: DeliveryFuture, changelog: bool) {
+    fn track(&mut self, delivery: DeliveryFuture, changelog: bool, task: TaskId) {
         // A later record of the same batch has the higher offset.
         self.pending
-            .insert(delivery.batch_key(), (delivery, changelog));
+            .insert(delivery.batch_key(), (delivery, changelog, task));
         if self.pending.len() >= self.settle_at.max(256) {
             self.settle();
             self.settle_at = 2 * self.pending.len();
@@ -69,9 +92,9 @@ impl Deliveries {
 
     /// Takes in the finished deliveries.
     fn settle(&mut self) {
-        let (written, error) = (&mut self.written, &mut self.error);
-        self.pending
-            .retain(|_, (delivery, changelog)| match delivery.try_result() {
+        let (written, failed) = (&mut self.written, &mut self.failed);
+        self.pending.retain(
+            |_, (delivery, changelog, task)| match delivery.try_result() {
                 None => true,
                 Some(Ok(md)) => {
                     if *changelog {
@@ -80,12 +103,30 @@ impl Deliveries {
                     }
                     false
                 }
-                Some(Err(e)) => {
-                    error.get_or_insert(format!("sending a record failed: {e}"));
+                Some(Err(error)) => {
+                    if failed.len() < FAILED_KEPT {
+                        failed.push(FailedBatch {
+                            tp: delivery.topic_partition().clone(),
+                            records: u64::from(delivery.index()) + 1,
+                            changelog: *changelog,
+                            task: *task,
+                            error,
+                        });
+                    }
                     false
                 }
-            });
+            },
+        );
     }
+}
+
+/// How a collector handles what Kafka refuses: the production handler,
+/// where failures are counted, and the topology (to name a topic's sink).
+pub(crate) struct SendPolicy {
+    pub handler: Arc<dyn ProductionExceptionHandler>,
+    pub errors: Arc<ErrorCounts>,
+    pub topology: Arc<Topology>,
+    pub application_id: String,
 }
 
 /// A stream thread's sends: its producer and the deliveries in flight.
@@ -100,6 +141,9 @@ pub(crate) struct RecordCollector {
     /// The thread's output buffer while no task holds it ([`Self::lend`]):
     /// one buffer per thread keeps its capacity, not one per task.
     spare: Vec<OutRecord>,
+    policy: SendPolicy,
+    /// Records the production handler dropped (RESUME), not yet taken.
+    dropped: u64,
 }
 
 /// The collector's producer unless it was closed.
@@ -126,6 +170,28 @@ fn group_moved(e: &ClientError) -> bool {
     }
 }
 
+/// Errors no production handler is asked about (Kafka's always-fatal list
+/// and fencing): authorization and authentication, an invalid topic name,
+/// an unknown server error, and the producer's own fatal state.
+fn never_handled(e: &ClientError) -> bool {
+    if e.is_fatal() || e.is_security_failure() {
+        return true;
+    }
+    match e {
+        ClientError::Broker { code, .. } => [
+            ErrorCode::TopicAuthorizationFailed,
+            ErrorCode::ClusterAuthorizationFailed,
+            ErrorCode::TransactionalIdAuthorizationFailed,
+            ErrorCode::InvalidTopicException,
+            ErrorCode::UnknownServerError,
+            ErrorCode::SaslAuthenticationFailed,
+        ]
+        .iter()
+        .any(|c| c.code() == *code),
+        _ => false,
+    }
+}
+
 /// Whether a transaction failed because a record was refused for good
 /// (an unauthorised or missing output topic, a record the broker rejects):
 /// processing it again would fail the same way, so the thread stops, as
@@ -142,20 +208,22 @@ fn record_refused(e: &ClientError) -> bool {
 
 impl RecordCollector {
     /// At-least-once: `producer` as it is.
-    pub fn new(producer: Producer) -> Self {
+    pub fn new(producer: Producer, policy: SendPolicy) -> Self {
         Self {
             producer: Some(producer),
             deliveries: Deliveries::default(),
             spare: Vec::new(),
             eos: None,
             in_transaction: false,
+            policy,
+            dropped: 0,
         }
     }
 
     /// Exactly-once: a transactional producer made from `config` (which
     /// names the `transactional.id`), initialised: the coordinator aborts
     /// what an earlier producer with the id left open and fences it.
-    pub fn transactional(config: ClientConfig) -> Result<Self> {
+    pub fn transactional(config: ClientConfig, policy: SendPolicy) -> Result<Self> {
         let producer = Self::init_producer(&config)?;
         Ok(Self {
             producer: Some(producer),
@@ -163,7 +231,134 @@ impl RecordCollector {
             spare: Vec::new(),
             eos: Some(config),
             in_transaction: false,
+            policy,
+            dropped: 0,
         })
+    }
+
+    /// Records the production handler dropped since the last call.
+    pub fn take_dropped(&mut self) -> u64 {
+        std::mem::take(&mut self.dropped)
+    }
+
+    /// The sink node writing `topic` (the first, if several do; empty for
+    /// a topic picked per record), for a handler's context.
+    fn sink_of(&self, topic: &str) -> String {
+        let app = &self.policy.application_id;
+        self.policy
+            .topology
+            .nodes
+            .iter()
+            .find(|n| matches!(&n.kind, NodeKind::Sink { topic: Some(t), .. } if t.resolve(app) == topic))
+            .map(|n| n.name.clone())
+            .unwrap_or_default()
+    }
+
+    /// Kafka refused `record` (sent by `task`) with `error`: unless the error
+    /// is one no handler may skip (a changelog write, an authorization or
+    /// fencing error, the transaction's state, a closed producer), the
+    /// production handler decides. RESUME drops it (counted); FAIL (or RETRY,
+    /// which a stream thread cannot do here) is the error that stops the
+    /// thread, naming the task, the sink and the partition.
+    fn production_failed(
+        &mut self,
+        task: TaskId,
+        record: &ProducerRecord,
+        records: u64,
+        changelog: bool,
+        error: ClientError,
+    ) -> Result<()> {
+        let tp = format!(
+            "{}-{}",
+            record.topic,
+            record
+                .partition
+                .map_or_else(|| "?".to_string(), |p| p.to_string())
+        );
+        if changelog || never_handled(&error) {
+            return Err(StreamsError::client(
+                format!("sending a record to {tp}"),
+                error,
+            ));
+        }
+        let node = self.sink_of(&record.topic);
+        let context = ErrorHandlerContext {
+            topic: None,
+            partition: -1,
+            offset: -1,
+            headers: Vec::new(),
+            processor_node_id: node.clone(),
+            task_id: task,
+            timestamp: record.timestamp.unwrap_or(-1),
+            source_raw_key: None,
+            source_raw_value: None,
+        };
+        let failure = Failure::Error(&error);
+        let handler = self.policy.handler.clone();
+        const KEY: &str = "production.exception.handler";
+        let response = ask(KEY, false, || {
+            handler.handle_error(&context, record, &failure)
+        });
+        let fail = |handler: Option<&'static str>| {
+            StreamsError::UserCode(Box::new(UserCodeError {
+                stage: Stage::Produce,
+                task: Some(task),
+                node: Some(if node.is_empty() {
+                    tp.clone()
+                } else {
+                    node.clone()
+                }),
+                record: None,
+                cause: crate::error::Cause::Error(format!("{tp}: {error}")),
+                handler,
+            }))
+        };
+        let response = match response {
+            Ok(r) => r,
+            Err(panicked) => {
+                tracing::error!(%task, "{panicked}");
+                self.policy
+                    .errors
+                    .count(Stage::Produce, HandlerResult::Fail);
+                return Err(fail(Some(KEY)));
+            }
+        };
+        self.policy.errors.count(Stage::Produce, response.result);
+        let mut letters: Vec<OutRecord> = response
+            .dead_letter_queue_records
+            .into_iter()
+            .map(|r| OutRecord {
+                topic: r.topic,
+                partition: r.partition,
+                key: r.key,
+                value: r.value,
+                timestamp: r.timestamp.unwrap_or(crate::timestamp::now_ms()),
+                headers: r.headers,
+                store: None,
+            })
+            .collect();
+        if !letters.is_empty() {
+            if let Err(e) = self.send_records(task, &mut letters) {
+                tracing::warn!(%task, "sending the dead-letter records of a production error: {e}");
+            }
+        }
+        match response.result {
+            HandlerResult::Resume => {
+                self.dropped += records;
+                Ok(())
+            }
+            HandlerResult::Fail | HandlerResult::Retry => Err(fail(Some(KEY))),
+        }
+    }
+
+    /// Hands the refused batches settled so far to the production handler.
+    fn handle_failed_batches(&mut self) -> Result<()> {
+        for f in std::mem::take(&mut self.deliveries.failed) {
+            let mut record = ProducerRecord::new(f.tp.topic.clone());
+            record.partition = Some(f.tp.partition);
+            self.production_failed(f.task, &record, f.records, f.changelog, f.error)?;
+        }
+        Ok(())
     }
 
     fn init_producer(config: &ClientConfig) -> Result<Producer> {
@@ -193,12 +388,12 @@ impl RecordCollector {
         }
     }
 
-    /// Sends a task's outgoing records (sink and changelog records alike),
+    /// Sends `task`'s outgoing records (sink and changelog records alike),
     /// handed to the producer in one call, and leaves `out` empty; the larger
     /// of `out`'s and the thread's buffers stays with the thread (at most
     /// [`OUT_CAPACITY_KEPT`] records of capacity).
-    pub fn send(&mut self, out: &mut Vec<OutRecord>) -> Result<()> {
-        let sent = self.send_records(out);
+    pub fn send(&mut self, task: TaskId, out: &mut Vec<OutRecord>) -> Result<()> {
+        let sent = self.send_records(task, out);
         if out.capacity() > self.spare.capacity() {
             std::mem::swap(out, &mut self.spare);
         }
@@ -208,7 +403,7 @@ impl RecordCollector {
         sent
     }
 
-    fn send_records(&mut self, out: &mut Vec<OutRecord>) -> Result<()> {
+    fn send_records(&mut self, task: TaskId, out: &mut Vec<OutRecord>) -> Result<()> {
         if out.is_empty() {
             return Ok(());
         }
@@ -223,7 +418,7 @@ impl RecordCollector {
         // future before taking the next: the flag set by one is the
         // other's.
         let changelog = std::cell::Cell::new(false);
-        let records = out.drain(..).map(|r| {
+        let mut records = out.drain(..).map(|r| {
             changelog.set(r.store.is_some());
             let mut rec = ProducerRecord::new(r.topic).timestamp(r.timestamp);
             rec.key = r.key;
@@ -232,12 +427,31 @@ impl RecordCollector {
             rec.headers = r.headers;
             rec
         });
-        let deliveries = &mut self.deliveries;
-        open(&self.producer)?
-            .send_all(records, |delivery| {
-                deliveries.track(delivery, changelog.get())
-            })
-            .map_err(|e| StreamsError::client("sending a record", e))
+        loop {
+            let deliveries = &mut self.deliveries;
+            let sent = open(&self.producer)?.send_all(records.by_ref(), |delivery| {
+                deliveries.track(delivery, changelog.get(), task)
+            });
+            let Err(unsent) = sent else {
+                break;
+            };
+            // The one record refused at once (too large for
+            // `max.request.size`, an unknown partition, ...): the production
+            // handler decides; the rest are sent on after a RESUME.
+            let rill_client::Unsent { error, record } = *unsent;
+            if matches!(
+                error,
+                ClientError::Closed(_)
+                    | ClientError::TransactionAbortable { .. }
+                    | ClientError::TransactionFatal { .. }
+                    | ClientError::ProducerFenced { .. }
+                    | ClientError::IllegalState(_)
+            ) {
+                return Err(StreamsError::client("sending a record", error));
+            }
+            self.production_failed(task, &record, 1, changelog.get(), error)?;
+        }
+        Ok(())
     }
 
     /// Sends what the producer holds back for `linger.ms` now (an idle
@@ -248,21 +462,16 @@ impl RecordCollector {
         }
     }
 
-    /// Waits until everything sent so far is acknowledged; the first failed
-    /// send since the last flush is the error.
+    /// Waits until everything sent so far is acknowledged; each batch Kafka
+    /// refused since the last flush goes to the production handler, whose
+    /// first FAIL is the error (so a commit never covers input whose output
+    /// was lost unless the handler chose to drop it).
     pub fn flush(&mut self) -> Result<()> {
         self.producer()?
             .flush()
             .map_err(|e| StreamsError::client("flushing the producer", e))?;
         self.deliveries.settle();
-        if let Some(e) = self.deliveries.error.take() {
-            return Err(StreamsError::Processor {
-                task: "(thread)".into(),
-                processor: "producer".into(),
-                reason: e,
-            });
-        }
-        Ok(())
+        self.handle_failed_batches()
     }
 
     fn begin(&mut self) -> Result<()> {
@@ -320,7 +529,7 @@ impl RecordCollector {
         self.in_transaction = false;
         self.deliveries.settle();
         // Every send of a committed transaction succeeded.
-        self.deliveries.error = None;
+        self.deliveries.failed.clear();
         Ok(())
     }
 

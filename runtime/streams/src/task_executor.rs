@@ -72,7 +72,7 @@ impl TaskExecutor {
                     // failed record's offset is not committed, so under
                     // at-least-once it is processed again, and under
                     // exactly_once_v2 the transaction is aborted.
-                    if let Err(send) = collector.send(t.task.out_buffer()) {
+                    if let Err(send) = collector.send(t.task.id, t.task.out_buffer()) {
                         tracing::warn!("sending a failed task's output: {send}");
                     }
                     return Err(e);
@@ -83,7 +83,13 @@ impl TaskExecutor {
                 .processed
                 .fetch_add(n as u64, Ordering::Relaxed);
             commit_requested |= std::mem::take(&mut t.task.shared.commit_requested);
-            collector.send(t.task.out_buffer())?;
+            let sent = collector.send(t.task.id, t.task.out_buffer());
+            // Records the production handler dropped count as dropped.
+            let dropped = collector.take_dropped();
+            if dropped > 0 {
+                shared.dropped_records.fetch_add(dropped, Ordering::Relaxed);
+            }
+            sent?;
         }
         Ok(commit_requested)
     }
@@ -100,7 +106,7 @@ impl TaskExecutor {
             if dropped > 0 {
                 shared.dropped_records.fetch_add(dropped, Ordering::Relaxed);
             }
-            collector.send(t.task.out_buffer())?;
+            collector.send(t.task.id, t.task.out_buffer())?;
             r?;
         }
         Ok(())

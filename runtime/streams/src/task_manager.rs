@@ -146,19 +146,24 @@ impl TaskManager {
     pub fn new(ctx: Arc<ThreadContext>) -> Result<Self> {
         let c = &ctx.config;
         let producer_config = c.producer_config(&ctx.client_id, ctx.index);
-        let collector =
-            if c.exactly_once {
-                let mut pc = producer_config;
-                pc.insert(
-                    "transactional.id",
-                    c.transactional_id(&ctx.process_id, ctx.index),
-                );
-                RecordCollector::transactional(pc)?
-            } else {
-                RecordCollector::new(Producer::new(&producer_config).map_err(|e| {
-                    StreamsError::client("creating the stream thread's producer", e)
-                })?)
-            };
+        let policy = crate::record_collector::SendPolicy {
+            handler: ctx.handlers.production.clone(),
+            errors: ctx.errors.clone(),
+            topology: ctx.topology.clone(),
+            application_id: c.application_id.clone(),
+        };
+        let collector = if c.exactly_once {
+            let mut pc = producer_config;
+            pc.insert(
+                "transactional.id",
+                c.transactional_id(&ctx.process_id, ctx.index),
+            );
+            RecordCollector::transactional(pc, policy)?
+        } else {
+            let producer = Producer::new(&producer_config)
+                .map_err(|e| StreamsError::client("creating the stream thread's producer", e))?;
+            RecordCollector::new(producer, policy)
+        };
         let restore_consumer = Consumer::new(&c.restore_consumer_config(&ctx.client_id, ctx.index))
             .map_err(|e| StreamsError::client("creating the restore consumer", e))?;
         // Kafka splits the cache evenly over the stream threads.
@@ -739,7 +744,7 @@ impl TaskManager {
                     .fetch_add(dropped, Ordering::Relaxed);
             }
             flushed?;
-            self.collector.send(t.task.out_buffer())?;
+            self.collector.send(t.task.id, t.task.out_buffer())?;
         }
         let mut offsets = BTreeMap::new();
         for t in self.tasks.values() {
@@ -776,7 +781,16 @@ impl TaskManager {
         for t in self.tasks.values_mut() {
             t.task.commit_stores()?;
         }
-        self.collector.flush()?;
+        let flushed = self.collector.flush();
+        // Records the production handler dropped count as dropped.
+        let dropped = self.collector.take_dropped();
+        if dropped > 0 {
+            self.ctx
+                .shared
+                .dropped_records
+                .fetch_add(dropped, Ordering::Relaxed);
+        }
+        flushed?;
         if !offsets.is_empty() {
             consumer
                 .commit_offsets_sync(&offsets)

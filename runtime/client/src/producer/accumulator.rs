@@ -67,6 +67,11 @@ impl Outcome {
         }
     }
 
+    /// The batch's partition.
+    pub fn topic_partition(&self) -> &TopicPartition {
+        &self.tp
+    }
+
     fn metadata(
         &self,
         r: &Result<(i64, i64)>,

@@ -187,6 +187,22 @@ pub struct RecordMetadata {
 /// it must be quick and must not block).
 pub type DeliveryCallback = Box<dyn FnOnce(Result<RecordMetadata>) + Send>;
 
+/// A record [`Producer::send_all`] could not send, given back with why.
+#[derive(Debug)]
+pub struct Unsent {
+    /// Why it was refused (too large, an unknown topic or partition, a
+    /// transaction that cannot take it, a closed producer, ...).
+    pub error: Error,
+    /// The record, as it was given.
+    pub record: ProducerRecord,
+}
+
+impl std::fmt::Display for Unsent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.error)
+    }
+}
+
 /// The outcome of one sent record: `wait()` from a thread, or `.await`.
 #[must_use = "a record's delivery outcome should be checked"]
 pub struct DeliveryFuture {
@@ -207,6 +223,17 @@ impl DeliveryFuture {
     /// The outcome if the record is done.
     pub fn try_result(&self) -> Option<Result<RecordMetadata>> {
         self.outcome.get(self.index, self.timestamp)
+    }
+
+    /// The partition the record was appended to.
+    pub fn topic_partition(&self) -> &TopicPartition {
+        self.outcome.topic_partition()
+    }
+
+    /// The record's index in its producer batch (how many records of the
+    /// batch were appended before it).
+    pub fn index(&self) -> u32 {
+        self.index
     }
 
     /// Identifies the producer batch the record went into: records with the
@@ -397,7 +424,7 @@ impl Producer {
 
     /// Sends a record; the returned future completes when it is written.
     pub fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture> {
-        let (outcome, index, timestamp) = self.append(record, None)?;
+        let (outcome, index, timestamp) = self.append(&record, None)?;
         Ok(DeliveryFuture {
             outcome,
             index,
@@ -411,7 +438,7 @@ impl Producer {
         record: ProducerRecord,
         callback: impl FnOnce(Result<RecordMetadata>) + Send + 'static,
     ) -> Result<()> {
-        self.append(record, Some(Box::new(callback))).map(|_| ())
+        self.append(&record, Some(Box::new(callback))).map(|_| ())
     }
 
     /// Sends records in order, each as [`send`](Self::send) would, with one
@@ -423,18 +450,27 @@ impl Producer {
     /// `buffer.memory` — goes through `send`'s path. `sent` gets each
     /// record's future in order (it may run while the producer's lock is
     /// held: it must not call the producer); the first record that fails
-    /// stops the call with its error, the ones before it are sent.
+    /// stops the call with its error and gives it back ([`Unsent`]), the
+    /// ones before it are sent and the ones after it are left in `records`
+    /// (pass `iter.by_ref()` to go on with them).
     pub fn send_all(
         &self,
         records: impl IntoIterator<Item = ProducerRecord>,
         mut sent: impl FnMut(DeliveryFuture),
-    ) -> Result<()> {
+    ) -> std::result::Result<(), Box<Unsent>> {
         let cfg = &self.inner.cfg;
         let mut meta = self.inner.cluster.metadata();
         let mut acc = self.inner.lock();
+        let unsent = |error: Error, record: ProducerRecord| Box::new(Unsent { error, record });
         for record in records {
             let headers = header_refs(&record);
-            let size = checked_size(&record, &headers, cfg)?;
+            let size = match checked_size(&record, &headers, cfg) {
+                Ok(size) => size,
+                Err(e) => {
+                    drop(headers);
+                    return Err(unsent(e, record));
+                }
+            };
             let topic = meta.topic(&record.topic);
             let fast =
                 topic.is_some() && !acc.closed && acc.buffer_used + size <= cfg.buffer_memory;
@@ -442,16 +478,32 @@ impl Producer {
                 // Waiting (or failing) is `send`'s business, without the lock.
                 drop(headers);
                 drop(acc);
-                sent(self.send(record)?);
+                match self.append(&record, None) {
+                    Ok((outcome, index, timestamp)) => sent(DeliveryFuture {
+                        outcome,
+                        index,
+                        timestamp,
+                    }),
+                    Err(e) => return Err(unsent(e, record)),
+                }
                 meta = self.inner.cluster.metadata();
                 acc = self.inner.lock();
                 continue;
             };
-            if let Some(t) = &acc.txn {
-                t.check_send()?;
-            }
+            let checked = match &acc.txn {
+                Some(t) => t.check_send(),
+                None => Ok(()),
+            };
             let timestamp = record.timestamp.unwrap_or_else(now_ms);
-            let partition = pick_partition(&mut acc, cfg, topic, &record, size)?;
+            let partition =
+                checked.and_then(|()| pick_partition(&mut acc, cfg, topic, &record, size));
+            let partition = match partition {
+                Ok(p) => p,
+                Err(e) => {
+                    drop(headers);
+                    return Err(unsent(e, record));
+                }
+            };
             let (outcome, index, w) =
                 append_to(&mut acc, cfg, &record, partition, timestamp, &headers, None);
             sent(DeliveryFuture {
@@ -473,12 +525,12 @@ impl Producer {
 
     fn append(
         &self,
-        record: ProducerRecord,
+        record: &ProducerRecord,
         callback: Option<DeliveryCallback>,
     ) -> Result<(Arc<Outcome>, u32, i64)> {
         let cfg = &self.inner.cfg;
-        let headers = header_refs(&record);
-        let size = checked_size(&record, &headers, cfg)?;
+        let headers = header_refs(record);
+        let size = checked_size(record, &headers, cfg)?;
         // `max.block.ms` counts from here, but the clock is read only when
         // something may block (per record it is measurable).
         let mut started: Option<Instant> = None;
@@ -517,7 +569,7 @@ impl Producer {
         if let Some(t) = &acc.txn {
             t.check_send()?;
         }
-        let partition = pick_partition(&mut acc, cfg, topic, &record, size)?;
+        let partition = pick_partition(&mut acc, cfg, topic, record, size)?;
         // Back-pressure: wait for buffer memory up to max.block.ms.
         while acc.buffer_used + size > cfg.buffer_memory {
             let now = Instant::now();
