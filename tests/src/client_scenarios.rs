@@ -1326,6 +1326,70 @@ pub fn client_group_configs(bootstrap: &str) {
     assert!(described_as(&default), "{key} never returned to {default}");
 }
 
+/// A batch the broker refuses as larger than the topic's
+/// `max.message.bytes` (MESSAGE_TOO_LARGE) is sent again in halves, as
+/// Java's producer splits it: twenty 300-byte records lingering into one
+/// ~6 kB batch for a topic that takes 2,000-byte batches all arrive, in
+/// order, once each (idempotence on: the sequence numbers the refused batch
+/// took are given back); a 2,500-byte record among them fails alone, with
+/// the broker's error, and its neighbours arrive.
+pub fn client_splits_a_batch_too_large_for_the_topic(bootstrap: &str) {
+    let topic = unique_topic("split");
+    admin(bootstrap)
+        .create_topic(NewTopic::new(topic.clone(), 1, 1).config("max.message.bytes", "2000"))
+        .expect("create the topic");
+    let p = producer(bootstrap, &[("linger.ms", "500"), ("batch.size", "65536")]);
+    let value = |i: usize, len: usize| format!("{i:04}{}", "x".repeat(len - 4));
+    let sizes: Vec<usize> = (0..21).map(|i| if i == 13 { 2_500 } else { 300 }).collect();
+    let futures: Vec<_> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, len)| {
+            p.send(
+                ProducerRecord::new(topic.clone())
+                    .partition(0)
+                    .value(value(i, *len)),
+            )
+            .expect("send")
+        })
+        .collect();
+    let results: Vec<_> = futures.into_iter().map(|f| f.wait()).collect();
+    for (i, r) in results.iter().enumerate() {
+        if i == 13 {
+            let e = r
+                .as_ref()
+                .expect_err("the 2,500-byte record is too large alone");
+            assert_eq!(
+                e.code(),
+                Some(rill_protocol::ErrorCode::MessageTooLarge),
+                "{e}"
+            );
+        } else {
+            assert!(r.is_ok(), "record {i}: {r:?}");
+        }
+    }
+    let mut c = Consumer::new(&config(bootstrap, &[])).expect("consumer");
+    let tp = TopicPartition::new(topic.clone(), 0);
+    c.assign(std::slice::from_ref(&tp)).unwrap();
+    c.seek_to_beginning(std::slice::from_ref(&tp)).unwrap();
+    let got = poll_n(&mut c, 20, Duration::from_secs(30));
+    let want: Vec<String> = sizes
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != 13)
+        .map(|(i, len)| value(i, *len))
+        .collect();
+    let seen: Vec<String> = got
+        .iter()
+        .map(|r| String::from_utf8(r.value.as_deref().unwrap_or_default().to_vec()).unwrap())
+        .collect();
+    assert_eq!(seen, want, "every record but the large one, in order, once");
+    assert!(
+        c.poll(Duration::from_millis(500)).unwrap().is_empty(),
+        "no duplicate"
+    );
+}
+
 /// Lists every client scenario; `$m!(names...)` generates one test per name.
 #[macro_export]
 macro_rules! for_each_client_scenario {
@@ -1348,6 +1412,7 @@ macro_rules! for_each_client_scenario {
             client_cooperative_rebalance_keeps_partitions,
             client_producer_and_consumer_controls,
             client_group_configs,
+            client_splits_a_batch_too_large_for_the_topic,
         );
     };
 }

@@ -168,19 +168,34 @@ fn values(records: &[rill_client::ConsumerRecord]) -> Vec<String> {
         .collect()
 }
 
+/// When a poison record was last seen failing (by the function itself).
+type SeenAt = Arc<Mutex<Option<Instant>>>;
+
 /// `input` -> upper case (failing on "poison" as `poison` says) -> `output`.
 fn upper_case(t: &Topics, poison: Option<Poison>) -> Topology {
+    upper_case_noting(t, poison, SeenAt::default())
+}
+
+/// [`upper_case`], noting in `seen` when the poison fails.
+fn upper_case_noting(t: &Topics, poison: Option<Poison>, seen: SeenAt) -> Topology {
     let b = StreamsBuilder::new();
     let s = b.stream(
         &[t.input.as_str()],
         Consumed::with(Serdes::string(), Serdes::string()),
     );
+    let note = move |v: &String| {
+        if v == "poison" {
+            *seen.lock().unwrap() = Some(Instant::now());
+        }
+    };
     let upper = match poison {
-        Some(Poison::Panic) => s.map_values(|v: &String| {
+        Some(Poison::Panic) => s.map_values(move |v: &String| {
+            note(v);
             let parsed: Option<&str> = (v != "poison").then_some(v.as_str());
             parsed.unwrap().to_uppercase()
         }),
-        Some(Poison::Err) => s.try_map_values(|v: &String| {
+        Some(Poison::Err) => s.try_map_values(move |v: &String| {
+            note(v);
             if v == "poison" {
                 Err(format!("cannot upper-case {v:?}"))
             } else {
@@ -220,19 +235,17 @@ pub fn streams_poison_record(bootstrap: &str, poison: Poison, guarantee: Guarant
     t.produce();
     let dir = tempfile::tempdir().unwrap();
     let cfg = t.config(dir.path(), &[("processing.guarantee", guarantee.key())]);
-    let app = KafkaStreams::new(upper_case(&t, Some(poison)), cfg.clone()).unwrap();
+    let seen = SeenAt::default();
+    let app = KafkaStreams::new(
+        upper_case_noting(&t, Some(poison), seen.clone()),
+        cfg.clone(),
+    )
+    .unwrap();
     let asked = Arc::new(Mutex::new(Vec::<(Instant, String)>::new()));
     let a2 = asked.clone();
     app.set_uncaught_exception_handler(move |e| {
         a2.lock().unwrap().push((Instant::now(), e.to_string()));
         StreamThreadExceptionResponse::ShutdownClient
-    });
-    let errored_at = Arc::new(Mutex::new(None));
-    let e2 = errored_at.clone();
-    app.set_state_listener(move |new, _| {
-        if new == State::Error {
-            *e2.lock().unwrap() = Some(Instant::now());
-        }
     });
     app.start().unwrap();
     assert!(
@@ -241,14 +254,17 @@ pub fn streams_poison_record(bootstrap: &str, poison: Poison, guarantee: Guarant
         app.state(),
         describe_for_failure(bootstrap, &t.app)
     );
+    // No later than now: wait_for_state returns once the state is Error.
+    let errored_at = Instant::now();
     let asked = asked.lock().unwrap().clone();
     assert_eq!(
         asked.len(),
         1,
         "the uncaught-error handler is asked once: {asked:?}"
     );
-    let (failed_at, error) = &asked[0];
-    let took = errored_at.lock().unwrap().unwrap() - *failed_at;
+    let error = &asked[0].1;
+    let failed_at = seen.lock().unwrap().expect("the poison was processed");
+    let took = errored_at - failed_at;
     assert!(
         took <= Duration::from_secs(5),
         "Error {took:?} after the failure"
@@ -658,20 +674,22 @@ pub enum OnRefusal {
     Continue,
 }
 
-/// A sink record larger than the output topic's `max.message.bytes` (the
-/// broker refuses it with MESSAGE_TOO_LARGE; 50 kB, above `batch.size`, so
-/// it travels in a batch of its own): the default production handler stops
-/// the instance naming the sink's topic with nothing committed past the
-/// input record; LogAndContinueProductionExceptionHandler drops it, counts
-/// it, and the rest arrives and is committed.
+/// A sink record larger than the output topic's `max.message.bytes` (3,000
+/// bytes for a topic taking 2,000-byte batches: the broker refuses its batch
+/// with MESSAGE_TOO_LARGE; below `batch.size`, it shares the batch with its
+/// neighbours, which the producer then sends again in halves until only it
+/// fails): the default production handler stops the instance naming the
+/// sink's topic with nothing committed past the input record;
+/// LogAndContinueProductionExceptionHandler drops it, counts it, and the
+/// rest — its batch-mates included — arrives and is committed.
 pub fn streams_record_too_large(bootstrap: &str, on: OnRefusal) {
     let mut t = Topics::new(bootstrap, "too-large");
-    // The output topic refuses batches over 20,000 bytes.
+    // The output topic refuses batches over 2,000 bytes.
     t.output = unique_topic("too-large-small-out");
     admin(bootstrap)
         .create_topic(
             rill_client::admin::NewTopic::new(t.output.clone(), 1, -1)
-                .config("max.message.bytes", "20000"),
+                .config("max.message.bytes", "2000"),
         )
         .expect("create the small output topic");
     t.produce();
@@ -682,7 +700,7 @@ pub fn streams_record_too_large(bootstrap: &str, on: OnRefusal) {
     )
     .map_values(|v: &String| {
         if v == "poison" {
-            "x".repeat(50_000)
+            "x".repeat(3_000)
         } else {
             v.to_uppercase()
         }

@@ -284,7 +284,7 @@ impl std::fmt::Display for UserCodeError {
                 "processor {node}: a record cache flush {} (the store's serdes)",
                 self.cause
             )?,
-            Stage::Produce => write!(f, "sink {node}: sending {}", self.cause)?,
+            Stage::Produce => write!(f, "sink {node}: sending a record {}", self.cause)?,
         }
         if let Some(r) = &self.record {
             write!(f, " on the record at {r}")?;

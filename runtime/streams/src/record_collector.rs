@@ -93,21 +93,25 @@ impl Deliveries {
     /// Takes in the finished deliveries.
     fn settle(&mut self) {
         let (written, failed) = (&mut self.written, &mut self.failed);
-        self.pending.retain(
-            |_, (delivery, changelog, task)| match delivery.try_result() {
+        self.pending.retain(|_, (delivery, changelog, task)| {
+            // The whole batch's outcome: a batch the broker refused as too
+            // large is sent again in parts, and any part may fail.
+            match delivery.try_batch_result() {
                 None => true,
-                Some(Ok(md)) => {
+                Some(Ok(())) => {
                     if *changelog {
-                        let w = written.entry((md.topic, md.partition)).or_insert(-1);
-                        *w = (*w).max(md.offset);
+                        if let Some(Ok(md)) = delivery.try_result() {
+                            let w = written.entry((md.topic, md.partition)).or_insert(-1);
+                            *w = (*w).max(md.offset);
+                        }
                     }
                     false
                 }
-                Some(Err(error)) => {
+                Some(Err((error, records))) => {
                     if failed.len() < FAILED_KEPT {
                         failed.push(FailedBatch {
                             tp: delivery.topic_partition().clone(),
-                            records: u64::from(delivery.index()) + 1,
+                            records: u64::from(records),
                             changelog: *changelog,
                             task: *task,
                             error,
@@ -115,8 +119,8 @@ impl Deliveries {
                     }
                     false
                 }
-            },
-        );
+            }
+        });
     }
 }
 
@@ -144,6 +148,9 @@ pub(crate) struct RecordCollector {
     policy: SendPolicy,
     /// Records the production handler dropped (RESUME), not yet taken.
     dropped: u64,
+    /// A handler's dead-letter records are being sent: a refusal now is
+    /// not handed to the handler again (it would answer with more).
+    sending_letters: bool,
 }
 
 /// The collector's producer unless it was closed.
@@ -217,6 +224,7 @@ impl RecordCollector {
             in_transaction: false,
             policy,
             dropped: 0,
+            sending_letters: false,
         }
     }
 
@@ -233,6 +241,7 @@ impl RecordCollector {
             in_transaction: false,
             policy,
             dropped: 0,
+            sending_letters: false,
         })
     }
 
@@ -338,9 +347,10 @@ impl RecordCollector {
             })
             .collect();
         if !letters.is_empty() {
-            if let Err(e) = self.send_records(task, &mut letters) {
-                tracing::warn!(%task, "sending the dead-letter records of a production error: {e}");
-            }
+            self.sending_letters = true;
+            let sent = self.send_records(task, &mut letters);
+            self.sending_letters = false;
+            sent?;
         }
         match response.result {
             HandlerResult::Resume => {

@@ -46,7 +46,14 @@ enum OutcomeState {
     },
     /// (base offset, log append time) or the batch's error.
     Done(Result<(i64, i64)>),
+    /// The batch was split (the broker refused it as too large): the
+    /// records from each start index on are the part's, at index − start.
+    Split(Vec<(u32, Arc<Outcome>)>),
 }
+
+/// The outcome of a whole batch, split parts included
+/// ([`Outcome::batch_result`]): the first error and how many records it failed.
+pub type BatchResult = std::result::Result<(), (Error, u32)>;
 
 /// The outcome of one batch, shared by its records' futures.
 pub struct Outcome {
@@ -102,12 +109,66 @@ impl Outcome {
                 drop(s);
                 cb(md);
             }
+            OutcomeState::Split(parts) => {
+                let (part, at) = part_of(parts, index);
+                drop(s);
+                part.add_callback(at, timestamp, cb);
+            }
+        }
+    }
+
+    /// Hands each record to the part it went to (`parts`: start index and
+    /// the part's outcome); waiters wake and look again, callbacks move.
+    pub fn split(&self, parts: Vec<(u32, Arc<Outcome>)>) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let prev = std::mem::replace(&mut *s, OutcomeState::Split(parts.clone()));
+        drop(s);
+        self.cond.notify_all();
+        if let OutcomeState::Pending { wakers, callbacks } = prev {
+            for w in wakers {
+                w.wake();
+            }
+            for (i, ts, cb) in callbacks {
+                let (part, at) = part_of(&parts, i);
+                part.add_callback(at, ts, cb);
+            }
+        }
+    }
+
+    /// The whole batch's outcome, `len` records from index 0 (its split
+    /// parts' too): `None` while any part waits, the first error and the
+    /// records it failed when one failed.
+    pub fn batch_result(&self, len: u32) -> Option<BatchResult> {
+        let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        match &*s {
+            OutcomeState::Pending { .. } => None,
+            OutcomeState::Done(Ok(_)) => Some(Ok(())),
+            OutcomeState::Done(Err(e)) => Some(Err((e.clone(), len))),
+            OutcomeState::Split(parts) => {
+                let parts = parts.clone();
+                drop(s);
+                let mut first: Option<(Error, u32)> = None;
+                for (i, (start, part)) in parts.iter().enumerate() {
+                    if *start >= len {
+                        break;
+                    }
+                    let end = parts.get(i + 1).map_or(len, |(next, _)| (*next).min(len));
+                    match part.batch_result(end - start)? {
+                        Ok(()) => {}
+                        Err((e, n)) => match &mut first {
+                            Some((_, total)) => *total += n,
+                            None => first = Some((e, n)),
+                        },
+                    }
+                }
+                Some(first.map_or(Ok(()), Err))
+            }
         }
     }
 
     pub fn complete(&self, result: Result<(i64, i64)>) {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if matches!(*s, OutcomeState::Done(_)) {
+        if matches!(*s, OutcomeState::Done(_) | OutcomeState::Split(_)) {
             return;
         }
         let prev = std::mem::replace(&mut *s, OutcomeState::Done(result.clone()));
@@ -124,17 +185,29 @@ impl Outcome {
     }
 
     pub fn get(&self, index: u32, timestamp: i64) -> Option<Result<RecordMetadata>> {
-        match &*self.state.lock().unwrap_or_else(|p| p.into_inner()) {
+        let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        match &*s {
             OutcomeState::Done(r) => Some(self.metadata(r, index, timestamp)),
             OutcomeState::Pending { .. } => None,
+            OutcomeState::Split(parts) => {
+                let (part, at) = part_of(parts, index);
+                drop(s);
+                part.get(at, timestamp)
+            }
         }
     }
 
     pub fn wait(&self, index: u32, timestamp: i64) -> Result<RecordMetadata> {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         loop {
-            if let OutcomeState::Done(r) = &*s {
-                return self.metadata(r, index, timestamp);
+            match &*s {
+                OutcomeState::Done(r) => return self.metadata(r, index, timestamp),
+                OutcomeState::Split(parts) => {
+                    let (part, at) = part_of(parts, index);
+                    drop(s);
+                    return part.wait(at, timestamp);
+                }
+                OutcomeState::Pending { .. } => {}
             }
             s = self.cond.wait(s).unwrap_or_else(|p| p.into_inner());
         }
@@ -155,13 +228,36 @@ impl Outcome {
                 }
                 Poll::Pending
             }
+            OutcomeState::Split(parts) => {
+                let (part, at) = part_of(parts, index);
+                drop(s);
+                part.poll(at, timestamp, cx)
+            }
         }
     }
 }
 
+/// The part record `index` of a split batch went to, and its index there.
+fn part_of(parts: &[(u32, Arc<Outcome>)], index: u32) -> (Arc<Outcome>, u32) {
+    let (start, part) = parts
+        .iter()
+        .rev()
+        .find(|(start, _)| *start <= index)
+        .unwrap_or(&parts[0]);
+    (part.clone(), index - *start)
+}
+
+/// The id space each new batch owns: a batch split in two gives its upper
+/// half's ids to its second part, so the parts sort where it did (between
+/// the batches before and after it), however often they are split again.
+pub const ID_SPAN: u64 = 1 << 32;
+
 /// A batch of one partition.
 pub struct ProducerBatch {
+    /// Orders a partition's batches; a new batch owns the ids from its own
+    /// up to [`ID_SPAN`] past it, `span` of them still (a split gives half).
     pub id: u64,
+    pub span: u64,
     pub tp: TopicPartition,
     pub builder: BatchBuilder,
     pub created: Instant,
@@ -243,7 +339,7 @@ impl Accumulator {
             queues: TopicQueues::default(),
             buffer_used: 0,
             incomplete: BTreeSet::new(),
-            next_id: 1,
+            next_id: ID_SPAN,
             flush_up_to: 0,
             closed: false,
             sticky: StickyPartitioner::default(),
@@ -279,10 +375,11 @@ impl Accumulator {
         if !fits {
             let now = Instant::now();
             let id = self.next_id;
-            self.next_id += 1;
+            self.next_id += ID_SPAN;
             self.incomplete.insert(id);
             q.batches.push_back(ProducerBatch {
                 id,
+                span: ID_SPAN,
                 tp: TopicPartition::new(topic, partition),
                 // Records of at most batch.size in all, header included
                 // (the builder keeps the header's room itself).
@@ -517,6 +614,86 @@ impl Accumulator {
         b.outcome.complete(Err(e));
     }
 
+    /// A batch the broker refused as larger than the topic takes
+    /// (MESSAGE_TOO_LARGE) while it holds several records: its records go
+    /// back to the front of its queue in two batches, halves of it, each
+    /// with half its id span, and its outcome hands each record to its
+    /// half's (Java's producer splits such a batch too). Nothing of it was
+    /// written, so the sequence numbers it took are given back. A half that
+    /// is still too large is split again; a single record fails. The batch
+    /// back when it cannot be split.
+    pub fn split(
+        &mut self,
+        b: ProducerBatch,
+        cfg: &ProducerConfig,
+    ) -> std::result::Result<(), ProducerBatch> {
+        let records = match &b.encoded {
+            Some(bytes) if b.builder.record_count() > 1 && b.span > 1 => {
+                match rill_protocol::records::decode_records(bytes) {
+                    Ok(r) if r.len() == b.builder.record_count() as usize => r,
+                    _ => return Err(b),
+                }
+            }
+            _ => return Err(b),
+        };
+        if let Some(t) = self.txn.as_mut() {
+            t.batch_answered(&b.tp, false);
+        }
+        let half = records.len().div_ceil(2);
+        let mut parts: Vec<ProducerBatch> = Vec::with_capacity(2);
+        for (i, recs) in [&records[..half], &records[half..]].into_iter().enumerate() {
+            let mut builder =
+                BatchBuilder::with_capacity(cfg.batch_size.min(b.builder.size_in_bytes()));
+            let mut reserved = BATCH_HEADER_LEN;
+            for r in recs {
+                let headers: Vec<(&str, Option<&[u8]>)> = r
+                    .headers
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_deref()))
+                    .collect();
+                reserved +=
+                    builder.append(r.timestamp, r.key.as_deref(), r.value.as_deref(), &headers);
+            }
+            let id = b.id + i as u64 * (b.span / 2);
+            parts.push(ProducerBatch {
+                id,
+                span: b.span / 2,
+                tp: b.tp.clone(),
+                builder,
+                created: b.created,
+                deadline: b.deadline,
+                attempts: 0,
+                retry_at: None,
+                reserved,
+                stamp: None,
+                encoded: None,
+                outcome: Arc::new(Outcome::new(b.tp.clone())),
+                sent: false,
+            });
+        }
+        self.buffer_used = self.buffer_used.saturating_sub(b.reserved)
+            + parts.iter().map(|p| p.reserved).sum::<usize>();
+        self.incomplete.insert(parts[1].id);
+        b.outcome.split(vec![
+            (0, parts[0].outcome.clone()),
+            (half as u32, parts[1].outcome.clone()),
+        ]);
+        let q = queue_in(&mut self.queues, &b.tp.topic, b.tp.partition);
+        q.in_flight.retain(|id| *id != b.id);
+        if let Some((pid, _, seq)) = b.stamp {
+            if pid >= 0 {
+                // One batch of a partition in flight at a time: none after
+                // it took a number yet.
+                q.next_sequence = seq;
+            }
+        }
+        let at = q.batches.iter().take_while(|q| q.id < b.id).count();
+        for (i, p) in parts.into_iter().enumerate() {
+            q.batches.insert(at + i, p);
+        }
+        Ok(())
+    }
+
     /// Puts a batch back at the front of its queue to be retried.
     pub fn requeue(&mut self, mut b: ProducerBatch, backoff: Duration) {
         if let Some(t) = self.txn.as_mut() {
@@ -611,6 +788,7 @@ fn expiry(b: &ProducerBatch, delivery_timeout: Duration, last: Option<&Error>) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rill_protocol::ErrorCode as ErrorCodeOf;
 
     /// An idempotent accumulator (producer id 7) with `n` one-record batches
     /// queued for t-0 (batch.size 1: every record gets a batch of its own).
@@ -636,6 +814,79 @@ mod tests {
             .by_leader
             .remove(&1)
             .unwrap_or_default()
+    }
+
+    /// A batch refused as too large splits into halves that take its place
+    /// (before the batch after it), its sequence numbers given back; each
+    /// record's outcome follows its half, and the whole batch's result
+    /// says which records failed.
+    #[test]
+    fn a_batch_too_large_splits_into_halves_in_its_place() {
+        let cfg = ProducerConfig::from_config(
+            &crate::ClientConfig::new()
+                .set("bootstrap.servers", "127.0.0.1:1")
+                .set("batch.size", "65536"),
+        )
+        .unwrap();
+        let mut acc = Accumulator::new(true);
+        acc.reset_to(7, 0);
+        let mut outcome = None;
+        for i in 0..5 {
+            let v = format!("v{i}");
+            let (o, index, _) = acc.append("t", 0, 1, None, Some(v.as_bytes()), &[], None, &cfg);
+            assert_eq!(index, i);
+            outcome = Some(o);
+        }
+        let outcome = outcome.unwrap();
+        acc.flush_mark();
+        let mut b = drain_once(&mut acc, &cfg).remove(0);
+        assert_eq!(b.stamp, Some((7, 0, 0)));
+        b.encoded = Some(
+            b.builder
+                .build_flagged(
+                    rill_protocol::records::Compression::None,
+                    rill_protocol::records::ProducerStamp {
+                        producer_id: 7,
+                        producer_epoch: 0,
+                        base_sequence: 0,
+                    },
+                    0,
+                )
+                .unwrap(),
+        );
+        // A later batch of the partition, queued behind it.
+        acc.flush_mark();
+        let _ = acc.append("t", 0, 1, None, Some(b"later"), &[], None, &cfg);
+        let later_id = acc.queues["t"][0].batches.back().unwrap().id;
+        let id = b.id;
+        assert!(acc.split(b, &cfg).is_ok());
+        // The halves (3 and 2 records) come first, then the later batch.
+        let queued: Vec<(u64, i32)> = acc.queues["t"][0]
+            .batches
+            .iter()
+            .map(|b| (b.id, b.builder.record_count()))
+            .collect();
+        assert_eq!(queued[0], (id, 3));
+        assert_eq!(queued[1].1, 2);
+        assert!(id < queued[1].0 && queued[1].0 < later_id);
+        assert_eq!(queued[2].0, later_id);
+        // Nothing was written: the halves take sequence 0 again.
+        let first = drain_once(&mut acc, &cfg).remove(0);
+        assert_eq!(first.stamp, Some((7, 0, 0)));
+        acc.finish(&first, Ok((100, -1)));
+        assert_eq!(outcome.get(1, 1).unwrap().unwrap().offset, 101);
+        assert!(outcome.get(3, 1).is_none(), "the second half waits");
+        assert!(outcome.batch_result(5).is_none());
+        let second = drain_once(&mut acc, &cfg).remove(0);
+        assert_eq!(second.stamp, Some((7, 0, 3)));
+        let e = Error::broker(ErrorCodeOf::MessageTooLarge.code(), "produce to t-0");
+        acc.finish(&second, Err(e));
+        assert!(outcome.get(4, 1).unwrap().is_err());
+        let (err, failed) = outcome.batch_result(5).unwrap().unwrap_err();
+        assert_eq!(failed, 2);
+        assert!(err.to_string().contains("MESSAGE_TOO_LARGE"), "{err}");
+        // Up to record 2 only the first half counts: it was written.
+        assert!(matches!(outcome.batch_result(3), Some(Ok(()))));
     }
 
     #[test]

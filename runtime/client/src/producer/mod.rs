@@ -60,6 +60,7 @@ use crate::error::{Error, Result};
 use crate::rpc::OffsetAndMetadata;
 use crate::runtime::{block_on, io_handle};
 use crate::TopicPartition;
+pub use accumulator::BatchResult;
 use accumulator::{Accumulator, Outcome};
 use transaction_manager::{Start, TransactionManager, TxnState};
 
@@ -234,6 +235,14 @@ impl DeliveryFuture {
     /// batch were appended before it).
     pub fn index(&self) -> u32 {
         self.index
+    }
+
+    /// The outcome of the producer batch the record went into, for the
+    /// records of it up to this one (the batch's parts too, if the broker
+    /// refused it as too large and it was split): `None` while any waits,
+    /// else `Ok`, or the first error and how many of those records failed.
+    pub fn try_batch_result(&self) -> Option<accumulator::BatchResult> {
+        self.outcome.batch_result(self.index + 1)
     }
 
     /// Identifies the producer batch the record went into: records with the

@@ -271,6 +271,21 @@ fn retry_or_fail(inner: &Inner, b: ProducerBatch, e: Error) {
     let behind_a_retry = e.code() == Some(ErrorCode::OutOfOrderSequenceNumber)
         && (acc.has_earlier_unfinished(&b) || acc.reset_producer);
     let retriable = e.is_retriable() || behind_a_retry;
+    // A batch of several records over the topic's max.message.bytes: sent
+    // again in halves, so only a record too large on its own fails.
+    let b = if e.code() == Some(ErrorCode::MessageTooLarge) {
+        match acc.split(b, cfg) {
+            Ok(()) => {
+                debug!(error = %e, "split a batch the broker refused as too large");
+                drop(acc);
+                inner.wake.notify_one();
+                return;
+            }
+            Err(b) => b,
+        }
+    } else {
+        b
+    };
     if retriable && b.attempts < cfg.retries && Instant::now() < b.deadline {
         debug!(partition = %b.tp, attempt = b.attempts + 1, error = %e, "retrying batch");
         let backoff = if e.code() == Some(ErrorCode::ConcurrentTransactions) {
