@@ -626,15 +626,15 @@ impl Accumulator {
         &mut self,
         b: ProducerBatch,
         cfg: &ProducerConfig,
-    ) -> std::result::Result<(), ProducerBatch> {
+    ) -> std::result::Result<(), Box<ProducerBatch>> {
         let records = match &b.encoded {
             Some(bytes) if b.builder.record_count() > 1 && b.span > 1 => {
                 match rill_protocol::records::decode_records(bytes) {
                     Ok(r) if r.len() == b.builder.record_count() as usize => r,
-                    _ => return Err(b),
+                    _ => return Err(Box::new(b)),
                 }
             }
-            _ => return Err(b),
+            _ => return Err(Box::new(b)),
         };
         if let Some(t) = self.txn.as_mut() {
             t.batch_answered(&b.tp, false);

@@ -607,7 +607,7 @@ impl Producer {
             }
         }
         let (outcome, index, wake) = append_to(
-            &mut acc, cfg, &record, partition, timestamp, &headers, callback,
+            &mut acc, cfg, record, partition, timestamp, &headers, callback,
         );
         drop(acc);
         if wake {

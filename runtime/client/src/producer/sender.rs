@@ -281,7 +281,7 @@ fn retry_or_fail(inner: &Inner, b: ProducerBatch, e: Error) {
                 inner.wake.notify_one();
                 return;
             }
-            Err(b) => b,
+            Err(b) => *b,
         }
     } else {
         b
