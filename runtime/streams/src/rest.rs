@@ -499,9 +499,14 @@ fn decode_key(key: &str, format: Option<&str>) -> std::result::Result<Vec<u8>, S
 fn render_value(inner: &App, store: &str, bytes: &[u8]) -> Value {
     let renderer = inner.renderer(store);
     match renderer {
-        Some(r) => match r(bytes) {
-            Ok(v) => v,
-            Err(e) => json!({"undecodable": hex(bytes), "reason": e}),
+        // The application's serde and renderer: a panic in them answers as
+        // an undecodable value, not a dropped connection.
+        Some(r) => match crate::user_code::guard(|| r(bytes)) {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => json!({"undecodable": hex(bytes), "reason": e}),
+            Err(p) => {
+                json!({"undecodable": hex(bytes), "reason": format!("the renderer panicked: {p}")})
+            }
         },
         None => match std::str::from_utf8(bytes) {
             Ok(s) => Value::String(s.to_string()),

@@ -308,6 +308,37 @@ fn a_panicking_serde_goes_to_the_deserialization_and_production_handlers() {
 }
 
 #[test]
+fn a_record_that_does_not_deserialize_goes_to_the_dead_letter_queue_as_consumed() {
+    let b = StreamsBuilder::new();
+    b.stream(&["in"], Consumed::with(s(), Serdes::i64()))
+        .to("out", Produced::with(s(), Serdes::i64()));
+    let mut d = TopologyTestDriver::new(b.build().unwrap()).unwrap();
+    d.set_deserialization_exception_handler(LogAndContinueExceptionHandler {
+        dead_letter_queue_topic: Some("dlq".into()),
+    });
+    let good = Bytes::from(7i64.to_be_bytes().to_vec());
+    let bad = Bytes::from_static(b"not eight bytes");
+    for v in [good.clone(), bad.clone(), good] {
+        d.pipe_raw_with_headers("in", Some(Bytes::from_static(b"k")), Some(v), 9, Vec::new())
+            .unwrap();
+    }
+    assert_eq!(d.read_output("out", &s(), &Serdes::i64()).unwrap().len(), 2);
+    let dlq = d.peek_raw_output("dlq");
+    assert_eq!(dlq.len(), 1);
+    assert_eq!(dlq[0].value.as_ref(), Some(&bad));
+    let offset = dlq[0]
+        .headers
+        .iter()
+        .find(|(k, _)| k == headers::OFFSET)
+        .and_then(|(_, v)| v.clone());
+    assert_eq!(offset.as_deref(), Some(&b"1"[..]));
+    assert_eq!(
+        d.errors(),
+        vec![(Stage::Deserialize, HandlerResult::Resume, 1)]
+    );
+}
+
+#[test]
 fn a_panicking_aggregator_behind_a_record_cache_is_handled_at_its_node() {
     let b = StreamsBuilder::new();
     b.stream(&["in"], Consumed::with(s(), s()))
