@@ -161,6 +161,16 @@ impl Topics {
     }
 }
 
+/// The last header `name` of `r`, as text.
+fn header(r: &rill_client::ConsumerRecord, name: &str) -> Option<String> {
+    r.headers
+        .iter()
+        .rev()
+        .find(|(k, _)| k == name)
+        .and_then(|(_, v)| v.clone())
+        .map(|v| String::from_utf8(v.to_vec()).unwrap())
+}
+
 fn values(records: &[rill_client::ConsumerRecord]) -> Vec<String> {
     records
         .iter()
@@ -366,14 +376,7 @@ pub fn streams_poison_record_to_dead_letter_queue(bootstrap: &str, guarantee: Gu
     assert_eq!(d.value, poison.value);
     assert_eq!(d.timestamp, poison.timestamp);
     assert_eq!(d.headers[..poison.headers.len()], poison.headers[..]);
-    let h = |name: &str| {
-        d.headers
-            .iter()
-            .rev()
-            .find(|(k, _)| k == name)
-            .and_then(|(_, v)| v.clone())
-            .map(|v| String::from_utf8(v.to_vec()).unwrap())
-    };
+    let h = |name: &str| header(d, name);
     assert_eq!(h(headers::EXCEPTION).as_deref(), Some("panic"));
     assert!(h(headers::MESSAGE).unwrap().contains("on a `None` value"));
     assert!(h(headers::STACKTRACE)
@@ -894,4 +897,62 @@ pub fn kafka_streams_dead_letters_match(bootstrap: &str) {
     let mut moved = rill_dlq[0].clone();
     moved.value = Some(Bytes::from_static(b"POISON"));
     assert!(dead_letters_match(&kafka_dlq[0], &moved).is_err());
+}
+
+/// The dashboard (headless Chromium) of an instance whose thread keeps
+/// failing on a poison record and is replaced: its "Stream thread errors"
+/// table names the task, the node and the record, with the handler's answer.
+pub fn dashboard_shows_thread_errors(bootstrap: &str) {
+    let chromium = crate::tools::chromium().expect("chromium installs");
+    let t = Topics::new(bootstrap, "dash-errors");
+    t.produce();
+    let dir = tempfile::tempdir().unwrap();
+    let app = KafkaStreams::new(
+        upper_case(&t, Some(Poison::Panic)),
+        t.config(dir.path(), &[]),
+    )
+    .unwrap();
+    app.set_uncaught_exception_handler(|_| StreamThreadExceptionResponse::ReplaceThread);
+    app.start().unwrap();
+    assert!(
+        wait_until(Duration::from_secs(60), || !app.thread_errors().is_empty()),
+        "the poison never failed"
+    );
+    let profile = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(&chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--virtual-time-budget=10000",
+            "--dump-dom",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(format!(
+            "http://{}/",
+            app.rest_address().expect("REST server")
+        ))
+        .output()
+        .expect("chromium runs");
+    let dom = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let row = dom
+        .split("<tr class=\"thread-error\">")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no thread error rendered:\n{dom}"));
+    let row = &row[..row.find("</tr>").unwrap_or(row.len())];
+    for part in [
+        "task 0_0",
+        "processor KSTREAM-MAPVALUES-0000000001 panicked",
+        &format!("{}-0 offset {POISON_OFFSET}", t.input),
+        "REPLACE_THREAD",
+    ] {
+        assert!(row.contains(part), "{part:?} missing from the row: {row}");
+    }
+    assert!(app.close());
 }

@@ -127,6 +127,18 @@ fn kafka_streams_dead_letters_match_rill_on_apache_kafka() {
     rill_tests::error_scenarios::kafka_streams_dead_letters_match(shared_kafka());
 }
 
+/// The dashboard's thread-error table, on both backends.
+#[test]
+fn dashboard_shows_thread_errors_on_apache_kafka() {
+    rill_tests::error_scenarios::dashboard_shows_thread_errors(shared_kafka());
+}
+
+#[test]
+fn dashboard_shows_thread_errors_on_embedded() {
+    let cluster = Embedded::for_clients();
+    rill_tests::error_scenarios::dashboard_shows_thread_errors(&cluster.bootstrap());
+}
+
 /// The dashboard in headless Chromium (Debian's `chromium`, installed on
 /// demand), on both backends.
 #[test]

@@ -290,6 +290,16 @@ pub enum SerializationExceptionOrigin {
     Value,
 }
 
+impl SerializationExceptionOrigin {
+    /// `key` or `value`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SerializationExceptionOrigin::Key => "key",
+            SerializationExceptionOrigin::Value => "value",
+        }
+    }
+}
+
 /// Decides what happens when a record cannot be produced (Kafka's
 /// `ProductionExceptionHandler`): its serde failed at the sink, or Kafka
 /// refused it (a record too large for the topic, an unknown partition, a
@@ -368,6 +378,30 @@ fn dead_letters(
         .collect()
 }
 
+/// What every built-in handler does: logs `what` naming the record (an
+/// error line for FAIL, a warning otherwise) and answers `result`, with a
+/// dead-letter record to `dlq` when one is set.
+fn log_and_answer(
+    result: HandlerResult,
+    what: &str,
+    dlq: &Option<String>,
+    context: &ErrorHandlerContext,
+    failure: &Failure<'_>,
+) -> Response {
+    let topic = context.topic.as_deref().unwrap_or("");
+    let (task, node) = (&context.task_id, &context.processor_node_id);
+    let (partition, offset) = (context.partition, context.offset);
+    if result == HandlerResult::Fail {
+        tracing::error!(%task, %node, topic, partition, offset, "{what} ({failure})");
+    } else {
+        tracing::warn!(%task, %node, topic, partition, offset, "{what} ({failure})");
+    }
+    Response {
+        result,
+        dead_letter_queue_records: dead_letters(dlq, context, failure),
+    }
+}
+
 /// Logs the failure and stops the thread (the default
 /// `processing.exception.handler`); sends a dead-letter record first when
 /// `errors.dead.letter.queue.topic.name` is set.
@@ -379,20 +413,14 @@ pub struct LogAndFailProcessingExceptionHandler {
 
 impl ProcessingExceptionHandler for LogAndFailProcessingExceptionHandler {
     fn handle_error(&self, context: &ErrorHandlerContext, failure: &Failure<'_>) -> Response {
-        tracing::error!(
-            task = %context.task_id,
-            processor = %context.processor_node_id,
-            topic = context.topic.as_deref().unwrap_or(""),
-            partition = context.partition,
-            offset = context.offset,
-            "processing.exception.handler is set to fail upon a processing error ({failure}); \
-             LogAndContinueProcessingExceptionHandler would skip the record instead"
-        );
-        Response::fail_with(dead_letters(
+        log_and_answer(
+            HandlerResult::Fail,
+            "processing.exception.handler is set to fail upon a processing error \
+             (LogAndContinueProcessingExceptionHandler would skip the record instead)",
             &self.dead_letter_queue_topic,
             context,
             failure,
-        ))
+        )
     }
 }
 
@@ -407,19 +435,14 @@ pub struct LogAndContinueProcessingExceptionHandler {
 
 impl ProcessingExceptionHandler for LogAndContinueProcessingExceptionHandler {
     fn handle_error(&self, context: &ErrorHandlerContext, failure: &Failure<'_>) -> Response {
-        tracing::warn!(
-            task = %context.task_id,
-            processor = %context.processor_node_id,
-            topic = context.topic.as_deref().unwrap_or(""),
-            partition = context.partition,
-            offset = context.offset,
-            "skipping a record after a processing error ({failure}); processing.exception.handler is LogAndContinueProcessingExceptionHandler"
-        );
-        Response::resume_with(dead_letters(
+        log_and_answer(
+            HandlerResult::Resume,
+            "skipping a record after a processing error \
+             (processing.exception.handler is LogAndContinueProcessingExceptionHandler)",
             &self.dead_letter_queue_topic,
             context,
             failure,
-        ))
+        )
     }
 }
 
@@ -438,19 +461,14 @@ impl DeserializationExceptionHandler for LogAndFailExceptionHandler {
         _record: &ConsumerRecord,
         failure: &Failure<'_>,
     ) -> Response {
-        tracing::error!(
-            task = %context.task_id,
-            topic = context.topic.as_deref().unwrap_or(""),
-            partition = context.partition,
-            offset = context.offset,
-            "deserialization.exception.handler is set to fail upon a deserialization error ({failure}); \
-             LogAndContinueExceptionHandler would skip the record instead"
-        );
-        Response::fail_with(dead_letters(
+        log_and_answer(
+            HandlerResult::Fail,
+            "deserialization.exception.handler is set to fail upon a deserialization error \
+             (LogAndContinueExceptionHandler would skip the record instead)",
             &self.dead_letter_queue_topic,
             context,
             failure,
-        ))
+        )
     }
 }
 
@@ -468,18 +486,13 @@ impl DeserializationExceptionHandler for LogAndContinueExceptionHandler {
         _record: &ConsumerRecord,
         failure: &Failure<'_>,
     ) -> Response {
-        tracing::warn!(
-            task = %context.task_id,
-            topic = context.topic.as_deref().unwrap_or(""),
-            partition = context.partition,
-            offset = context.offset,
-            "skipping a record that does not deserialize ({failure})"
-        );
-        Response::resume_with(dead_letters(
+        log_and_answer(
+            HandlerResult::Resume,
+            "skipping a record that does not deserialize",
             &self.dead_letter_queue_topic,
             context,
             failure,
-        ))
+        )
     }
 }
 
@@ -496,23 +509,19 @@ impl ProductionExceptionHandler for DefaultProductionExceptionHandler {
     fn handle_error(
         &self,
         context: &ErrorHandlerContext,
-        record: &ProducerRecord,
+        _record: &ProducerRecord,
         failure: &Failure<'_>,
     ) -> Response {
         if retriable(failure) {
             return Response::retry();
         }
-        tracing::error!(
-            task = %context.task_id,
-            sink = %context.processor_node_id,
-            topic = %record.topic,
-            "production.exception.handler is set to fail upon a production error ({failure})"
-        );
-        Response::fail_with(dead_letters(
+        log_and_answer(
+            HandlerResult::Fail,
+            "production.exception.handler is set to fail upon a production error",
             &self.dead_letter_queue_topic,
             context,
             failure,
-        ))
+        )
     }
 
     fn handle_serialization_error(
@@ -521,20 +530,17 @@ impl ProductionExceptionHandler for DefaultProductionExceptionHandler {
         failure: &Failure<'_>,
         origin: SerializationExceptionOrigin,
     ) -> Response {
-        tracing::error!(
-            task = %context.task_id,
-            sink = %context.processor_node_id,
-            "production.exception.handler is set to fail upon a serialization error of the record's {} ({failure})",
-            match origin {
-                SerializationExceptionOrigin::Key => "key",
-                SerializationExceptionOrigin::Value => "value",
-            }
+        let what = format!(
+            "production.exception.handler is set to fail upon a serialization error of the record's {}",
+            origin.as_str()
         );
-        Response::fail_with(dead_letters(
+        log_and_answer(
+            HandlerResult::Fail,
+            &what,
             &self.dead_letter_queue_topic,
             context,
             failure,
-        ))
+        )
     }
 }
 
@@ -551,38 +557,35 @@ impl ProductionExceptionHandler for LogAndContinueProductionExceptionHandler {
     fn handle_error(
         &self,
         context: &ErrorHandlerContext,
-        record: &ProducerRecord,
+        _record: &ProducerRecord,
         failure: &Failure<'_>,
     ) -> Response {
-        tracing::warn!(
-            task = %context.task_id,
-            sink = %context.processor_node_id,
-            topic = %record.topic,
-            "dropping a record Kafka refused ({failure})"
-        );
-        Response::resume_with(dead_letters(
+        log_and_answer(
+            HandlerResult::Resume,
+            "dropping a record Kafka refused",
             &self.dead_letter_queue_topic,
             context,
             failure,
-        ))
+        )
     }
 
     fn handle_serialization_error(
         &self,
         context: &ErrorHandlerContext,
         failure: &Failure<'_>,
-        _origin: SerializationExceptionOrigin,
+        origin: SerializationExceptionOrigin,
     ) -> Response {
-        tracing::warn!(
-            task = %context.task_id,
-            sink = %context.processor_node_id,
-            "dropping a record that does not serialize ({failure})"
+        let what = format!(
+            "dropping a record whose {} does not serialize",
+            origin.as_str()
         );
-        Response::resume_with(dead_letters(
+        log_and_answer(
+            HandlerResult::Resume,
+            &what,
             &self.dead_letter_queue_topic,
             context,
             failure,
-        ))
+        )
     }
 }
 

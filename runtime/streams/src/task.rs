@@ -507,25 +507,15 @@ impl StreamTask {
         let context = self.error_context(node, now);
         let handler = self.handlers.processing.clone();
         const KEY: &str = "processing.exception.handler";
-        let response = match ask(KEY, false, || handler.handle_error(&context, &failure)) {
-            Ok(r) => r,
-            Err(panicked) => {
-                self.errors.count(stage, HandlerResult::Fail);
-                tracing::error!(task = %self.id, processor = node, "{panicked}");
-                return Err(self.user_code_error(node, stage, failure.cause(), Some(KEY)));
-            }
-        };
-        self.errors.count(stage, response.result);
-        self.send_dead_letters(response.dead_letter_queue_records, context.timestamp);
-        match response.result {
-            HandlerResult::Resume => {
-                self.shared.dropped += 1;
-                Ok(())
-            }
-            HandlerResult::Fail | HandlerResult::Retry => {
-                Err(self.user_code_error(node, stage, failure.cause(), Some(KEY)))
-            }
-        }
+        let answered = ask(KEY, false, || handler.handle_error(&context, &failure));
+        self.carry_out(
+            node,
+            stage,
+            KEY,
+            failure.cause(),
+            context.timestamp,
+            answered,
+        )
     }
 
     /// A sink could not make its record: a serde failure goes to the
@@ -543,33 +533,45 @@ impl StreamTask {
         let context = self.error_context(node, self.shared.stream_time);
         let handler = self.handlers.production.clone();
         const KEY: &str = "production.exception.handler";
-        let response = ask(KEY, false, || {
+        let answered = ask(KEY, false, || {
             handler.handle_serialization_error(&context, &failure, origin)
         });
-        let response = match response {
-            Ok(r) => r,
-            Err(panicked) => {
-                tracing::error!(task = %self.id, sink = node, "{panicked}");
-                self.errors.count(Stage::Serialize, HandlerResult::Fail);
-                return Err(self.user_code_error(
-                    node,
-                    Stage::Serialize,
-                    failure.cause(),
-                    Some(KEY),
-                ));
-            }
-        };
-        self.errors.count(Stage::Serialize, response.result);
-        self.send_dead_letters(response.dead_letter_queue_records, context.timestamp);
-        match response.result {
-            HandlerResult::Resume => {
-                self.shared.dropped += 1;
-                Ok(())
-            }
-            HandlerResult::Fail | HandlerResult::Retry => {
-                Err(self.user_code_error(node, Stage::Serialize, failure.cause(), Some(KEY)))
-            }
+        let cause = failure.cause();
+        self.carry_out(
+            node,
+            Stage::Serialize,
+            KEY,
+            cause,
+            context.timestamp,
+            answered,
+        )
+    }
+
+    /// Carries out the answer of the handler `key` about a failure at
+    /// `node`: its dead-letter records queue with the task's output, RESUME
+    /// drops the record here (counted), and anything else — FAIL, a RETRY
+    /// that cannot be, a handler that panicked (`Err`, its text) — is the
+    /// error that stops the thread.
+    fn carry_out(
+        &mut self,
+        node: &str,
+        stage: Stage,
+        key: &'static str,
+        cause: crate::error::Cause,
+        timestamp: i64,
+        answered: std::result::Result<crate::error_handlers::Response, String>,
+    ) -> Result<()> {
+        let response = answered.unwrap_or_else(|panicked| {
+            tracing::error!(task = %self.id, node, "{panicked}");
+            crate::error_handlers::Response::fail()
+        });
+        self.errors.count(stage, response.result);
+        self.send_dead_letters(response.dead_letter_queue_records, timestamp);
+        if response.result == HandlerResult::Resume {
+            self.shared.dropped += 1;
+            return Ok(());
         }
+        Err(self.user_code_error(node, stage, cause, Some(key)))
     }
 
     /// Writes flushed cache entries of `store` to the store and its

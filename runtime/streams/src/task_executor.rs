@@ -60,10 +60,7 @@ impl TaskExecutor {
                 taken += 1;
                 taken <= per_task && task.ready(lag, self.max_task_idle_ms, now)
             });
-            let dropped = t.task.dropped_records() - dropped_before;
-            if dropped > 0 {
-                shared.dropped_records.fetch_add(dropped, Ordering::Relaxed);
-            }
+            shared.count_dropped(t.task.dropped_records() - dropped_before);
             let n = match r {
                 Ok(n) => n,
                 Err(e) => {
@@ -85,10 +82,7 @@ impl TaskExecutor {
             commit_requested |= std::mem::take(&mut t.task.shared.commit_requested);
             let sent = collector.send(t.task.id, t.task.out_buffer());
             // Records the production handler dropped count as dropped.
-            let dropped = collector.take_dropped();
-            if dropped > 0 {
-                shared.dropped_records.fetch_add(dropped, Ordering::Relaxed);
-            }
+            shared.count_dropped(collector.take_dropped());
             sent?;
         }
         Ok(commit_requested)
@@ -102,10 +96,7 @@ impl TaskExecutor {
             let dropped_before = t.task.dropped_records();
             let r = t.task.punctuate(PunctuationType::WallClockTime, now);
             // A punctuation the processing handler skipped counts as dropped.
-            let dropped = t.task.dropped_records() - dropped_before;
-            if dropped > 0 {
-                shared.dropped_records.fetch_add(dropped, Ordering::Relaxed);
-            }
+            shared.count_dropped(t.task.dropped_records() - dropped_before);
             collector.send(t.task.id, t.task.out_buffer())?;
             r?;
         }

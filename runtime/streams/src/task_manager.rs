@@ -736,13 +736,9 @@ impl TaskManager {
             let dropped_before = t.task.dropped_records();
             let flushed = t.task.flush_caches();
             // Records a handler skipped downstream of a cache count as dropped.
-            let dropped = t.task.dropped_records() - dropped_before;
-            if dropped > 0 {
-                self.ctx
-                    .shared
-                    .dropped_records
-                    .fetch_add(dropped, Ordering::Relaxed);
-            }
+            self.ctx
+                .shared
+                .count_dropped(t.task.dropped_records() - dropped_before);
             flushed?;
             self.collector.send(t.task.id, t.task.out_buffer())?;
         }
@@ -783,13 +779,7 @@ impl TaskManager {
         }
         let flushed = self.collector.flush();
         // Records the production handler dropped count as dropped.
-        let dropped = self.collector.take_dropped();
-        if dropped > 0 {
-            self.ctx
-                .shared
-                .dropped_records
-                .fetch_add(dropped, Ordering::Relaxed);
-        }
+        self.ctx.shared.count_dropped(self.collector.take_dropped());
         flushed?;
         if !offsets.is_empty() {
             consumer

@@ -202,6 +202,14 @@ pub(crate) struct ThreadMetrics {
 }
 
 impl ThreadShared {
+    /// Adds `n` records dropped (skipped by a handler, late, ...) to the
+    /// thread's `dropped-records`.
+    pub fn count_dropped(&self, n: u64) {
+        if n > 0 {
+            self.dropped_records.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
     pub fn state(&self) -> ThreadState {
         *lock(&self.state)
     }

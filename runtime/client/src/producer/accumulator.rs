@@ -52,7 +52,8 @@ enum OutcomeState {
 }
 
 /// The outcome of a whole batch, split parts included
-/// ([`Outcome::batch_result`]): the first error and how many records it failed.
+/// ([`DeliveryFuture::try_batch_result`](super::DeliveryFuture::try_batch_result)):
+/// the first error and how many records it failed.
 pub type BatchResult = std::result::Result<(), (Error, u32)>;
 
 /// The outcome of one batch, shared by its records' futures.
