@@ -58,10 +58,6 @@ struct FailedBatch {
     error: ClientError,
 }
 
-/// Failed batches kept for the production handler between flushes; more
-/// are counted, not kept (the first ones decide: a FAIL stops the thread).
-const FAILED_KEPT: usize = 1024;
-
 /// The outcomes of what the thread sent (Kafka learns them from a callback
 /// per record).
 #[derive(Default)]
@@ -75,7 +71,8 @@ struct Deliveries {
     settle_at: usize,
     /// Highest changelog offset written per partition.
     written: BTreeMap<(String, i32), i64>,
-    /// Batches refused for good since the last flush, for the production handler.
+    /// Batches refused for good since the last flush, for the production
+    /// handler (one entry per batch, never capped: each is asked about).
     failed: Vec<FailedBatch>,
 }
 
@@ -108,15 +105,16 @@ impl Deliveries {
                     false
                 }
                 Some(Err((error, records))) => {
-                    if failed.len() < FAILED_KEPT {
-                        failed.push(FailedBatch {
-                            tp: delivery.topic_partition().clone(),
-                            records: u64::from(records),
-                            changelog: *changelog,
-                            task: *task,
-                            error,
-                        });
-                    }
+                    // Kept until the production handler is asked (at the
+                    // next flush); at most the batches one flush interval
+                    // sends, which `buffer.memory` bounds.
+                    failed.push(FailedBatch {
+                        tp: delivery.topic_partition().clone(),
+                        records: u64::from(records),
+                        changelog: *changelog,
+                        task: *task,
+                        error,
+                    });
                     false
                 }
             }
@@ -284,11 +282,24 @@ impl RecordCollector {
                 .partition
                 .map_or_else(|| "?".to_string(), |p| p.to_string())
         );
-        if changelog || never_handled(&error) {
-            return Err(StreamsError::client(
-                format!("sending a record to {tp}"),
-                error,
-            ));
+        if changelog || never_handled(&error) || self.sending_letters {
+            // Not the handler's to skip (a changelog write missing would
+            // leave the store ahead of its changelog; a dead-letter record's
+            // refusal would only make the handler answer with more), and
+            // fatal whatever the error's own class: a commit after it would
+            // cover what was lost.
+            let what = if self.sending_letters {
+                "a dead-letter record"
+            } else if changelog {
+                "a changelog record"
+            } else {
+                "a record"
+            };
+            return Err(StreamsError::Processor {
+                task: task.to_string(),
+                processor: "producer".into(),
+                reason: format!("sending {what} to {tp} failed: {error}"),
+            });
         }
         let node = self.sink_of(&record.topic);
         let context = ErrorHandlerContext {
@@ -362,11 +373,18 @@ impl RecordCollector {
     }
 
     /// Hands the refused batches settled so far to the production handler.
+    /// A FAIL leaves the batches after it for the next flush, which fails
+    /// again: nothing refused is ever forgotten unasked.
     fn handle_failed_batches(&mut self) -> Result<()> {
-        for f in std::mem::take(&mut self.deliveries.failed) {
+        let mut failed = std::mem::take(&mut self.deliveries.failed).into_iter();
+        while let Some(f) = failed.next() {
             let mut record = ProducerRecord::new(f.tp.topic.clone());
             record.partition = Some(f.tp.partition);
-            self.production_failed(f.task, &record, f.records, f.changelog, f.error)?;
+            if let Err(e) = self.production_failed(f.task, &record, f.records, f.changelog, f.error)
+            {
+                self.deliveries.failed.extend(failed);
+                return Err(e);
+            }
         }
         Ok(())
     }

@@ -530,7 +530,8 @@ impl StreamTask {
             SinkError::Wiring(e) => return Err(e),
         };
         let failure = caught.failure();
-        let context = self.error_context(node, self.shared.stream_time);
+        let now = self.shared.punctuation.unwrap_or(self.shared.stream_time);
+        let context = self.error_context(node, now);
         let handler = self.handlers.production.clone();
         const KEY: &str = "production.exception.handler";
         let answered = ask(KEY, false, || {

@@ -193,6 +193,11 @@ impl TaskManager {
         self.fatal.take().map_or(Ok(()), Err)
     }
 
+    /// Whether a rebalance callback met an error the thread has not seen yet.
+    pub fn has_fatal(&self) -> bool {
+        self.fatal.is_some()
+    }
+
     /// Records an error for the thread's next loop (the first one wins).
     pub fn set_fatal(&mut self, e: StreamsError) {
         self.fatal.get_or_insert(e);
@@ -871,7 +876,18 @@ impl TaskManager {
         let committed = self.commit_with(consumer, false);
         if let Err(e) = committed {
             warn!(thread = %self.ctx.name, "commit before revocation failed ({e}); the uncommitted records will be processed again");
-            if self.collector.is_transactional() {
+            if !self.collector.is_transactional()
+                && matches!(
+                    e.recovery(),
+                    crate::error::Recovery::Fatal | crate::error::Recovery::TaskCorrupted
+                )
+            {
+                // A handler answered FAIL (or output was lost) during the
+                // commit: the thread stops at its next loop, as Kafka's
+                // does when the revocation callback throws, before any
+                // later commit could cover the lost output.
+                self.fatal.get_or_insert(e);
+            } else if self.collector.is_transactional() {
                 // The tasks' stores hold the aborted transaction's writes:
                 // the thread revives every task after this rebalance.
                 if let Err(a) = self.abort_transaction() {

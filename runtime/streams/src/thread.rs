@@ -556,7 +556,18 @@ impl StreamThread {
         // After an error nothing is committed: the tasks close dirty (under
         // exactly_once_v2 the open transaction is aborted first), so the
         // record that failed and those after it are processed again.
-        let closed = lock(&self.tasks).close_all(if result.is_err() {
+        // An error a rebalance callback met and the loop has not seen (an
+        // aborted transaction, a handler's FAIL during the revocation's
+        // commit) closes dirty too: the tasks' offsets may be past output
+        // that is gone.
+        let pending = lock(&self.tasks).has_fatal();
+        if pending && result.is_ok() {
+            warn!(
+                "closing without a commit: {:?}",
+                lock(&self.tasks).take_fatal().err()
+            );
+        }
+        let closed = lock(&self.tasks).close_all(if result.is_err() || pending {
             None
         } else {
             Some(&mut self.consumer)

@@ -250,8 +250,10 @@ fn part_of(parts: &[(u32, Arc<Outcome>)], index: u32) -> (Arc<Outcome>, u32) {
 
 /// The id space each new batch owns: a batch split in two gives its upper
 /// half's ids to its second part, so the parts sort where it did (between
-/// the batches before and after it), however often they are split again.
-pub const ID_SPAN: u64 = 1 << 32;
+/// the batches before and after it). 2^20 allows 20 halvings, more than a
+/// 1 MiB batch of the smallest records needs (~17), and leaves 2^44 batch
+/// ids: ~11 years at 50,000 batches a second.
+pub const ID_SPAN: u64 = 1 << 20;
 
 /// A batch of one partition.
 pub struct ProducerBatch {
@@ -273,6 +275,9 @@ pub struct ProducerBatch {
     pub outcome: Arc<Outcome>,
     /// Whether the batch was ever sent (it may have been written).
     pub sent: bool,
+    /// A part of a split batch: closed to new records (as Java's), so a
+    /// record's outcome is tracked by one batch only.
+    pub sealed: bool,
 }
 
 #[derive(Default)]
@@ -370,7 +375,7 @@ impl Accumulator {
         // As Kafka: a record joins the open batch if it still fits in
         // batch.size; a record larger than batch.size gets a batch of its own.
         let fits = q.batches.back().is_some_and(|b| {
-            b.stamp.is_none() && b.builder.size_in_bytes() + size <= cfg.batch_size
+            b.stamp.is_none() && !b.sealed && b.builder.size_in_bytes() + size <= cfg.batch_size
         });
         let mut wake = false;
         if !fits {
@@ -396,6 +401,7 @@ impl Accumulator {
                 encoded: None,
                 outcome: Arc::new(Outcome::new(TopicPartition::new(topic, partition))),
                 sent: false,
+                sealed: false,
             });
             self.buffer_used += BATCH_HEADER_LEN;
             wake = true;
@@ -670,6 +676,7 @@ impl Accumulator {
                 encoded: None,
                 outcome: Arc::new(Outcome::new(b.tp.clone())),
                 sent: false,
+                sealed: true,
             });
         }
         self.buffer_used = self.buffer_used.saturating_sub(b.reserved)
@@ -817,6 +824,55 @@ mod tests {
             .unwrap_or_default()
     }
 
+    /// Drains the first queued batch of t-0 (flushed) and encodes it, as
+    /// the sender does before it sends.
+    fn drained_encoded(acc: &mut Accumulator, cfg: &ProducerConfig) -> ProducerBatch {
+        acc.flush_mark();
+        let mut b = drain_once(acc, cfg).remove(0);
+        let (pid, epoch, seq) = b.stamp.unwrap();
+        b.encoded = Some(
+            b.builder
+                .build_flagged(
+                    rill_protocol::records::Compression::None,
+                    rill_protocol::records::ProducerStamp {
+                        producer_id: pid,
+                        producer_epoch: epoch,
+                        base_sequence: seq,
+                    },
+                    0,
+                )
+                .unwrap(),
+        );
+        b
+    }
+
+    /// The halves of a split batch take no new records: each record's
+    /// outcome is tracked through one batch only.
+    #[test]
+    fn split_halves_take_no_new_records() {
+        let cfg = ProducerConfig::from_config(
+            &crate::ClientConfig::new()
+                .set("bootstrap.servers", "127.0.0.1:1")
+                .set("batch.size", "65536"),
+        )
+        .unwrap();
+        let mut acc = Accumulator::new(true);
+        acc.reset_to(7, 0);
+        for v in ["a", "b"] {
+            let _ = acc.append("t", 0, 1, None, Some(v.as_bytes()), &[], None, &cfg);
+        }
+        let b = drained_encoded(&mut acc, &cfg);
+        assert!(acc.split(b, &cfg).is_ok());
+        let (_, index, _) = acc.append("t", 0, 1, None, Some(b"c"), &[], None, &cfg);
+        assert_eq!(index, 0, "a new batch of its own");
+        let counts: Vec<i32> = acc.queues["t"][0]
+            .batches
+            .iter()
+            .map(|b| b.builder.record_count())
+            .collect();
+        assert_eq!(counts, vec![1, 1, 1]);
+    }
+
     /// A batch refused as too large splits into halves that take its place
     /// (before the batch after it), its sequence numbers given back; each
     /// record's outcome follows its half, and the whole batch's result
@@ -839,22 +895,8 @@ mod tests {
             outcome = Some(o);
         }
         let outcome = outcome.unwrap();
-        acc.flush_mark();
-        let mut b = drain_once(&mut acc, &cfg).remove(0);
+        let b = drained_encoded(&mut acc, &cfg);
         assert_eq!(b.stamp, Some((7, 0, 0)));
-        b.encoded = Some(
-            b.builder
-                .build_flagged(
-                    rill_protocol::records::Compression::None,
-                    rill_protocol::records::ProducerStamp {
-                        producer_id: 7,
-                        producer_epoch: 0,
-                        base_sequence: 0,
-                    },
-                    0,
-                )
-                .unwrap(),
-        );
         // A later batch of the partition, queued behind it.
         acc.flush_mark();
         let _ = acc.append("t", 0, 1, None, Some(b"later"), &[], None, &cfg);
