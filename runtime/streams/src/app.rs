@@ -129,6 +129,8 @@ struct Hooks {
     restore_listener: Option<Arc<dyn StateRestoreListener>>,
     /// Error handlers set in code (they win over the configuration's keys).
     handlers: CustomHandlers,
+    /// Where async nodes' futures run (`None`: Rill's `rill-async` runtime).
+    async_runtime: Option<tokio::runtime::Handle>,
 }
 
 pub use crate::metadata::ThreadError;
@@ -255,6 +257,11 @@ impl App {
     /// Sets the error handlers the application gives in code.
     pub fn set_handlers(&self, f: impl FnOnce(&mut CustomHandlers)) {
         f(&mut lock(&self.hooks).handlers);
+    }
+
+    /// Runs async nodes' futures on `handle` instead of Rill's runtime.
+    pub fn set_async_runtime(&self, handle: tokio::runtime::Handle) {
+        lock(&self.hooks).async_runtime = Some(handle);
     }
 
     /// When each instance probes found unreachable was first found so.
@@ -501,11 +508,12 @@ impl App {
         });
         // One look at the hooks (a struct literal keeps its temporaries, a
         // guard among them, to its end).
-        let (restore_listener, handlers) = {
+        let (restore_listener, handlers, async_runtime) = {
             let hooks = lock(&this.hooks);
             (
                 hooks.restore_listener.clone(),
                 this.config.error_handlers(&hooks.handlers),
+                hooks.async_runtime.clone(),
             )
         };
         let ctx = ThreadContext {
@@ -524,6 +532,7 @@ impl App {
             handlers,
             errors: this.errors.clone(),
             start_delay: replace_backoff(quick_replacements),
+            async_runtime,
         };
         let weak = Arc::downgrade(this);
         let join = std::thread::Builder::new()

@@ -10,6 +10,7 @@
 //! (`<app>-<store>-repartition`), as Kafka does, so records with equal keys
 //! meet in one task.
 
+mod asynchronous;
 mod fk_join;
 mod global_table;
 mod grouped_table;

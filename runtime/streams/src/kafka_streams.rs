@@ -151,6 +151,13 @@ impl KafkaStreams {
             .set_handlers(|h| h.processing = Some(Arc::new(handler)));
     }
 
+    /// Runs the futures of async nodes (`map_values_async`, `process_async`…) on `handle` — the
+    /// application's own tokio runtime, where its clients (reqwest, sqlx, tonic) were made —
+    /// instead of Rill's two-thread `rill-async` runtime. Set before `start`.
+    pub fn set_async_runtime(&self, handle: tokio::runtime::Handle) {
+        self.app.set_async_runtime(handle);
+    }
+
     /// Asks `handler` about a consumed record whose key or value does not
     /// deserialize, instead of the handler `deserialization.exception.handler`
     /// names. Set before `start`.

@@ -51,6 +51,7 @@
 
 mod app;
 mod assignor;
+mod async_processing;
 mod dsl;
 mod error;
 pub mod error_handlers;
@@ -85,6 +86,7 @@ mod user_code;
 mod window;
 
 pub use assignor::{AssignmentInfo, MemberInfo, PROTOCOL_NAME};
+pub use async_processing::{AsyncProcessor, AsyncResult, BoxError};
 pub use dsl::{
     BranchedKStream, BufferConfig, Consumed, Data, GlobalKTable, Grouped, Joined, KGroupedStream,
     KGroupedTable, KStream, KTable, Materialized, Produced, Repartitioned, SessionWindowedKStream,

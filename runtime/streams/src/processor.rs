@@ -68,6 +68,10 @@ pub(crate) trait ErasedProcessor: Send {
     fn process(&mut self, ctx: &mut NodeContext<'_>, rec: RawRecord) -> Result<()>;
     fn punctuate(&mut self, ctx: &mut NodeContext<'_>, id: ScheduleId, ts: i64) -> Result<()>;
     fn close(&mut self) -> Result<()>;
+    /// The async side of an async node (`None`: a synchronous processor).
+    fn as_async(&mut self) -> Option<&mut dyn crate::async_processing::ErasedAsync> {
+        None
+    }
 }
 
 /// The input and output types an adapter restores.

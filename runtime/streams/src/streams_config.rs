@@ -50,6 +50,12 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("max.task.idle.ms", "0"),
     ("buffered.records.per.partition", "1000"),
     ("restore.batch.size", "1000"),
+    // Async processing (Rill's; no Kafka equivalent): futures of async
+    // nodes running at once per task and per stream thread, and how long
+    // one may run before it counts as failed.
+    ("async.max.inflight.per.task", "64"),
+    ("async.max.inflight.per.thread", "256"),
+    ("async.timeout.ms", "60000"),
     // KIP-441 / KIP-708: standby replicas and high-availability assignment.
     ("num.standby.replicas", "0"),
     ("acceptable.recovery.lag", "10000"),
@@ -115,6 +121,15 @@ impl std::fmt::Debug for StreamsConfig {
             )
             .field("max_task_idle_ms", &self.max_task_idle_ms)
             .field("restore_batch_size", &self.restore_batch_size)
+            .field(
+                "async_max_inflight_per_task",
+                &self.async_max_inflight_per_task,
+            )
+            .field(
+                "async_max_inflight_per_thread",
+                &self.async_max_inflight_per_thread,
+            )
+            .field("async_timeout", &self.async_timeout)
             .field("cache_max_bytes", &self.cache_max_bytes)
             .field("num_standby_replicas", &self.num_standby_replicas)
             .field("acceptable_recovery_lag", &self.acceptable_recovery_lag)
@@ -407,6 +422,15 @@ pub struct StreamsConfig {
     /// `restore.batch.size` (default 1000): most changelog records restored per poll (the restore
     /// consumer's `max.poll.records`).
     pub restore_batch_size: usize,
+    /// `async.max.inflight.per.task` (default 64): most futures of async nodes running at once
+    /// in one task; a task holding that many records takes no more input until some finish.
+    pub async_max_inflight_per_task: usize,
+    /// `async.max.inflight.per.thread` (default 256): most futures running at once for all the
+    /// tasks of one stream thread.
+    pub async_max_inflight_per_thread: usize,
+    /// `async.timeout.ms` (default 60000): a future running longer fails (the processing
+    /// exception handler decides), so an instance never waits on one forever.
+    pub async_timeout: Duration,
     /// `statestore.cache.max.bytes`: the record caches' budget per instance.
     pub cache_max_bytes: usize,
     /// `num.standby.replicas` (default 0): how many other instances keep a warm copy of each
@@ -1226,6 +1250,21 @@ fn parse(mut flat: BTreeMap<String, String>) -> Result<StreamsConfig> {
             1usize,
         )?,
         restore_batch_size: num("restore.batch.size", take("restore.batch.size"), 1usize)?,
+        async_max_inflight_per_task: num(
+            "async.max.inflight.per.task",
+            take("async.max.inflight.per.task"),
+            1usize,
+        )?,
+        async_max_inflight_per_thread: num(
+            "async.max.inflight.per.thread",
+            take("async.max.inflight.per.thread"),
+            1usize,
+        )?,
+        async_timeout: Duration::from_millis(num(
+            "async.timeout.ms",
+            take("async.timeout.ms"),
+            1u64,
+        )?),
         max_task_idle_ms: num("max.task.idle.ms", take("max.task.idle.ms"), -1i64)?,
         cache_max_bytes: num(
             "statestore.cache.max.bytes",

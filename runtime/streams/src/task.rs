@@ -26,13 +26,17 @@
 //! A task is closed only once suspended (Kafka suspends before a clean or
 //! dirty close alike).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use rill_client::{ConsumerRecord, TopicPartition};
 use rill_state::cache::Flushed;
 
+use crate::async_processing::{
+    AsyncLimits, Completion, Entry, EntryState, InFlight, Origin, Outcome,
+};
 use crate::error::{RecordPosition, Recovery, Result, Stage, StreamsError, UserCodeError};
 use crate::error_handlers::{
     ask, Caught, ErrorCounts, ErrorHandlerContext, ErrorHandlers, HandlerResult,
@@ -82,6 +86,9 @@ struct PartitionQueue {
     partition_time: i64,
     /// Next offset to commit (one past the last record fully processed).
     next_offset: Option<i64>,
+    /// Offsets of records with work parked at async nodes → how many
+    /// parked records each has: the smallest is the offset to commit.
+    held: BTreeMap<i64, u32>,
     /// The source node reading this partition's topic.
     source: usize,
 }
@@ -107,6 +114,8 @@ pub(crate) struct InputPolicy {
     pub handlers: ErrorHandlers,
     pub errors: Arc<ErrorCounts>,
     pub timestamp_extractor: SharedExtractor,
+    /// Bounds of the futures of async nodes, and the thread's count of them.
+    pub async_limits: AsyncLimits,
 }
 
 /// Errors a processor's call passes up untouched instead of to the
@@ -145,6 +154,10 @@ pub(crate) struct StreamTask {
     /// partitions (`max.task.idle.ms` > 0).
     idle_since: Option<i64>,
     pub processed: u64,
+    /// Per node: whether it is an async node (its records park).
+    is_async: Vec<bool>,
+    /// Records parked at async nodes (`None`: the sub-topology has none).
+    inflight: Option<Box<InFlight>>,
 }
 
 impl StreamTask {
@@ -161,6 +174,7 @@ impl StreamTask {
             handlers,
             errors,
             timestamp_extractor: default_extractor,
+            async_limits,
         } = input;
         let st = topology
             .subtopologies
@@ -213,6 +227,7 @@ impl StreamTask {
                 extractor,
                 partition_time: -1,
                 next_offset: None,
+                held: BTreeMap::new(),
                 source: node,
             });
         }
@@ -252,7 +267,17 @@ impl StreamTask {
             skipped: 0,
             idle_since: None,
             processed: 0,
+            is_async: Vec::new(),
+            inflight: None,
         };
+        task.is_async = task
+            .procs
+            .iter_mut()
+            .map(|p| p.as_mut().is_some_and(|p| p.as_async().is_some()))
+            .collect();
+        if task.is_async.iter().any(|&a| a) {
+            task.inflight = Some(Box::new(InFlight::new(async_limits)));
+        }
         let topology = task.topology.clone();
         for &i in &st.nodes {
             task.with_processor(&topology, i, Stage::Init, |p, ctx| p.init(ctx))?;
@@ -286,11 +311,18 @@ impl StreamTask {
         self.queues.iter().any(|q| !q.records.is_empty())
     }
 
-    /// `(topic, partition) -> next offset to commit`, for partitions with progress.
+    /// `(topic, partition) -> next offset to commit`, for partitions with
+    /// progress: one past the last record fully processed, or the first
+    /// record with work still parked at an async node.
     pub fn consumed(&self) -> impl Iterator<Item = (&TopicPartition, i64)> {
-        self.queues
-            .iter()
-            .filter_map(|q| q.next_offset.map(|o| (&q.tp, o)))
+        self.queues.iter().filter_map(|q| {
+            q.held
+                .keys()
+                .next()
+                .copied()
+                .or(q.next_offset)
+                .map(|o| (&q.tp, o))
+        })
     }
 
     /// The queue of `topic`-`partition`, for [`Self::add_record_to`] (the
@@ -713,6 +745,7 @@ impl StreamTask {
     fn run(&mut self, topology: &Topology, node: usize, rec: RawRecord) -> Result<()> {
         let def = &topology.nodes[node];
         match &def.kind {
+            NodeKind::Processor { .. } if self.is_async[node] => self.park(topology, node, rec),
             NodeKind::Processor { .. } => {
                 self.with_processor(topology, node, Stage::Process, |p, ctx| p.process(ctx, rec))
             }
@@ -743,6 +776,283 @@ impl StreamTask {
                     store: None,
                 });
                 Ok(())
+            }
+        }
+    }
+
+    /// Whether the task holds as many records at its async nodes as it may
+    /// (`async.max.inflight.per.task`): it takes no more input until some
+    /// finish.
+    pub fn async_full(&self) -> bool {
+        self.inflight.as_ref().is_some_and(|a| a.full())
+    }
+
+    /// Records parked at the task's async nodes (running or waiting).
+    pub fn in_flight(&self) -> usize {
+        self.inflight.as_ref().map_or(0, |a| a.entries.len())
+    }
+
+    /// A record reaching async node `node`: parked behind the records of
+    /// its key already there, started at once when its key is free and a
+    /// slot is (the module header of `async_processing` has the rules). The
+    /// source record it came from holds its offset back until it finishes.
+    fn park(&mut self, topology: &Topology, node: usize, rec: RawRecord) -> Result<()> {
+        let key = match self.procs[node].as_mut().and_then(|p| p.as_async()) {
+            // The key's `Hash` is user code: a panicking one orders the
+            // record with every other such record.
+            Some(p) => guard(|| p.key_hash(&rec)).unwrap_or(0),
+            None => 0,
+        };
+        let origin = self.shared.current.as_ref().and_then(|m| {
+            let queue = self.queue_of(&m.topic, m.partition)?;
+            Some(Origin {
+                queue,
+                metadata: m.clone(),
+            })
+        });
+        match &origin {
+            Some(o) => {
+                *self.queues[o.queue]
+                    .held
+                    .entry(o.metadata.offset)
+                    .or_insert(0) += 1
+            }
+            None => self.inflight_mut().unattributed += 1,
+        }
+        let source = self.shared.source.as_ref().map(|s| SourceRecord {
+            key: s.key.clone(),
+            value: s.value.clone(),
+            headers: s.headers.clone(),
+            timestamp: s.timestamp,
+        });
+        let a = self.inflight_mut();
+        let id = a.next_id();
+        a.entries.insert(
+            id,
+            Entry {
+                node,
+                key,
+                origin,
+                source,
+                timestamp: rec.timestamp,
+                state: EntryState::Waiting(rec),
+            },
+        );
+        if let Some(behind) = a.keys.get_mut(&(node, key)) {
+            behind.push_back(id);
+            return Ok(());
+        }
+        a.keys.insert((node, key), VecDeque::new());
+        if a.ready.is_empty() && a.slot_free() {
+            self.start_entry(topology, id)
+        } else {
+            a.ready.push_back(id);
+            Ok(())
+        }
+    }
+
+    fn inflight_mut(&mut self) -> &mut InFlight {
+        self.inflight
+            .as_mut()
+            .expect("only a task with async nodes parks records")
+    }
+
+    /// Runs `f` with the task's record context set to `e`'s (the record it
+    /// came from, for a handler's context and a dead-letter record), then
+    /// puts the context back.
+    fn in_context_of<R>(&mut self, e: &mut Entry, f: impl FnOnce(&mut Self) -> R) -> R {
+        let current = std::mem::replace(
+            &mut self.shared.current,
+            e.origin.as_ref().map(|o| o.metadata.clone()),
+        );
+        let source = std::mem::replace(&mut self.shared.source, e.source.take());
+        let r = f(self);
+        e.source = std::mem::replace(&mut self.shared.source, source);
+        self.shared.current = current;
+        self.shared.drain_changelogs(e.timestamp);
+        r
+    }
+
+    /// Starts the future of parked record `id` (its key is free and a slot
+    /// is): `start` runs here, the future on the runtime.
+    fn start_entry(&mut self, topology: &Topology, id: u64) -> Result<()> {
+        let mut e = self
+            .inflight_mut()
+            .entries
+            .remove(&id)
+            .expect("a parked record is started once");
+        let EntryState::Waiting(rec) = std::mem::replace(&mut e.state, EntryState::Starting) else {
+            unreachable!("only a waiting record starts");
+        };
+        let node = e.node;
+        let mut started = None;
+        let r = self.in_context_of(&mut e, |t| {
+            t.with_processor(topology, node, Stage::Process, |p, ctx| {
+                let p = p.as_async().ok_or_else(|| {
+                    StreamsError::IllegalState(format!(
+                        "node {node} parked a record but is not async"
+                    ))
+                })?;
+                started = Some(p.start(ctx, rec)?);
+                Ok(())
+            })
+        });
+        r?;
+        match started {
+            Some((fut, record)) => {
+                let a = self.inflight_mut();
+                let abort = a.spawn(id, fut);
+                e.state = EntryState::Running { record, abort };
+                a.entries.insert(id, e);
+                Ok(())
+            }
+            // `start` failed and the handler answered RESUME: the record
+            // ends here.
+            None => self.release(topology, e),
+        }
+    }
+
+    /// A parked record is done (finished, or dropped by a handler): its
+    /// source offset is no longer held by it, and the next record of its
+    /// key at its node may start.
+    fn release(&mut self, topology: &Topology, e: Entry) -> Result<()> {
+        match &e.origin {
+            Some(o) => {
+                let held = &mut self.queues[o.queue].held;
+                if let Some(n) = held.get_mut(&o.metadata.offset) {
+                    *n -= 1;
+                    if *n == 0 {
+                        held.remove(&o.metadata.offset);
+                    }
+                }
+            }
+            None => self.inflight_mut().unattributed -= 1,
+        }
+        let a = self.inflight_mut();
+        let k = (e.node, e.key);
+        let Some(next) = a.keys.get_mut(&k).and_then(VecDeque::pop_front) else {
+            a.keys.remove(&k);
+            return Ok(());
+        };
+        if a.ready.is_empty() && a.slot_free() {
+            self.start_entry(topology, next)
+        } else {
+            a.ready.push_back(next);
+            Ok(())
+        }
+    }
+
+    /// A future ended: `finish` runs on success, the processing handler
+    /// hears of a failure, a panic or a timeout (RESUME drops the record).
+    fn complete(&mut self, topology: &Topology, c: Completion) -> Result<()> {
+        let a = self.inflight_mut();
+        let Some(mut e) = a.entries.remove(&c.id) else {
+            return Ok(());
+        };
+        a.running -= 1;
+        let EntryState::Running { record, .. } =
+            std::mem::replace(&mut e.state, EntryState::Starting)
+        else {
+            unreachable!("only a running record completes");
+        };
+        let node = e.node;
+        let name = &topology.nodes[node].name;
+        let r = self.in_context_of(&mut e, |t| match c.outcome {
+            Outcome::Done(out) => t.with_processor(topology, node, Stage::Process, |p, ctx| {
+                let p = p.as_async().ok_or_else(|| {
+                    StreamsError::IllegalState(format!(
+                        "node {node} parked a record but is not async"
+                    ))
+                })?;
+                p.finish(ctx, record, out)
+            }),
+            Outcome::Failed(err) => t.processing_failed(
+                name,
+                Stage::Process,
+                &Caught::Error(StreamsError::User(err)),
+            ),
+            Outcome::Panicked(p) => t.processing_failed(name, Stage::Process, &Caught::Panic(p)),
+            Outcome::TimedOut(after) => t.processing_failed(
+                name,
+                Stage::Process,
+                &Caught::Error(StreamsError::user(format!(
+                    "the future did not complete within async.timeout.ms ({} ms)",
+                    after.as_millis()
+                ))),
+            ),
+        });
+        r?;
+        self.release(topology, e)
+    }
+
+    /// Takes in the futures that ended since the last call (their `finish`
+    /// runs, their output goes downstream) and starts parked records that
+    /// have a slot now; how many ended.
+    pub fn poll_async(&mut self) -> Result<usize> {
+        let Some(a) = &self.inflight else {
+            return Ok(0);
+        };
+        let rx = a.rx.clone();
+        let topology = self.topology.clone();
+        let mut n = 0;
+        while let Ok(c) = rx.try_recv() {
+            self.complete(&topology, c)?;
+            n += 1;
+        }
+        self.start_ready(&topology)?;
+        Ok(n)
+    }
+
+    /// Starts records at the head of their keys while slots are free.
+    fn start_ready(&mut self, topology: &Topology) -> Result<()> {
+        loop {
+            let a = self.inflight_mut();
+            if !a.slot_free() {
+                return Ok(());
+            }
+            let Some(id) = a.ready.pop_front() else {
+                return Ok(());
+            };
+            self.start_entry(topology, id)?;
+        }
+    }
+
+    /// Gets the task ready to commit: flushes its record caches and waits
+    /// for the work parked at async nodes that the commit cannot leave
+    /// behind — all of it when `all` (exactly_once_v2, a revocation, a
+    /// close), else what no source offset holds back (at-least-once: the
+    /// held offsets keep the rest safe). Bounded by `async.timeout.ms` (each
+    /// future times out by then) plus a margin. `flush`: false leaves the
+    /// caches alone (the test driver waiting for one record's futures).
+    pub fn settle(&mut self, all: bool, flush: bool) -> Result<()> {
+        let Some(timeout) = self.inflight.as_ref().map(|a| a.limits.timeout) else {
+            return if flush { self.flush_caches() } else { Ok(()) };
+        };
+        let deadline = Instant::now() + timeout + Duration::from_secs(5);
+        let rx = self.inflight_mut().rx.clone();
+        let topology = self.topology.clone();
+        loop {
+            self.poll_async()?;
+            // What finished may have written to caches, and what the caches
+            // flush may park at async nodes downstream: round until neither.
+            if flush {
+                self.flush_caches()?;
+            }
+            let a = self.inflight_mut();
+            let left = if all { a.entries.len() } else { a.unattributed };
+            if left == 0 {
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(StreamsError::IllegalState(format!(
+                    "task {}: {left} records parked at async nodes did not finish within {} ms",
+                    self.id,
+                    (timeout + Duration::from_secs(5)).as_millis()
+                )));
+            }
+            if let Ok(c) = rx.recv_timeout((deadline - now).min(Duration::from_millis(10))) {
+                self.complete(&topology, c)?;
             }
         }
     }
@@ -796,7 +1106,7 @@ impl StreamTask {
     pub fn process_while(&mut self, mut more: impl FnMut(&mut Self) -> bool) -> Result<usize> {
         let topology = self.topology.clone();
         let mut n = 0;
-        while more(self) && self.process_one_in(&topology)? {
+        while more(self) && !self.async_full() && self.process_one_in(&topology)? {
             n += 1;
         }
         Ok(n)
@@ -1086,6 +1396,7 @@ mod tests {
                 handlers: Default::default(),
                 errors: Default::default(),
                 timestamp_extractor: Arc::new(crate::timestamp::FailOnInvalidTimestamp),
+                async_limits: Default::default(),
             },
             0,
         )

@@ -56,9 +56,13 @@ impl TaskExecutor {
             let dropped_before = t.task.dropped_records();
             collector.lend(t.task.out_buffer());
             let mut taken = 0;
-            let r = t.task.process_while(|task| {
-                taken += 1;
-                taken <= per_task && task.ready(lag, self.max_task_idle_ms, now)
+            // Futures of async nodes that ended first: their records'
+            // output goes on, and their keys free the next records.
+            let r = t.task.poll_async().and_then(|_| {
+                t.task.process_while(|task| {
+                    taken += 1;
+                    taken <= per_task && task.ready(lag, self.max_task_idle_ms, now)
+                })
             });
             shared.count_dropped(t.task.dropped_records() - dropped_before);
             let n = match r {

@@ -133,6 +133,8 @@ pub(crate) struct TaskManager {
     /// The thread failed and closed its tasks without a commit: nothing
     /// may be committed any more.
     closed_dirty: bool,
+    /// Bounds of async nodes' futures, with the thread's count of them.
+    async_limits: crate::async_processing::AsyncLimits,
 }
 
 /// What the [`TaskExecutor`](crate::task_executor::TaskExecutor) works on:
@@ -169,6 +171,13 @@ impl TaskManager {
         // Kafka splits the cache evenly over the stream threads.
         let share = c.cache_max_bytes / c.num_stream_threads.max(1);
         let cache_budget = (share > 0).then(|| CacheBudget::new(share));
+        let async_limits = crate::async_processing::AsyncLimits {
+            per_task: c.async_max_inflight_per_task,
+            per_thread: c.async_max_inflight_per_thread,
+            timeout: c.async_timeout,
+            thread_running: Default::default(),
+            runtime: ctx.async_runtime.clone(),
+        };
         Ok(Self {
             cache_budget,
             ctx,
@@ -185,6 +194,7 @@ impl TaskManager {
             standbys: Standbys::default(),
             ends: BTreeMap::new(),
             closed_dirty: false,
+            async_limits,
         })
     }
 
@@ -203,9 +213,22 @@ impl TaskManager {
         self.fatal.get_or_insert(e);
     }
 
-    /// Whether no task has a record buffered.
+    /// Whether no task has a record buffered or parked at an async node.
     pub fn is_idle(&self) -> bool {
-        !self.tasks.values().any(|t| t.task.has_buffered())
+        !self
+            .tasks
+            .values()
+            .any(|t| t.task.has_buffered() || t.task.in_flight() > 0)
+    }
+
+    /// Whether the thread can only wait for futures of async nodes: some
+    /// are in flight and no task could take a buffered record now.
+    pub fn waits_on_async(&self) -> bool {
+        self.tasks.values().any(|t| t.task.in_flight() > 0)
+            && !self
+                .tasks
+                .values()
+                .any(|t| t.task.has_buffered() && !t.task.async_full())
     }
 
     pub fn collector(&self) -> &RecordCollector {
@@ -539,6 +562,7 @@ impl TaskManager {
                 handlers: self.ctx.handlers.clone(),
                 errors: self.ctx.errors.clone(),
                 timestamp_extractor: c.timestamp_extractor(),
+                async_limits: self.async_limits.clone(),
             },
             now_ms(),
         )?;
@@ -710,12 +734,20 @@ impl TaskManager {
     /// Flush caches → send → flush the producer → commit offsets → write
     /// checkpoints (those past [`CHECKPOINT_DELTA`]).
     pub fn commit(&mut self, consumer: &mut Consumer) -> Result<()> {
-        self.commit_with(consumer, false)
+        let all = self.collector.is_transactional();
+        self.commit_with(consumer, false, all)
     }
 
     /// `checkpoint`: write every task's checkpoint whatever the delta (the
-    /// tasks are being suspended or closed).
-    fn commit_with(&mut self, consumer: &mut Consumer, checkpoint: bool) -> Result<()> {
+    /// tasks are being suspended or closed). `settle_all`: wait for every
+    /// future of async nodes first (exactly-once, a revocation, a close);
+    /// otherwise only for those no source offset holds back.
+    fn commit_with(
+        &mut self,
+        consumer: &mut Consumer,
+        checkpoint: bool,
+        settle_all: bool,
+    ) -> Result<()> {
         if self.closed_dirty || std::thread::panicking() {
             // The thread failed (or a panic is unwinding it): committing
             // now would cover records that were not fully processed.
@@ -724,7 +756,7 @@ impl TaskManager {
             ));
         }
         let started = Instant::now();
-        let r = self.commit_inner(consumer, checkpoint);
+        let r = self.commit_inner(consumer, checkpoint, settle_all);
         let ns = started.elapsed().as_nanos() as u64;
         let m = &self.ctx.shared.metrics;
         m.commits.fetch_add(1, Ordering::Relaxed);
@@ -733,13 +765,19 @@ impl TaskManager {
         r
     }
 
-    fn commit_inner(&mut self, consumer: &mut Consumer, checkpoint: bool) -> Result<()> {
+    fn commit_inner(
+        &mut self,
+        consumer: &mut Consumer,
+        checkpoint: bool,
+        settle_all: bool,
+    ) -> Result<()> {
         let started = Instant::now();
         self.commit_requested = false;
-        // Record caches first: what they flush is part of this commit.
+        // Record caches first: what they flush is part of this commit (and
+        // so is what async nodes finish meanwhile).
         for t in self.tasks.values_mut() {
             let dropped_before = t.task.dropped_records();
-            let flushed = t.task.flush_caches();
+            let flushed = t.task.settle(settle_all, true);
             // Records a handler skipped downstream of a cache count as dropped.
             self.ctx
                 .shared
@@ -873,7 +911,7 @@ impl TaskManager {
         }
         // No forced checkpoint: most suspended tasks resume here after the
         // rebalance; one that moves away checkpoints when it is closed.
-        let committed = self.commit_with(consumer, false);
+        let committed = self.commit_with(consumer, false, true);
         if let Err(e) = committed {
             warn!(thread = %self.ctx.name, "commit before revocation failed ({e}); the uncommitted records will be processed again");
             if !self.collector.is_transactional()
@@ -1143,7 +1181,7 @@ impl TaskManager {
     /// open transaction is aborted.
     pub fn close_all(&mut self, consumer: Option<&mut Consumer>) -> Result<()> {
         let r = match consumer {
-            Some(c) if !self.tasks.is_empty() => self.commit_with(c, true),
+            Some(c) if !self.tasks.is_empty() => self.commit_with(c, true, true),
             Some(_) => Ok(()),
             None => {
                 if let Err(e) = self.abort_transaction() {

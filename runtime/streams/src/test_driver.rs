@@ -173,6 +173,7 @@ impl TopologyTestDriver {
                     handlers: handlers.clone(),
                     errors: errors.clone(),
                     timestamp_extractor: Arc::new(crate::timestamp::FailOnInvalidTimestamp),
+                    async_limits: Default::default(),
                 },
                 wall_clock_ms,
             )?;
@@ -348,6 +349,9 @@ impl TopologyTestDriver {
             for id in &ids {
                 let task = self.tasks.get_mut(id).expect("listed");
                 busy |= task.process_one()?;
+                // Records parked at async nodes finish before the next one
+                // is piped: the driver's output is deterministic.
+                task.settle(true, false)?;
                 let out = task.take_out();
                 self.route(out)?;
             }
@@ -358,7 +362,7 @@ impl TopologyTestDriver {
             // forward may feed another sub-topology.
             for id in &ids {
                 let task = self.tasks.get_mut(id).expect("listed");
-                task.flush_caches()?;
+                task.settle(true, true)?;
                 let out = task.take_out();
                 busy |= !out.is_empty();
                 self.route(out)?;

@@ -42,6 +42,10 @@ use crate::user_code::guard;
 /// How long an idle thread polls before it sends its lingering records.
 const IDLE_PROBE: Duration = Duration::from_millis(2);
 
+/// Longest a thread waiting only on futures of async nodes sleeps before
+/// it polls again (an ending future wakes it sooner).
+const ASYNC_WAIT: Duration = Duration::from_millis(10);
+
 /// Records processed per loop over all tasks, before the thread polls,
 /// punctuates and considers a commit again.
 const PROCESS_BUDGET: usize = 10_000;
@@ -296,7 +300,17 @@ impl StreamThread {
     /// sent now. Under load the short poll finds records and batching is
     /// unchanged.
     fn poll(&mut self) -> Result<Option<Vec<ConsumerRecord>>> {
-        let idle = lock(&self.tasks).is_idle();
+        let (idle, waits_on_async) = {
+            let tm = lock(&self.tasks);
+            (tm.is_idle(), tm.waits_on_async())
+        };
+        if waits_on_async {
+            // Only futures of async nodes can make progress: what was
+            // produced goes out, and the thread sleeps until one ends (each
+            // wakes it) or a short while passes, then polls without waiting.
+            lock(&self.tasks).collector().send_buffered_now();
+            std::thread::park_timeout(ASYNC_WAIT.min(self.ctx.config.poll_timeout));
+        }
         let timeout = self.ctx.config.poll_timeout;
         let first = if idle {
             IDLE_PROBE.min(timeout)

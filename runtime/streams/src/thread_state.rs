@@ -289,6 +289,8 @@ pub(crate) struct ThreadContext {
     /// that failed soon after it started backs off, so a record that fails
     /// every time does not make the instance spin (zero otherwise).
     pub start_delay: std::time::Duration,
+    /// Where async nodes' futures run (`None`: Rill's `rill-async` runtime).
+    pub async_runtime: Option<tokio::runtime::Handle>,
 }
 
 impl ThreadContext {
