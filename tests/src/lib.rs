@@ -7,6 +7,7 @@
 //! [`wire`] is the raw client scenarios speak through; [`tools`] installs and
 //! runs third-party clients (kcat, confluent-kafka, the Java clients).
 
+pub mod async_scenarios;
 pub mod backend;
 pub mod client_scenarios;
 pub mod dsl_scenarios;

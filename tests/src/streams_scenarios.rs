@@ -43,6 +43,11 @@ pub use crate::error_scenarios::{
     streams_record_too_large, streams_replace_thread_backs_off_until_fixed, Guarantee, OnRefusal,
     Poison, Where,
 };
+// Async nodes too (issue 48).
+pub use crate::async_scenarios::{
+    streams_async_back_pressure, streams_async_future_timeout, streams_async_per_key_order,
+};
+pub use crate::rolling::{streams_async_kill9, streams_async_roll_static_clean};
 // Standby replicas and KIP-441 warm-ups too.
 pub use crate::standby_scenarios::{
     streams_standby_failover, streams_standby_rack_aware, streams_standby_warmup,
@@ -1306,6 +1311,11 @@ macro_rules! for_each_streams_scenario {
             streams_panic_in_cached_aggregator => streams_panic_in(Where::Aggregator),
             streams_record_too_large_fails => streams_record_too_large(OnRefusal::Fail),
             streams_record_too_large_continues => streams_record_too_large(OnRefusal::Continue),
+            streams_async_per_key_order => streams_async_per_key_order(),
+            streams_async_back_pressure => streams_async_back_pressure(),
+            streams_async_future_timeout => streams_async_future_timeout(),
+            streams_async_roll_static_clean => streams_async_roll_static_clean(),
+            streams_async_kill9 => streams_async_kill9(),
         );
     };
 }

@@ -9,6 +9,9 @@
 //! `windowed` (the word count per 10-second tumbling window, 1 h grace,
 //! windowed keys in Kafka's time-windowed layout), `join` (each record
 //! joined with the value of its key in the table read from `--table`) or
+//! `async` (input → output unchanged through `map_values_async`, each
+//! record's future answering after 0–20 ms, a pseudo-random delay fixed by
+//! its value: a lookup in a slow service) or
 //! `raw` (no stream runtime: `--threads` plain consumer → producer loops
 //! in one group, each committing every `--commit-ms`, the ceiling the
 //! runtime is compared with).
@@ -295,6 +298,14 @@ fn main() {
         "passthrough" => b
             .stream(&[input.as_str()], Consumed::with(bytes(), bytes()))
             .to(&output, Produced::with(bytes(), bytes())),
+        "async" => b
+            .stream(&[input.as_str()], Consumed::with(bytes(), bytes()))
+            .map_values_async(|v: Option<bytes::Bytes>| async move {
+                let ms = v.as_deref().map_or(0, rill_tests::async_scenarios::jitter_ms);
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                v
+            })
+            .to(&output, Produced::with(bytes(), bytes())),
         "wordcount" => b
             .stream(&[input.as_str()], Consumed::with(bytes(), Serdes::string()))
             .flat_map_values(|line: &String| {
@@ -377,7 +388,7 @@ fn main() {
             .to(&output, Produced::with(Serdes::string(), Serdes::string()))
         }
         other => {
-            eprintln!("unknown --topology {other} (passthrough, wordcount, aggregate, windowed, join, raw)");
+            eprintln!("unknown --topology {other} (passthrough, async, wordcount, aggregate, windowed, join, raw)");
             std::process::exit(2);
         }
     }
