@@ -8,6 +8,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
+use plotters::prelude::*;
 use rill_broker::EmbeddedCluster;
 
 /// Environment variable that turns a bench binary into a broker process.
@@ -371,4 +372,143 @@ mod tests {
         assert!(busy.is_finite() && busy > 0.0, "{busy}");
         assert!(machine_busy_seconds() >= busy);
     }
+}
+
+// ------------------------------------------------------------------- charts
+
+const COLORS: [RGBColor; 3] = [
+    RGBColor(54, 102, 204),
+    RGBColor(230, 120, 40),
+    RGBColor(60, 160, 90),
+];
+
+/// Draws one bar per (label, series) with its value on top.
+fn draw_bars<Y>(
+    chart: &mut ChartContext<
+        '_,
+        BitMapBackend<'_>,
+        Cartesian2d<plotters::coord::types::RangedCoordf64, Y>,
+    >,
+    labels: &[&str],
+    series: &[(&str, Vec<f64>)],
+    log: bool,
+    k: f64,
+) where
+    Y: Ranged<ValueType = f64>,
+{
+    let floor = if log { 1.0 } else { 0.0 };
+    let groups = series.first().map_or(0, |(_, v)| v.len());
+    let top = series
+        .iter()
+        .flat_map(|(_, v)| v.iter().copied())
+        .fold(1.0f64, f64::max);
+    chart
+        .draw_series((0..groups).map(|i| {
+            let tallest = series.iter().map(|(_, v)| v[i]).fold(1.0f64, f64::max);
+            let y = if log {
+                tallest * 2.2
+            } else {
+                tallest + top * 0.08
+            };
+            Text::new(
+                labels[i].to_string(),
+                (i as f64 + 0.12, y),
+                ("sans-serif", 15),
+            )
+        }))
+        .unwrap();
+    for (si, (name, vals)) in series.iter().enumerate() {
+        let c = COLORS[si % COLORS.len()];
+        chart
+            .draw_series(vals.iter().enumerate().map(|(i, v)| {
+                let x0 = i as f64 + 0.1 + si as f64 * 0.8 / k;
+                Rectangle::new([(x0, floor), (x0 + 0.8 / k, v.max(1.0))], c.filled())
+            }))
+            .unwrap()
+            .label(*name)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], c.filled()));
+        chart
+            .draw_series(vals.iter().enumerate().map(|(i, v)| {
+                let x = i as f64 + 0.1 + (si as f64 + 0.3) * 0.8 / k;
+                Text::new(
+                    format!("{v:.0}"),
+                    (x, v.max(1.0) * if log { 1.15 } else { 1.02 }),
+                    ("sans-serif", 13),
+                )
+            }))
+            .unwrap();
+    }
+}
+
+/// Grouped bars, one group per label, one bar per series.
+pub fn bar_chart(
+    path: &Path,
+    title: &str,
+    labels: &[&str],
+    series: &[(&str, Vec<f64>)],
+    log: bool,
+) {
+    let font = std::fs::read("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")
+        .expect("DejaVu Sans for the chart labels (apt-get install fonts-dejavu-core)");
+    let _ = plotters::style::register_font(
+        "sans-serif",
+        FontStyle::Normal,
+        Box::leak(font.into_boxed_slice()),
+    );
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let root = BitMapBackend::new(path, (1000, 520)).into_drawing_area();
+    root.fill(&WHITE).unwrap();
+    let max = series
+        .iter()
+        .flat_map(|(_, v)| v.iter().copied())
+        .fold(1.0f64, f64::max)
+        * if log { 4.0 } else { 1.25 };
+    let n = labels.len();
+    let k = series.len() as f64;
+    let k = k.max(1.0);
+    let caption = (title, ("sans-serif", 20));
+    if log {
+        let mut chart = ChartBuilder::on(&root)
+            .caption(caption.0, caption.1)
+            .margin(15)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0.0..n as f64, (1.0..max).log_scale())
+            .unwrap();
+        chart
+            .configure_mesh()
+            .x_labels(0)
+            .disable_x_mesh()
+            .draw()
+            .unwrap();
+        draw_bars(&mut chart, labels, series, log, k);
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .unwrap();
+    } else {
+        let mut chart = ChartBuilder::on(&root)
+            .caption(caption.0, caption.1)
+            .margin(15)
+            .x_label_area_size(40)
+            .y_label_area_size(80)
+            .build_cartesian_2d(0.0..n as f64, 0.0..max)
+            .unwrap();
+        chart
+            .configure_mesh()
+            .x_labels(0)
+            .disable_x_mesh()
+            .draw()
+            .unwrap();
+        draw_bars(&mut chart, labels, series, log, k);
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .unwrap();
+    }
+    root.present().unwrap();
 }

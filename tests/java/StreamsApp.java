@@ -17,6 +17,8 @@
 // joins each record with its key's value in the table read from --table;
 // `poison` upper-cases values and throws on "poison" (the error handlers'
 // and dead-letter queue's reference, configured through --config);
+// `enrich` replaces each value with what `GET <--service>/lookup/<value>`
+// answers, a blocking call per record (the async benchmark's reference);
 // `raw` is no Kafka Streams at all: the Java clients' consume → produce
 // loop, one per --threads, the ceiling the benchmarks compare with;
 // `--cache-bytes N` sets statestore.cache.max.bytes, 0 turns it off). With --group-instance-id each stream
@@ -26,6 +28,10 @@
 // it ends; SIGTERM closes it (static
 // members stay in the group, Kafka's default) and prints `CLOSED true`.
 
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
 import java.time.Duration;
 import java.util.Arrays;
 import java.util.HashMap;
@@ -179,12 +185,34 @@ public class StreamsApp {
                     return v.toUpperCase();
                 })
                 .to(output, Produced.with(Serdes.String(), Serdes.String()));
+        } else if (topology.equals("enrich")) {
+            // Each value looked up in the service at --service
+            // (GET <service>/lookup/<value>, answered after 5 ms in the
+            // async benchmark): the call blocks the stream thread, as a
+            // Kafka Streams processor's I/O does.
+            String service = a.get("--service");
+            HttpClient http = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).build();
+            b.stream(input, Consumed.with(Serdes.ByteArray(), Serdes.String()))
+                .mapValues(v -> {
+                    try {
+                        HttpResponse<String> r = http.send(
+                            HttpRequest.newBuilder(URI.create(service + "/lookup/" + v)).build(),
+                            HttpResponse.BodyHandlers.ofString());
+                        if (r.statusCode() != 200) {
+                            throw new IllegalStateException("the service answered " + r.statusCode());
+                        }
+                        return r.body();
+                    } catch (java.io.IOException | InterruptedException e) {
+                        throw new RuntimeException(e);
+                    }
+                })
+                .to(output, Produced.with(Serdes.ByteArray(), Serdes.String()));
         } else if (topology.equals("raw")) {
             rawLoop(a);
             return;
         } else {
             System.err.println("unknown --topology " + topology
-                + " (passthrough, wordcount, windowed, join, poison, raw)");
+                + " (passthrough, wordcount, windowed, join, poison, enrich, raw)");
             System.exit(2);
         }
         Properties p = new Properties();

@@ -12,6 +12,9 @@
 //! `async` (input → output unchanged through `map_values_async`, each
 //! record's future answering after 0–20 ms, a pseudo-random delay fixed by
 //! its value: a lookup in a slow service) or
+//! `enrich-async` / `enrich-sync` (each value replaced by what
+//! `GET <--service>/lookup/<value>` answers: reqwest's async client in
+//! `try_map_values_async`, or its blocking client in `try_map_values`),
 //! `raw` (no stream runtime: `--threads` plain consumer → producer loops
 //! in one group, each committing every `--commit-ms`, the ceiling the
 //! runtime is compared with).
@@ -298,10 +301,38 @@ fn main() {
         "passthrough" => b
             .stream(&[input.as_str()], Consumed::with(bytes(), bytes()))
             .to(&output, Produced::with(bytes(), bytes())),
+        // The async benchmark's lookups: each value replaced by what
+        // `GET <--service>/lookup/<value>` answers, with reqwest's async
+        // client in an async node or its blocking client in `map_values`
+        // (the stream thread waits, as Kafka Streams' does).
+        "enrich-async" => {
+            let service = need("--service");
+            let http = reqwest::Client::new();
+            b.stream(&[input.as_str()], Consumed::with(bytes(), Serdes::string()))
+                .try_map_values_async(move |v: String| {
+                    let request = http.get(format!("{service}/lookup/{v}"));
+                    async move { request.send().await?.error_for_status()?.text().await }
+                })
+                .to(&output, Produced::with(bytes(), Serdes::string()))
+        }
+        "enrich-sync" => {
+            let service = need("--service");
+            let http = reqwest::blocking::Client::new();
+            b.stream(&[input.as_str()], Consumed::with(bytes(), Serdes::string()))
+                .try_map_values(move |v: &String| {
+                    http.get(format!("{service}/lookup/{v}"))
+                        .send()?
+                        .error_for_status()?
+                        .text()
+                })
+                .to(&output, Produced::with(bytes(), Serdes::string()))
+        }
         "async" => b
             .stream(&[input.as_str()], Consumed::with(bytes(), bytes()))
             .map_values_async(|v: Option<bytes::Bytes>| async move {
-                let ms = v.as_deref().map_or(0, rill_tests::async_scenarios::jitter_ms);
+                let ms = v
+                    .as_deref()
+                    .map_or(0, rill_tests::async_scenarios::jitter_ms);
                 tokio::time::sleep(Duration::from_millis(ms)).await;
                 v
             })
@@ -388,7 +419,7 @@ fn main() {
             .to(&output, Produced::with(Serdes::string(), Serdes::string()))
         }
         other => {
-            eprintln!("unknown --topology {other} (passthrough, async, wordcount, aggregate, windowed, join, raw)");
+            eprintln!("unknown --topology {other} (passthrough, async, enrich-async, enrich-sync, wordcount, aggregate, windowed, join, raw)");
             std::process::exit(2);
         }
     }
