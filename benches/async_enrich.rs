@@ -11,6 +11,7 @@
 //!      thread waits for each answer);
 //!    - Kafka Streams (Java): `mapValues` with `java.net.http.HttpClient.send`
 //!      (blocking, the same service) — tests/java/StreamsApp.java `enrich`.
+//!
 //!    Each run reads the input from the start with its own application id;
 //!    after its first output, `WARM_SECS` (10) s of warm-up, then the rate
 //!    and CPU are measured over `MEASURE_SECS` (20) s of steady state from
@@ -132,18 +133,25 @@ impl Running {
     }
 }
 
-/// Starts `app` reading `input` into a fresh output topic; waits for RUNNING.
+/// What every run of a part shares: the apps' binaries, the broker and
+/// the lookup service.
+struct Launch<'a> {
+    bin: &'a Path,
+    baseline: Option<&'a Path>,
+    bootstrap: &'a str,
+    service: &'a str,
+}
+
+/// Starts `app` reading `input` into `output`; waits for RUNNING.
 fn spawn(
+    l: &Launch<'_>,
     app: App,
-    bin: &Path,
-    baseline: Option<&Path>,
-    bootstrap: &str,
     input: &str,
     output: &str,
     topology: &str,
-    service: &str,
     dir: &Path,
 ) -> Running {
+    let (bin, baseline, bootstrap, service) = (l.bin, l.baseline, l.bootstrap, l.service);
     let mut cmd = match app {
         App::KafkaStreams => app_command(Runtime::KafkaStreams, bin),
         App::Baseline => Command::new(baseline.expect("BASELINE_APP")),
@@ -208,20 +216,11 @@ struct Sample {
 }
 
 /// Part 1: one run of `app` — first output, warm-up, then the measured window.
-fn enrich_run(app: App, bin: &Path, bootstrap: &str, input: &str, service: &str) -> Sample {
+fn enrich_run(l: &Launch<'_>, app: App, input: &str) -> Sample {
+    let bootstrap = l.bootstrap;
     let output = topic(bootstrap, "enriched");
     let dir = tempfile::tempdir().unwrap();
-    let run = spawn(
-        app,
-        bin,
-        None,
-        bootstrap,
-        input,
-        &output,
-        "",
-        service,
-        dir.path(),
-    );
+    let run = spawn(l, app, input, &output, "", dir.path());
     let ad = admin(bootstrap);
     let out = || total_end_offset(&ad, &output, PARTITIONS);
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -297,7 +296,13 @@ fn enrich(bin: &Path, bootstrap: &str, broker: &str, suffix: &str) {
         for k in 0..apps.len() {
             let i = (k + round) % apps.len();
             let before = served.load(Ordering::Relaxed);
-            let s = enrich_run(apps[i], bin, bootstrap, &input, &url);
+            let launch = Launch {
+                bin,
+                baseline: None,
+                bootstrap,
+                service: &url,
+            };
+            let s = enrich_run(&launch, apps[i], &input);
             println!(
                 "round {round}: {:<14} {:>9.0} records/s, {:>8.0} per CPU-s, peak RSS {:.0} MiB ({} lookups served)",
                 apps[i].label(),
@@ -380,17 +385,13 @@ fn wordcount(bin: &Path, bootstrap: &str, broker: &str) {
             let output = topic(bootstrap, "wc-out");
             let dir = tempfile::tempdir().unwrap();
             let app_id_dir = dir.path().to_path_buf();
-            let run = spawn(
-                apps[i],
+            let launch = Launch {
                 bin,
-                Some(&baseline),
+                baseline: Some(&baseline),
                 bootstrap,
-                &input,
-                &output,
-                "wordcount",
-                "-",
-                &app_id_dir,
-            );
+                service: "-",
+            };
+            let run = spawn(&launch, apps[i], &input, &output, "wordcount", &app_id_dir);
             // Committed input offsets over time: crossings of 20 % and 80 %.
             let ad = admin(bootstrap);
             let group = run.application_id.clone();

@@ -346,34 +346,6 @@ impl Drop for PerfRecord {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn medians_and_ratios() {
-        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
-        assert_eq!(
-            ratio_stats(&[2.0, 4.0, 9.0], &[1.0, 2.0, 3.0]),
-            (2.0, 2.0, 3.0)
-        );
-    }
-
-    #[test]
-    fn reads_own_process_stats() {
-        let me = std::process::id();
-        assert!(peak_rss_kib(me) > 0);
-        assert!(rss_kib(me) > 0);
-        assert!(cpu_seconds(me) >= 0.0);
-        // The machine has been up and busy for a while, and its busy time
-        // only grows.
-        let busy = machine_busy_seconds();
-        assert!(busy.is_finite() && busy > 0.0, "{busy}");
-        assert!(machine_busy_seconds() >= busy);
-    }
-}
-
 // ------------------------------------------------------------------- charts
 
 const COLORS: [RGBColor; 3] = [
@@ -511,4 +483,32 @@ pub fn bar_chart(
             .unwrap();
     }
     root.present().unwrap();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians_and_ratios() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert_eq!(
+            ratio_stats(&[2.0, 4.0, 9.0], &[1.0, 2.0, 3.0]),
+            (2.0, 2.0, 3.0)
+        );
+    }
+
+    #[test]
+    fn reads_own_process_stats() {
+        let me = std::process::id();
+        assert!(peak_rss_kib(me) > 0);
+        assert!(rss_kib(me) > 0);
+        assert!(cpu_seconds(me) >= 0.0);
+        // The machine has been up and busy for a while, and its busy time
+        // only grows.
+        let busy = machine_busy_seconds();
+        assert!(busy.is_finite() && busy > 0.0, "{busy}");
+        assert!(machine_busy_seconds() >= busy);
+    }
 }

@@ -34,7 +34,6 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::hash::{Hash, Hasher};
-use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -118,7 +117,7 @@ pub(crate) trait ErasedAsync: Send {
 
 pub(crate) struct AsyncAdapter<P, KIn, VIn, KOut, VOut> {
     pub inner: P,
-    pub _types: PhantomData<fn(KIn, VIn) -> (KOut, VOut)>,
+    pub _types: crate::processor::Types<KIn, VIn, KOut, VOut>,
 }
 
 impl<P, KIn, VIn, KOut, VOut> ErasedProcessor for AsyncAdapter<P, KIn, VIn, KOut, VOut>

@@ -75,7 +75,7 @@ pub(crate) trait ErasedProcessor: Send {
 }
 
 /// The input and output types an adapter restores.
-type Types<KIn, VIn, KOut, VOut> = PhantomData<fn(KIn, VIn) -> (KOut, VOut)>;
+pub(crate) type Types<KIn, VIn, KOut, VOut> = PhantomData<fn(KIn, VIn) -> (KOut, VOut)>;
 
 pub(crate) struct Adapter<P, KIn, VIn, KOut, VOut> {
     pub inner: P,
