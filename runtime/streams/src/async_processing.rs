@@ -329,9 +329,12 @@ impl InFlight {
     /// channel, and the stream thread (the caller's) is woken.
     pub fn spawn(&mut self, id: u64, fut: ErasedFuture) -> AbortHandle {
         self.running += 1;
-        let slot = Slot::take(&self.limits.thread_running);
-        let tx = self.tx.clone();
-        let wake = std::thread::current();
+        let mut reply = Reply {
+            slot: Some(Slot::take(&self.limits.thread_running)),
+            tx: self.tx.clone(),
+            wake: std::thread::current(),
+            id,
+        };
         let timeout = self.limits.timeout;
         self.handle
             .spawn(async move {
@@ -341,12 +344,44 @@ impl InFlight {
                     Ok(Err(p)) => Outcome::Panicked(p),
                     Err(_) => Outcome::TimedOut(timeout),
                 };
-                drop(slot);
-                // The task may be gone (closed): then nobody wants it.
-                let _ = tx.send(Completion { id, outcome });
-                wake.unpark();
+                reply.send(outcome);
             })
             .abort_handle()
+    }
+}
+
+/// Where a future's outcome goes: its task's channel, then a wake-up for
+/// the stream thread. Dropped unsent — the runtime dropped the future
+/// (shut down) — it reports that as a failure, so a record never waits
+/// for an answer that cannot come; a task that aborted its own futures
+/// is gone and no longer listens.
+struct Reply {
+    slot: Option<Slot>,
+    tx: Sender<Completion>,
+    wake: std::thread::Thread,
+    id: u64,
+}
+
+impl Reply {
+    fn send(&mut self, outcome: Outcome) {
+        // The thread's slot frees before the stream thread hears of it.
+        if self.slot.take().is_none() {
+            return;
+        }
+        // The task may be gone (closed): then nobody wants it.
+        let _ = self.tx.send(Completion {
+            id: self.id,
+            outcome,
+        });
+        self.wake.unpark();
+    }
+}
+
+impl Drop for Reply {
+    fn drop(&mut self) {
+        self.send(Outcome::Failed(
+            "the async runtime dropped the future before it completed (was it shut down?)".into(),
+        ));
     }
 }
 
@@ -421,5 +456,59 @@ where
     ) -> Result<()> {
         (self.1)(ctx, record, output);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_future_its_runtime_dropped_is_reported_as_failed_and_frees_its_slot() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let handle = rt.handle().clone();
+        drop(rt);
+        let mut a = InFlight::new(AsyncLimits {
+            runtime: Some(handle),
+            ..Default::default()
+        });
+        let _abort = a.spawn(7, Box::pin(async { Ok(any_box(1u8)) }));
+        let c =
+            a.rx.recv_timeout(Duration::from_secs(5))
+                .expect("an outcome, not a record waiting forever");
+        assert_eq!(c.id, 7);
+        let Outcome::Failed(e) = c.outcome else {
+            panic!("not a failure")
+        };
+        assert!(e.to_string().contains("dropped the future"), "{e}");
+        assert_eq!(a.limits.thread_running.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn a_future_that_panics_or_outlives_the_timeout_ends_as_a_value() {
+        let mut a = InFlight::new(AsyncLimits {
+            timeout: Duration::from_millis(50),
+            ..Default::default()
+        });
+        crate::user_code::install_hook();
+        a.spawn(1, Box::pin(async { panic!("lookup failed") }));
+        a.spawn(
+            2,
+            Box::pin(async {
+                std::future::pending::<()>().await;
+                Ok(any_box(()))
+            }),
+        );
+        let mut seen = std::collections::BTreeMap::new();
+        for _ in 0..2 {
+            let c = a.rx.recv_timeout(Duration::from_secs(5)).unwrap();
+            seen.insert(c.id, c.outcome);
+        }
+        assert!(matches!(&seen[&1], Outcome::Panicked(p) if p.message == "lookup failed"));
+        assert!(matches!(&seen[&2], Outcome::TimedOut(d) if *d == Duration::from_millis(50)));
+        assert_eq!(a.limits.thread_running.load(Ordering::SeqCst), 0);
     }
 }
