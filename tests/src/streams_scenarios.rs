@@ -46,6 +46,7 @@ pub use crate::error_scenarios::{
 // Async nodes too (issue 48).
 pub use crate::async_scenarios::{
     streams_async_back_pressure, streams_async_future_timeout, streams_async_per_key_order,
+    streams_async_store_per_key,
 };
 pub use crate::rolling::{streams_async_kill9, streams_async_roll_static_clean};
 // Standby replicas and KIP-441 warm-ups too.
@@ -1312,6 +1313,8 @@ macro_rules! for_each_streams_scenario {
             streams_record_too_large_fails => streams_record_too_large(OnRefusal::Fail),
             streams_record_too_large_continues => streams_record_too_large(OnRefusal::Continue),
             streams_async_per_key_order => streams_async_per_key_order(),
+            streams_async_store_per_key_rocksdb => streams_async_store_per_key(StoreBackend::RocksDb),
+            streams_async_store_per_key_in_memory => streams_async_store_per_key(StoreBackend::InMemory),
             streams_async_back_pressure => streams_async_back_pressure(),
             streams_async_future_timeout => streams_async_future_timeout(),
             streams_async_roll_static_clean => streams_async_roll_static_clean(),
