@@ -406,6 +406,16 @@ fn wordcount(bin: &Path, bootstrap: &str, broker: &str) {
                     })
                     .unwrap_or(0)
             };
+            // RILL_BENCH_PERF=<dir>: a profile of each run (where the two builds differ).
+            let tag = format!(
+                "wordcount-{}-{round}",
+                if apps[i] == App::Rill {
+                    "with"
+                } else {
+                    "before"
+                }
+            );
+            let perf = rill_benches::PerfRecord::start_if_requested(run.pid, &tag);
             let (lo, hi) = (lines as i64 / 5, lines as i64 * 4 / 5);
             let deadline = Instant::now() + Duration::from_secs(600);
             let mut at_lo = None;
@@ -426,6 +436,7 @@ fn wordcount(bin: &Path, bootstrap: &str, broker: &str) {
                 std::thread::sleep(Duration::from_millis(100));
             };
             let application_id = run.application_id.clone();
+            drop(perf);
             run.stop();
             // The run's topics go: the broker's log cleaner compacting
             // earlier runs' changelogs would otherwise load later rounds.

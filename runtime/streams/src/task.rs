@@ -796,6 +796,10 @@ impl StreamTask {
     /// its key already there, started at once when its key is free and a
     /// slot is (the module header of `async_processing` has the rules). The
     /// source record it came from holds its offset back until it finishes.
+    // Kept out of `run`, the synchronous path's dispatch (cold: a topology
+    // without async nodes never calls it).
+    #[cold]
+    #[inline(never)]
     fn park(&mut self, topology: &Topology, node: usize, rec: RawRecord) -> Result<()> {
         let key = match self.procs[node].as_mut().and_then(|p| p.as_async()) {
             // The key's `Hash` is user code: a panicking one orders the
