@@ -29,7 +29,7 @@ use rill_streams::{
 };
 
 use crate::client_scenarios::{admin, config, create_topic, send_and_wait, wait_until};
-use crate::streams_scenarios::{describe_for_failure, group_protocol};
+use crate::streams_scenarios::{describe_for_failure, group_protocol, start};
 use crate::unique_topic;
 
 /// A pseudo-random delay of 0–20 ms fixed by a record's value (splitmix64
@@ -202,7 +202,7 @@ pub fn streams_async_per_key_order(bootstrap: &str) {
         &t.output,
         Produced::with(Serdes::string(), Serdes::string()),
     );
-    let app = KafkaStreams::new(
+    let app = start(
         b.build().unwrap(),
         t.config(
             dir.path(),
@@ -216,10 +216,7 @@ pub fn streams_async_per_key_order(bootstrap: &str) {
                 ("buffered.records.per.partition", "10000"),
             ],
         ),
-    )
-    .unwrap();
-    app.start().unwrap();
-    assert!(app.wait_for_state(State::Running, Duration::from_secs(60)));
+    );
     let started = Instant::now();
     t.produce((0..n).map(|i| (format!("k{}", i % KEYS), format!("seq-{i}"), None)));
     let (per_key, distinct) = t.read(n, Duration::from_secs(300), &app);
@@ -294,7 +291,7 @@ pub fn streams_async_back_pressure(bootstrap: &str) {
             Produced::with(Serdes::string(), Serdes::string()),
         );
         let (pt, pth) = (per_task.to_string(), per_thread.to_string());
-        let app = KafkaStreams::new(
+        let app = start(
             b.build().unwrap(),
             t.config(
                 dir.path(),
@@ -305,10 +302,7 @@ pub fn streams_async_back_pressure(bootstrap: &str) {
                     ("buffered.records.per.partition", "50"),
                 ],
             ),
-        )
-        .unwrap();
-        app.start().unwrap();
-        assert!(app.wait_for_state(State::Running, Duration::from_secs(60)));
+        );
         const N: usize = 2_000;
         t.produce((0..N).map(|i| {
             let p = (i % 4) as i32;
@@ -487,7 +481,7 @@ pub fn streams_async_store_per_key(bootstrap: &str, backend: StoreBackend) {
         &t.output,
         Produced::with(Serdes::string(), Serdes::string()),
     );
-    let app = KafkaStreams::new(
+    let app = start(
         b.build().unwrap(),
         t.config(
             dir.path(),
@@ -498,10 +492,7 @@ pub fn streams_async_store_per_key(bootstrap: &str, backend: StoreBackend) {
                 ("buffered.records.per.partition", "5000"),
             ],
         ),
-    )
-    .unwrap();
-    app.start().unwrap();
-    assert!(app.wait_for_state(State::Running, Duration::from_secs(60)));
+    );
     t.produce((0..N).map(|i| (format!("k{}", i % KEYS), format!("seq-{i}"), None)));
     let (per_key, _) = t.read(N, Duration::from_secs(120), &app);
     for (k, vs) in &per_key {
