@@ -4,28 +4,13 @@
 //! service's table itself), the failed lookups skipped and named in the
 //! log, and lookups overlapping (more than one in flight at once).
 
-use std::process::Command;
+mod common;
+
+use common::run_example;
 
 #[test]
 fn the_enrich_example_looks_orders_up_concurrently() {
-    let exe = std::env::current_exe().expect("test binary");
-    let dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target dir");
-    let example = dir.join("examples").join("enrich");
-    assert!(
-        example.exists(),
-        "{} is not built (cargo test builds the examples)",
-        example.display()
-    );
-    let out = Command::new(&example)
-        .env_remove("RILL_CONFIG_BOOTSTRAP_SERVERS")
-        .output()
-        .expect("the example runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let (stdout, stderr) = run_example("enrich");
     for line in [
         "wrote 2000 orders to orders; 40 name customer 13",
         "orders-enriched: 1960 orders enriched, each with its customer's name (order-1 = \"customer 31 (Grace)\")",

@@ -3,28 +3,13 @@
 //! the bad ones in the dead-letter topic naming their offsets, and the
 //! dropped-records count.
 
-use std::process::Command;
+mod common;
+
+use common::run_example;
 
 #[test]
 fn the_errors_example_skips_bad_amounts_into_the_dead_letter_topic() {
-    let exe = std::env::current_exe().expect("test binary");
-    let dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target dir");
-    let example = dir.join("examples").join("errors");
-    assert!(
-        example.exists(),
-        "{} is not built (cargo test builds the examples)",
-        example.display()
-    );
-    let out = Command::new(&example)
-        .env_remove("RILL_CONFIG_BOOTSTRAP_SERVERS")
-        .output()
-        .expect("the example runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let (stdout, stderr) = run_example("errors");
     for line in [
         "amounts-parsed: order-0 = 12",
         "amounts-parsed: order-5 = 41",
