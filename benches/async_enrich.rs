@@ -39,22 +39,17 @@ use rill_benches::{
     bar_chart, cpu_seconds, env_or, lines_of, load_producer, machine_summary, median, peak_rss_kib,
     ratio_stats, send_all, spawn_broker_process, total_end_offset,
 };
-use rill_client::admin::NewTopic;
 use rill_client::{Admin, ClientConfig, ProducerRecord, TopicPartition};
 use rill_tests::backend::{repo_root, ApacheKafka, KAFKA_VERSION};
+use rill_tests::client_scenarios::{admin, create_topic};
 use rill_tests::rolling::{app_command, Runtime};
 
 const PARTITIONS: i32 = 6;
 
-fn admin(bootstrap: &str) -> Admin {
-    Admin::new(&ClientConfig::new().set("bootstrap.servers", bootstrap)).unwrap()
-}
-
+/// A fresh topic of `PARTITIONS` partitions named after `name`.
 fn topic(bootstrap: &str, name: &str) -> String {
-    let t = format!("{name}-{}", uuid::Uuid::new_v4().simple());
-    admin(bootstrap)
-        .create_topic(NewTopic::new(&t, PARTITIONS, 1))
-        .expect("topic");
+    let t = rill_tests::unique_topic(name);
+    create_topic(bootstrap, &t, PARTITIONS);
     t
 }
 

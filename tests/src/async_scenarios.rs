@@ -28,9 +28,8 @@ use rill_streams::{
     Serdes, State, StoreBackend, StoreDef, StreamsBuilder, StreamsConfig,
 };
 
-use crate::client_scenarios::{admin, config, create_topic, send_and_wait, wait_until};
-use crate::streams_scenarios::{describe_for_failure, group_protocol, start};
-use crate::unique_topic;
+use crate::client_scenarios::{admin, config, send_and_wait, wait_until};
+use crate::streams_scenarios::{describe_for_failure, start, Setup};
 
 /// A pseudo-random delay of 0–20 ms fixed by a record's value (splitmix64
 /// of its bytes): the same record waits as long on every run and every
@@ -70,42 +69,30 @@ impl Concurrency {
     }
 }
 
+/// A scenario's topics and application (`Setup`'s), with its partition count.
 struct Topics {
-    bootstrap: String,
-    app: String,
-    input: String,
-    output: String,
+    setup: Setup,
     partitions: i32,
+}
+
+impl std::ops::Deref for Topics {
+    type Target = Setup;
+    fn deref(&self) -> &Setup {
+        &self.setup
+    }
 }
 
 impl Topics {
     fn new(bootstrap: &str, name: &str, partitions: i32) -> Self {
-        let t = Topics {
-            bootstrap: bootstrap.to_string(),
-            app: unique_topic(name),
-            input: unique_topic(&format!("{name}-in")),
-            output: unique_topic(&format!("{name}-out")),
+        Topics {
+            setup: Setup::with_partitions(bootstrap, name, partitions),
             partitions,
-        };
-        create_topic(bootstrap, &t.input, partitions);
-        create_topic(bootstrap, &t.output, partitions);
-        t
+        }
     }
 
     fn config(&self, dir: &std::path::Path, extra: &[(&str, &str)]) -> StreamsConfig {
-        let mut b = StreamsConfig::builder()
-            .env_prefix(None)
-            .set("application.id", &self.app)
-            .set("bootstrap.servers", &self.bootstrap)
-            .set("state.dir", dir.display())
-            .set("commit.interval.ms", 200)
-            .set("session.timeout.ms", 30_000)
-            .set("heartbeat.interval.ms", 500)
-            .set("group.protocol", group_protocol());
-        for (k, v) in extra {
-            b = b.set(*k, v);
-        }
-        b.build().expect("config")
+        let extra: Vec<(&str, String)> = extra.iter().map(|(k, v)| (*k, v.to_string())).collect();
+        self.setup.config(dir, &extra)
     }
 
     /// Writes `records` in batches of 50,000 (key, value, partition or the key's).
@@ -162,6 +149,23 @@ impl Topics {
         }
         (per_key, distinct.len())
     }
+}
+
+/// A key's outputs without the repeats an at-least-once replay may add
+/// (a record is known by `identity` of its value), in arrival order; and
+/// how many repeats there were.
+fn first_occurrences<'a>(
+    values: &'a [String],
+    identity: impl Fn(&'a str) -> &'a str,
+) -> (Vec<&'a str>, usize) {
+    let mut once = std::collections::HashSet::new();
+    let firsts: Vec<&str> = values
+        .iter()
+        .map(String::as_str)
+        .filter(|v| once.insert(identity(v)))
+        .collect();
+    let repeats = values.len() - firsts.len();
+    (firsts, repeats)
 }
 
 fn seq_of(v: &str) -> u64 {
@@ -223,15 +227,9 @@ pub fn streams_async_per_key_order(bootstrap: &str) {
     let took = started.elapsed();
     let mut duplicates = 0;
     for (k, vs) in &per_key {
-        let mut firsts = Vec::with_capacity(vs.len());
-        let mut once = std::collections::HashSet::new();
-        for v in vs {
-            if once.insert(v) {
-                firsts.push(seq_of(v));
-            } else {
-                duplicates += 1;
-            }
-        }
+        let (firsts, repeated) = first_occurrences(vs, |v| v);
+        duplicates += repeated;
+        let firsts: Vec<u64> = firsts.into_iter().map(seq_of).collect();
         let want: Vec<u64> = firsts
             .iter()
             .copied()
@@ -496,10 +494,9 @@ pub fn streams_async_store_per_key(bootstrap: &str, backend: StoreBackend) {
     t.produce((0..N).map(|i| (format!("k{}", i % KEYS), format!("seq-{i}"), None)));
     let (per_key, _) = t.read(N, Duration::from_secs(120), &app);
     for (k, vs) in &per_key {
-        let mut once = std::collections::HashSet::new();
-        let firsts: Vec<(u64, i64)> = vs
-            .iter()
-            .filter(|v| once.insert(v.split('#').next().unwrap().to_string()))
+        let (firsts, _) = first_occurrences(vs, |v| v.split('#').next().unwrap());
+        let firsts: Vec<(u64, i64)> = firsts
+            .into_iter()
             .map(|v| {
                 let (value, n) = v.split_once('#').unwrap();
                 (seq_of(value), n.parse().unwrap())

@@ -142,14 +142,19 @@ pub fn describe_for_failure(bootstrap: &str, group: &str) -> String {
 
 impl Setup {
     pub(crate) fn new(bootstrap: &str, name: &str) -> Self {
+        Self::with_partitions(bootstrap, name, PARTITIONS)
+    }
+
+    /// As [`Setup::new`], with input and output topics of `partitions`.
+    pub(crate) fn with_partitions(bootstrap: &str, name: &str, partitions: i32) -> Self {
         let s = Setup {
             bootstrap: bootstrap.to_string(),
             app: unique_topic(name),
             input: unique_topic(&format!("{name}-in")),
             output: unique_topic(&format!("{name}-out")),
         };
-        create_topic(bootstrap, &s.input, PARTITIONS);
-        create_topic(bootstrap, &s.output, PARTITIONS);
+        create_topic(bootstrap, &s.input, partitions);
+        create_topic(bootstrap, &s.output, partitions);
         s
     }
 

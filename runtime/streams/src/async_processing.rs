@@ -428,37 +428,6 @@ impl Future for Guarded {
     }
 }
 
-/// The DSL's async operators: a closure making the future from the record,
-/// and what is forwarded from its output.
-pub(crate) struct AsyncFn<S, F>(pub Arc<S>, pub Arc<F>);
-
-impl<K, V, KOut, VOut, T, S, F> AsyncProcessor<K, V, KOut, VOut> for AsyncFn<S, F>
-where
-    T: Send + 'static,
-    S: Fn(&Record<K, V>) -> AsyncResult<T> + Send + Sync,
-    F: Fn(&mut ProcessorContext<'_, '_, KOut, VOut>, Record<K, V>, T) + Send + Sync,
-    KOut: Send + 'static,
-    VOut: Send + 'static,
-{
-    type Output = T;
-    fn start(
-        &mut self,
-        _: &mut ProcessorContext<'_, '_, KOut, VOut>,
-        record: &Record<K, V>,
-    ) -> Result<AsyncResult<T>> {
-        Ok((self.0)(record))
-    }
-    fn finish(
-        &mut self,
-        ctx: &mut ProcessorContext<'_, '_, KOut, VOut>,
-        record: Record<K, V>,
-        output: T,
-    ) -> Result<()> {
-        (self.1)(ctx, record, output);
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

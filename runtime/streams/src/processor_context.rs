@@ -54,6 +54,7 @@ pub(crate) struct OutRecord {
 
 /// A source record as it was consumed: raw key and value, its headers
 /// (kept only when a handler may read them) and its extracted timestamp.
+#[derive(Clone)]
 pub(crate) struct SourceRecord {
     pub key: Option<Bytes>,
     pub value: Option<Bytes>,

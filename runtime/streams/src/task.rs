@@ -118,6 +118,16 @@ pub(crate) struct InputPolicy {
     pub async_limits: AsyncLimits,
 }
 
+/// The async side of the processor at `node`, which parked a record.
+fn async_side(
+    p: &mut Box<dyn ErasedProcessor>,
+    node: usize,
+) -> Result<&mut dyn crate::async_processing::ErasedAsync> {
+    p.as_async().ok_or_else(|| {
+        StreamsError::IllegalState(format!("node {node} parked a record but is not async"))
+    })
+}
+
 /// Errors a processor's call passes up untouched instead of to the
 /// processing handler (Kafka rethrows `TaskMigratedException` and
 /// `TaskCorruptedException` too): the thread recovers from them (a lost
@@ -823,12 +833,7 @@ impl StreamTask {
             }
             None => self.inflight_mut().unattributed += 1,
         }
-        let source = self.shared.source.as_ref().map(|s| SourceRecord {
-            key: s.key.clone(),
-            value: s.value.clone(),
-            headers: s.headers.clone(),
-            timestamp: s.timestamp,
-        });
+        let source = self.shared.source.clone();
         let a = self.inflight_mut();
         let id = a.next_id();
         a.entries.insert(
@@ -892,12 +897,7 @@ impl StreamTask {
         let mut started = None;
         let r = self.in_context_of(&mut e, |t| {
             t.with_processor(topology, node, Stage::Process, |p, ctx| {
-                let p = p.as_async().ok_or_else(|| {
-                    StreamsError::IllegalState(format!(
-                        "node {node} parked a record but is not async"
-                    ))
-                })?;
-                started = Some(p.start(ctx, rec)?);
+                started = Some(async_side(p, node)?.start(ctx, rec)?);
                 Ok(())
             })
         });
@@ -963,12 +963,7 @@ impl StreamTask {
         let name = &topology.nodes[node].name;
         let r = self.in_context_of(&mut e, |t| match c.outcome {
             Outcome::Done(out) => t.with_processor(topology, node, Stage::Process, |p, ctx| {
-                let p = p.as_async().ok_or_else(|| {
-                    StreamsError::IllegalState(format!(
-                        "node {node} parked a record but is not async"
-                    ))
-                })?;
-                p.finish(ctx, record, out)
+                async_side(p, node)?.finish(ctx, record, out)
             }),
             Outcome::Failed(err) => t.processing_failed(
                 name,

@@ -11,7 +11,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use super::{Data, KStream};
-use crate::async_processing::{AsyncAdapter, AsyncFn, AsyncProcessor, AsyncResult, BoxError};
+use crate::async_processing::{AsyncAdapter, AsyncProcessor, AsyncResult, BoxError};
 use crate::processor::{ErasedProcessor, ProcessorContext};
 use crate::record::Record;
 
@@ -180,6 +180,37 @@ impl<K: Data + Hash, V: Data> KStream<K, V> {
             stores.iter().map(|s| s.to_string()).collect(),
             move || erase_async::<P, K, V, K2, V2>(factory()),
         )
+    }
+}
+
+/// The DSL's async operators: a closure making the future from the record,
+/// and what is forwarded from its output.
+struct AsyncFn<S, F>(Arc<S>, Arc<F>);
+
+impl<K, V, KOut, VOut, T, S, F> AsyncProcessor<K, V, KOut, VOut> for AsyncFn<S, F>
+where
+    T: Send + 'static,
+    S: Fn(&Record<K, V>) -> AsyncResult<T> + Send + Sync,
+    F: Fn(&mut ProcessorContext<'_, '_, KOut, VOut>, Record<K, V>, T) + Send + Sync,
+    KOut: Send + 'static,
+    VOut: Send + 'static,
+{
+    type Output = T;
+    fn start(
+        &mut self,
+        _: &mut ProcessorContext<'_, '_, KOut, VOut>,
+        record: &Record<K, V>,
+    ) -> crate::error::Result<AsyncResult<T>> {
+        Ok((self.0)(record))
+    }
+    fn finish(
+        &mut self,
+        ctx: &mut ProcessorContext<'_, '_, KOut, VOut>,
+        record: Record<K, V>,
+        output: T,
+    ) -> crate::error::Result<()> {
+        (self.1)(ctx, record, output);
+        Ok(())
     }
 }
 
