@@ -46,7 +46,9 @@ use tokio::runtime::{Handle, Runtime};
 use tokio::task::AbortHandle;
 
 use crate::error::{Result, StreamsError};
-use crate::processor::{ErasedProcessor, NodeContext, ProcessorContext, ScheduleId};
+use crate::processor::{
+    ErasedAsync, ErasedFuture, ErasedProcessor, NodeContext, ProcessorContext, ScheduleId,
+};
 use crate::processor_context::SourceRecord;
 use crate::record::{any_box, unbox, AnyBox, RawRecord, Record, RecordMetadata};
 use crate::user_code::{guard, Panic};
@@ -94,25 +96,6 @@ pub trait AsyncProcessor<KIn, VIn, KOut, VOut>: Send {
     fn close(&mut self) -> Result<()> {
         Ok(())
     }
-}
-
-/// The erased future a node started.
-pub(crate) type ErasedFuture =
-    Pin<Box<dyn Future<Output = std::result::Result<AnyBox, BoxError>> + Send>>;
-
-/// What the task drives of an async node.
-pub(crate) trait ErasedAsync: Send {
-    /// The hash of the record's key that orders records at the node (equal
-    /// keys hash equally; a collision only orders two keys needlessly).
-    fn key_hash(&self, rec: &RawRecord) -> u64;
-    /// Runs `start`; the future, and the typed record kept for `finish`.
-    fn start(
-        &mut self,
-        ctx: &mut NodeContext<'_>,
-        rec: RawRecord,
-    ) -> Result<(ErasedFuture, AnyBox)>;
-    /// Runs `finish` with the record `start` kept and the future's output.
-    fn finish(&mut self, ctx: &mut NodeContext<'_>, rec: AnyBox, out: AnyBox) -> Result<()>;
 }
 
 pub(crate) struct AsyncAdapter<P, KIn, VIn, KOut, VOut> {

@@ -13,7 +13,9 @@
 //! and a DSL aggregation's read–modify–write (`StoreRef::update_typed`)
 //! serializes its key once and locks its store once.
 
+use std::future::Future;
 use std::marker::PhantomData;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,7 +24,7 @@ use bytes::Bytes;
 use crate::error::{Result, StreamsError};
 use crate::processor_context::{FlushDecoder, StoreHandle, TaskShared};
 pub use crate::processor_context::{PunctuationType, ScheduleId};
-use crate::record::{any_box, Change, RawRecord};
+use crate::record::{any_box, AnyBox, Change, RawRecord};
 pub use crate::record::{Headers, Record, RecordMetadata};
 use crate::serdes::SharedSerde;
 use crate::task_id::TaskId;
@@ -69,9 +71,32 @@ pub(crate) trait ErasedProcessor: Send {
     fn punctuate(&mut self, ctx: &mut NodeContext<'_>, id: ScheduleId, ts: i64) -> Result<()>;
     fn close(&mut self) -> Result<()>;
     /// The async side of an async node (`None`: a synchronous processor).
-    fn as_async(&mut self) -> Option<&mut dyn crate::async_processing::ErasedAsync> {
+    fn as_async(&mut self) -> Option<&mut dyn ErasedAsync> {
         None
     }
+}
+
+/// The erased future an async node started (see `async_processing`).
+pub(crate) type ErasedFuture = Pin<
+    Box<
+        dyn Future<Output = std::result::Result<AnyBox, Box<dyn std::error::Error + Send + Sync>>>
+            + Send,
+    >,
+>;
+
+/// What the task drives of an async node (`async_processing::AsyncAdapter`).
+pub(crate) trait ErasedAsync: Send {
+    /// The hash of the record's key that orders records at the node (equal
+    /// keys hash equally; a collision only orders two keys needlessly).
+    fn key_hash(&self, rec: &RawRecord) -> u64;
+    /// Runs `start`; the future, and the typed record kept for `finish`.
+    fn start(
+        &mut self,
+        ctx: &mut NodeContext<'_>,
+        rec: RawRecord,
+    ) -> Result<(ErasedFuture, AnyBox)>;
+    /// Runs `finish` with the record `start` kept and the future's output.
+    fn finish(&mut self, ctx: &mut NodeContext<'_>, rec: AnyBox, out: AnyBox) -> Result<()>;
 }
 
 /// The input and output types an adapter restores.

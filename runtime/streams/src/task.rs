@@ -122,7 +122,7 @@ pub(crate) struct InputPolicy {
 fn async_side(
     p: &mut Box<dyn ErasedProcessor>,
     node: usize,
-) -> Result<&mut dyn crate::async_processing::ErasedAsync> {
+) -> Result<&mut dyn crate::processor::ErasedAsync> {
     p.as_async().ok_or_else(|| {
         StreamsError::IllegalState(format!("node {node} parked a record but is not async"))
     })
