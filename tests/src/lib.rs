@@ -13,6 +13,7 @@ pub mod client_scenarios;
 pub mod dsl_scenarios;
 pub mod error_scenarios;
 pub mod fault_scenarios;
+pub mod franz_go;
 pub mod net_proxy;
 pub mod operator_scenarios;
 pub mod proxy;

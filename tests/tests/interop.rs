@@ -1212,3 +1212,111 @@ mod apache_kafka_3 {
         rolling::streams_eos_kill9(shared_kafka_3(), Runtime::Rill);
     }
 }
+
+mod franz_go {
+    //! franz-go's own `pkg/kgo` integration suite (tests/src/franz_go.rs),
+    //! calibrated on Apache Kafka in the same run.
+
+    use std::time::Duration;
+
+    use rill_broker::EmbeddedCluster;
+    use rill_tests::backend::{shared_kafka, Embedded};
+    use rill_tests::franz_go::{run_kgo, KgoRun, FRANZ_GO_VERSION};
+
+    const TXN_ETL: &str = "^TestTxnEtl$";
+
+    fn assert_passed(r: &KgoRun, test: &str, on: &str) {
+        assert!(
+            r.passed.contains(test) && r.failed.is_empty(),
+            "franz-go {FRANZ_GO_VERSION} {test} on {on}: {}; failed: {:?}\n{}",
+            r.counts(),
+            r.failed,
+            r.lines_about("FAIL", 40)
+        );
+    }
+
+    /// Transactional consume-transform-produce (six subtests: range, sticky,
+    /// cooperative-sticky, KIP-848, static members) with KIP-890's
+    /// transaction version 2, on one node and on three.
+    #[test]
+    fn franz_go_txn_etl_on_embedded() {
+        for (nodes, rf) in [(1, 1), (3, 3)] {
+            let cluster = Embedded::start(EmbeddedCluster::builder().nodes(nodes));
+            let r = run_kgo(
+                &cluster.bootstrap(),
+                rf,
+                Some(TXN_ETL),
+                Duration::from_secs(600),
+            )
+            .expect("franz-go's suite builds");
+            eprintln!(
+                "franz-go TestTxnEtl on {nodes} embedded node(s): {}",
+                r.counts()
+            );
+            assert_passed(&r, "TestTxnEtl", &format!("{nodes} embedded node(s)"));
+        }
+    }
+
+    /// The whole suite on the embedded broker and on Apache Kafka: every
+    /// test that passes on Kafka passes on Rill.
+    #[test]
+    fn franz_go_suite_passes_on_embedded_as_on_apache_kafka() {
+        let limit = Duration::from_secs(900);
+        let kafka = run_kgo(shared_kafka(), 1, None, limit).expect("franz-go's suite builds");
+        let cluster = Embedded::start(EmbeddedCluster::builder());
+        let rill = run_kgo(&cluster.bootstrap(), 1, None, limit).expect("franz-go's suite runs");
+        eprintln!(
+            "franz-go {FRANZ_GO_VERSION} pkg/kgo: Apache Kafka {}; embedded broker {}",
+            kafka.counts(),
+            rill.counts()
+        );
+        // Calibration: the suite runs on Kafka (a broken harness passes nothing).
+        assert!(
+            kafka.passed.len() >= 100 && kafka.passed.contains("TestTxnEtl"),
+            "franz-go on Apache Kafka: {}\n{}",
+            kafka.counts(),
+            kafka.lines_about("FAIL", 40)
+        );
+        // Share groups (KIP-932) are not built: franz-go skips their tests
+        // on a broker without ShareFetch v2, saying so. Any other test that
+        // passes on Kafka must pass here.
+        let share_groups: Vec<&String> = kafka
+            .passed
+            .iter()
+            .filter(|t| rill.skipped.contains(*t) && t.contains("Share"))
+            .collect();
+        eprintln!(
+            "SKIPPED on the embedded broker (no share groups, KIP-932), passing on Apache Kafka: {share_groups:?}"
+        );
+        let worse: Vec<&String> = kafka
+            .passed
+            .iter()
+            .filter(|t| !rill.passed.contains(*t) && !share_groups.contains(t))
+            .collect();
+        let details: Vec<String> = worse.iter().map(|t| rill.lines_about(t, 6)).collect();
+        assert!(
+            worse.is_empty(),
+            "passes on Apache Kafka, not on the embedded broker: {worse:?}\n{}",
+            details.join("\n")
+        );
+    }
+
+    /// Negative control: the harness reads a failing run as failing (the
+    /// suite's topics want three replicas; one node has one).
+    #[test]
+    fn franz_go_harness_sees_a_failure() {
+        let cluster = Embedded::start(EmbeddedCluster::builder());
+        let r = run_kgo(
+            &cluster.bootstrap(),
+            3,
+            Some(TXN_ETL),
+            Duration::from_secs(300),
+        )
+        .expect("franz-go's suite builds");
+        assert!(
+            !r.failed.is_empty() && !r.passed.contains("TestTxnEtl"),
+            "TestTxnEtl with replication factor 3 on one node must fail: {}",
+            r.counts()
+        );
+    }
+}

@@ -14,7 +14,7 @@ use rill_protocol::ErrorCode;
 use uuid::Uuid;
 
 use super::{broker_id, sb, topic_name, Ctx};
-use crate::metadata::OFFSETS_TOPIC;
+use crate::broker::is_internal_topic;
 use crate::metadata::{validate_topic_name, ClusterMetadata, TopicMeta};
 
 pub(super) fn handle(ctx: &Ctx<'_>, req: MetadataRequest) -> MetadataResponse {
@@ -121,7 +121,7 @@ fn topic_response(v: i16, meta: &ClusterMetadata, t: &TopicMeta) -> MetadataResp
         out.topic_id = t.id;
     }
     if v >= 1 {
-        out.is_internal = t.name == OFFSETS_TOPIC;
+        out.is_internal = is_internal_topic(&t.name);
     }
     out.partitions = t
         .partitions

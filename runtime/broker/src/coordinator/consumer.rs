@@ -67,7 +67,8 @@ pub struct TopicInfo {
 /// Where the coordinator reads topic metadata from.
 pub trait TopicSource {
     fn info(&self, name: &str) -> Option<TopicInfo>;
-    /// Names of all non-internal topics (for regex subscriptions).
+    /// Names of all topics, internal ones included (for regex subscriptions:
+    /// Kafka matches a regex against every topic in the metadata image).
     fn topic_names(&self) -> Vec<String>;
 }
 

@@ -455,32 +455,43 @@ impl TransactionCoordinator {
                 ),
             )
         })?;
-        // A retry of an EndTxn that already completed (and, with version 2,
-        // bumped the epoch) succeeds again.
+        // A retry of an EndTxn that already completed succeeds again. With
+        // version 2 the completed call bumped the epoch, so its retry names
+        // the epoch before the bump; the current epoch is a new EndTxn of
+        // the next transaction (Kafka: "state + same epoch is not
+        // sufficient to determine if a retry transition is valid").
         let retried = current.state == wanted_complete
             && producer_id == current.producer_id
-            && (epoch == current.producer_epoch
-                || (bump_epoch && epoch == current.last_producer_epoch));
+            && if bump_epoch {
+                epoch == current.last_producer_epoch
+            } else {
+                epoch == current.producer_epoch
+            };
         if retried {
             return Ok((current.producer_id, current.producer_epoch));
         }
         let mut m = Self::open_for(&txns, transactional_id, producer_id, epoch)?;
         if m.state != TxnState::Ongoing {
-            if !commit && bump_epoch && m.state != TxnState::CompleteCommit {
-                // Version 2 allows aborting an empty transaction: the
-                // epoch still moves on.
-                self.bump_epoch(host, &mut m)?;
-                let m = self.store(host, &mut txns, m)?;
-                return Ok((m.producer_id, m.producer_epoch));
+            if !commit && bump_epoch {
+                // Version 2 allows aborting an empty transaction from Empty,
+                // CompleteCommit or CompleteAbort (a client aborts after a
+                // produce that may have added a partition never answered):
+                // it ends like any abort, PrepareAbort with the epoch bumped
+                // then CompleteAbort, with no partition to mark, so its
+                // retry is recognised above. The Ongoing state is only this
+                // copy's, never stored.
+                m.transition(TxnState::Ongoing, now_ms())
+                    .map_err(|e| (ErrorCode::InvalidTxnState, e))?;
+            } else {
+                return Err((
+                    ErrorCode::InvalidTxnState,
+                    format!(
+                        "transactional id '{transactional_id}' has no open transaction to {} (state {})",
+                        if commit { "commit" } else { "abort" },
+                        m.state.name()
+                    ),
+                ));
             }
-            return Err((
-                ErrorCode::InvalidTxnState,
-                format!(
-                    "transactional id '{transactional_id}' has no open transaction to {} (state {})",
-                    if commit { "commit" } else { "abort" },
-                    m.state.name()
-                ),
-            ));
         }
         let marker_epoch = if bump_epoch {
             if m.producer_epoch == i16::MAX {
@@ -664,5 +675,74 @@ impl TransactionCoordinator {
         let mut all: Vec<TxnMetadata> = self.txns().values().cloned().collect();
         all.sort_by(|a, b| a.transactional_id.cmp(&b.transactional_id));
         all
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::Broker;
+
+    fn broker() -> Arc<Broker> {
+        let config = BrokerConfig {
+            offsets_topic_partitions: 1,
+            transaction_state_partitions: 1,
+            ..BrokerConfig::default()
+        };
+        let b = Broker::open(config).expect("in-memory broker");
+        b.metadata_mut().node_up(1, "127.0.0.1", &[9092], None);
+        b.ensure_offsets_topic().expect("internal topics");
+        b.create_topic("t", 1, 1, vec![], Default::default(), false)
+            .expect("topic t");
+        b
+    }
+
+    /// franz-go's TestTxnEtl: a transaction commits, a rebalance revokes
+    /// the next one before any produce is answered, and the client aborts
+    /// it with EndTxn v5 (KIP-890 part 2) while the coordinator is still
+    /// CompleteCommit. Kafka bumps the epoch and ends CompleteAbort.
+    #[test]
+    fn v2_aborts_an_empty_transaction_after_a_commit() {
+        let b = broker();
+        let tc = &b.transactions;
+        let (pid, e0) = tc.init_producer_id(&*b, "x", 60_000, None).unwrap();
+        tc.append_transactional(&*b, "x", pid, e0, ("t", 0), true, || ())
+            .unwrap();
+        assert_eq!(
+            tc.end_txn(&*b, "x", pid, e0, true, true).unwrap(),
+            (pid, e0 + 1)
+        );
+        let e1 = e0 + 1;
+
+        assert_eq!(
+            tc.end_txn(&*b, "x", pid, e1, false, true).unwrap(),
+            (pid, e1 + 1)
+        );
+        assert_eq!(tc.describe("x").unwrap().state, TxnState::CompleteAbort);
+        // Its retry, at the epoch before the bump, answers the same.
+        assert_eq!(
+            tc.end_txn(&*b, "x", pid, e1, false, true).unwrap(),
+            (pid, e1 + 1)
+        );
+        // From CompleteAbort a new empty abort bumps again; committing
+        // nothing stays refused, as in Kafka.
+        let e2 = e1 + 1;
+        assert_eq!(
+            tc.end_txn(&*b, "x", pid, e2, false, true).unwrap(),
+            (pid, e2 + 1)
+        );
+        let e3 = e2 + 1;
+        let err = tc.end_txn(&*b, "x", pid, e3, true, true).unwrap_err();
+        assert_eq!(err.0, ErrorCode::InvalidTxnState);
+        // The next transaction runs at the new epoch.
+        tc.append_transactional(&*b, "x", pid, e3, ("t", 0), true, || ())
+            .unwrap();
+        assert_eq!(
+            tc.end_txn(&*b, "x", pid, e3, true, true).unwrap(),
+            (pid, e3 + 1)
+        );
+        // The old epoch is fenced.
+        let err = tc.append_transactional(&*b, "x", pid, e3, ("t", 0), true, || ());
+        assert_eq!(err.unwrap_err().0, ErrorCode::InvalidProducerEpoch);
     }
 }
