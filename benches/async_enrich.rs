@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use rill_benches::{
     bar_chart, cpu_seconds, env_or, lines_of, load_producer, machine_summary, median, peak_rss_kib,
-    ratio_stats, send_all, spawn_broker_process, total_end_offset,
+    ratio_stats, send_all, spawn_broker_process, total_end_offset, Callgrind,
 };
 use rill_client::{Admin, ClientConfig, ProducerRecord, TopicPartition};
 use rill_tests::backend::{repo_root, ApacheKafka, KAFKA_VERSION};
@@ -111,12 +111,15 @@ struct Running {
     child: Child,
     pid: u32,
     application_id: String,
+    /// How long `stop` waits before killing (callgrind writes its counts
+    /// only on a clean exit, slowly).
+    patience: Duration,
 }
 
 impl Running {
     fn stop(mut self) {
         rill_tests::send_signal(self.pid, libc::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(15);
+        let deadline = Instant::now() + self.patience;
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
                 return;
@@ -137,7 +140,8 @@ struct Launch<'a> {
     service: &'a str,
 }
 
-/// Starts `app` reading `input` into `output`; waits for RUNNING.
+/// Starts `app` reading `input` into `output`; waits for RUNNING. With
+/// `callgrind`, a Rill app runs under it, its counts tagged with the name.
 fn spawn(
     l: &Launch<'_>,
     app: App,
@@ -145,13 +149,21 @@ fn spawn(
     output: &str,
     topology: &str,
     dir: &Path,
+    callgrind: Option<(&Callgrind, &str)>,
 ) -> Running {
     let (bin, baseline, bootstrap, service) = (l.bin, l.baseline, l.bootstrap, l.service);
-    let mut cmd = match app {
-        App::KafkaStreams => app_command(Runtime::KafkaStreams, bin),
-        App::Baseline => Command::new(baseline.expect("BASELINE_APP")),
-        _ => Command::new(bin),
+    let rill = match app {
+        App::KafkaStreams => None,
+        App::Baseline => Some(baseline.expect("BASELINE_APP")),
+        _ => Some(bin),
     };
+    let mut cmd = match (rill, callgrind) {
+        (None, _) => app_command(Runtime::KafkaStreams, bin),
+        (Some(b), Some((cg, tag))) => cg.command(b, tag),
+        (Some(b), None) => Command::new(b),
+    };
+    // Valgrind reads the binary's debug information first: minutes.
+    let patience = Duration::from_secs(if callgrind.is_some() { 900 } else { 15 });
     let topology = match app {
         App::RillAsync => "enrich-async",
         App::RillSync => "enrich-sync",
@@ -184,7 +196,7 @@ fn spawn(
     let mut child = cmd.spawn().expect("the app starts");
     let pid = child.id();
     let lines = lines_of(&mut child);
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let deadline = Instant::now() + Duration::from_secs(120) + patience;
     loop {
         match lines.recv_timeout(Duration::from_millis(200)) {
             Ok(l) if l.starts_with("RUNNING") => break,
@@ -200,6 +212,7 @@ fn spawn(
         child,
         pid,
         application_id,
+        patience,
     }
 }
 
@@ -215,7 +228,7 @@ fn enrich_run(l: &Launch<'_>, app: App, input: &str) -> Sample {
     let bootstrap = l.bootstrap;
     let output = topic(bootstrap, "enriched");
     let dir = tempfile::tempdir().unwrap();
-    let run = spawn(l, app, input, &output, "", dir.path());
+    let run = spawn(l, app, input, &output, "", dir.path(), None);
     let ad = admin(bootstrap);
     let out = || total_end_offset(&ad, &output, PARTITIONS);
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -375,6 +388,8 @@ fn wordcount(bin: &Path, bootstrap: &str, broker: &str) {
     let apps = [App::Rill, App::Baseline];
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); 2];
     let mut per_cpu: Vec<Vec<f64>> = vec![Vec::new(); 2];
+    let mut instr: Vec<Vec<f64>> = vec![Vec::new(); 2];
+    let callgrind = Callgrind::requested();
     for round in 0..env_or("ROUNDS", 5usize) {
         for k in 0..2 {
             let i = (k + round) % 2;
@@ -387,7 +402,26 @@ fn wordcount(bin: &Path, bootstrap: &str, broker: &str) {
                 bootstrap,
                 service: "-",
             };
-            let run = spawn(&launch, apps[i], &input, &output, "wordcount", &app_id_dir);
+            // RILL_BENCH_PERF=<dir>: a profile of each run (where the two builds
+            // differ); RILL_BENCH_CALLGRIND=<dir>: its instructions, counted.
+            let tag = format!(
+                "wordcount-{}-{round}",
+                if apps[i] == App::Rill {
+                    "with"
+                } else {
+                    "before"
+                }
+            );
+            let cg = callgrind.as_ref().map(|c| (c, tag.as_str()));
+            let run = spawn(
+                &launch,
+                apps[i],
+                &input,
+                &output,
+                "wordcount",
+                &app_id_dir,
+                cg,
+            );
             // Committed input offsets over time: crossings of 20 % and 80 %.
             let ad = admin(bootstrap);
             let group = run.application_id.clone();
@@ -401,18 +435,14 @@ fn wordcount(bin: &Path, bootstrap: &str, broker: &str) {
                     })
                     .unwrap_or(0)
             };
-            // RILL_BENCH_PERF=<dir>: a profile of each run (where the two builds differ).
-            let tag = format!(
-                "wordcount-{}-{round}",
-                if apps[i] == App::Rill {
-                    "with"
-                } else {
-                    "before"
-                }
-            );
             let perf = rill_benches::PerfRecord::start_if_requested(run.pid, &tag);
-            let (lo, hi) = (lines as i64 / 5, lines as i64 * 4 / 5);
-            let deadline = Instant::now() + Duration::from_secs(600);
+            // Under callgrind the whole run counts (see `Callgrind`): to the
+            // last line.
+            let (lo, hi) = match callgrind {
+                Some(_) => (lines as i64 / 5, lines as i64),
+                None => (lines as i64 / 5, lines as i64 * 4 / 5),
+            };
+            let deadline = Instant::now() + run.patience + Duration::from_secs(600);
             let mut at_lo = None;
             let at_hi = loop {
                 let c = committed();
@@ -441,11 +471,19 @@ fn wordcount(bin: &Path, bootstrap: &str, broker: &str) {
             let n = (o2 - o1) as f64;
             rates[i].push(n / (t2 - t1).as_secs_f64());
             per_cpu[i].push(n / (c2 - c1).max(1e-9));
+            if let Some(cg) = &callgrind {
+                // The file is complete once the process has exited (`stop`).
+                instr[i].push(cg.instructions(&tag) as f64 / lines as f64);
+            }
             println!(
-                "round {round}: {:<18} {:>9.0} lines/s, {:>8.0} lines per CPU-s",
+                "round {round}: {:<18} {:>9.0} lines/s, {:>8.0} lines per CPU-s{}",
                 apps[i].label(),
                 rates[i].last().unwrap(),
-                per_cpu[i].last().unwrap()
+                per_cpu[i].last().unwrap(),
+                instr[i]
+                    .last()
+                    .map(|v| format!(", {v:.0} instructions per line"))
+                    .unwrap_or_default()
             );
         }
     }
@@ -462,6 +500,41 @@ fn wordcount(bin: &Path, bootstrap: &str, broker: &str) {
         );
     }
     println!("| with / before | {m:.3} ({lo:.3}–{hi:.3}) | {cm:.3} ({clo:.3}–{chi:.3}) |");
+    if let Some(cg) = &callgrind {
+        let rounds = instr[0].len();
+        let tag = |with: bool, r: usize| {
+            format!("wordcount-{}-{r}", if with { "with" } else { "before" })
+        };
+        // The same work weighed with each build's cost per call (see
+        // benches/python/callgrind_compare.py): every pair of a run before
+        // and a run with, and as the control, pairs of runs before.
+        let mut with = Vec::new();
+        let mut control = Vec::new();
+        for a in 0..rounds {
+            for b in 0..rounds {
+                with.push(cg.compare(&tag(false, a), &tag(true, b)));
+                if a != b {
+                    control.push(cg.compare(&tag(false, a), &tag(false, b)));
+                }
+            }
+        }
+        let range = |v: &[f64]| {
+            let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            format!("{:.4} ({lo:.4}–{hi:.4})", median(v))
+        };
+        println!(
+            "instructions for the same work (callgrind, cost per call weighed by calls): with / before {}; before / before (control) {}",
+            range(&with),
+            range(&control)
+        );
+        let (im, ilo, ihi) = ratio_stats(&instr[0], &instr[1]);
+        println!(
+            "instructions per line (callgrind, whole runs): with {:.0}, before {:.0}; with / before {im:.4} ({ilo:.4}–{ihi:.4})",
+            median(&instr[0]),
+            median(&instr[1])
+        );
+    }
 }
 
 /// Deletes every topic named in `names` or starting with one of them and

@@ -311,6 +311,72 @@ pub fn total_end_offset(admin: &rill_client::Admin, topic: &str, partitions: i32
         .unwrap_or(0)
 }
 
+/// Counting instructions instead of seconds (`RILL_BENCH_CALLGRIND=<dir>`):
+/// the app runs under `valgrind --tool=callgrind`, which counts every
+/// instruction of the process from start to exit. Instruction counts repeat
+/// for the same binary and input whatever else the machine does, where
+/// CPU-seconds on a shared two-core machine vary by ±30 %; they are how two
+/// builds' per-record cost is compared (`callgrind_annotate` on the files
+/// shows where they differ). Only whole runs compare: a window between two
+/// committed offsets holds a different share of each sub-topology's work
+/// in each run.
+pub struct Callgrind {
+    dir: String,
+}
+
+impl Callgrind {
+    /// `Some` when `RILL_BENCH_CALLGRIND` names a directory.
+    pub fn requested() -> Option<Self> {
+        std::env::var("RILL_BENCH_CALLGRIND")
+            .ok()
+            .map(|dir| Self { dir })
+    }
+
+    /// `bin` wrapped in callgrind, its counts into `<dir>/callgrind-<tag>.out`.
+    pub fn command(&self, bin: &std::path::Path, tag: &str) -> Command {
+        let mut c = Command::new("valgrind");
+        c.args(["--tool=callgrind", "--quiet"])
+            .arg(format!(
+                "--callgrind-out-file={}/callgrind-{tag}.out",
+                self.dir
+            ))
+            .arg(bin);
+        c
+    }
+
+    /// What run `b`'s code would spend on run `a`'s work over what `a`
+    /// spent (benches/python/callgrind_compare.py: each function's cost per
+    /// call in `b` weighed by its calls in `a`).
+    pub fn compare(&self, a: &str, b: &str) -> f64 {
+        let script = rill_tests::backend::repo_root().join("benches/python/callgrind_compare.py");
+        let out = Command::new("python3")
+            .arg(script)
+            .arg(format!("{}/callgrind-{a}.out", self.dir))
+            .arg(format!("{}/callgrind-{b}.out", self.dir))
+            .output()
+            .expect("python3 runs");
+        assert!(
+            out.status.success(),
+            "callgrind_compare.py {a} {b}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value =
+            serde_json::from_slice(&out.stdout).expect("callgrind_compare.py prints JSON");
+        v["ratio"].as_f64().expect("a ratio")
+    }
+
+    /// The instructions counted in `<dir>/callgrind-<tag>.out` (its `totals:`
+    /// line; the file is written when the process ends).
+    pub fn instructions(&self, tag: &str) -> u64 {
+        let path = format!("{}/callgrind-{tag}.out", self.dir);
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        text.lines()
+            .find_map(|l| l.strip_prefix("totals:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("{path}: no totals line"))
+    }
+}
+
 /// A `perf record` of one process, running while the value lives (perf
 /// writes its file when the value drops: SIGINT, then wait). Profiling aid
 /// for the scenario benches.

@@ -516,15 +516,24 @@ impl<K: Data, V: Data> KStream<K, V> {
         stores: Vec<String>,
         factory: impl Fn() -> Box<dyn ErasedProcessor> + Send + Sync + 'static,
     ) -> KStream<K2, V2> {
-        let mut g = self.graph.borrow_mut();
-        let node = g.add::<K2, V2>(
-            name,
-            NodeKind::Processor {
-                factory: Arc::new(factory),
-            },
-            &[self.node],
-            stores,
-        );
+        let kind = NodeKind::Processor {
+            factory: Arc::new(factory),
+        };
+        self.then_node(name, key_changed, stores, kind)
+    }
+
+    /// Adds the node `kind` (a processor of either kind) fed by this stream.
+    fn then_node<K2: Data, V2: Data>(
+        &self,
+        name: String,
+        key_changed: bool,
+        stores: Vec<String>,
+        kind: NodeKind,
+    ) -> KStream<K2, V2> {
+        let node = self
+            .graph
+            .borrow_mut()
+            .add::<K2, V2>(name, kind, &[self.node], stores);
         KStream::new(self.graph.clone(), node, key_changed)
     }
 

@@ -164,8 +164,6 @@ pub(crate) struct StreamTask {
     /// partitions (`max.task.idle.ms` > 0).
     idle_since: Option<i64>,
     pub processed: u64,
-    /// Per node: whether it is an async node (its records park).
-    is_async: Vec<bool>,
     /// Records parked at async nodes (`None`: the sub-topology has none).
     inflight: Option<Box<InFlight>>,
 }
@@ -196,7 +194,9 @@ impl StreamTask {
         let mut queues = Vec::with_capacity(partitions.len());
         for &i in &st.nodes {
             match &topology.nodes[i].kind {
-                NodeKind::Processor { factory } => procs[i] = Some(factory()),
+                NodeKind::Processor { factory } | NodeKind::AsyncProcessor { factory } => {
+                    procs[i] = Some(factory())
+                }
                 NodeKind::Source { .. } => {}
                 NodeKind::Sink { .. } => {}
             }
@@ -277,15 +277,11 @@ impl StreamTask {
             skipped: 0,
             idle_since: None,
             processed: 0,
-            is_async: Vec::new(),
             inflight: None,
         };
-        task.is_async = task
-            .procs
-            .iter_mut()
-            .map(|p| p.as_mut().is_some_and(|p| p.as_async().is_some()))
-            .collect();
-        if task.is_async.iter().any(|&a| a) {
+        let nodes = &task.topology.nodes;
+        let is_async = |&i: &usize| matches!(nodes[i].kind, NodeKind::AsyncProcessor { .. });
+        if st.nodes.iter().any(is_async) {
             task.inflight = Some(Box::new(InFlight::new(async_limits)));
         }
         let topology = task.topology.clone();
@@ -755,7 +751,7 @@ impl StreamTask {
     fn run(&mut self, topology: &Topology, node: usize, rec: RawRecord) -> Result<()> {
         let def = &topology.nodes[node];
         match &def.kind {
-            NodeKind::Processor { .. } if self.is_async[node] => self.park(topology, node, rec),
+            NodeKind::AsyncProcessor { .. } => self.park(topology, node, rec),
             NodeKind::Processor { .. } => {
                 self.with_processor(topology, node, Stage::Process, |p, ctx| p.process(ctx, rec))
             }

@@ -98,6 +98,12 @@ pub(crate) enum NodeKind {
     Processor {
         factory: ProcessorFactory,
     },
+    /// A processor whose records park while their futures run
+    /// (`async_processing`): its own kind, so the synchronous dispatch
+    /// tells the two apart by the match it already does.
+    AsyncProcessor {
+        factory: ProcessorFactory,
+    },
     Sink {
         /// For the description; `None` when the topic is computed per record.
         topic: Option<TopicName>,
@@ -382,7 +388,7 @@ impl Topology {
                         };
                         let _ = writeln!(s, "    Source: {} ({what})", node.name);
                     }
-                    NodeKind::Processor { .. } => {
+                    NodeKind::Processor { .. } | NodeKind::AsyncProcessor { .. } => {
                         let _ = writeln!(
                             s,
                             "    Processor: {} (stores: [{}])",

@@ -14,6 +14,7 @@ use super::{Data, KStream};
 use crate::async_processing::{AsyncAdapter, AsyncProcessor, AsyncResult, BoxError};
 use crate::processor::{ErasedProcessor, ProcessorContext};
 use crate::record::Record;
+use crate::topology::NodeKind;
 
 impl<K: Data + Hash, V: Data> KStream<K, V> {
     /// An async node: `start` makes the future from the record on the stream thread, `finish`
@@ -26,9 +27,24 @@ impl<K: Data + Hash, V: Data> KStream<K, V> {
         finish: impl Fn(&mut ProcessorContext<'_, '_, K2, V2>, Record<K, V>, T) + Send + Sync + 'static,
     ) -> KStream<K2, V2> {
         let (start, finish) = (Arc::new(start), Arc::new(finish));
-        self.then(prefix, key_changed, Vec::new(), move || {
+        self.then_async_node(prefix, key_changed, Vec::new(), move || {
             erase_async::<_, K, V, K2, V2>(AsyncFn(start.clone(), finish.clone()))
         })
+    }
+
+    /// Adds an async node (its own node kind: the task parks its records).
+    fn then_async_node<K2: Data, V2: Data>(
+        &self,
+        prefix: &str,
+        key_changed: bool,
+        stores: Vec<String>,
+        factory: impl Fn() -> Box<dyn ErasedProcessor> + Send + Sync + 'static,
+    ) -> KStream<K2, V2> {
+        let name = self.graph.borrow_mut().next_name(prefix);
+        let kind = NodeKind::AsyncProcessor {
+            factory: Arc::new(factory),
+        };
+        self.then_node(name, key_changed, stores, kind)
     }
 
     /// Maps each value with a future — a lookup in a service or a database — without stalling
@@ -174,7 +190,7 @@ impl<K: Data + Hash, V: Data> KStream<K, V> {
     where
         P: AsyncProcessor<K, V, K2, V2> + 'static,
     {
-        self.then(
+        self.then_async_node(
             "KSTREAM-PROCESSOR-ASYNC",
             true,
             stores.iter().map(|s| s.to_string()).collect(),
