@@ -130,6 +130,13 @@ pub struct Embedded {
 impl Embedded {
     pub fn start(builder: EmbeddedClusterBuilder) -> Self {
         crate::init_tracing();
+        // The streams-group limits the Apache Kafka backend sets too (see
+        // `ApacheKafka::start_with`), so scenarios may shorten a group's
+        // session and heartbeat the same way on both.
+        let builder = builder.config(|c| {
+            c.group_streams_min_session_timeout_ms = 1_000;
+            c.group_streams_min_heartbeat_interval_ms = 100;
+        });
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()

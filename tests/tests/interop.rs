@@ -1320,3 +1320,123 @@ mod franz_go {
         );
     }
 }
+
+/// Kafka's operator tools on a live streams group (KIP-1071) give the same
+/// answers on the embedded broker as on Apache Kafka 4.4: OffsetDelete
+/// refuses the topics the group reads, group configs outside Kafka's ranges
+/// are refused, DescribeGroups does not describe a streams group as a
+/// classic one, and the topology description is "not stored".
+fn streams_group_tools(bootstrap: &str) -> Vec<(String, String)> {
+    use rill_tests::rolling::{AppTopology, Deployment, RollConfig, Runtime};
+    rill_tests::streams_scenarios::with_group_protocol("streams", || {
+        let mut cfg = RollConfig::small(Runtime::Rill, AppTopology::Passthrough);
+        cfg.instances = 1;
+        cfg.threads = 2;
+        cfg.rounds = 0;
+        let d = Deployment::start(bootstrap, &cfg);
+        let group = d.group().to_string();
+        let tool = |class: &str, args: &[&str]| -> String {
+            let mut all = vec!["--bootstrap-server", bootstrap];
+            all.extend_from_slice(args);
+            // A refusal is an exit code ≠ 0: its message is what we compare.
+            match tools::kafka_tool(class, &all) {
+                Ok(out) => out,
+                Err(e) => format!("FAILED: {e}"),
+            }
+        };
+        const STREAMS: &str = "org.apache.kafka.tools.streams.StreamsGroupCommand";
+        const CONFIGS: &str = "org.apache.kafka.tools.ConfigCommand";
+        const CONSUMER: &str = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand";
+        let alter = |kv: &str| {
+            tool(
+                CONFIGS,
+                &[
+                    "--alter",
+                    "--entity-type",
+                    "groups",
+                    "--entity-name",
+                    &group,
+                    "--add-config",
+                    kv,
+                ],
+            )
+        };
+        let answers = vec![
+            (
+                "delete-offsets of the input".to_string(),
+                tool(
+                    STREAMS,
+                    &[
+                        "--delete-offsets",
+                        "--group",
+                        &group,
+                        "--input-topic",
+                        d.input(),
+                    ],
+                ),
+            ),
+            (
+                "session 500 ms".into(),
+                alter("streams.session.timeout.ms=500"),
+            ),
+            (
+                "session under the heartbeat".into(),
+                alter("streams.session.timeout.ms=5000,streams.heartbeat.interval.ms=10000"),
+            ),
+            (
+                "session 6 s".into(),
+                alter("streams.session.timeout.ms=6000"),
+            ),
+            (
+                "consumer-groups describe".into(),
+                tool(CONSUMER, &["--describe", "--group", &group]),
+            ),
+            (
+                "topology".into(),
+                tool(STREAMS, &["--describe", "--topology", "--group", &group]),
+            ),
+        ];
+        drop(d.finish());
+        answers
+    })
+}
+
+/// The words of a tool's answer that say what happened (ids, names and
+/// numbers vary between brokers and runs).
+fn gist(answer: &str) -> String {
+    let keep = [
+        "FAILED",
+        "GroupSubscribedToTopic",
+        "subscribed",
+        "must be in the range",
+        "must be greater than",
+        "Completed updating config",
+        "not a consumer group",
+        "No topology description is stored",
+        "Successful",
+    ];
+    keep.iter()
+        .filter(|k| answer.contains(*k))
+        .copied()
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
+#[test]
+fn streams_group_tools_answer_as_on_apache_kafka() {
+    let kafka = streams_group_tools(shared_kafka());
+    let cluster = Embedded::start(EmbeddedCluster::builder());
+    let rill = streams_group_tools(&cluster.bootstrap());
+    for ((what, k), (_, r)) in kafka.iter().zip(&rill) {
+        let (gk, gr) = (gist(k), gist(r));
+        eprintln!("{what}: Apache Kafka [{gk}] embedded [{gr}]");
+        assert!(
+            !gk.is_empty(),
+            "{what}: nothing recognised in Kafka's answer:\n{k}"
+        );
+        assert_eq!(
+            gk, gr,
+            "{what}: Kafka answered\n{k}\nthe embedded broker\n{r}"
+        );
+    }
+}

@@ -369,3 +369,22 @@ impl TxnHost for Broker {
             .complete_txn_offsets(self, group, producer_id, commit)
     }
 }
+
+/// An in-memory one-node broker for unit tests, with `topics` (name,
+/// partitions) created.
+#[cfg(test)]
+pub(crate) fn test_broker(topics: &[(&str, i32)]) -> Arc<Broker> {
+    let config = BrokerConfig {
+        offsets_topic_partitions: 1,
+        transaction_state_partitions: 1,
+        ..BrokerConfig::default()
+    };
+    let b = Broker::open(config).expect("in-memory broker");
+    b.metadata_mut().node_up(1, "127.0.0.1", &[9092], None);
+    b.ensure_offsets_topic().expect("internal topics");
+    for (t, n) in topics {
+        b.create_topic(t, *n, 1, vec![], Default::default(), false)
+            .expect("test topic");
+    }
+    b
+}

@@ -337,20 +337,64 @@ pub fn group_config_def(name: &str) -> Result<&'static GroupConfigDef, String> {
         })
 }
 
-/// Checks one group config: a key the broker honours, an integer in range.
-pub fn validate_group_config(name: &str, value: &str) -> Result<i64, String> {
+/// Checks one group config: a key the broker honours, an integer in range
+/// (for the session and heartbeat, the broker's `group.streams.min.*` and
+/// `.max.*` settings, as Kafka's).
+pub fn validate_group_config(
+    broker: &BrokerConfig,
+    name: &str,
+    value: &str,
+) -> Result<i64, String> {
     let d = group_config_def(name)?;
     let n: i64 = value
         .trim()
         .parse()
         .map_err(|_| format!("group config {name}={value:?}: expected an integer"))?;
-    if n < d.min || n > d.max {
+    let (min, max, from) = match name {
+        "streams.session.timeout.ms" => (
+            broker.group_streams_min_session_timeout_ms as i64,
+            broker.group_streams_max_session_timeout_ms as i64,
+            " (group.streams.min.session.timeout.ms and group.streams.max.session.timeout.ms)",
+        ),
+        "streams.heartbeat.interval.ms" => (
+            broker.group_streams_min_heartbeat_interval_ms as i64,
+            broker.group_streams_max_heartbeat_interval_ms as i64,
+            " (group.streams.min.heartbeat.interval.ms and group.streams.max.heartbeat.interval.ms)",
+        ),
+        _ => (d.min, d.max, ""),
+    };
+    if n < min || n > max {
         return Err(format!(
-            "group config {name}={n}: must be between {} and {}",
-            d.min, d.max
+            "group config {name}={n} must be in the range {min} to {max} inclusive{from}"
         ));
     }
     Ok(n)
+}
+
+/// Checks a group's configs together, as Kafka does after an alter: its
+/// session timeout (its own or the broker's) must exceed its heartbeat
+/// interval.
+pub fn validate_group_configs(
+    broker: &BrokerConfig,
+    configs: &BTreeMap<String, String>,
+) -> Result<(), String> {
+    let value = |name: &str| {
+        configs
+            .get(name)
+            .and_then(|v| v.parse::<i64>().ok())
+            .or_else(|| broker.group_config_default(name))
+            .unwrap_or(0)
+    };
+    let (session, heartbeat) = (
+        value("streams.session.timeout.ms"),
+        value("streams.heartbeat.interval.ms"),
+    );
+    if session <= heartbeat {
+        return Err(format!(
+            "streams.session.timeout.ms ({session}) must be greater than streams.heartbeat.interval.ms ({heartbeat})"
+        ));
+    }
+    Ok(())
 }
 
 /// The typed settings a partition log runs with.
@@ -532,6 +576,16 @@ pub struct BrokerConfig {
     pub group_streams_session_timeout_ms: i32,
     /// `group.streams.heartbeat.interval.ms` (KIP-1071 streams groups).
     pub group_streams_heartbeat_interval_ms: i32,
+    /// `group.streams.min.session.timeout.ms`: the least a group's
+    /// `streams.session.timeout.ms` may be (Kafka's 45 s).
+    pub group_streams_min_session_timeout_ms: i32,
+    /// `group.streams.max.session.timeout.ms` (Kafka's 60 s).
+    pub group_streams_max_session_timeout_ms: i32,
+    /// `group.streams.min.heartbeat.interval.ms`: the least a group's
+    /// `streams.heartbeat.interval.ms` may be (Kafka's 5 s).
+    pub group_streams_min_heartbeat_interval_ms: i32,
+    /// `group.streams.max.heartbeat.interval.ms` (Kafka's 15 s).
+    pub group_streams_max_heartbeat_interval_ms: i32,
     /// `group.streams.initial.rebalance.delay.ms`: how long a new streams
     /// group waits for more members before its first assignment.
     pub group_streams_initial_rebalance_delay_ms: i32,
@@ -576,6 +630,10 @@ impl Default for BrokerConfig {
             group_consumer_heartbeat_interval_ms: 5_000,
             group_streams_session_timeout_ms: 45_000,
             group_streams_heartbeat_interval_ms: 5_000,
+            group_streams_min_session_timeout_ms: 45_000,
+            group_streams_max_session_timeout_ms: 60_000,
+            group_streams_min_heartbeat_interval_ms: 5_000,
+            group_streams_max_heartbeat_interval_ms: 15_000,
             group_streams_initial_rebalance_delay_ms: 3_000,
             group_streams_num_standby_replicas: 0,
             cluster_id: None,
@@ -786,6 +844,18 @@ impl BrokerConfig {
             "group.streams.heartbeat.interval.ms" => {
                 self.group_streams_heartbeat_interval_ms = ms(1)?
             }
+            "group.streams.min.session.timeout.ms" => {
+                self.group_streams_min_session_timeout_ms = ms(1)?
+            }
+            "group.streams.max.session.timeout.ms" => {
+                self.group_streams_max_session_timeout_ms = ms(1)?
+            }
+            "group.streams.min.heartbeat.interval.ms" => {
+                self.group_streams_min_heartbeat_interval_ms = ms(1)?
+            }
+            "group.streams.max.heartbeat.interval.ms" => {
+                self.group_streams_max_heartbeat_interval_ms = ms(1)?
+            }
             "group.streams.initial.rebalance.delay.ms" => {
                 self.group_streams_initial_rebalance_delay_ms = ms(0)?
             }
@@ -910,6 +980,35 @@ impl BrokerConfig {
 #[cfg(test)]
 mod broker_property_tests {
     use super::*;
+
+    /// Kafka's rules for a streams group's session and heartbeat: each in
+    /// the broker's `group.streams.{min,max}.*` range, the session longer
+    /// than the heartbeat (a 500 ms session fenced live members).
+    #[test]
+    fn streams_group_configs_keep_kafkas_ranges() {
+        let mut b = BrokerConfig::default();
+        let ok = |b: &BrokerConfig, k: &str, v: &str| validate_group_config(b, k, v);
+        assert!(ok(&b, "streams.session.timeout.ms", "45000").is_ok());
+        let e = ok(&b, "streams.session.timeout.ms", "500").unwrap_err();
+        assert!(e.contains("range 45000 to 60000"), "{e}");
+        assert!(ok(&b, "streams.heartbeat.interval.ms", "30000").is_err());
+        b.set_property("group.streams.min.session.timeout.ms", "1000")
+            .unwrap();
+        assert!(ok(&b, "streams.session.timeout.ms", "5000").is_ok());
+        let both = |s: &str, h: &str| {
+            let m = BTreeMap::from([
+                ("streams.session.timeout.ms".to_string(), s.to_string()),
+                ("streams.heartbeat.interval.ms".to_string(), h.to_string()),
+            ]);
+            validate_group_configs(&b, &m)
+        };
+        assert!(both("6000", "5000").is_ok());
+        let e = both("5000", "10000").unwrap_err();
+        assert!(e.contains("must be greater than"), "{e}");
+        // Only the heartbeat set: checked against the broker's session.
+        let m = BTreeMap::from([("streams.heartbeat.interval.ms".to_string(), "15000".into())]);
+        assert!(validate_group_configs(&b, &m).is_ok());
+    }
 
     #[test]
     fn server_properties_keys_set_the_broker_and_topic_defaults() {

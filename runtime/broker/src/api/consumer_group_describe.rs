@@ -43,8 +43,13 @@ pub(super) fn handle(
         } else {
             match ctx.broker.coordinator.consumer_group_describe(&group) {
                 None => {
+                    // Kafka tells a missing group from one of another type.
                     d.error_code = ErrorCode::GroupIdNotFound.code();
-                    d.error_message = Some(sb(format!("Group {group} not found.")));
+                    d.error_message = Some(sb(if ctx.broker.coordinator.has_group(&group) {
+                        format!("Group {group} is not a consumer group.")
+                    } else {
+                        format!("Group {group} not found.")
+                    }));
                 }
                 Some(g) => {
                     d.group_state = sb(g.state);

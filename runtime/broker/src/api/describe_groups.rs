@@ -23,13 +23,15 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: DescribeGroupsRequest) -> DescribeGroup
             d.error_code = e.code();
         } else {
             match ctx.broker.coordinator.describe_group(&group) {
-                None => {
+                // Kafka: state Dead, and from version 6 GROUP_ID_NOT_FOUND
+                // with the reason.
+                Err(reason) => {
                     if v >= 6 {
                         d.error_code = ErrorCode::GroupIdNotFound.code();
-                        d.error_message = Some(sb(format!("group '{group}' not found")));
+                        d.error_message = Some(sb(reason));
                     }
                 }
-                Some(g) => {
+                Ok(g) => {
                     d.group_state = sb(g.state.name());
                     d.protocol_type = sb(g.protocol_type);
                     d.protocol_data = sb(g.protocol_name);

@@ -22,7 +22,7 @@ use rill_protocol::kafka_protocol::messages::{
 use rill_protocol::ErrorCode;
 
 use super::{sb, Ctx};
-use crate::config::{group_config_def, validate_group_config};
+use crate::config::{group_config_def, validate_group_config, validate_group_configs};
 
 const GROUP: i8 = 32;
 const SET: i8 = 0;
@@ -83,7 +83,7 @@ fn alter_group(
         match op.config_operation {
             SET => {
                 let value = op.value.as_ref().map(|v| v.to_string()).unwrap_or_default();
-                let n = validate_group_config(&key, &value)
+                let n = validate_group_config(&ctx.broker.config, &key, &value)
                     .map_err(|e| (ErrorCode::InvalidConfig, e))?;
                 configs.insert(key, n.to_string());
             }
@@ -101,6 +101,8 @@ fn alter_group(
             }
         }
     }
+    validate_group_configs(&ctx.broker.config, &configs)
+        .map_err(|e| (ErrorCode::InvalidConfig, e))?;
     if validate_only {
         return Ok(());
     }

@@ -14,6 +14,16 @@ use rill_protocol::ErrorCode;
 use super::{group_coordinator_error, sb, Ctx};
 use crate::coordinator::streams::{InternalTopic, StreamsGroup, Tasks, TasksTuple};
 
+/// `TopologyDescriptionStatus` NOT_STORED (0 NOT_REQUESTED, 1 NOT_STORED,
+/// 2 ERROR, 3 AVAILABLE).
+const TOPOLOGY_DESCRIPTION_NOT_STORED: i8 = 1;
+
+/// The operations a principal allowed on the group may run on it, as
+/// Kafka's bit set of `AclOperation` codes: READ (3), DELETE (6), DESCRIBE
+/// (8), DESCRIBE_CONFIGS (10), ALTER_CONFIGS (11). A principal refused the
+/// group never gets here (GROUP_AUTHORIZATION_FAILED).
+const GROUP_OPERATIONS: i32 = 1 << 3 | 1 << 6 | 1 << 8 | 1 << 10 | 1 << 11;
+
 fn task_ids(t: &Tasks) -> Vec<TaskIds> {
     t.iter()
         .filter(|(_, ps)| !ps.is_empty())
@@ -154,11 +164,28 @@ pub(super) fn handle(
                 group_state: sb("Dead"),
                 ..Default::default()
             };
+            if !ctx.can_group(&group) {
+                return refused(
+                    ErrorCode::GroupAuthorizationFailed,
+                    format!("{} may not describe group {group}", ctx.principal),
+                );
+            }
             if let Some(e) = group_coordinator_error(ctx, &group) {
                 return refused(e, format!("this node does not coordinate group {group}"));
             }
             match ctx.broker.coordinator.streams_group(&group) {
-                Some(g) => describe(&g),
+                Some(g) => {
+                    let mut d = describe(&g);
+                    if req.include_topology_description {
+                        // Kafka keeps a description only with a plugin
+                        // that stores it; without one it answers NOT_STORED.
+                        d.topology_description_status = TOPOLOGY_DESCRIPTION_NOT_STORED;
+                    }
+                    if req.include_authorized_operations {
+                        d.authorized_operations = GROUP_OPERATIONS;
+                    }
+                    d
+                }
                 None => refused(
                     ErrorCode::GroupIdNotFound,
                     format!("Group {group} not found."),

@@ -666,13 +666,21 @@ impl GroupCoordinator {
         }
     }
 
-    pub fn describe_group(&self, group_id: &str) -> Option<GroupDescription> {
+    /// A classic group's description; the sentence Kafka answers for a
+    /// group that does not exist or is of another type (a KIP-848 consumer
+    /// or KIP-1071 streams group, which DescribeGroups does not describe).
+    pub fn describe_group(&self, group_id: &str) -> Result<GroupDescription, String> {
         let groups = self.groups();
-        let g = groups.get(group_id)?;
+        let Some(g) = groups.get(group_id) else {
+            return Err(format!("Group {group_id} not found."));
+        };
         let c = &g.classic;
+        if c.members.is_empty() && (g.streams.is_some() || g.consumer.is_some()) {
+            return Err(format!("Group {group_id} is not a classic group."));
+        }
         let stable = c.state == GroupState::Stable;
         let proto = c.protocol_name.clone().unwrap_or_default();
-        Some(GroupDescription {
+        Ok(GroupDescription {
             state: c.state,
             protocol_type: c.protocol_type.clone().unwrap_or_default(),
             protocol_name: if stable { proto.clone() } else { String::new() },
@@ -845,6 +853,14 @@ impl GroupCoordinator {
     }
 
     /// A streams group, for StreamsGroupDescribe.
+    /// Whether `group_id` names a group of any type (a classic group that
+    /// died counts as gone).
+    pub fn has_group(&self, group_id: &str) -> bool {
+        self.groups().get(group_id).is_some_and(|g| {
+            g.classic.state != GroupState::Dead || g.consumer.is_some() || g.streams.is_some()
+        })
+    }
+
     pub fn streams_group(&self, group_id: &str) -> Option<streams::StreamsGroup> {
         self.groups().get(group_id)?.streams.clone()
     }
@@ -1085,7 +1101,20 @@ impl GroupCoordinator {
             if g.classic.state == GroupState::Dead {
                 return Err(ErrorCode::GroupIdNotFound);
             }
-            subscribed_topics(&g.classic)
+            // As Kafka: a group with members keeps the offsets of the topics
+            // it reads — a streams group its topology's source and
+            // repartition topics, a KIP-848 group its subscription.
+            if let Some(s) = g.streams.as_ref().filter(|s| !s.is_empty()) {
+                Some(s.source_topics())
+            } else if let Some(c) = g.consumer.as_ref().filter(|c| !c.is_empty()) {
+                let mut topics = Vec::new();
+                host.with_topics(&mut |source| {
+                    topics = c.subscribed_topics(source).into_iter().collect();
+                });
+                Some(topics)
+            } else {
+                subscribed_topics(&g.classic)
+            }
         };
         let results: Vec<Option<ErrorCode>> = doomed
             .iter()

@@ -353,6 +353,24 @@ impl StreamsGroup {
         self.members.is_empty()
     }
 
+    /// The topics the group's topology reads: every sub-topology's source
+    /// and repartition source topics (what OffsetDelete may not touch while
+    /// the group has members).
+    pub fn source_topics(&self) -> Vec<String> {
+        let Some(t) = &self.topology else {
+            return Vec::new();
+        };
+        t.subtopologies
+            .iter()
+            .flat_map(|st| {
+                st.source_topics
+                    .iter()
+                    .cloned()
+                    .chain(st.repartition_source_topics.iter().map(|r| r.name.clone()))
+            })
+            .collect()
+    }
+
     /// Kafka's state names.
     pub fn state_name(&self) -> &'static str {
         if self.members.is_empty() {
@@ -733,6 +751,11 @@ impl StreamsGroup {
         }
         self.endpoint_epoch += 1;
         self.bump(why);
+        if self.members.is_empty() {
+            // As Kafka's coordinator when the last member is fenced: the
+            // (empty) target assignment is at the new group epoch.
+            self.assignment_epoch = self.group_epoch;
+        }
     }
 
     /// Members whose session ended, or who kept tasks past their rebalance

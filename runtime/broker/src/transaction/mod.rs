@@ -681,21 +681,7 @@ impl TransactionCoordinator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::broker::Broker;
-
-    fn broker() -> Arc<Broker> {
-        let config = BrokerConfig {
-            offsets_topic_partitions: 1,
-            transaction_state_partitions: 1,
-            ..BrokerConfig::default()
-        };
-        let b = Broker::open(config).expect("in-memory broker");
-        b.metadata_mut().node_up(1, "127.0.0.1", &[9092], None);
-        b.ensure_offsets_topic().expect("internal topics");
-        b.create_topic("t", 1, 1, vec![], Default::default(), false)
-            .expect("topic t");
-        b
-    }
+    use crate::broker::test_broker;
 
     /// franz-go's TestTxnEtl: a transaction commits, a rebalance revokes
     /// the next one before any produce is answered, and the client aborts
@@ -703,7 +689,7 @@ mod tests {
     /// CompleteCommit. Kafka bumps the epoch and ends CompleteAbort.
     #[test]
     fn v2_aborts_an_empty_transaction_after_a_commit() {
-        let b = broker();
+        let b = test_broker(&[("t", 1)]);
         let tc = &b.transactions;
         let (pid, e0) = tc.init_producer_id(&*b, "x", 60_000, None).unwrap();
         tc.append_transactional(&*b, "x", pid, e0, ("t", 0), true, || ())

@@ -651,3 +651,46 @@ fn a_change_of_the_topics_metadata_hash_is_a_new_group_epoch() {
         .unwrap();
     assert_eq!(g.group_epoch, epoch + 1);
 }
+
+/// OffsetDelete leaves alone the offsets of the topics a streams group with
+/// members reads (its sources and repartition sources), as Kafka answers
+/// GROUP_SUBSCRIBED_TO_TOPIC; other topics' offsets go.
+#[test]
+fn offset_delete_refuses_the_topics_a_live_group_reads() {
+    let b = crate::broker::test_broker(&[("in", 3), ("app-rep", 3), ("other", 1)]);
+    b.coordinator
+        .streams_heartbeat(&*b, "app", join("m1", None, "p1"))
+        .expect("joins");
+    let doomed = [
+        ("in".to_string(), 0),
+        ("app-rep".to_string(), 1),
+        ("other".to_string(), 0),
+    ];
+    let subscribed = Some(ErrorCode::GroupSubscribedToTopic);
+    assert_eq!(
+        b.coordinator.delete_offsets(&*b, "app", &doomed).unwrap(),
+        [subscribed, subscribed, None]
+    );
+}
+
+/// When the last member leaves, the group epoch moves on and the (empty)
+/// target assignment is at it, as Kafka's coordinator writes.
+#[test]
+fn the_last_leave_puts_the_assignment_at_the_group_epoch() {
+    let mut g = StreamsGroup::new("app");
+    let now = Instant::now();
+    g.heartbeat(join("m1", None, "p1"), &cfg(), &all(), now)
+        .unwrap();
+    g.heartbeat(join("m2", None, "p2"), &cfg(), &all(), now)
+        .unwrap();
+    settle(&mut g, &[("m1", None), ("m2", None)]);
+    let running = g.group_epoch;
+    g.heartbeat(leave("m1", "p1"), &cfg(), &all(), now).unwrap();
+    assert_eq!(g.group_epoch, running + 1);
+    g.heartbeat(leave("m2", "p2"), &cfg(), &all(), now).unwrap();
+    assert_eq!(g.state_name(), "Empty");
+    assert_eq!(
+        (g.group_epoch, g.assignment_epoch),
+        (running + 2, running + 2)
+    );
+}
