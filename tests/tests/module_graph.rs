@@ -2,7 +2,8 @@
 //! share a parent import each other without a cycle.
 //!
 //! The graph is read from the sources (no compiler, no extra tool): every
-//! `crate::…`, `super::…` and `self::…` path outside `#[cfg(test)]` code is
+//! `crate::…`, `super::…` and `self::…` path outside `#[cfg(test)]` code (an
+//! inline item, or a `#[cfg(test)] mod x;` in a file of its own) is
 //! an edge from the file's module to the deepest module the path names. An
 //! edge between two modules counts between their ancestors that are
 //! siblings (children of the two modules' nearest common ancestor), so
@@ -53,7 +54,40 @@ fn modules(src: &Path) -> BTreeMap<ModPath, PathBuf> {
             out.insert(parts, p);
         }
     }
+    // A module declared under `#[cfg(test)]` (`#[cfg(test)] mod tests;`) is
+    // test code in a file of its own: it and its children are left out.
+    let test_only: Vec<ModPath> = out
+        .iter()
+        .flat_map(|(parent, file)| {
+            let text = std::fs::read_to_string(file).unwrap_or_default();
+            test_module_names(&text)
+                .into_iter()
+                .map(|name| {
+                    let mut m = parent.clone();
+                    m.push(name);
+                    m
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    out.retain(|m, _| !test_only.iter().any(|t| m.starts_with(t)));
     out
+}
+
+/// Names of the modules `text` declares as `#[cfg(test)] mod name;`.
+fn test_module_names(text: &str) -> Vec<String> {
+    text.match_indices("#[cfg(test)]")
+        .filter_map(|(at, attr)| {
+            let rest = text[at + attr.len()..].trim_start();
+            let rest = rest.strip_prefix("pub(crate) ").unwrap_or(rest);
+            let name = rest.strip_prefix("mod ")?.trim_start();
+            let end = name.find(|c: char| !is_ident(c))?;
+            name[end..]
+                .trim_start()
+                .starts_with(';')
+                .then(|| name[..end].to_string())
+        })
+        .collect()
 }
 
 /// The text with comments, string and char literals blanked and
@@ -453,9 +487,12 @@ fn the_checker_sees_a_cycle_and_ignores_test_code() {
     .unwrap();
     std::fs::write(
         src.join("c.rs"),
-        "pub fn z() {}\n#[cfg(test)]\nmod tests { use crate::a::Y; }",
+        "pub fn z() {}\n#[cfg(test)]\nmod tests { use crate::a::Y; }\n#[cfg(test)]\nmod more;",
     )
     .unwrap();
+    // Test code in a file of its own.
+    std::fs::create_dir_all(src.join("c")).unwrap();
+    std::fs::write(src.join("c/more.rs"), "use crate::a::Y;").unwrap();
     let edges = sibling_edges(src);
     let pairs: Vec<(String, String)> = edges
         .iter()

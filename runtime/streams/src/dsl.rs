@@ -504,8 +504,22 @@ impl<K: Data, V: Data> KStream<K, V> {
         stores: Vec<String>,
         factory: impl Fn() -> Box<dyn ErasedProcessor> + Send + Sync + 'static,
     ) -> KStream<K2, V2> {
+        let kind = NodeKind::Processor {
+            factory: Arc::new(factory),
+        };
+        self.then_kind(prefix, key_changed, stores, kind)
+    }
+
+    /// Adds the node `kind` (a processor of either kind) named after `prefix`.
+    fn then_kind<K2: Data, V2: Data>(
+        &self,
+        prefix: &str,
+        key_changed: bool,
+        stores: Vec<String>,
+        kind: NodeKind,
+    ) -> KStream<K2, V2> {
         let name = self.graph.borrow_mut().next_name(prefix);
-        self.then_named(name, key_changed, stores, factory)
+        self.then_node(name, key_changed, stores, kind)
     }
 
     /// As `then`, with the node's name given.
@@ -522,7 +536,7 @@ impl<K: Data, V: Data> KStream<K, V> {
         self.then_node(name, key_changed, stores, kind)
     }
 
-    /// Adds the node `kind` (a processor of either kind) fed by this stream.
+    /// Adds the node `kind` named `name`, fed by this stream.
     fn then_node<K2: Data, V2: Data>(
         &self,
         name: String,

@@ -27,24 +27,9 @@ impl<K: Data + Hash, V: Data> KStream<K, V> {
         finish: impl Fn(&mut ProcessorContext<'_, '_, K2, V2>, Record<K, V>, T) + Send + Sync + 'static,
     ) -> KStream<K2, V2> {
         let (start, finish) = (Arc::new(start), Arc::new(finish));
-        self.then_async_node(prefix, key_changed, Vec::new(), move || {
-            erase_async::<_, K, V, K2, V2>(AsyncFn(start.clone(), finish.clone()))
-        })
-    }
-
-    /// Adds an async node (its own node kind: the task parks its records).
-    fn then_async_node<K2: Data, V2: Data>(
-        &self,
-        prefix: &str,
-        key_changed: bool,
-        stores: Vec<String>,
-        factory: impl Fn() -> Box<dyn ErasedProcessor> + Send + Sync + 'static,
-    ) -> KStream<K2, V2> {
-        let name = self.graph.borrow_mut().next_name(prefix);
-        let kind = NodeKind::AsyncProcessor {
-            factory: Arc::new(factory),
-        };
-        self.then_node(name, key_changed, stores, kind)
+        let factory =
+            move || erase_async::<_, K, V, K2, V2>(AsyncFn(start.clone(), finish.clone()));
+        self.then_kind(prefix, key_changed, Vec::new(), async_node(factory))
     }
 
     /// Maps each value with a future — a lookup in a service or a database — without stalling
@@ -190,11 +175,11 @@ impl<K: Data + Hash, V: Data> KStream<K, V> {
     where
         P: AsyncProcessor<K, V, K2, V2> + 'static,
     {
-        self.then_async_node(
+        self.then_kind(
             "KSTREAM-PROCESSOR-ASYNC",
             true,
             stores.iter().map(|s| s.to_string()).collect(),
-            move || erase_async::<P, K, V, K2, V2>(factory()),
+            async_node(move || erase_async::<P, K, V, K2, V2>(factory())),
         )
     }
 }
@@ -235,6 +220,13 @@ fn boxed<T, E: Into<BoxError>>(
     fut: impl Future<Output = std::result::Result<T, E>> + Send + 'static,
 ) -> AsyncResult<T> {
     Box::pin(async move { fut.await.map_err(Into::into) })
+}
+
+/// An async node: its own node kind, so the task parks its records.
+fn async_node(factory: impl Fn() -> Box<dyn ErasedProcessor> + Send + Sync + 'static) -> NodeKind {
+    NodeKind::AsyncProcessor {
+        factory: Arc::new(factory),
+    }
 }
 
 fn erase_async<P, KIn, VIn, KOut, VOut>(p: P) -> Box<dyn ErasedProcessor>
