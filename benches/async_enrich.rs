@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use rill_benches::{
     bar_chart, cpu_seconds, env_or, lines_of, load_producer, machine_summary, median, peak_rss_kib,
-    ratio_stats, send_all, spawn_broker_process, total_end_offset, Callgrind,
+    ratio_stats, send_all, spawn_broker_process, spread, total_end_offset, Callgrind,
 };
 use rill_client::{Admin, ClientConfig, ProducerRecord, TopicPartition};
 use rill_tests::backend::{repo_root, ApacheKafka, KAFKA_VERSION};
@@ -330,12 +330,11 @@ fn enrich(bin: &Path, bootstrap: &str, broker: &str, suffix: &str) {
     for (i, app) in apps.iter().enumerate() {
         let r = rate(i);
         let (m, lo, hi) = ratio_stats(&r, &ks);
-        let min = r.iter().copied().fold(f64::INFINITY, f64::min);
-        let max = r.iter().copied().fold(0.0, f64::max);
+        let (med, min, max) = spread(&r);
         println!(
             "| {} | {:.0} ({:.0}–{:.0}) | {:.0} | {:.0} | {:.2} ({:.2}–{:.2}) |",
             app.label(),
-            median(&r),
+            med,
             min,
             max,
             median(&samples[i].iter().map(|s| s.per_cpu).collect::<Vec<_>>()),
@@ -404,14 +403,7 @@ fn wordcount(bin: &Path, bootstrap: &str, broker: &str) {
             };
             // RILL_BENCH_PERF=<dir>: a profile of each run (where the two builds
             // differ); RILL_BENCH_CALLGRIND=<dir>: its instructions, counted.
-            let tag = format!(
-                "wordcount-{}-{round}",
-                if apps[i] == App::Rill {
-                    "with"
-                } else {
-                    "before"
-                }
-            );
+            let tag = wordcount_tag(apps[i] == App::Rill, round);
             let cg = callgrind.as_ref().map(|c| (c, tag.as_str()));
             let run = spawn(
                 &launch,
@@ -502,9 +494,6 @@ fn wordcount(bin: &Path, bootstrap: &str, broker: &str) {
     println!("| with / before | {m:.3} ({lo:.3}–{hi:.3}) | {cm:.3} ({clo:.3}–{chi:.3}) |");
     if let Some(cg) = &callgrind {
         let rounds = instr[0].len();
-        let tag = |with: bool, r: usize| {
-            format!("wordcount-{}-{r}", if with { "with" } else { "before" })
-        };
         // The same work weighed with each build's cost per call (see
         // benches/python/callgrind_compare.py): every pair of a run before
         // and a run with, and as the control, pairs of runs before.
@@ -512,16 +501,15 @@ fn wordcount(bin: &Path, bootstrap: &str, broker: &str) {
         let mut control = Vec::new();
         for a in 0..rounds {
             for b in 0..rounds {
-                with.push(cg.compare(&tag(false, a), &tag(true, b)));
+                with.push(cg.compare(&wordcount_tag(false, a), &wordcount_tag(true, b)));
                 if a != b {
-                    control.push(cg.compare(&tag(false, a), &tag(false, b)));
+                    control.push(cg.compare(&wordcount_tag(false, a), &wordcount_tag(false, b)));
                 }
             }
         }
         let range = |v: &[f64]| {
-            let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-            let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            format!("{:.4} ({lo:.4}–{hi:.4})", median(v))
+            let (m, lo, hi) = spread(v);
+            format!("{m:.4} ({lo:.4}–{hi:.4})")
         };
         println!(
             "instructions for the same work (callgrind, cost per call weighed by calls): with / before {}; before / before (control) {}",
@@ -535,6 +523,12 @@ fn wordcount(bin: &Path, bootstrap: &str, broker: &str) {
             median(&instr[1])
         );
     }
+}
+
+/// The profile name of a word-count run: this build (`with`) or the
+/// baseline, and its round.
+fn wordcount_tag(with: bool, round: usize) -> String {
+    format!("wordcount-{}-{round}", if with { "with" } else { "before" })
 }
 
 /// Deletes every topic named in `names` or starting with one of them and

@@ -168,12 +168,17 @@ pub fn median(v: &[f64]) -> f64 {
     }
 }
 
+/// (median, min, max) of `v`.
+pub fn spread(v: &[f64]) -> (f64, f64, f64) {
+    let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (median(v), min, max)
+}
+
 /// (median, min, max) of pairwise ratios `a[i] / b[i]`.
 pub fn ratio_stats(a: &[f64], b: &[f64]) -> (f64, f64, f64) {
     let r: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
-    let min = r.iter().copied().fold(f64::INFINITY, f64::min);
-    let max = r.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    (median(&r), min, max)
+    spread(&r)
 }
 
 /// One line of machine and version facts for reports.
@@ -332,14 +337,16 @@ impl Callgrind {
             .map(|dir| Self { dir })
     }
 
+    /// The counts of the run tagged `tag`.
+    fn file(&self, tag: &str) -> String {
+        format!("{}/callgrind-{tag}.out", self.dir)
+    }
+
     /// `bin` wrapped in callgrind, its counts into `<dir>/callgrind-<tag>.out`.
     pub fn command(&self, bin: &std::path::Path, tag: &str) -> Command {
         let mut c = Command::new("valgrind");
         c.args(["--tool=callgrind", "--quiet"])
-            .arg(format!(
-                "--callgrind-out-file={}/callgrind-{tag}.out",
-                self.dir
-            ))
+            .arg(format!("--callgrind-out-file={}", self.file(tag)))
             .arg(bin);
         c
     }
@@ -351,8 +358,8 @@ impl Callgrind {
         let script = rill_tests::backend::repo_root().join("benches/python/callgrind_compare.py");
         let out = Command::new("python3")
             .arg(script)
-            .arg(format!("{}/callgrind-{a}.out", self.dir))
-            .arg(format!("{}/callgrind-{b}.out", self.dir))
+            .arg(self.file(a))
+            .arg(self.file(b))
             .output()
             .expect("python3 runs");
         assert!(
@@ -368,7 +375,7 @@ impl Callgrind {
     /// The instructions counted in `<dir>/callgrind-<tag>.out` (its `totals:`
     /// line; the file is written when the process ends).
     pub fn instructions(&self, tag: &str) -> u64 {
-        let path = format!("{}/callgrind-{tag}.out", self.dir);
+        let path = self.file(tag);
         let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
         text.lines()
             .find_map(|l| l.strip_prefix("totals:"))

@@ -65,19 +65,25 @@ pub fn kgo_test_binary() -> io::Result<(PathBuf, PathBuf)> {
     if let Some(found) = cached.as_ref() {
         return Ok(found.clone());
     }
-    let go = which_go()?;
+    if !crate::tools::have("go") {
+        return Err(io::Error::other(
+            "the Go toolchain (`go`) is not on PATH: franz-go's suite needs it to build its tests",
+        ));
+    }
+    let go = "go";
     let module = format!("github.com/twmb/franz-go@{FRANZ_GO_VERSION}");
     // Outside any module: `go mod download` of an exact version.
     let scratch = std::env::temp_dir();
     let json = run(
-        Command::new(&go)
+        Command::new(go)
             .args(["mod", "download", "-json", &module])
             .current_dir(&scratch)
             .env("GOFLAGS", "-mod=mod"),
         &format!("go mod download {module}"),
     )?;
-    let dir = json_string(&json, "Dir")
-        .map(PathBuf::from)
+    let dir = serde_json::from_str::<serde_json::Value>(&json)
+        .ok()
+        .and_then(|v| v.get("Dir")?.as_str().map(PathBuf::from))
         .ok_or_else(|| io::Error::other(format!("go mod download {module}: no Dir in {json}")))?;
     let pkg = dir.join("pkg/kgo");
     let out_dir = scratch.join(format!("rill-franz-go-{FRANZ_GO_VERSION}"));
@@ -86,7 +92,7 @@ pub fn kgo_test_binary() -> io::Result<(PathBuf, PathBuf)> {
     if !bin.is_file() {
         eprintln!("interop: building franz-go {FRANZ_GO_VERSION}'s pkg/kgo tests (go test -c)");
         run(
-            Command::new(&go)
+            Command::new(go)
                 .args(["test", "-c", "-o"])
                 .arg(&bin)
                 .arg(".")
@@ -96,26 +102,6 @@ pub fn kgo_test_binary() -> io::Result<(PathBuf, PathBuf)> {
     }
     *cached = Some((pkg.clone(), bin.clone()));
     Ok((pkg, bin))
-}
-
-fn which_go() -> io::Result<PathBuf> {
-    let found = Command::new("sh")
-        .args(["-c", "command -v go"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
-    found.ok_or_else(|| {
-        io::Error::other(
-            "the Go toolchain (`go`) is not on PATH: franz-go's suite needs it to build its tests",
-        )
-    })
-}
-
-/// The string value of `"key": "..."` in `go mod download -json`'s output.
-fn json_string(json: &str, key: &str) -> Option<String> {
-    let v: serde_json::Value = serde_json::from_str(json).ok()?;
-    v.get(key)?.as_str().map(str::to_string)
 }
 
 /// Runs the suite's tests matching `filter` (a `-test.run` pattern; `None`:

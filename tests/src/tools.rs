@@ -13,7 +13,8 @@ use crate::backend::{kafka_classpath, repo_root, run};
 
 static INSTALL: Mutex<()> = Mutex::new(());
 
-fn have(cmd: &str) -> bool {
+/// Whether `cmd` is on PATH.
+pub(crate) fn have(cmd: &str) -> bool {
     Command::new("sh")
         .arg("-c")
         .arg(format!("command -v {cmd}"))

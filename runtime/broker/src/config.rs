@@ -281,8 +281,10 @@ pub enum ConfigSource {
 pub struct GroupConfigDef {
     pub name: &'static str,
     pub broker_key: &'static str,
-    pub min: i64,
-    pub max: i64,
+    /// The values allowed, inclusive, under this broker's settings.
+    pub range: fn(&BrokerConfig) -> (i64, i64),
+    /// The broker settings `range` reads, for the refusal ("" when fixed).
+    pub range_keys: &'static str,
     pub doc: &'static str,
 }
 
@@ -295,30 +297,40 @@ pub const GROUP_CONFIGS: &[GroupConfigDef] = &[
     GroupConfigDef {
         name: "streams.session.timeout.ms",
         broker_key: "group.streams.session.timeout.ms",
-        min: 1,
-        max: i32::MAX as i64,
+        range: |b| {
+            (
+                b.group_streams_min_session_timeout_ms as i64,
+                b.group_streams_max_session_timeout_ms as i64,
+            )
+        },
+        range_keys: "group.streams.min.session.timeout.ms and group.streams.max.session.timeout.ms",
         doc: "The timeout to detect client failures when using the streams group protocol.",
     },
     GroupConfigDef {
         name: "streams.heartbeat.interval.ms",
         broker_key: "group.streams.heartbeat.interval.ms",
-        min: 1,
-        max: i32::MAX as i64,
+        range: |b| {
+            (
+                b.group_streams_min_heartbeat_interval_ms as i64,
+                b.group_streams_max_heartbeat_interval_ms as i64,
+            )
+        },
+        range_keys: "group.streams.min.heartbeat.interval.ms and group.streams.max.heartbeat.interval.ms",
         doc: "The heartbeat interval given to the members of a streams group.",
     },
     GroupConfigDef {
         name: "streams.initial.rebalance.delay.ms",
         broker_key: "group.streams.initial.rebalance.delay.ms",
-        min: 0,
-        max: i32::MAX as i64,
+        range: |_| (0, i32::MAX as i64),
+        range_keys: "",
         doc: "The amount of time the group coordinator will wait for more streams clients to join a new group before performing the first rebalance.",
     },
     GroupConfigDef {
         name: "streams.num.standby.replicas",
         broker_key: "group.streams.num.standby.replicas",
-        min: 0,
         // Kafka's `group.streams.max.standby.replicas` default.
-        max: 2,
+        range: |_| (0, 2),
+        range_keys: "",
         doc: "The number of standby replicas for each task.",
     },
 ];
@@ -337,9 +349,9 @@ pub fn group_config_def(name: &str) -> Result<&'static GroupConfigDef, String> {
         })
 }
 
-/// Checks one group config: a key the broker honours, an integer in range
-/// (for the session and heartbeat, the broker's `group.streams.min.*` and
-/// `.max.*` settings, as Kafka's).
+/// Checks one group config: a key the broker honours, an integer in its
+/// range (for the session and heartbeat, the broker's `group.streams.min.*`
+/// and `.max.*` settings, as Kafka's).
 pub fn validate_group_config(
     broker: &BrokerConfig,
     name: &str,
@@ -350,20 +362,12 @@ pub fn validate_group_config(
         .trim()
         .parse()
         .map_err(|_| format!("group config {name}={value:?}: expected an integer"))?;
-    let (min, max, from) = match name {
-        "streams.session.timeout.ms" => (
-            broker.group_streams_min_session_timeout_ms as i64,
-            broker.group_streams_max_session_timeout_ms as i64,
-            " (group.streams.min.session.timeout.ms and group.streams.max.session.timeout.ms)",
-        ),
-        "streams.heartbeat.interval.ms" => (
-            broker.group_streams_min_heartbeat_interval_ms as i64,
-            broker.group_streams_max_heartbeat_interval_ms as i64,
-            " (group.streams.min.heartbeat.interval.ms and group.streams.max.heartbeat.interval.ms)",
-        ),
-        _ => (d.min, d.max, ""),
-    };
+    let (min, max) = (d.range)(broker);
     if n < min || n > max {
+        let from = match d.range_keys {
+            "" => String::new(),
+            keys => format!(" ({keys})"),
+        };
         return Err(format!(
             "group config {name}={n} must be in the range {min} to {max} inclusive{from}"
         ));

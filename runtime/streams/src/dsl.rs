@@ -504,10 +504,7 @@ impl<K: Data, V: Data> KStream<K, V> {
         stores: Vec<String>,
         factory: impl Fn() -> Box<dyn ErasedProcessor> + Send + Sync + 'static,
     ) -> KStream<K2, V2> {
-        let kind = NodeKind::Processor {
-            factory: Arc::new(factory),
-        };
-        self.then_kind(prefix, key_changed, stores, kind)
+        self.then_kind(prefix, key_changed, stores, NodeKind::processor(factory))
     }
 
     /// Adds the node `kind` (a processor of either kind) named after `prefix`.
@@ -530,10 +527,7 @@ impl<K: Data, V: Data> KStream<K, V> {
         stores: Vec<String>,
         factory: impl Fn() -> Box<dyn ErasedProcessor> + Send + Sync + 'static,
     ) -> KStream<K2, V2> {
-        let kind = NodeKind::Processor {
-            factory: Arc::new(factory),
-        };
-        self.then_node(name, key_changed, stores, kind)
+        self.then_node(name, key_changed, stores, NodeKind::processor(factory))
     }
 
     /// Adds the node `kind` named `name`, fed by this stream.
@@ -823,9 +817,7 @@ impl<K: Data, V: Data> KStream<K, V> {
         );
         let node = g.add::<K, V>(
             name,
-            NodeKind::Processor {
-                factory: Arc::new(move || erase::<_, K, V, K, V>(FnProcessor(f.clone()))),
-            },
+            NodeKind::processor(move || erase::<_, K, V, K, V>(FnProcessor(f.clone()))),
             &[self.node, other.node],
             Vec::new(),
         );

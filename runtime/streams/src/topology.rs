@@ -111,6 +111,26 @@ pub(crate) enum NodeKind {
     },
 }
 
+impl NodeKind {
+    /// A synchronous processor made by `factory` for each task.
+    pub(crate) fn processor(
+        factory: impl Fn() -> Box<dyn ErasedProcessor> + Send + Sync + 'static,
+    ) -> Self {
+        Self::Processor {
+            factory: Arc::new(factory),
+        }
+    }
+
+    /// An async processor (`async_processing`) made by `factory` for each task.
+    pub(crate) fn async_processor(
+        factory: impl Fn() -> Box<dyn ErasedProcessor> + Send + Sync + 'static,
+    ) -> Self {
+        Self::AsyncProcessor {
+            factory: Arc::new(factory),
+        }
+    }
+}
+
 pub(crate) struct Node {
     pub name: String,
     pub kind: NodeKind,

@@ -852,7 +852,6 @@ impl GroupCoordinator {
         result.map(|a| (a, create))
     }
 
-    /// A streams group, for StreamsGroupDescribe.
     /// Whether `group_id` names a group of any type (a classic group that
     /// died counts as gone).
     pub fn has_group(&self, group_id: &str) -> bool {
@@ -861,6 +860,7 @@ impl GroupCoordinator {
         })
     }
 
+    /// A streams group, for StreamsGroupDescribe.
     pub fn streams_group(&self, group_id: &str) -> Option<streams::StreamsGroup> {
         self.groups().get(group_id)?.streams.clone()
     }

@@ -29,7 +29,12 @@ impl<K: Data + Hash, V: Data> KStream<K, V> {
         let (start, finish) = (Arc::new(start), Arc::new(finish));
         let factory =
             move || erase_async::<_, K, V, K2, V2>(AsyncFn(start.clone(), finish.clone()));
-        self.then_kind(prefix, key_changed, Vec::new(), async_node(factory))
+        self.then_kind(
+            prefix,
+            key_changed,
+            Vec::new(),
+            NodeKind::async_processor(factory),
+        )
     }
 
     /// Maps each value with a future — a lookup in a service or a database — without stalling
@@ -179,7 +184,7 @@ impl<K: Data + Hash, V: Data> KStream<K, V> {
             "KSTREAM-PROCESSOR-ASYNC",
             true,
             stores.iter().map(|s| s.to_string()).collect(),
-            async_node(move || erase_async::<P, K, V, K2, V2>(factory())),
+            NodeKind::async_processor(move || erase_async::<P, K, V, K2, V2>(factory())),
         )
     }
 }
@@ -220,13 +225,6 @@ fn boxed<T, E: Into<BoxError>>(
     fut: impl Future<Output = std::result::Result<T, E>> + Send + 'static,
 ) -> AsyncResult<T> {
     Box::pin(async move { fut.await.map_err(Into::into) })
-}
-
-/// An async node: its own node kind, so the task parks its records.
-fn async_node(factory: impl Fn() -> Box<dyn ErasedProcessor> + Send + Sync + 'static) -> NodeKind {
-    NodeKind::AsyncProcessor {
-        factory: Arc::new(factory),
-    }
 }
 
 fn erase_async<P, KIn, VIn, KOut, VOut>(p: P) -> Box<dyn ErasedProcessor>
