@@ -14,6 +14,7 @@ pub mod dsl_scenarios;
 pub mod error_scenarios;
 pub mod fault_scenarios;
 pub mod franz_go;
+pub mod kafka_systest;
 pub mod net_proxy;
 pub mod operator_scenarios;
 pub mod proxy;

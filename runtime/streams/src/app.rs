@@ -75,6 +75,21 @@ impl State {
         State::Error,
     ];
 
+    /// Kafka's name for the state (`KafkaStreams.State`): `REBALANCING`,
+    /// `PENDING_SHUTDOWN`, ... as Kafka's tools, logs and test harnesses
+    /// print it; `Display` prints the same.
+    pub fn kafka_name(self) -> &'static str {
+        match self {
+            State::Created => "CREATED",
+            State::Rebalancing => "REBALANCING",
+            State::Running => "RUNNING",
+            State::PendingShutdown => "PENDING_SHUTDOWN",
+            State::NotRunning => "NOT_RUNNING",
+            State::PendingError => "PENDING_ERROR",
+            State::Error => "ERROR",
+        }
+    }
+
     /// Kafka's allowed transitions.
     pub fn can_become(self, next: State) -> bool {
         use State::*;
@@ -89,6 +104,12 @@ impl State {
                 | (PendingShutdown, NotRunning)
                 | (PendingError, Error)
         )
+    }
+}
+
+impl std::fmt::Display for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.kafka_name())
     }
 }
 

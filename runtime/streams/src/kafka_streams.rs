@@ -51,6 +51,10 @@ pub struct ThreadMetadata {
     pub standby_tasks: BTreeSet<TaskId>,
     /// Partitions of the active tasks.
     pub partitions: Vec<(String, i32)>,
+    /// The group generation of the thread's assignment (classic protocol) or its member epoch
+    /// (`group.protocol=streams`): what the consumer's `groupMetadata().generationId()` says
+    /// in Kafka. It rises with each rebalance the thread takes part in.
+    pub generation: i32,
 }
 
 /// A running (or not yet started) streams application instance.
@@ -280,6 +284,7 @@ impl KafkaStreams {
                 active_tasks: lock(&t.shared.active_tasks).clone(),
                 standby_tasks: lock(&t.shared.standby_tasks).keys().copied().collect(),
                 partitions: lock(&t.shared.partitions).clone(),
+                generation: lock(&t.shared.local).generation,
                 thread_name: t.name,
             })
             .collect()

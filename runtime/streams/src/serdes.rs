@@ -56,6 +56,25 @@ impl Serdes {
     pub fn i64() -> SharedSerde<i64> {
         Arc::new(I64Serde)
     }
+    /// 2-byte big-endian integers (Kafka's `Serdes.Short`); null or another length is an error.
+    pub fn i16() -> SharedSerde<i16> {
+        Arc::new(I16Serde)
+    }
+    /// IEEE 754 single precision, 4 bytes big-endian (Kafka's `Serdes.Float`:
+    /// `Float.floatToRawIntBits`); null or another length is an error.
+    pub fn f32() -> SharedSerde<f32> {
+        Arc::new(F32Serde)
+    }
+    /// IEEE 754 double precision, 8 bytes big-endian (Kafka's `Serdes.Double`:
+    /// `Double.doubleToRawLongBits`); null or another length is an error.
+    ///
+    /// ```
+    /// let bytes = rill_streams::Serdes::f64().serialize("t", &1.5).unwrap().unwrap();
+    /// assert_eq!(&bytes[..], &[0x3f, 0xf8, 0, 0, 0, 0, 0, 0]);
+    /// ```
+    pub fn f64() -> SharedSerde<f64> {
+        Arc::new(F64Serde)
+    }
     /// JSON through serde_json.
     pub fn json<T>() -> SharedSerde<T>
     where
@@ -106,6 +125,7 @@ impl Serde<String> for StringSerde {
     }
 }
 
+/// A fixed-width number in Kafka's big-endian layout.
 macro_rules! int_serde {
     ($name:ident, $t:ty, $n:expr) => {
         struct $name;
@@ -130,6 +150,9 @@ macro_rules! int_serde {
 }
 int_serde!(I32Serde, i32, 4);
 int_serde!(I64Serde, i64, 8);
+int_serde!(I16Serde, i16, 2);
+int_serde!(F32Serde, f32, 4);
+int_serde!(F64Serde, f64, 8);
 
 struct JsonSerde<T>(PhantomData<fn() -> T>);
 impl<T> Serde<T> for JsonSerde<T>
@@ -198,6 +221,24 @@ impl Serde<()> for UnitSerde {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numbers_have_kafkas_bytes() {
+        // Java: new DoubleSerializer().serialize("t", 1.5), FloatSerializer 1.5f,
+        // ShortSerializer (short) 258.
+        let d = Serdes::f64().serialize("t", &1.5).unwrap().unwrap();
+        assert_eq!(&d[..], &[0x3f, 0xf8, 0, 0, 0, 0, 0, 0]);
+        let f = Serdes::f32().serialize("t", &1.5).unwrap().unwrap();
+        assert_eq!(&f[..], &[0x3f, 0xc0, 0, 0]);
+        let s = Serdes::i16().serialize("t", &258).unwrap().unwrap();
+        assert_eq!(&s[..], &[1, 2]);
+        assert_eq!(Serdes::f64().deserialize("t", Some(&d)), Ok(1.5));
+        assert_eq!(
+            Serdes::f64().deserialize("t", Some(&[1, 2, 3])),
+            Err("expected 8 bytes for f64, got 3".to_string())
+        );
+        assert!(Serdes::i16().deserialize("t", None).is_err());
+    }
 
     #[test]
     fn serializing_by_value_gives_the_same_bytes_and_hands_the_buffer_over() {
