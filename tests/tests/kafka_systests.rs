@@ -164,6 +164,18 @@ fn eos_rebalance_complex_rill_on_apache_kafka() {
 }
 
 #[test]
+fn eos_rebalance_simple_rill_on_embedded() {
+    let cluster = Embedded::default_cluster();
+    pass(eos_run(
+        &cluster.bootstrap(),
+        eos::Sequence::Rebalance,
+        false,
+        Client::Rill,
+        "exactly_once_v2",
+    ));
+}
+
+#[test]
 fn smoke_eos_crash_kafka_streams_on_apache_kafka() {
     let kafka = ApacheKafka::start().unwrap();
     pass(smoke_run(
@@ -181,6 +193,28 @@ fn smoke_eos_crash_rill_on_apache_kafka() {
         &kafka.bootstrap,
         Client::Rill,
         "exactly_once_v2",
+        true,
+    ));
+}
+
+#[test]
+fn smoke_eos_crash_rill_on_embedded() {
+    let cluster = Embedded::default_cluster();
+    pass(smoke_run(
+        &cluster.bootstrap(),
+        Client::Rill,
+        "exactly_once_v2",
+        true,
+    ));
+}
+
+#[test]
+fn smoke_alos_crash_rill_on_apache_kafka() {
+    let kafka = ApacheKafka::start().unwrap();
+    pass(smoke_run(
+        &kafka.bootstrap,
+        Client::Rill,
+        "at_least_once",
         true,
     ));
 }
@@ -230,6 +264,18 @@ fn streams_protocol_smoke_eos_crash_rill_on_apache_kafka() {
     let kafka = ApacheKafka::start().unwrap();
     pass(smoke_run_on(
         &kafka.bootstrap,
+        Client::Rill,
+        "exactly_once_v2",
+        true,
+        "streams",
+    ));
+}
+
+#[test]
+fn streams_protocol_smoke_eos_crash_rill_on_embedded() {
+    let cluster = Embedded::default_cluster();
+    pass(smoke_run_on(
+        &cluster.bootstrap(),
         Client::Rill,
         "exactly_once_v2",
         true,

@@ -294,6 +294,9 @@ fn eos(props: &[(String, String)], command: &str) {
         }
         s
     };
+    let streams_protocol = props
+        .iter()
+        .any(|(k, v)| k == "group.protocol" && v == "streams");
     let mut streams = build();
     let mut min_epoch = 0;
     while !STOP.load(Ordering::SeqCst) {
@@ -306,13 +309,18 @@ fn eos(props: &[(String, String)], command: &str) {
             streams = build();
         }
         // KIP-1071: members need not pass through REBALANCING when the
-        // group changes; Kafka's client tells its harness by the epoch.
-        let epochs: Vec<i32> = streams
-            .metadata_for_local_threads()
-            .iter()
-            .map(|t| t.generation)
-            .filter(|g| *g > 0)
-            .collect();
+        // group changes; Kafka's client tells its harness by the epoch
+        // (it watches only its streams-protocol consumers).
+        let epochs: Vec<i32> = if !streams_protocol {
+            Vec::new()
+        } else {
+            streams
+                .metadata_for_local_threads()
+                .iter()
+                .map(|t| t.generation)
+                .filter(|g| *g > 0)
+                .collect()
+        };
         if let Some(&lowest) = epochs.iter().min() {
             if lowest > min_epoch {
                 say(&["MemberEpochBump"]);

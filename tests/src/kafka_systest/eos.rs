@@ -11,8 +11,8 @@
 use std::path::Path;
 
 use super::{
-    create_topics, java_main, maven_jars, port_binary, reports, step_wait, Client, Monitor,
-    Service, VERIFY_WAIT,
+    create_topics, java_main, maven_jars, port_binary, reports, step_wait, streams_group_configs,
+    Client, Monitor, Service, VERIFY_WAIT,
 };
 
 const MAIN: &str = "org.apache.kafka.streams.tests.StreamsEosTest";
@@ -137,6 +137,7 @@ pub fn run(r: Run<'_>, root: &Path) -> Result<String, String> {
     ];
     if r.group_protocol != "classic" {
         props.push(("group.protocol", r.group_protocol.to_string()));
+        streams_group_configs(r.bootstrap, "EosTest", 10_000, 2);
     }
     let java = |dir: &str| java_main(&jars, MAIN, &root.join(dir)).map_err(|e| e.to_string());
     let processor = |name: &str| -> Result<Service, String> {

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use crate::backend::{cache_dir, kafka_lib_dir_for, run};
 
 /// The Kafka whose client jars run the drivers and verifiers.
-const DRIVER_KAFKA: &str = "4.3.2";
+const DRIVER_KAFKA: &str = crate::backend::KAFKA_PRE_STATIC_STREAMS_VERSION;
 
 /// Kafka's waits (ducktape's timeouts in the Python harness), with
 /// `RILL_SYSTEST_WAIT_SECS` shortening the long ones for local runs.
@@ -346,6 +346,26 @@ pub fn create_topics(bootstrap: &str, topics: &[&str], partitions: i32) {
             .create_topic(rill_client::admin::NewTopic::new(*t, partitions, 1))
             .unwrap_or_else(|e| panic!("create {t}: {e}"));
     }
+}
+
+/// Under the streams protocol (KIP-1071) the group's settings live on
+/// the broker, not in the client's properties: the harness gives the
+/// application's group what its properties ask of a classic group (the
+/// tests' `session.timeout.ms` and `num.standby.replicas`), so a killed
+/// processor's tasks move after 10 s, not the default 45.
+pub fn streams_group_configs(bootstrap: &str, group: &str, session_ms: u32, standbys: u32) {
+    use rill_client::admin::{AlterConfigOp, ConfigResource};
+    let set = |k: &str, v: u32| AlterConfigOp::Set(k.into(), v.to_string());
+    crate::client_scenarios::admin(bootstrap)
+        .incremental_alter_configs(
+            &ConfigResource::Group(group.into()),
+            &[
+                set("streams.session.timeout.ms", session_ms),
+                set("streams.heartbeat.interval.ms", 1000),
+                set("streams.num.standby.replicas", standbys),
+            ],
+        )
+        .unwrap_or_else(|e| panic!("group configs of {group}: {e}"));
 }
 
 /// `lines` joined for a failure message.

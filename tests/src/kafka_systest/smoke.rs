@@ -10,7 +10,10 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::{create_topics, java_main, maven_jars, port_binary, reports, Client, Service};
+use super::{
+    create_topics, java_main, maven_jars, port_binary, reports, streams_group_configs, Client,
+    Service,
+};
 
 const MAIN: &str = "org.apache.kafka.streams.tests.StreamsSmokeTest";
 const BANNER: &str = "StreamsTest instance started (StreamsSmokeTest)";
@@ -94,6 +97,9 @@ pub fn run(r: Run<'_>, root: &Path) -> Result<String, String> {
         }
         p
     };
+    if r.group_protocol != "classic" {
+        streams_group_configs(r.bootstrap, "SmokeTest", 10_000, 2);
+    }
     let mut pprops = props(r.guarantee);
     if let Some(c) = r.cache_bytes {
         pprops.push(("statestore.cache.max.bytes", c.to_string()));
