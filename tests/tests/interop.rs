@@ -1325,7 +1325,10 @@ mod franz_go {
 /// answers on the embedded broker as on Apache Kafka 4.4: OffsetDelete
 /// refuses the topics the group reads, group configs outside Kafka's ranges
 /// are refused, DescribeGroups does not describe a streams group as a
-/// classic one, and the topology description is "not stored".
+/// classic one, the topology description is "not stored", `kafka-configs
+/// --describe` lists the group's configs with the same keys and synonym
+/// sources, and `kafka-streams-groups --describe` (offsets, members,
+/// state) prints the same columns and rows.
 fn streams_group_tools(bootstrap: &str) -> Vec<(String, String)> {
     use rill_tests::rolling::{AppTopology, Deployment, RollConfig, Runtime};
     rill_tests::streams_scenarios::with_group_protocol("streams", || {
@@ -1395,6 +1398,64 @@ fn streams_group_tools(bootstrap: &str) -> Vec<(String, String)> {
                 "topology".into(),
                 tool(STREAMS, &["--describe", "--topology", "--group", &group]),
             ),
+            (
+                "configs describe".into(),
+                tool(
+                    CONFIGS,
+                    &[
+                        "--describe",
+                        "--entity-type",
+                        "groups",
+                        "--entity-name",
+                        &group,
+                    ],
+                ),
+            ),
+            (
+                "configs describe --all".into(),
+                tool(
+                    CONFIGS,
+                    &[
+                        "--describe",
+                        "--entity-type",
+                        "groups",
+                        "--entity-name",
+                        &group,
+                        "--all",
+                    ],
+                ),
+            ),
+            (
+                "configs describe of a group that does not exist".into(),
+                tool(
+                    CONFIGS,
+                    &[
+                        "--describe",
+                        "--entity-type",
+                        "groups",
+                        "--entity-name",
+                        "nosuch",
+                    ],
+                ),
+            ),
+            (
+                "describe (offsets)".into(),
+                tool(STREAMS, &["--describe", "--group", &group]),
+            ),
+            (
+                "describe --members --verbose".into(),
+                tool(
+                    STREAMS,
+                    &["--describe", "--members", "--verbose", "--group", &group],
+                ),
+            ),
+            (
+                "describe --state --verbose".into(),
+                tool(
+                    STREAMS,
+                    &["--describe", "--state", "--verbose", "--group", &group],
+                ),
+            ),
         ];
         drop(d.finish());
         answers
@@ -1402,8 +1463,38 @@ fn streams_group_tools(bootstrap: &str) -> Vec<(String, String)> {
 }
 
 /// The words of a tool's answer that say what happened (ids, names and
-/// numbers vary between brokers and runs).
+/// numbers vary between brokers and runs): a config listing as its keys
+/// with the sources of their synonyms, a table as its columns and row
+/// count, anything else as the phrases it contains.
 fn gist(answer: &str) -> String {
+    let configs: Vec<String> = answer
+        .lines()
+        .filter_map(|l| {
+            let (key, rest) = l.trim().split_once('=')?;
+            let synonyms = rest.split_once("synonyms={")?.1;
+            let sources: Vec<&str> = synonyms
+                .split(", ")
+                .filter_map(|s| s.split_once(':').map(|(src, _)| src))
+                .collect();
+            Some(format!("{key}:{}", sources.join(",")))
+        })
+        .collect();
+    if !configs.is_empty() {
+        return configs.join(" ");
+    }
+    let lines: Vec<&str> = answer.lines().filter(|l| !l.trim().is_empty()).collect();
+    if let Some(i) = lines.iter().position(|l| l.starts_with("GROUP ")) {
+        let columns = lines[i].split_whitespace().collect::<Vec<_>>().join(" ");
+        let rows = lines[i + 1..]
+            .iter()
+            .filter(|l| !l.starts_with("GROUP "))
+            .count();
+        return format!("{columns} ({rows} rows)");
+    }
+    gist_phrases(answer)
+}
+
+fn gist_phrases(answer: &str) -> String {
     let keep = [
         "FAILED",
         "GroupSubscribedToTopic",
@@ -1414,6 +1505,8 @@ fn gist(answer: &str) -> String {
         "not a consumer group",
         "No topology description is stored",
         "Successful",
+        "doesn't exist and doesn't have dynamic config",
+        "Dynamic configs for group",
     ];
     keep.iter()
         .filter(|k| answer.contains(*k))
@@ -1425,7 +1518,9 @@ fn gist(answer: &str) -> String {
 #[test]
 fn streams_group_tools_answer_as_on_apache_kafka() {
     let kafka = streams_group_tools(shared_kafka());
-    let cluster = Embedded::start(EmbeddedCluster::builder());
+    // The Apache Kafka backend's group settings (a broker setting shows
+    // in a group's described configs).
+    let cluster = Embedded::for_clients();
     let rill = streams_group_tools(&cluster.bootstrap());
     for ((what, k), (_, r)) in kafka.iter().zip(&rill) {
         let (gk, gr) = (gist(k), gist(r));

@@ -276,16 +276,15 @@ pub enum ConfigSource {
     Group = 8,
 }
 
-/// One group-level config (`kafka-configs --entity-type groups`): it
-/// overrides, for one group, the broker setting `broker_key`.
+/// One group-level config this broker honours (`kafka-configs
+/// --entity-type groups --alter`): it overrides, for one group, the broker
+/// setting [`GROUP_CONFIG_KEYS`] names.
 pub struct GroupConfigDef {
     pub name: &'static str,
-    pub broker_key: &'static str,
     /// The values allowed, inclusive, under this broker's settings.
     pub range: fn(&BrokerConfig) -> (i64, i64),
     /// The broker settings `range` reads, for the refusal ("" when fixed).
     pub range_keys: &'static str,
-    pub doc: &'static str,
 }
 
 /// The group configs the embedded broker honours: the KIP-1071 streams
@@ -296,7 +295,6 @@ pub struct GroupConfigDef {
 pub const GROUP_CONFIGS: &[GroupConfigDef] = &[
     GroupConfigDef {
         name: "streams.session.timeout.ms",
-        broker_key: "group.streams.session.timeout.ms",
         range: |b| {
             (
                 b.group_streams_min_session_timeout_ms as i64,
@@ -304,35 +302,106 @@ pub const GROUP_CONFIGS: &[GroupConfigDef] = &[
             )
         },
         range_keys: "group.streams.min.session.timeout.ms and group.streams.max.session.timeout.ms",
-        doc: "The timeout to detect client failures when using the streams group protocol.",
     },
     GroupConfigDef {
         name: "streams.heartbeat.interval.ms",
-        broker_key: "group.streams.heartbeat.interval.ms",
         range: |b| {
             (
                 b.group_streams_min_heartbeat_interval_ms as i64,
                 b.group_streams_max_heartbeat_interval_ms as i64,
             )
         },
-        range_keys: "group.streams.min.heartbeat.interval.ms and group.streams.max.heartbeat.interval.ms",
-        doc: "The heartbeat interval given to the members of a streams group.",
+        range_keys:
+            "group.streams.min.heartbeat.interval.ms and group.streams.max.heartbeat.interval.ms",
     },
     GroupConfigDef {
         name: "streams.initial.rebalance.delay.ms",
-        broker_key: "group.streams.initial.rebalance.delay.ms",
         range: |_| (0, i32::MAX as i64),
         range_keys: "",
-        doc: "The amount of time the group coordinator will wait for more streams clients to join a new group before performing the first rebalance.",
     },
     GroupConfigDef {
         name: "streams.num.standby.replicas",
-        broker_key: "group.streams.num.standby.replicas",
         // Kafka's `group.streams.max.standby.replicas` default.
         range: |_| (0, 2),
         range_keys: "",
-        doc: "The number of standby replicas for each task.",
     },
+];
+
+/// One of Apache Kafka 4.4's group configs as DescribeConfigs lists them
+/// (the public keys of Kafka's `GroupConfig`), honoured here or not:
+/// `kafka-configs --describe --entity-type groups --all` shows all 21, as
+/// on Kafka. Only the [`GROUP_CONFIGS`] can be set.
+pub struct GroupConfigKey {
+    pub name: &'static str,
+    /// The broker setting it falls back to; `None`: the key has none.
+    pub broker_key: Option<&'static str>,
+    /// Kafka's default (the `DEFAULT_CONFIG` synonym).
+    pub default: &'static str,
+    /// DescribeConfigs `config_type`: 1 boolean, 2 string, 3 int, 7 list.
+    pub wire_type: i8,
+    pub doc: &'static str,
+}
+
+const fn group_key(
+    name: &'static str,
+    broker_key: Option<&'static str>,
+    default: &'static str,
+    wire_type: i8,
+    doc: &'static str,
+) -> GroupConfigKey {
+    GroupConfigKey {
+        name,
+        broker_key,
+        default,
+        wire_type,
+        doc,
+    }
+}
+
+/// Kafka 4.4's group config keys, by name, with Kafka's defaults and docs.
+pub const GROUP_CONFIG_KEYS: &[GroupConfigKey] = &[
+    group_key("consumer.assignment.interval.ms", Some("group.consumer.assignment.interval.ms"), "1000", 3,
+        "The interval between assignment updates for a consumer group."),
+    group_key("consumer.heartbeat.interval.ms", Some("group.consumer.heartbeat.interval.ms"), "5000", 3,
+        "The heartbeat interval given to the members of a consumer group."),
+    group_key("consumer.session.timeout.ms", Some("group.consumer.session.timeout.ms"), "45000", 3,
+        "The timeout to detect client failures when using the consumer group protocol."),
+    group_key("errors.deadletterqueue.copy.record.enable", None, "false", 1,
+        "When writing onto the dead-letter queue topic, whether to copy the original record onto the DLQ topic, or just write a record containing the context information headers."),
+    group_key("errors.deadletterqueue.topic.name", None, "", 2,
+        "The name of the topic to be used as the dead-letter queue (DLQ) topic for this share group. If blank (the default), the group does not have a DLQ topic."),
+    group_key("share.assignment.interval.ms", Some("group.share.assignment.interval.ms"), "1000", 3,
+        "The interval between assignment updates for a share group."),
+    group_key("share.auto.offset.reset", None, "latest", 2,
+        "The strategy to initialize the share-partition start offset."),
+    group_key("share.delivery.count.limit", Some("group.share.delivery.count.limit"), "5", 3,
+        "The maximum number of delivery attempts for a record delivered to a share group."),
+    group_key("share.heartbeat.interval.ms", Some("group.share.heartbeat.interval.ms"), "5000", 3,
+        "The heartbeat interval given to the members of a share group."),
+    group_key("share.isolation.level", None, "read_uncommitted", 2,
+        "Controls how to read records written transactionally."),
+    group_key("share.partition.max.record.locks", Some("group.share.partition.max.record.locks"), "2000", 3,
+        "Share-group record lock limit per share-partition."),
+    group_key("share.record.lock.duration.ms", Some("group.share.record.lock.duration.ms"), "30000", 3,
+        "The record acquisition lock duration in milliseconds for share groups."),
+    group_key("share.renew.acknowledge.enable", None, "true", 1,
+        "Whether the renew acknowledge type is enabled for the share group."),
+    group_key("share.session.timeout.ms", Some("group.share.session.timeout.ms"), "45000", 3,
+        "The timeout to detect client failures when using the share group protocol."),
+    group_key("streams.assignment.interval.ms", Some("group.streams.assignment.interval.ms"), "1000", 3,
+        "The interval between assignment updates for a streams group."),
+    group_key("streams.assignor.name", Some("group.streams.assignors"), "sticky", 2,
+        "The task assignor to use for this streams group, selected by short name from the assignors registered via the broker configuration group.streams.assignors."),
+    group_key("streams.heartbeat.interval.ms", Some("group.streams.heartbeat.interval.ms"), "5000", 3,
+        "The heartbeat interval given to the members."),
+    group_key("streams.initial.rebalance.delay.ms", Some("group.streams.initial.rebalance.delay.ms"), "3000", 3,
+        "The amount of time the group coordinator will wait for more streams clients to join a new group before performing the first rebalance. A longer delay means potentially fewer rebalances."),
+    group_key("streams.num.standby.replicas", Some("group.streams.num.standby.replicas"), "0", 3,
+        "The number of standby replicas for each task."),
+    group_key("streams.rack.aware.assignment.tags", Some("group.streams.rack.aware.assignment.tags"), "", 7,
+        "List of client tag keys used to distribute standby replicas across Kafka Streams instances."),
+    group_key("streams.session.timeout.ms", Some("group.streams.session.timeout.ms"), "45000", 3,
+        "The timeout to detect client failures when using the streams group protocol."),
 ];
 
 /// A group config the broker honours, or the sentence saying it does not.
@@ -489,6 +558,23 @@ impl LogSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every group config the broker honours is one of Kafka's 21, with
+    /// Kafka's default.
+    #[test]
+    fn honoured_group_configs_are_kafkas_keys() {
+        assert_eq!(GROUP_CONFIG_KEYS.len(), 21);
+        let broker = BrokerConfig::default();
+        for d in GROUP_CONFIGS {
+            let k = GROUP_CONFIG_KEYS.iter().find(|k| k.name == d.name);
+            assert_eq!(
+                k.map(|k| k.default.to_string()),
+                broker.group_config_broker_value(d.name),
+                "{}",
+                d.name
+            );
+        }
+    }
 
     #[test]
     fn validation_names_the_key() {
@@ -648,7 +734,7 @@ impl Default for BrokerConfig {
 }
 
 impl BrokerConfig {
-    /// The broker's value for a group config (its `broker_key` setting).
+    /// The broker's value for a group config (the setting it overrides).
     pub fn group_config_default(&self, name: &str) -> Option<i64> {
         Some(match name {
             "streams.session.timeout.ms" => self.group_streams_session_timeout_ms as i64,
@@ -659,6 +745,21 @@ impl BrokerConfig {
             "streams.num.standby.replicas" => self.group_streams_num_standby_replicas as i64,
             _ => return None,
         })
+    }
+
+    /// This broker's setting behind group config `name` (one of
+    /// [`GROUP_CONFIG_KEYS`]), for the settings it has; `None`: Kafka's
+    /// default stands.
+    pub fn group_config_broker_value(&self, name: &str) -> Option<String> {
+        match name {
+            "consumer.session.timeout.ms" => {
+                Some(self.group_consumer_session_timeout_ms.to_string())
+            }
+            "consumer.heartbeat.interval.ms" => {
+                Some(self.group_consumer_heartbeat_interval_ms.to_string())
+            }
+            _ => self.group_config_default(name).map(|v| v.to_string()),
+        }
     }
 
     /// Checks the settings; the error names the setting that is wrong.

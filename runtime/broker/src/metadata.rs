@@ -158,6 +158,14 @@ impl ClusterMetadata {
         self.group_configs.get(group).cloned().unwrap_or_default()
     }
 
+    /// The groups that have configs (ListConfigResources).
+    pub fn groups_with_configs(&self) -> impl Iterator<Item = &str> {
+        self.group_configs
+            .iter()
+            .filter(|(_, c)| !c.is_empty())
+            .map(|(g, _)| g.as_str())
+    }
+
     /// Replaces a group's config overrides (already validated) and saves.
     pub fn set_group_configs(
         &mut self,

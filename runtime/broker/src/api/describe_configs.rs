@@ -1,6 +1,9 @@
 //! DescribeConfigs (key 32): topic configs (every key the broker honours, with
 //! its value, source and, on request, synonyms and documentation), a
-//! broker's settings and a group's configs (its own or the broker's).
+//! broker's settings and a group's configs: all of Kafka 4.4's group keys,
+//! each the group's own value, else the broker's setting, else Kafka's
+//! default, with the synonyms in that order (as Kafka's `ConfigHelper`).
+//! Documentation is null unless asked for, as Kafka sends it.
 //! Unknown topics are UNKNOWN_TOPIC_OR_PARTITION; other resource types are
 //! INVALID_REQUEST.
 
@@ -11,7 +14,9 @@ use rill_protocol::kafka_protocol::messages::{DescribeConfigsRequest, DescribeCo
 use rill_protocol::ErrorCode;
 
 use super::{sb, Ctx};
-use crate::config::{resolve, ConfigSource, GROUP_CONFIGS, TOPIC_CONFIGS};
+use std::collections::BTreeMap;
+
+use crate::config::{resolve, BrokerConfig, ConfigSource, GROUP_CONFIG_KEYS, TOPIC_CONFIGS};
 
 const TOPIC: i8 = 2;
 const BROKER: i8 = 4;
@@ -74,9 +79,7 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: DescribeConfigsRequest) -> DescribeConf
                             }
                             if v >= 3 {
                                 e.config_type = d.wire_type;
-                                if req.include_documentation {
-                                    e.documentation = Some(sb(d.doc));
-                                }
+                                e.documentation = req.include_documentation.then(|| sb(d.doc));
                             }
                             r.configs.push(e);
                         }
@@ -149,6 +152,7 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: DescribeConfigsRequest) -> DescribeConf
                             .with_config_source(ConfigSource::StaticBroker as i8);
                         if v >= 3 {
                             e.config_type = ty;
+                            e.documentation = None;
                         }
                         r.configs.push(e);
                     }
@@ -161,40 +165,20 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: DescribeConfigsRequest) -> DescribeConf
                     ctx.principal
                 )));
             }
+            GROUP if name.is_empty() => {
+                r.error_code = ErrorCode::InvalidRequest.code();
+                r.error_message = Some(sb("Group name must not be empty"));
+            }
             GROUP => {
-                // Every group config the broker honours: the group's own
-                // value, else the broker's setting it overrides.
                 let overrides = ctx.broker.metadata().group_configs(&name);
-                for d in GROUP_CONFIGS.iter().filter(|d| wanted(d.name)) {
-                    let broker_value = ctx
-                        .broker
-                        .config
-                        .group_config_default(d.name)
-                        .unwrap_or_default()
-                        .to_string();
-                    let (value, source) = match overrides.get(d.name) {
-                        Some(v) => (v.clone(), ConfigSource::Group),
-                        None => (broker_value.clone(), ConfigSource::StaticBroker),
-                    };
-                    let mut e = DescribeConfigsResourceResult::default()
-                        .with_name(sb(d.name))
-                        .with_value(Some(sb(value)))
-                        .with_config_source(source as i8);
-                    if v >= 1 && req.include_synonyms {
-                        // The broker setting the group config overrides.
-                        e.synonyms = vec![DescribeConfigsSynonym::default()
-                            .with_name(sb(d.broker_key))
-                            .with_value(Some(sb(broker_value)))
-                            .with_source(ConfigSource::StaticBroker as i8)];
-                    }
-                    if v >= 3 {
-                        e.config_type = 3; // INT
-                        if req.include_documentation {
-                            e.documentation = Some(sb(d.doc));
-                        }
-                    }
-                    r.configs.push(e);
-                }
+                r.configs = group_entries(
+                    &ctx.broker.config,
+                    &overrides,
+                    &wanted,
+                    v,
+                    req.include_synonyms,
+                    req.include_documentation,
+                );
             }
             other => {
                 r.error_code = ErrorCode::InvalidRequest.code();
@@ -206,4 +190,144 @@ pub(super) fn handle(ctx: &Ctx<'_>, req: DescribeConfigsRequest) -> DescribeConf
         resp.results.push(r);
     }
     resp
+}
+
+/// A group's entries: every Kafka 4.4 group key `wanted` lets through.
+/// Synonyms, the first one giving value and source: the group's own value
+/// (`DYNAMIC_GROUP_CONFIG`), the broker's setting when it is not Kafka's
+/// default (`STATIC_BROKER_CONFIG`), Kafka's default (`DEFAULT_CONFIG`).
+fn group_entries(
+    broker: &BrokerConfig,
+    overrides: &BTreeMap<String, String>,
+    wanted: &dyn Fn(&str) -> bool,
+    v: i16,
+    include_synonyms: bool,
+    include_documentation: bool,
+) -> Vec<DescribeConfigsResourceResult> {
+    GROUP_CONFIG_KEYS
+        .iter()
+        .filter(|k| wanted(k.name))
+        .map(|k| {
+            let fallback = k.broker_key.unwrap_or(k.name);
+            let mut syn: Vec<(&str, String, ConfigSource)> = Vec::new();
+            if let Some(val) = overrides.get(k.name) {
+                syn.push((k.name, val.clone(), ConfigSource::Group));
+            }
+            if let Some(b) = broker
+                .group_config_broker_value(k.name)
+                .filter(|b| b != k.default)
+            {
+                syn.push((fallback, b, ConfigSource::StaticBroker));
+            }
+            syn.push((fallback, k.default.to_string(), ConfigSource::Default));
+            let (_, value, source) = syn[0].clone();
+            let mut e = DescribeConfigsResourceResult::default()
+                .with_name(sb(k.name))
+                .with_value(Some(sb(value)))
+                .with_config_source(source as i8);
+            if v >= 1 && include_synonyms {
+                e.synonyms = syn
+                    .into_iter()
+                    .map(|(n, val, s)| {
+                        DescribeConfigsSynonym::default()
+                            .with_name(sb(n))
+                            .with_value(Some(sb(val)))
+                            .with_source(s as i8)
+                    })
+                    .collect();
+            }
+            if v >= 3 {
+                e.config_type = k.wire_type;
+                e.documentation = include_documentation.then(|| sb(k.doc));
+            }
+            e
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entries(
+        overrides: &[(&str, &str)],
+        broker: &BrokerConfig,
+    ) -> Vec<(String, String, i8, Vec<(String, String, i8)>)> {
+        let o = overrides
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        group_entries(broker, &o, &|_| true, 4, true, false)
+            .into_iter()
+            .map(|e| {
+                assert_eq!(e.documentation, None, "null unless asked for");
+                (
+                    e.name.to_string(),
+                    e.value.unwrap().to_string(),
+                    e.config_source,
+                    e.synonyms
+                        .into_iter()
+                        .map(|s| (s.name.to_string(), s.value.unwrap().to_string(), s.source))
+                        .collect(),
+                )
+            })
+            .collect()
+    }
+
+    /// As Kafka 4.4 describes a group (kafka-configs --describe --all):
+    /// all 21 keys; a default is DEFAULT_CONFIG under the broker key, an
+    /// override DYNAMIC_GROUP_CONFIG with the default after it, a broker
+    /// setting off Kafka's default STATIC_BROKER_CONFIG.
+    #[test]
+    fn a_group_is_described_as_kafka_describes_it() {
+        let mut broker = BrokerConfig::default();
+        let all = entries(&[], &broker);
+        assert_eq!(all.len(), 21);
+        let session = |all: &[(String, String, i8, Vec<(String, String, i8)>)]| {
+            all.iter()
+                .find(|e| e.0 == "streams.session.timeout.ms")
+                .cloned()
+                .unwrap()
+        };
+        assert_eq!(
+            session(&all),
+            (
+                "streams.session.timeout.ms".into(),
+                "45000".into(),
+                5,
+                vec![("group.streams.session.timeout.ms".into(), "45000".into(), 5)]
+            )
+        );
+        let dlq = all
+            .iter()
+            .find(|e| e.0 == "errors.deadletterqueue.topic.name")
+            .unwrap();
+        assert_eq!(
+            dlq.3,
+            vec![("errors.deadletterqueue.topic.name".into(), String::new(), 5)]
+        );
+        let set = entries(&[("streams.session.timeout.ms", "50000")], &broker);
+        assert_eq!(
+            session(&set),
+            (
+                "streams.session.timeout.ms".into(),
+                "50000".into(),
+                8,
+                vec![
+                    ("streams.session.timeout.ms".into(), "50000".into(), 8),
+                    ("group.streams.session.timeout.ms".into(), "45000".into(), 5)
+                ]
+            )
+        );
+        broker.group_streams_session_timeout_ms = 20_000;
+        let by_broker = entries(&[], &broker);
+        assert_eq!(
+            session(&by_broker).3,
+            vec![
+                ("group.streams.session.timeout.ms".into(), "20000".into(), 4),
+                ("group.streams.session.timeout.ms".into(), "45000".into(), 5)
+            ]
+        );
+        assert_eq!(session(&by_broker).2, 4);
+    }
 }

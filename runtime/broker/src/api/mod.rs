@@ -34,6 +34,7 @@ mod incremental_alter_configs;
 mod init_producer_id;
 mod join_group;
 mod leave_group;
+mod list_config_resources;
 mod list_groups;
 mod list_offsets;
 mod list_transactions;
@@ -101,6 +102,8 @@ pub const SUPPORTED: &[(Api, i16, i16)] = &[
     (Api::Kafka(ApiKey::DescribeProducers), 0, 0),
     (Api::Kafka(ApiKey::DescribeTransactions), 0, 0),
     (Api::Kafka(ApiKey::ListTransactions), 0, 2),
+    // KIP-1142: kafka-configs lists config resources (groups with configs).
+    (Api::Kafka(ApiKey::ListConfigResources), 0, 1),
     // KIP-1071 streams groups, at Kafka 4.4's versions.
     (Api::StreamsGroupHeartbeat, 0, 1),
     (Api::StreamsGroupDescribe, 0, 1),
@@ -245,6 +248,9 @@ async fn handle_kafka(
         }
         RequestKind::ListTransactions(r) => {
             ResponseKind::ListTransactions(list_transactions::handle(ctx, r))
+        }
+        RequestKind::ListConfigResources(r) => {
+            ResponseKind::ListConfigResources(list_config_resources::handle(ctx, r))
         }
         RequestKind::OffsetCommit(r) => ResponseKind::OffsetCommit(offset_commit::handle(ctx, r)),
         RequestKind::OffsetFetch(r) => ResponseKind::OffsetFetch(offset_fetch::handle(ctx, r)),
