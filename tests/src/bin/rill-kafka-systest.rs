@@ -129,7 +129,7 @@ struct Print {
     offsets: Option<(i64, i64)>,
 }
 
-fn print_processor<K: Send + 'static, V: Send + 'static>(
+fn print_processor(
     topic: &'static str,
     name: Arc<str>,
 ) -> impl Fn() -> Print + Send + Sync + 'static {
@@ -160,7 +160,7 @@ impl<K: Send + 'static, V: Send + 'static> Processor<K, V, (), ()> for Print {
         _record: Record<K, V>,
     ) -> rill_streams::Result<()> {
         self.n += 1;
-        if self.n % 100 == 0 {
+        if self.n.is_multiple_of(100) {
             say(&[
                 &format!("{}: {}", self.name, millis()),
                 &format!("processed {} records from topic={}", self.n, self.topic),
@@ -353,7 +353,7 @@ fn eos_topology(complex: bool) -> Topology {
     let b = StreamsBuilder::new();
     let data = b.stream(&["data"], Consumed::with(s.clone(), i.clone()));
     data.to("echo", Produced::with(s.clone(), i.clone()));
-    data.process::<(), (), _>(print_processor::<String, i32>("data", no_name.clone()), &[]);
+    data.process::<(), (), _>(print_processor("data", no_name.clone()), &[]);
     let g = data.group_by_key(Grouped::with(s.clone(), i.clone()));
     g.aggregate(
         || i32::MAX,
@@ -372,7 +372,7 @@ fn eos_topology(complex: bool) -> Topology {
     if complex {
         data.to("repartition", Produced::with(s.clone(), i.clone()));
         let r = b.stream(&["repartition"], Consumed::with(s.clone(), i.clone()));
-        r.process::<(), (), _>(print_processor::<String, i32>("repartition", no_name), &[]);
+        r.process::<(), (), _>(print_processor("repartition", no_name), &[]);
         let gr = r.group_by_key(Grouped::with(s.clone(), i.clone()));
         gr.aggregate(
             || i32::MIN,
@@ -480,7 +480,7 @@ fn smoke_topology(name: Arc<str>) -> Topology {
         .filter_not(|k, _| k == "flush")
         .to("echo", Produced::with(s.clone(), i.clone()));
     let data = source.filter(|_, v| *v != END);
-    data.process::<(), (), _>(print_processor::<String, i32>("data", name.clone()), &[]);
+    data.process::<(), (), _>(print_processor("data", name.clone()), &[]);
     let g = data.group_by_key(Grouped::with(s.clone(), i.clone()));
 
     // Windowed keys leave as "[key@start/end]", as Windowed.toString().
@@ -534,10 +534,10 @@ fn smoke_topology(name: Arc<str>) -> Topology {
     );
     min_table
         .to_stream()
-        .process::<(), (), _>(print_processor::<String, i32>("min", name.clone()), &[]);
+        .process::<(), (), _>(print_processor("min", name.clone()), &[]);
 
     let two_days = TimeWindows::of_size_with_no_grace(2 * day);
-    g.windowed_by(two_days.clone())
+    g.windowed_by(two_days)
         .aggregate(
             || i32::MIN,
             |_, v, a| if v > a { *v } else { *a },
@@ -554,9 +554,9 @@ fn smoke_topology(name: Arc<str>) -> Topology {
     );
     max_table
         .to_stream()
-        .process::<(), (), _>(print_processor::<String, i32>("max", name.clone()), &[]);
+        .process::<(), (), _>(print_processor("max", name.clone()), &[]);
 
-    g.windowed_by(two_days.clone())
+    g.windowed_by(two_days)
         .aggregate(
             || 0i64,
             |_, v, a| i64::from(*v) + a,
@@ -573,7 +573,7 @@ fn smoke_topology(name: Arc<str>) -> Topology {
     );
     sum_table
         .to_stream()
-        .process::<(), (), _>(print_processor::<String, i64>("sum", name.clone()), &[]);
+        .process::<(), (), _>(print_processor("sum", name.clone()), &[]);
 
     g.windowed_by(two_days)
         .count(Materialized::as_store("uwin-cnt"))
@@ -588,7 +588,7 @@ fn smoke_topology(name: Arc<str>) -> Topology {
     );
     cnt_table
         .to_stream()
-        .process::<(), (), _>(print_processor::<String, i64>("cnt", name), &[]);
+        .process::<(), (), _>(print_processor("cnt", name), &[]);
 
     max_table
         .join(&min_table, |a, b| a - b)

@@ -249,10 +249,10 @@ fn group_entries(
 mod tests {
     use super::*;
 
-    fn entries(
-        overrides: &[(&str, &str)],
-        broker: &BrokerConfig,
-    ) -> Vec<(String, String, i8, Vec<(String, String, i8)>)> {
+    /// (name, value, source, synonyms as (name, value, source)).
+    type Entry = (String, String, i8, Vec<(String, String, i8)>);
+
+    fn entries(overrides: &[(&str, &str)], broker: &BrokerConfig) -> Vec<Entry> {
         let o = overrides
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -283,7 +283,7 @@ mod tests {
         let mut broker = BrokerConfig::default();
         let all = entries(&[], &broker);
         assert_eq!(all.len(), 21);
-        let session = |all: &[(String, String, i8, Vec<(String, String, i8)>)]| {
+        let session = |all: &[Entry]| {
             all.iter()
                 .find(|e| e.0 == "streams.session.timeout.ms")
                 .cloned()
