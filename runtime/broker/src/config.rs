@@ -748,7 +748,7 @@ impl BrokerConfig {
     }
 
     /// This broker's setting behind group config `name` (one of
-    /// [`GROUP_CONFIG_KEYS`]), for the settings it has; `None`: Kafka's
+    /// `GROUP_CONFIG_KEYS`), for the settings it has; `None`: Kafka's
     /// default stands.
     pub fn group_config_broker_value(&self, name: &str) -> Option<String> {
         match name {
