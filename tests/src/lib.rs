@@ -166,6 +166,48 @@ pub fn unique_topic(prefix: &str) -> String {
     )
 }
 
+/// A binary of the workspace (this package's `src/bin`, the `rill` CLI),
+/// which cargo builds next to the running test binary.
+pub fn built_binary(name: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
+    let bin = dir.join(name);
+    assert!(
+        bin.exists(),
+        "{} is not built (cargo builds it for the tests; the CLI with --workspace)",
+        bin.display()
+    );
+    bin
+}
+
+static STOP_REQUESTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_stop_signal(_: libc::c_int) {
+    STOP_REQUESTED.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// For the test apps (`src/bin`): SIGTERM and SIGINT only ask the app to
+/// stop; it polls [`stop_requested`] and closes cleanly.
+#[allow(unsafe_code)] // signal(2) handlers, see SAFETY below
+pub fn install_stop_signals() {
+    // SAFETY: the handler only stores to an atomic.
+    unsafe {
+        libc::signal(
+            libc::SIGTERM,
+            on_stop_signal as *const () as libc::sighandler_t,
+        );
+        libc::signal(
+            libc::SIGINT,
+            on_stop_signal as *const () as libc::sighandler_t,
+        );
+    }
+}
+
+/// Whether SIGTERM or SIGINT arrived since [`install_stop_signals`].
+pub fn stop_requested() -> bool {
+    STOP_REQUESTED.load(std::sync::atomic::Ordering::SeqCst)
+}
+
 /// Sends `signal` (`libc::SIGTERM`, `SIGKILL`, `SIGINT`, …) to the process
 /// `pid`, which must be a child this test or bench started (ended by its
 /// id, never by name).

@@ -649,15 +649,7 @@ impl Drop for RestApp {
 
 /// The `rill` binary next to the test binaries (built by `cargo test --workspace`).
 pub fn rill_binary() -> std::path::PathBuf {
-    let exe = std::env::current_exe().expect("current exe");
-    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
-    let bin = dir.join("rill");
-    assert!(
-        bin.exists(),
-        "{} is not built; run the tests with --workspace so cargo builds the rill CLI",
-        bin.display()
-    );
-    bin
+    crate::built_binary("rill")
 }
 
 /// The tools take Kafka properties as Kafka's do: `--command-config FILE`

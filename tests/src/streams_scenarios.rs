@@ -782,15 +782,7 @@ fn start_until_failed(app: &KafkaStreams) -> Vec<String> {
 
 /// The `rill-streams-app` binary next to the running test binary.
 pub(crate) fn app_binary() -> std::path::PathBuf {
-    let exe = std::env::current_exe().expect("current exe");
-    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
-    let bin = dir.join("rill-streams-app");
-    assert!(
-        bin.exists(),
-        "{} is not built (cargo builds it for the tests of rill-tests)",
-        bin.display()
-    );
-    bin
+    crate::built_binary("rill-streams-app")
 }
 
 struct AppProcess(std::process::Child);

@@ -3,34 +3,58 @@
 //! stream applications (tests/src/kafka_systest). Each test starts its own
 //! broker: the tests' topic names and application ids are Kafka's, fixed.
 //! Kafka Streams' own clients from the same jars run the same sequences
-//! first (the harness's calibration), and an at-least-once run must fail
-//! the EOS verifier (its negative control).
+//! (the harness's calibration), and an at-least-once run must fail the EOS
+//! verifier (its negative control).
 
 use rill_tests::backend::{ApacheKafka, Embedded, KafkaCluster};
+use rill_tests::kafka_systest::eos::Sequence::{FailureAndRecovery, Rebalance};
 use rill_tests::kafka_systest::{eos, smoke, Client};
 
-fn eos_run(
-    bootstrap: &str,
-    sequence: eos::Sequence,
-    complex: bool,
-    client: Client,
-    guarantee: &str,
-) -> Result<String, String> {
-    eos_run_on(bootstrap, sequence, complex, client, guarantee, "classic")
+/// A broker a test starts for itself; stopped when dropped.
+enum Broker {
+    Kafka(ApacheKafka),
+    /// Three Apache Kafka nodes: Kafka Streams' EOS client forces
+    /// replication factor 3.
+    Kafka3(KafkaCluster),
+    /// Rill's embedded broker.
+    Rill(Embedded),
 }
 
-fn eos_run_on(
-    bootstrap: &str,
+impl Broker {
+    fn bootstrap(&self) -> String {
+        match self {
+            Broker::Kafka(k) => k.bootstrap.clone(),
+            Broker::Kafka3(c) => c.bootstrap(),
+            Broker::Rill(e) => e.bootstrap(),
+        }
+    }
+}
+
+fn kafka() -> Broker {
+    Broker::Kafka(ApacheKafka::start().unwrap())
+}
+
+fn kafka3() -> Broker {
+    Broker::Kafka3(KafkaCluster::start(3).unwrap())
+}
+
+fn embedded() -> Broker {
+    Broker::Rill(Embedded::default_cluster())
+}
+
+fn eos_run(
+    broker: fn() -> Broker,
     sequence: eos::Sequence,
     complex: bool,
     client: Client,
     guarantee: &str,
     group_protocol: &str,
 ) -> Result<String, String> {
+    let broker = broker();
     let root = tempfile::tempdir().unwrap();
     eos::run(
         eos::Run {
-            bootstrap,
+            bootstrap: &broker.bootstrap(),
             sequence,
             complex,
             client,
@@ -42,28 +66,19 @@ fn eos_run_on(
 }
 
 fn smoke_run(
-    bootstrap: &str,
+    broker: fn() -> Broker,
     client: Client,
     guarantee: &str,
-    crash: bool,
-) -> Result<String, String> {
-    smoke_run_on(bootstrap, client, guarantee, crash, "classic")
-}
-
-fn smoke_run_on(
-    bootstrap: &str,
-    client: Client,
-    guarantee: &str,
-    crash: bool,
     group_protocol: &str,
 ) -> Result<String, String> {
+    let broker = broker();
     let root = tempfile::tempdir().unwrap();
     smoke::run(
         smoke::Run {
-            bootstrap,
+            bootstrap: &broker.bootstrap(),
             client,
             guarantee,
-            crash,
+            crash: true,
             driver_guarantee: guarantee,
             cache_bytes: None,
             group_protocol,
@@ -92,55 +107,44 @@ fn pass(r: Result<String, String>) {
     }
 }
 
-/// Calibration: Kafka Streams' own EOS client (which forces replication
-/// factor 3) on a three-broker Apache Kafka passes the harness.
-#[test]
-fn eos_failure_and_recovery_kafka_streams_on_apache_kafka() {
-    let kafka = KafkaCluster::start(3).unwrap();
-    pass(eos_run(
-        &kafka.bootstrap(),
-        eos::Sequence::FailureAndRecovery,
-        false,
-        Client::KafkaStreams,
-        "exactly_once_v2",
-    ));
+/// `name: broker, sequence, complex, client, group protocol` — an EOS run
+/// under exactly_once_v2 that must print `ALL-RECORDS-DELIVERED`.
+macro_rules! eos_tests {
+    ($($name:ident: $broker:ident, $seq:ident, $complex:expr, $client:ident, $protocol:literal;)*) => {$(
+        #[test]
+        fn $name() {
+            pass(eos_run($broker, $seq, $complex, Client::$client, "exactly_once_v2", $protocol));
+        }
+    )*};
 }
 
-#[test]
-fn eos_failure_and_recovery_rill_on_apache_kafka() {
-    let kafka = ApacheKafka::start().unwrap();
-    pass(eos_run(
-        &kafka.bootstrap,
-        eos::Sequence::FailureAndRecovery,
-        false,
-        Client::Rill,
-        "exactly_once_v2",
-    ));
-}
-
-#[test]
-fn eos_failure_and_recovery_complex_rill_on_embedded() {
-    let cluster = Embedded::default_cluster();
-    pass(eos_run(
-        &cluster.bootstrap(),
-        eos::Sequence::FailureAndRecovery,
-        true,
-        Client::Rill,
-        "exactly_once_v2",
-    ));
+eos_tests! {
+    // Calibration: Kafka Streams' own EOS client passes the harness.
+    eos_failure_and_recovery_kafka_streams_on_apache_kafka: kafka3, FailureAndRecovery, false, KafkaStreams, "classic";
+    eos_failure_and_recovery_rill_on_apache_kafka: kafka, FailureAndRecovery, false, Rill, "classic";
+    eos_failure_and_recovery_rill_on_embedded: embedded, FailureAndRecovery, false, Rill, "classic";
+    eos_failure_and_recovery_complex_rill_on_apache_kafka: kafka, FailureAndRecovery, true, Rill, "classic";
+    eos_failure_and_recovery_complex_rill_on_embedded: embedded, FailureAndRecovery, true, Rill, "classic";
+    eos_rebalance_simple_rill_on_apache_kafka: kafka, Rebalance, false, Rill, "classic";
+    eos_rebalance_simple_rill_on_embedded: embedded, Rebalance, false, Rill, "classic";
+    eos_rebalance_complex_rill_on_apache_kafka: kafka, Rebalance, true, Rill, "classic";
+    eos_rebalance_complex_rill_on_embedded: embedded, Rebalance, true, Rill, "classic";
+    // KIP-1071: the verifier then describes the streams group.
+    streams_protocol_eos_failure_and_recovery_rill_on_apache_kafka: kafka, FailureAndRecovery, false, Rill, "streams";
+    streams_protocol_eos_failure_and_recovery_rill_on_embedded: embedded, FailureAndRecovery, false, Rill, "streams";
 }
 
 /// Negative control: at-least-once killed mid-commit replays records, and
 /// Kafka's verifier sees the duplicates.
 #[test]
 fn eos_verifier_fails_at_least_once() {
-    let kafka = ApacheKafka::start().unwrap();
     let r = eos_run(
-        &kafka.bootstrap,
-        eos::Sequence::FailureAndRecovery,
+        kafka,
+        FailureAndRecovery,
         false,
         Client::Rill,
         "at_least_once",
+        "classic",
     );
     let out = r.expect_err("the EOS verifier passed an at-least-once run");
     // The sequence ran to the end and the verifier refused (replayed
@@ -151,134 +155,24 @@ fn eos_verifier_fails_at_least_once() {
     );
 }
 
-#[test]
-fn eos_rebalance_complex_rill_on_apache_kafka() {
-    let kafka = ApacheKafka::start().unwrap();
-    pass(eos_run(
-        &kafka.bootstrap,
-        eos::Sequence::Rebalance,
-        true,
-        Client::Rill,
-        "exactly_once_v2",
-    ));
+/// `name: broker, client, guarantee, group protocol` — a smoke run, each
+/// processor killed (-9), that must print `SUCCESS`.
+macro_rules! smoke_tests {
+    ($($name:ident: $broker:ident, $client:ident, $guarantee:literal, $protocol:literal;)*) => {$(
+        #[test]
+        fn $name() {
+            pass(smoke_run($broker, Client::$client, $guarantee, $protocol));
+        }
+    )*};
 }
 
-#[test]
-fn eos_rebalance_simple_rill_on_embedded() {
-    let cluster = Embedded::default_cluster();
-    pass(eos_run(
-        &cluster.bootstrap(),
-        eos::Sequence::Rebalance,
-        false,
-        Client::Rill,
-        "exactly_once_v2",
-    ));
-}
-
-#[test]
-fn smoke_eos_crash_kafka_streams_on_apache_kafka() {
-    let kafka = ApacheKafka::start().unwrap();
-    pass(smoke_run(
-        &kafka.bootstrap,
-        Client::KafkaStreams,
-        "exactly_once_v2",
-        true,
-    ));
-}
-
-#[test]
-fn smoke_eos_crash_rill_on_apache_kafka() {
-    let kafka = ApacheKafka::start().unwrap();
-    pass(smoke_run(
-        &kafka.bootstrap,
-        Client::Rill,
-        "exactly_once_v2",
-        true,
-    ));
-}
-
-#[test]
-fn smoke_eos_crash_rill_on_embedded() {
-    let cluster = Embedded::default_cluster();
-    pass(smoke_run(
-        &cluster.bootstrap(),
-        Client::Rill,
-        "exactly_once_v2",
-        true,
-    ));
-}
-
-#[test]
-fn smoke_alos_crash_rill_on_apache_kafka() {
-    let kafka = ApacheKafka::start().unwrap();
-    pass(smoke_run(
-        &kafka.bootstrap,
-        Client::Rill,
-        "at_least_once",
-        true,
-    ));
-}
-
-#[test]
-fn smoke_alos_crash_rill_on_embedded() {
-    let cluster = Embedded::default_cluster();
-    pass(smoke_run(
-        &cluster.bootstrap(),
-        Client::Rill,
-        "at_least_once",
-        true,
-    ));
-}
-
-// Under the streams protocol (KIP-1071; the verifier then describes the
-// streams group).
-
-#[test]
-fn streams_protocol_eos_failure_and_recovery_rill_on_apache_kafka() {
-    let kafka = ApacheKafka::start().unwrap();
-    pass(eos_run_on(
-        &kafka.bootstrap,
-        eos::Sequence::FailureAndRecovery,
-        false,
-        Client::Rill,
-        "exactly_once_v2",
-        "streams",
-    ));
-}
-
-#[test]
-fn streams_protocol_eos_failure_and_recovery_rill_on_embedded() {
-    let cluster = Embedded::default_cluster();
-    pass(eos_run_on(
-        &cluster.bootstrap(),
-        eos::Sequence::FailureAndRecovery,
-        false,
-        Client::Rill,
-        "exactly_once_v2",
-        "streams",
-    ));
-}
-
-#[test]
-fn streams_protocol_smoke_eos_crash_rill_on_apache_kafka() {
-    let kafka = ApacheKafka::start().unwrap();
-    pass(smoke_run_on(
-        &kafka.bootstrap,
-        Client::Rill,
-        "exactly_once_v2",
-        true,
-        "streams",
-    ));
-}
-
-#[test]
-fn streams_protocol_smoke_eos_crash_rill_on_embedded() {
-    let cluster = Embedded::default_cluster();
-    pass(smoke_run_on(
-        &cluster.bootstrap(),
-        Client::Rill,
-        "exactly_once_v2",
-        true,
-        "streams",
-    ));
+smoke_tests! {
+    // Calibration: Kafka Streams' own smoke client.
+    smoke_eos_crash_kafka_streams_on_apache_kafka: kafka, KafkaStreams, "exactly_once_v2", "classic";
+    smoke_eos_crash_rill_on_apache_kafka: kafka, Rill, "exactly_once_v2", "classic";
+    smoke_eos_crash_rill_on_embedded: embedded, Rill, "exactly_once_v2", "classic";
+    smoke_alos_crash_rill_on_apache_kafka: kafka, Rill, "at_least_once", "classic";
+    smoke_alos_crash_rill_on_embedded: embedded, Rill, "at_least_once", "classic";
+    streams_protocol_smoke_eos_crash_rill_on_apache_kafka: kafka, Rill, "exactly_once_v2", "streams";
+    streams_protocol_smoke_eos_crash_rill_on_embedded: embedded, Rill, "exactly_once_v2", "streams";
 }

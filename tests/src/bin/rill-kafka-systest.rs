@@ -37,21 +37,6 @@ use rill_streams::{
     Suppressed, TimeWindows, Topology,
 };
 
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
-}
-
-#[allow(unsafe_code)] // signal(2) handlers, see SAFETY below
-fn install_signals() {
-    // SAFETY: the handler only stores to an atomic.
-    unsafe {
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-    }
-}
-
 /// Prints lines together (the listener, the processors and the main
 /// thread all write to stdout).
 fn say(lines: &[&str]) {
@@ -199,7 +184,7 @@ fn main() {
         eprintln!("No bootstrap kafka servers specified in bootstrap.servers");
         std::process::exit(1);
     }
-    install_signals();
+    rill_tests::install_stop_signals();
     match test.as_str() {
         "eos" => eos(&props, command),
         "smoke" => smoke(&props, command),
@@ -299,7 +284,7 @@ fn eos(props: &[(String, String)], command: &str) {
         .any(|(k, v)| k == "group.protocol" && v == "streams");
     let mut streams = build();
     let mut min_epoch = 0;
-    while !STOP.load(Ordering::SeqCst) {
+    while !rill_tests::stop_requested() {
         if failed.load(Ordering::SeqCst) {
             streams.close_with(CloseOptions {
                 timeout: Duration::from_secs(60),
@@ -456,7 +441,7 @@ fn smoke(props: &[(String, String)], command: &str) {
             "{name}: SMOKE-TEST-CLIENT-EXCEPTION: Didn't start in one minute"
         )]),
     }
-    while !STOP.load(Ordering::SeqCst) {
+    while !rill_tests::stop_requested() {
         std::thread::sleep(Duration::from_millis(100));
     }
     let closed = streams.close_with(CloseOptions {

@@ -32,7 +32,6 @@
 //! and prints `REST <host:port>` first; `--rest-token T` enables its
 //! mutating endpoints.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// mimalloc, as docs/streams.md#allocator recommends for Rill apps: a
@@ -149,21 +148,6 @@ fn need(name: &str) -> String {
     })
 }
 
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
-}
-
-#[allow(unsafe_code)] // signal(2) handlers, see SAFETY below
-fn install_signals() {
-    // SAFETY: the handler only stores to an atomic.
-    unsafe {
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-    }
-}
-
 fn commit_ms() -> String {
     arg("--commit-ms").unwrap_or_else(|| "200".into())
 }
@@ -178,7 +162,7 @@ fn raw_loop(input: &str, output: &str) {
         .unwrap_or_else(|| "1".into())
         .parse()
         .expect("--threads");
-    install_signals();
+    rill_tests::install_stop_signals();
     let (assigned, all_assigned) = crossbeam_channel::bounded(threads);
     let loops: Vec<_> = (0..threads)
         .map(|_| {
@@ -234,7 +218,7 @@ fn raw_loop_thread(input: &str, output: &str, assigned: crossbeam_channel::Sende
     consumer.subscribe(&[input]).expect("subscribe");
     let mut next_commit = Instant::now() + every;
     let mut told = false;
-    while !STOP.load(Ordering::SeqCst) {
+    while !rill_tests::stop_requested() {
         let records = consumer.poll(Duration::from_millis(100)).expect("poll");
         if !told && !consumer.assignment().is_empty() {
             told = true;
@@ -486,7 +470,7 @@ fn main() {
         eprintln!("rill-streams-app: stream thread failed: {e}");
         rill_streams::StreamThreadExceptionResponse::ShutdownClient
     });
-    install_signals();
+    rill_tests::install_stop_signals();
     streams.start().expect("start");
     if let Some(addr) = streams.rest_address() {
         println!("REST {addr}");
@@ -504,7 +488,7 @@ fn main() {
         }
     }
     println!("RUNNING");
-    while !STOP.load(Ordering::SeqCst) {
+    while !rill_tests::stop_requested() {
         if streams.state() == State::Error {
             eprintln!("application failed");
             std::process::exit(1);

@@ -104,18 +104,9 @@ pub fn java_main(jars: &[PathBuf], main: &str, dir: &Path) -> io::Result<Vec<Str
     ])
 }
 
-/// The Rill port (`tests/src/bin/rill-kafka-systest.rs`), built next to
-/// the test binary.
+/// The Rill port (`tests/src/bin/rill-kafka-systest.rs`).
 pub fn port_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("current exe");
-    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
-    let bin = dir.join("rill-kafka-systest");
-    assert!(
-        bin.exists(),
-        "{} is not built (cargo builds it for the tests of rill-tests)",
-        bin.display()
-    );
-    bin
+    crate::built_binary("rill-kafka-systest")
 }
 
 /// Waits for a line written to a file after the monitor was opened
