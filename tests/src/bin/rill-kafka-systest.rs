@@ -31,6 +31,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use rill_client::ClientConfig;
 use rill_streams::{
     CloseOptions, Consumed, Grouped, KafkaStreams, Materialized, Processor, ProcessorContext,
     Produced, Record, Serdes, State, StreamThreadExceptionResponse, StreamsBuilder, StreamsConfig,
@@ -54,25 +55,8 @@ fn millis() -> u128 {
         .as_millis()
 }
 
-/// The properties file as Java's `Properties` reads it (`key=value`,
-/// `#` comments), in file order, for the banner and for precedence.
-fn read_props(path: &Path) -> Vec<(String, String)> {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| {
-        eprintln!("cannot read {}: {e}", path.display());
-        std::process::exit(1)
-    });
-    text.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with('!'))
-        .filter_map(|l| {
-            let (k, v) = l.split_once(['=', ':'])?;
-            Some((k.trim().to_string(), v.trim().to_string()))
-        })
-        .collect()
-}
-
 /// Java's `Properties.toString()`: `{k=v, k2=v2}`.
-fn props_string(props: &[(String, String)]) -> String {
+fn props_string(props: &ClientConfig) -> String {
     let body: Vec<String> = props.iter().map(|(k, v)| format!("{k}={v}")).collect();
     format!("{{{}}}", body.join(", "))
 }
@@ -80,15 +64,12 @@ fn props_string(props: &[(String, String)]) -> String {
 /// `code` under the file's keys (`file_wins`, the smoke client) or over
 /// them (the EOS client; `keep` names the file keys that still win).
 fn config(
-    props: &[(String, String)],
+    props: &ClientConfig,
     code: &[(&str, String)],
     file_wins: bool,
     keep: &[&str],
 ) -> StreamsConfig {
-    let mut merged: BTreeMap<&str, &str> = props
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
+    let mut merged: BTreeMap<&str, &str> = props.iter().collect();
     for (k, v) in code {
         let file_has = merged.contains_key(k);
         if !(file_has && (file_wins || keep.contains(k))) {
@@ -178,9 +159,12 @@ fn main() {
         eprintln!("usage: rill-kafka-systest eos|smoke <properties file> <command>");
         std::process::exit(1)
     };
-    let props = read_props(Path::new(file));
-    let bootstrap = props.iter().find(|(k, _)| k == "bootstrap.servers");
-    if bootstrap.is_none() {
+    // Java's properties syntax, as Kafka's `Utils.loadProps` reads it.
+    let props = ClientConfig::from_properties_file(Path::new(file)).unwrap_or_else(|e| {
+        eprintln!("{e}");
+        std::process::exit(1)
+    });
+    if props.get("bootstrap.servers").is_none() {
         eprintln!("No bootstrap kafka servers specified in bootstrap.servers");
         std::process::exit(1);
     }
@@ -195,12 +179,8 @@ fn main() {
     }
 }
 
-fn guarantee(props: &[(String, String)]) -> String {
-    props
-        .iter()
-        .find(|(k, _)| k == "processing.guarantee")
-        .map(|(_, v)| v.clone())
-        .unwrap_or_else(|| "at_least_once".into())
+fn guarantee(props: &ClientConfig) -> &str {
+    props.get("processing.guarantee").unwrap_or("at_least_once")
 }
 
 fn alos_allowed() -> bool {
@@ -209,12 +189,8 @@ fn alos_allowed() -> bool {
 
 // ---------------------------------------------------------------- EOS --
 
-fn eos(props: &[(String, String)], command: &str) {
-    let kafka = &props
-        .iter()
-        .find(|(k, _)| k == "bootstrap.servers")
-        .expect("checked")
-        .1;
+fn eos(props: &ClientConfig, command: &str) {
+    let kafka = props.get("bootstrap.servers").expect("checked");
     say(&[
         "StreamsTest instance started",
         &format!("kafka={kafka}"),
@@ -279,9 +255,7 @@ fn eos(props: &[(String, String)], command: &str) {
         }
         s
     };
-    let streams_protocol = props
-        .iter()
-        .any(|(k, v)| k == "group.protocol" && v == "streams");
+    let streams_protocol = props.get("group.protocol") == Some("streams");
     let mut streams = build();
     let mut min_epoch = 0;
     while !rill_tests::stop_requested() {
@@ -380,7 +354,7 @@ fn eos_topology(complex: bool) -> Topology {
 
 const END: i32 = i32::MAX;
 
-fn smoke(props: &[(String, String)], command: &str) {
+fn smoke(props: &ClientConfig, command: &str) {
     say(&[
         "StreamsTest instance started (StreamsSmokeTest)",
         &format!("command={command}"),

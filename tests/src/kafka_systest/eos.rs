@@ -11,8 +11,8 @@
 use std::path::Path;
 
 use super::{
-    create_topics, java_main, maven_jars, port_binary, reports, step_wait, streams_group_configs,
-    Client, Monitor, Service, VERIFY_WAIT,
+    create_topics, group_protocol, java_main, maven_jars, port_binary, reports, step_wait, Client,
+    Monitor, Service, VERIFY_WAIT,
 };
 
 const MAIN: &str = "org.apache.kafka.streams.tests.StreamsEosTest";
@@ -135,11 +135,8 @@ pub fn run(r: Run<'_>, root: &Path) -> Result<String, String> {
         ("acceptable.recovery.lag", i64::MAX.to_string()),
         ("session.timeout.ms", "10000".to_string()),
     ];
-    if r.group_protocol != "classic" {
-        props.push(("group.protocol", r.group_protocol.to_string()));
-        streams_group_configs(r.bootstrap, "EosTest", 10_000, 2);
-    }
-    let java = |dir: &str| java_main(&jars, MAIN, &root.join(dir)).map_err(|e| e.to_string());
+    group_protocol(r.bootstrap, r.group_protocol, "EosTest", &mut props);
+    let java = java_main(&jars, MAIN).map_err(|e| e.to_string())?;
     let processor = |name: &str| -> Result<Service, String> {
         Ok(match r.client {
             Client::Rill => {
@@ -155,11 +152,11 @@ pub fn run(r: Run<'_>, root: &Path) -> Result<String, String> {
                     s.env("RILL_SYSTEST_ALLOW_ALOS", "1")
                 }
             }
-            Client::KafkaStreams => Service::new(name, root, &props, java(name)?, BANNER),
+            Client::KafkaStreams => Service::new(name, root, &props, java.clone(), BANNER),
         })
     };
-    let mut driver = Service::new("driver", root, &props, java("driver")?, BANNER);
-    let mut verifier = Service::new("verifier", root, &props, java("verifier")?, BANNER);
+    let mut driver = Service::new("driver", root, &props, java.clone(), BANNER);
+    let mut verifier = Service::new("verifier", root, &props, java.clone(), BANNER);
     let (mut p1, mut p2, mut p3) = (
         processor("processor1")?,
         processor("processor2")?,

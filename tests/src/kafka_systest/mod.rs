@@ -81,16 +81,21 @@ pub fn maven_jars(artifacts: &[&str]) -> io::Result<Vec<PathBuf>> {
 
 /// `java … <main>` with the driver Kafka's jars and `jars`; Kafka's client
 /// logs at WARN on stderr, so stdout holds only what the class prints.
-pub fn java_main(jars: &[PathBuf], main: &str, dir: &Path) -> io::Result<Vec<String>> {
+pub fn java_main(jars: &[PathBuf], main: &str) -> io::Result<Vec<String>> {
     let lib = kafka_lib_dir_for(DRIVER_KAFKA)?;
-    let log4j = dir.join("log4j2.properties");
-    fs::create_dir_all(dir)?;
-    fs::write(
-        &log4j,
-        "status = warn\nappender.err.type = Console\nappender.err.name = ERR\nappender.err.target = SYSTEM_ERR\n\
-         appender.err.layout.type = PatternLayout\nappender.err.layout.pattern = [%d] %p %m (%c)%n\n\
-         rootLogger.level = WARN\nrootLogger.appenderRef.err.ref = ERR\n",
-    )?;
+    // Outside the services' directories, which a clean start wipes.
+    let log4j = cache_dir()
+        .join("kafka-systest")
+        .join("log4j2-warn-stderr.properties");
+    if !log4j.exists() {
+        fs::create_dir_all(log4j.parent().expect("in the cache"))?;
+        fs::write(
+            &log4j,
+            "status = warn\nappender.err.type = Console\nappender.err.name = ERR\nappender.err.target = SYSTEM_ERR\n\
+             appender.err.layout.type = PatternLayout\nappender.err.layout.pattern = [%d] %p %m (%c)%n\n\
+             rootLogger.level = WARN\nrootLogger.appenderRef.err.ref = ERR\n",
+        )?;
+    }
     Ok(vec![
         "java".into(),
         "-Xmx256m".into(),
@@ -126,9 +131,10 @@ impl Monitor {
     ) -> Result<(), String> {
         let deadline = Instant::now() + within;
         loop {
-            let text = fs::read(&self.path).unwrap_or_default();
-            let new = text.get(self.offset as usize..).unwrap_or_default();
-            if String::from_utf8_lossy(new).lines().any(&matches) {
+            if String::from_utf8_lossy(&self.written_since())
+                .lines()
+                .any(&matches)
+            {
                 return Ok(());
             }
             if Instant::now() >= deadline {
@@ -140,6 +146,18 @@ impl Monitor {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// What the file got after the monitor opened.
+    fn written_since(&self) -> Vec<u8> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut out = Vec::new();
+        if let Ok(mut f) = fs::File::open(&self.path) {
+            if f.seek(SeekFrom::Start(self.offset)).is_ok() {
+                let _ = f.read_to_end(&mut out);
+            }
+        }
+        out
     }
 }
 
@@ -254,25 +272,14 @@ impl Service {
 
     /// SIGTERM, then waits for the exit (ducktape's clean `stop_node`).
     pub fn stop(&mut self) -> Result<(), String> {
-        let Some(mut child) = self.child.take() else {
+        let Some(child) = &self.child else {
             return Ok(());
         };
         crate::send_signal(child.id(), libc::SIGTERM);
-        let deadline = Instant::now() + STOP_WAIT;
-        loop {
-            if let Ok(Some(_)) = child.try_wait() {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!(
-                    "{} did not stop within {STOP_WAIT:?} of SIGTERM",
-                    self.name
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        self.wait(STOP_WAIT).map_err(|e| {
+            self.kill();
+            format!("{e} of SIGTERM")
+        })
     }
 
     /// SIGKILL (ducktape's unclean `stop_node`).
@@ -283,7 +290,7 @@ impl Service {
         }
     }
 
-    /// Waits for the process to end by itself.
+    /// Waits for the process to end.
     pub fn wait(&mut self, within: Duration) -> Result<(), String> {
         let Some(child) = self.child.as_mut() else {
             return Ok(());
@@ -297,7 +304,7 @@ impl Service {
             if Instant::now() >= deadline {
                 return Err(format!("{} did not end within {within:?}", self.name));
             }
-            std::thread::sleep(Duration::from_millis(200));
+            std::thread::sleep(Duration::from_millis(100));
         }
     }
 
@@ -331,35 +338,42 @@ pub enum Client {
 
 /// Creates `topics` with `partitions` partitions each (replication 1).
 pub fn create_topics(bootstrap: &str, topics: &[&str], partitions: i32) {
-    let admin = crate::client_scenarios::admin(bootstrap);
     for t in topics {
-        admin
-            .create_topic(rill_client::admin::NewTopic::new(*t, partitions, 1))
-            .unwrap_or_else(|e| panic!("create {t}: {e}"));
+        crate::client_scenarios::create_topic(bootstrap, t, partitions);
     }
 }
 
-/// Under the streams protocol (KIP-1071) the group's settings live on
-/// the broker, not in the client's properties: the harness gives the
-/// application's group what its properties ask of a classic group (the
-/// tests' `session.timeout.ms` and `num.standby.replicas`), so a killed
-/// processor's tasks move after 10 s, not the default 45.
-pub fn streams_group_configs(bootstrap: &str, group: &str, session_ms: u32, standbys: u32) {
+/// The properties for `group_protocol`. Under the streams protocol
+/// (KIP-1071) the group's settings live on the broker, not in the client's
+/// properties: the harness gives application `app`'s group what the tests'
+/// properties ask of a classic group (`session.timeout.ms=10000`,
+/// `num.standby.replicas=2`), so a killed processor's tasks move after
+/// 10 s, not the default 45.
+pub fn group_protocol(
+    bootstrap: &str,
+    group_protocol: &str,
+    app: &str,
+    props: &mut Vec<(&str, String)>,
+) {
     use rill_client::admin::{AlterConfigOp, ConfigResource};
+    if group_protocol == "classic" {
+        return;
+    }
+    props.push(("group.protocol", group_protocol.to_string()));
     let set = |k: &str, v: u32| AlterConfigOp::Set(k.into(), v.to_string());
     crate::client_scenarios::admin(bootstrap)
         .incremental_alter_configs(
-            &ConfigResource::Group(group.into()),
+            &ConfigResource::Group(app.into()),
             &[
-                set("streams.session.timeout.ms", session_ms),
+                set("streams.session.timeout.ms", 10_000),
                 set("streams.heartbeat.interval.ms", 1000),
-                set("streams.num.standby.replicas", standbys),
+                set("streams.num.standby.replicas", 2),
             ],
         )
-        .unwrap_or_else(|e| panic!("group configs of {group}: {e}"));
+        .unwrap_or_else(|e| panic!("group configs of {app}: {e}"));
 }
 
-/// `lines` joined for a failure message.
+/// Every service's output, for a failure message.
 pub fn reports(services: &[&Service]) -> String {
     services
         .iter()

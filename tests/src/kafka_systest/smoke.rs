@@ -3,16 +3,15 @@
 //! past, then a flush record per partition, and checks windowed
 //! min / max / sum / count, both suppressions, the table–table joins and
 //! the `KTable.groupBy` aggregate; three processors run one after the
-//! other, each stopped (or killed) before the next starts with an empty
-//! state directory, so each restores what the last one left. The driver
-//! prints `SUCCESS`.
+//! other, each killed (-9; the harness's `crash=True`) before the next
+//! starts with an empty state directory, so each restores what the last
+//! one left. The driver prints `SUCCESS`.
 
 use std::path::Path;
 use std::time::Duration;
 
 use super::{
-    create_topics, java_main, maven_jars, port_binary, reports, streams_group_configs, Client,
-    Service,
+    create_topics, group_protocol, java_main, maven_jars, port_binary, reports, Client, Service,
 };
 
 const MAIN: &str = "org.apache.kafka.streams.tests.StreamsSmokeTest";
@@ -25,15 +24,6 @@ pub struct Run<'a> {
     pub client: Client,
     /// The processors' `processing.guarantee`.
     pub guarantee: &'a str,
-    /// Each processor is killed (-9) instead of stopped.
-    pub crash: bool,
-    /// The driver's `processing.guarantee`: Kafka's harness leaves it at
-    /// at_least_once (lenient checks); exactly_once_v2 makes the driver
-    /// check sums and counts exactly and look for open transactions.
-    pub driver_guarantee: &'a str,
-    /// `statestore.cache.max.bytes` for the processors (`None`: Kafka's
-    /// default); 0 makes an at-least-once replay show in the output.
-    pub cache_bytes: Option<u64>,
     /// `classic` or `streams`.
     pub group_protocol: &'a str,
 }
@@ -78,60 +68,37 @@ pub fn run(r: Run<'_>, root: &Path) -> Result<String, String> {
         "fk",
     ];
     create_topics(r.bootstrap, topics, 5);
-    let props = |guarantee: &str| {
-        let mut p = vec![
-            ("bootstrap.servers", r.bootstrap.to_string()),
-            ("processing.guarantee", guarantee.to_string()),
-            ("num.stream.threads", "3".to_string()),
-            ("replication.factor", "1".to_string()),
-            ("num.standby.replicas", "2".to_string()),
-            ("buffered.records.per.partition", "100".to_string()),
-            ("commit.interval.ms", "1000".to_string()),
-            ("auto.offset.reset", "earliest".to_string()),
-            ("acks", "all".to_string()),
-            ("acceptable.recovery.lag", i64::MAX.to_string()),
-            ("session.timeout.ms", "10000".to_string()),
-        ];
-        if r.group_protocol != "classic" {
-            p.push(("group.protocol", r.group_protocol.to_string()));
-        }
-        p
-    };
-    if r.group_protocol != "classic" {
-        streams_group_configs(r.bootstrap, "SmokeTest", 10_000, 2);
-    }
-    let mut pprops = props(r.guarantee);
-    if let Some(c) = r.cache_bytes {
-        pprops.push(("statestore.cache.max.bytes", c.to_string()));
-    }
-    let java = |dir: &str| java_main(&jars, MAIN, &root.join(dir)).map_err(|e| e.to_string());
+    // The driver gets the processors' guarantee (Kafka's harness leaves it
+    // at at_least_once, the lenient checks): under exactly_once_v2 it then
+    // checks sums and counts exactly and looks for open transactions.
+    let mut props = vec![
+        ("bootstrap.servers", r.bootstrap.to_string()),
+        ("processing.guarantee", r.guarantee.to_string()),
+        ("num.stream.threads", "3".to_string()),
+        ("replication.factor", "1".to_string()),
+        ("num.standby.replicas", "2".to_string()),
+        ("buffered.records.per.partition", "100".to_string()),
+        ("commit.interval.ms", "1000".to_string()),
+        ("auto.offset.reset", "earliest".to_string()),
+        ("acks", "all".to_string()),
+        ("acceptable.recovery.lag", i64::MAX.to_string()),
+        ("session.timeout.ms", "10000".to_string()),
+    ];
+    group_protocol(r.bootstrap, r.group_protocol, "SmokeTest", &mut props);
+    let java = java_main(&jars, MAIN).map_err(|e| e.to_string())?;
     let processor = |name: &str| -> Result<Service, String> {
         let argv = match r.client {
             Client::Rill => vec![port_binary().display().to_string(), "smoke".into()],
-            Client::KafkaStreams => java(name)?,
+            Client::KafkaStreams => java.clone(),
         };
-        Ok(Service::new(name, root, &pprops, argv, BANNER))
+        Ok(Service::new(name, root, &props, argv, BANNER))
     };
-    let mut driver = Service::new(
-        "driver",
-        root,
-        &props(r.driver_guarantee),
-        java("driver")?,
-        BANNER,
-    );
+    let mut driver = Service::new("driver", root, &props, java.clone(), BANNER);
     let (mut p1, mut p2, mut p3) = (
         processor("processor1")?,
         processor("processor2")?,
         processor("processor3")?,
     );
-    let stop = |p: &mut Service| {
-        if r.crash {
-            p.kill();
-            Ok(())
-        } else {
-            p.stop()
-        }
-    };
     let not_verified = |d: &Service| {
         if d.stdout().contains("Result Verification") {
             Err("the driver verified before the last processor started".to_string())
@@ -146,13 +113,13 @@ pub fn run(r: Run<'_>, root: &Path) -> Result<String, String> {
         driver.start(&["run"])?;
         m1.wait_until("processed", processed, Duration::from_secs(30))?;
         not_verified(&driver)?;
-        stop(&mut p1)?;
+        p1.kill();
         let m2 = p2.monitor();
         p2.start(&["process"])?;
         m2.wait_until("REBALANCING -> RUNNING", running, Duration::from_secs(120))?;
         m2.wait_until("processed", processed, Duration::from_secs(30))?;
         not_verified(&driver)?;
-        stop(&mut p2)?;
+        p2.kill();
         let m3 = p3.monitor();
         p3.start(&["process"])?;
         m3.wait_until("REBALANCING -> RUNNING", running, Duration::from_secs(120))?;
@@ -162,9 +129,7 @@ pub fn run(r: Run<'_>, root: &Path) -> Result<String, String> {
     })();
     let out = driver.stdout();
     let passed = out.lines().any(|l| l.contains("SUCCESS"))
-        || (r.crash
-            && r.guarantee == "at_least_once"
-            && out.contains("PROCESSED-MORE-THAN-GENERATED"));
+        || (r.guarantee == "at_least_once" && out.contains("PROCESSED-MORE-THAN-GENERATED"));
     let all = || reports(&[&driver, &p1, &p2, &p3]);
     match steps {
         Err(e) => Err(format!("{e}\n{}", all())),

@@ -18,9 +18,7 @@ use std::collections::BTreeMap;
 
 use crate::config::{resolve, BrokerConfig, ConfigSource, GROUP_CONFIG_KEYS, TOPIC_CONFIGS};
 
-const TOPIC: i8 = 2;
-const BROKER: i8 = 4;
-const GROUP: i8 = 32;
+use super::resource_type::{BROKER, GROUP, TOPIC};
 
 pub(super) fn handle(ctx: &Ctx<'_>, req: DescribeConfigsRequest) -> DescribeConfigsResponse {
     let v = ctx.version;

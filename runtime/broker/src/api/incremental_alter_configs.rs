@@ -24,7 +24,8 @@ use rill_protocol::ErrorCode;
 use super::{sb, Ctx};
 use crate::config::{group_config_def, validate_group_config, validate_group_configs};
 
-const GROUP: i8 = 32;
+use super::resource_type::GROUP;
+
 const SET: i8 = 0;
 const DELETE: i8 = 1;
 

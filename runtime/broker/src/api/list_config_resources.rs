@@ -15,11 +15,7 @@ use rill_protocol::ErrorCode;
 
 use super::{sb, Ctx};
 
-const TOPIC: i8 = 2;
-const BROKER: i8 = 4;
-const BROKER_LOGGER: i8 = 8;
-const CLIENT_METRICS: i8 = 16;
-const GROUP: i8 = 32;
+use super::resource_type::{BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP, TOPIC};
 
 pub(super) fn handle(
     ctx: &Ctx<'_>,

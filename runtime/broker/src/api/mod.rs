@@ -63,6 +63,16 @@ use crate::metadata::{PartitionMeta, TopicMeta};
 pub use api_versions::advertised;
 pub(crate) use api_versions::unsupported_version_response;
 
+/// Kafka's config resource types (`ConfigResource.Type`), as DescribeConfigs,
+/// IncrementalAlterConfigs and ListConfigResources carry them.
+pub(crate) mod resource_type {
+    pub const TOPIC: i8 = 2;
+    pub const BROKER: i8 = 4;
+    pub const BROKER_LOGGER: i8 = 8;
+    pub const CLIENT_METRICS: i8 = 16;
+    pub const GROUP: i8 = 32;
+}
+
 /// API keys and version ranges this broker serves: Kafka 4.1's ranges,
 /// capped by what `kafka-protocol` can encode.
 pub const SUPPORTED: &[(Api, i16, i16)] = &[
