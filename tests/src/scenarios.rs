@@ -456,6 +456,127 @@ fn admin(c: &mut Client) -> &mut Conn {
     c.any().unwrap()
 }
 
+/// Group config resources as `kafka-configs --entity-type groups` reads
+/// them: a group with a config is listed by ListConfigResources and
+/// described with the group's value as DYNAMIC_GROUP_CONFIG; bad input gets
+/// an error and changes nothing: an unknown resource type is
+/// UNSUPPORTED_VERSION, DescribeConfigs of a group with no name
+/// INVALID_REQUEST with a message.
+pub fn group_config_resources(bootstrap: &str) {
+    use rill_protocol::kafka_protocol::messages::incremental_alter_configs_request::{
+        AlterConfigsResource, AlterableConfig,
+    };
+    const GROUP: i8 = 32;
+    let mut c = Client::new(bootstrap).unwrap();
+    let conn = admin(&mut c);
+    let group = unique_topic("configured-group");
+    let key = "streams.num.standby.replicas";
+    let alter = IncrementalAlterConfigsRequest::default().with_resources(vec![
+        AlterConfigsResource::default()
+            .with_resource_type(GROUP)
+            .with_resource_name(sb(&group))
+            .with_configs(vec![AlterableConfig::default()
+                .with_name(sb(key))
+                .with_config_operation(0)
+                .with_value(Some(sb("1")))]),
+    ]);
+    let v = conn.version(ApiKey::IncrementalAlterConfigs, 1);
+    let ResponseKind::IncrementalAlterConfigs(r) = conn
+        .request(
+            ApiKey::IncrementalAlterConfigs,
+            v,
+            RequestKind::IncrementalAlterConfigs(alter),
+        )
+        .unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(r.responses[0].error_code, 0, "set a group config");
+
+    let v = conn.version(ApiKey::ListConfigResources, 1);
+    let mut list = |types: Vec<i8>| {
+        let ResponseKind::ListConfigResources(r) = conn
+            .request(
+                ApiKey::ListConfigResources,
+                v,
+                RequestKind::ListConfigResources(
+                    ListConfigResourcesRequest::default().with_resource_types(types),
+                ),
+            )
+            .unwrap()
+        else {
+            panic!()
+        };
+        r
+    };
+    // Apache Kafka applies the config through its metadata log: bounded wait.
+    let mut listed = false;
+    for _ in 0..50 {
+        let r = list(vec![GROUP]);
+        assert_eq!(r.error_code, 0, "list the groups with configs");
+        listed = r
+            .config_resources
+            .iter()
+            .any(|c| c.resource_name.as_str() == group && c.resource_type == GROUP);
+        if listed {
+            break;
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    assert!(listed, "{group} is not listed after its config was set");
+    let r = list(vec![99]);
+    assert_code(
+        r.error_code,
+        ErrorCode::UnsupportedVersion,
+        "resource type 99",
+    );
+    assert!(r.config_resources.is_empty());
+
+    let describe = |conn: &mut Conn, name: &str| {
+        let v = conn.version(ApiKey::DescribeConfigs, 4);
+        let req = DescribeConfigsRequest::default().with_resources(vec![
+            DescribeConfigsResource::default()
+                .with_resource_type(GROUP)
+                .with_resource_name(sb(name))
+                .with_configuration_keys(Some(vec![sb(key)])),
+        ]);
+        let ResponseKind::DescribeConfigs(r) = conn
+            .request(
+                ApiKey::DescribeConfigs,
+                v,
+                RequestKind::DescribeConfigs(req),
+            )
+            .unwrap()
+        else {
+            panic!()
+        };
+        r.results.into_iter().next().unwrap()
+    };
+    let conn = admin(&mut c);
+    let unnamed = describe(conn, "");
+    assert_code(
+        unnamed.error_code,
+        ErrorCode::InvalidRequest,
+        "a group with no name",
+    );
+    assert!(
+        unnamed.error_message.is_some_and(|m| !m.is_empty()),
+        "the refusal says why"
+    );
+    let described = describe(conn, &group);
+    assert_eq!(described.error_code, 0, "describe the group");
+    let e = &described.configs[0];
+    assert_eq!(
+        (
+            e.name.to_string(),
+            e.value.as_ref().map(|v| v.to_string()),
+            e.config_source
+        ),
+        (key.to_string(), Some("1".to_string()), 8),
+        "the group's own value, DYNAMIC_GROUP_CONFIG"
+    );
+}
+
 /// CreateTopics validation, CreatePartitions, DescribeConfigs, DeleteTopics.
 pub fn topic_administration(bootstrap: &str) {
     let mut c = Client::new(bootstrap).unwrap();
@@ -2038,6 +2159,7 @@ macro_rules! for_each_scenario {
             produce_rejections,
             fetch_semantics,
             topic_administration,
+            group_config_resources,
             delete_records,
             simple_offset_commits,
             cluster_and_topic_ids,
