@@ -88,12 +88,12 @@ fn start_service(
 fn topology(service: String) -> rill_streams::Result<Topology> {
     let http = reqwest::Client::new();
     let b = StreamsBuilder::new();
-    b.stream(&[INPUT], Consumed::with(Serdes::string(), Serdes::string()))
+    b.stream_with(&[INPUT], Consumed::with(Serdes::string(), Serdes::string()))
         .try_map_values_async(move |customer: String| {
             let request = http.get(format!("{service}/customers/{customer}"));
             async move { request.send().await?.error_for_status()?.text().await }
         })
-        .to(OUTPUT, Produced::with(Serdes::string(), Serdes::string()));
+        .to_with(OUTPUT, Produced::with(Serdes::string(), Serdes::string()));
     b.build()
 }
 

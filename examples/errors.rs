@@ -40,9 +40,9 @@ struct Args {
 
 fn topology() -> rill_streams::Result<Topology> {
     let b = StreamsBuilder::new();
-    b.stream(&[INPUT], Consumed::with(Serdes::string(), Serdes::string()))
+    b.stream_with(&[INPUT], Consumed::with(Serdes::string(), Serdes::string()))
         .try_map_values(|amount: &String| amount.trim().parse::<i64>())
-        .to(OUTPUT, Produced::with(Serdes::string(), Serdes::i64()));
+        .to_with(OUTPUT, Produced::with(Serdes::string(), Serdes::i64()));
     b.build()
 }
 

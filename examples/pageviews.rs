@@ -64,26 +64,26 @@ struct Args {
 fn topology() -> rill_streams::Result<Topology> {
     let s = Serdes::string;
     let b = StreamsBuilder::new();
-    let users = b.table(
+    let users = b.table_with(
         USERS,
         Consumed::with(s(), s()),
         Materialized::as_store("users"),
     );
-    b.stream(&[VIEWS], Consumed::with(s(), s()))
-        .join(
+    b.stream_with(&[VIEWS], Consumed::with(s(), s()))
+        .join_with(
             &users,
             |_page: &String, region: &String| region.clone(),
             Joined::with(s(), s()),
         )
-        .group_by(
+        .group_by_with(
             |_user, region: &String| region.clone(),
             Grouped::with(s(), s()).with_name("views-by-region"),
         )
         .windowed_by(TimeWindows::of_size_and_grace(WINDOW, GRACE))
         .count(Materialized::as_store("views-per-region"))
         .suppress(Suppressed::until_window_closes(BufferConfig::unbounded()))
-        .to_stream()
-        .to(
+        .to_upsert_stream()
+        .to_with(
             OUTPUT,
             Produced::with(Serdes::time_windowed(s(), WINDOW), Serdes::i64()),
         );

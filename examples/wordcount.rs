@@ -84,18 +84,18 @@ fn words(line: &str) -> Vec<String> {
 fn topology() -> rill_streams::Result<Topology> {
     let builder = StreamsBuilder::new();
     builder
-        .stream(
+        .stream_with(
             &[INPUT],
             Consumed::with(Serdes::nullable(Serdes::string()), Serdes::string()),
         )
         .flat_map_values(|line: &String| words(line))
-        .group_by(
+        .group_by_with(
             |_key, word: &String| word.clone(),
             Grouped::with(Serdes::string(), Serdes::string()),
         )
         .count(Materialized::as_store("counts"))
-        .to_stream()
-        .to(OUTPUT, Produced::with(Serdes::string(), Serdes::i64()));
+        .to_upsert_stream()
+        .to_with(OUTPUT, Produced::with(Serdes::string(), Serdes::i64()));
     builder.build()
 }
 

@@ -189,7 +189,7 @@ pub fn streams_async_per_key_order(bootstrap: &str) {
     let running = Arc::new(Concurrency::default());
     let seen = running.clone();
     let b = StreamsBuilder::new();
-    b.stream(
+    b.stream_with(
         &[t.input.as_str()],
         Consumed::with(Serdes::string(), Serdes::string()),
     )
@@ -202,7 +202,7 @@ pub fn streams_async_per_key_order(bootstrap: &str) {
             v
         }
     })
-    .to(
+    .to_with(
         &t.output,
         Produced::with(Serdes::string(), Serdes::string()),
     );
@@ -268,7 +268,7 @@ pub fn streams_async_back_pressure(bootstrap: &str) {
         let running = Arc::new(Concurrency::default());
         let seen = running.clone();
         let b = StreamsBuilder::new();
-        b.stream(
+        b.stream_with(
             &[t.input.as_str()],
             Consumed::with(Serdes::string(), Serdes::string()),
         )
@@ -284,7 +284,7 @@ pub fn streams_async_back_pressure(bootstrap: &str) {
                 v
             }
         })
-        .to(
+        .to_with(
             &t.output,
             Produced::with(Serdes::string(), Serdes::string()),
         );
@@ -345,7 +345,7 @@ pub fn streams_async_future_timeout(bootstrap: &str) {
     );
     let topology = |fixed: bool| {
         let b = StreamsBuilder::new();
-        b.stream(
+        b.stream_with(
             &[t.input.as_str()],
             Consumed::with(Serdes::string(), Serdes::string()),
         )
@@ -355,7 +355,7 @@ pub fn streams_async_future_timeout(bootstrap: &str) {
             }
             v.to_uppercase()
         })
-        .to(
+        .to_with(
             &t.output,
             Produced::with(Serdes::string(), Serdes::string()),
         );
@@ -470,12 +470,12 @@ pub fn streams_async_store_per_key(bootstrap: &str, backend: StoreBackend) {
         logged: true,
         cached: false,
     });
-    b.stream(
+    b.stream_with(
         &[t.input.as_str()],
         Consumed::with(Serdes::string(), Serdes::string()),
     )
     .process_async(|| CountingLookup, &["counts"])
-    .to(
+    .to_with(
         &t.output,
         Produced::with(Serdes::string(), Serdes::string()),
     );

@@ -45,18 +45,18 @@ fn region_of(user: usize) -> &'static str {
 fn pageviews(users: &str, views: &str, output: &str, backend: StoreBackend) -> Topology {
     let s = Serdes::string;
     let b = StreamsBuilder::new();
-    let regions = b.table(
+    let regions = b.table_with(
         users,
         Consumed::with(s(), s()),
         Materialized::as_store("users").with_backend(backend),
     );
-    b.stream(&[views], Consumed::with(s(), s()))
-        .join(
+    b.stream_with(&[views], Consumed::with(s(), s()))
+        .join_with(
             &regions,
             |_page: &String, region: &String| region.clone(),
             Joined::with(s(), s()),
         )
-        .group_by(
+        .group_by_with(
             |_user, region: &String| region.clone(),
             Grouped::with(s(), s()).with_name("by-region"),
         )
@@ -65,8 +65,8 @@ fn pageviews(users: &str, views: &str, output: &str, backend: StoreBackend) -> T
             Duration::from_secs(3600),
         ))
         .count(Materialized::as_store("views-per-region").with_backend(backend))
-        .to_stream()
-        .to(
+        .to_upsert_stream()
+        .to_with(
             output,
             Produced::with(Serdes::time_windowed(s(), WINDOW), Serdes::i64()),
         );
@@ -282,18 +282,18 @@ pub fn streams_global_table_join(bootstrap: &str, backend: StoreBackend) {
     let s = Serdes::string;
     let topology = || {
         let b = StreamsBuilder::new();
-        let users = b.global_table(
+        let users = b.global_table_with(
             &t.table,
             Consumed::with(s(), s()),
             Materialized::as_store("users").with_backend(backend),
         );
-        b.stream(&[t.input.as_str()], Consumed::with(s(), s()))
+        b.stream_with(&[t.input.as_str()], Consumed::with(s(), s()))
             .join_global(
                 &users,
                 |user: &String, _page| user.clone(),
                 |page: &String, region: &String| format!("{page}@{region}"),
             )
-            .to(&t.output, Produced::with(s(), s()));
+            .to_with(&t.output, Produced::with(s(), s()));
         b.build().expect("topology builds")
     };
     let p = Producer::new(&config(bootstrap, &[])).expect("producer");
@@ -368,12 +368,12 @@ pub fn streams_foreign_key_join(bootstrap: &str, backend: StoreBackend) {
     let s = Serdes::string;
     let topology = || {
         let b = StreamsBuilder::new();
-        let customers = b.table(
+        let customers = b.table_with(
             &t.table,
             Consumed::with(s(), s()),
             Materialized::as_store("customers").with_backend(backend),
         );
-        b.table(
+        b.table_with(
             &t.input,
             Consumed::with(s(), s()),
             Materialized::as_store("orders").with_backend(backend),
@@ -386,8 +386,8 @@ pub fn streams_foreign_key_join(bootstrap: &str, backend: StoreBackend) {
                 .with_value_serde(s())
                 .with_backend(backend),
         )
-        .to_stream_with_deletes()
-        .to(&t.output, Produced::with(s(), Serdes::nullable(s())));
+        .to_stream()
+        .to_with(&t.output, Produced::with(s(), Serdes::nullable(s())));
         b.build().expect("topology builds")
     };
     let p = Producer::new(&config(bootstrap, &[])).expect("producer");

@@ -189,7 +189,7 @@ fn upper_case(t: &Topics, poison: Option<Poison>) -> Topology {
 /// [`upper_case`], noting in `seen` when the poison fails.
 fn upper_case_noting(t: &Topics, poison: Option<Poison>, seen: SeenAt) -> Topology {
     let b = StreamsBuilder::new();
-    let s = b.stream(
+    let s = b.stream_with(
         &[t.input.as_str()],
         Consumed::with(Serdes::string(), Serdes::string()),
     );
@@ -214,7 +214,7 @@ fn upper_case_noting(t: &Topics, poison: Option<Poison>, seen: SeenAt) -> Topolo
         }),
         None => s.map_values(|v: &String| v.to_uppercase()),
     };
-    upper.to(
+    upper.to_with(
         &t.output,
         Produced::with(Serdes::string(), Serdes::string()),
     );
@@ -421,7 +421,7 @@ pub fn streams_replace_thread_backs_off_until_fixed(bootstrap: &str) {
     let broken = Arc::new(AtomicBool::new(true));
     let b2 = broken.clone();
     let b = StreamsBuilder::new();
-    b.stream(
+    b.stream_with(
         &[t.input.as_str()],
         Consumed::with(Serdes::string(), Serdes::string()),
     )
@@ -431,7 +431,7 @@ pub fn streams_replace_thread_backs_off_until_fixed(bootstrap: &str) {
         }
         v.to_uppercase()
     })
-    .to(
+    .to_with(
         &t.output,
         Produced::with(Serdes::string(), Serdes::string()),
     );
@@ -540,32 +540,32 @@ fn panicking_topology(t: &Topics, at: Where) -> Topology {
     let b = StreamsBuilder::new();
     match at {
         Where::Punctuator => {
-            b.stream(
+            b.stream_with(
                 &[t.input.as_str()],
                 Consumed::with(Serdes::string(), Serdes::string()),
             )
             .process(|| PoisonedPunctuator(false), &[])
-            .to(
+            .to_with(
                 &t.output,
                 Produced::with(Serdes::string(), Serdes::string()),
             );
         }
         Where::Serde => {
-            b.stream(
+            b.stream_with(
                 &[t.input.as_str()],
                 Consumed::with(Serdes::string(), Arc::new(PoisonSerde)),
             )
-            .to(
+            .to_with(
                 &t.output,
                 Produced::with(Serdes::string(), Serdes::string()),
             );
         }
         Where::Aggregator => {
-            b.stream(
+            b.stream_with(
                 &[t.input.as_str()],
                 Consumed::with(Serdes::string(), Serdes::string()),
             )
-            .group_by_key(Grouped::with(Serdes::string(), Serdes::string()))
+            .group_by_key_with(Grouped::with(Serdes::string(), Serdes::string()))
             .aggregate(
                 String::new,
                 |_, v: &String, agg: &String| {
@@ -574,8 +574,8 @@ fn panicking_topology(t: &Topics, at: Where) -> Topology {
                 },
                 Materialized::as_store("joined").with_value_serde(Serdes::string()),
             )
-            .to_stream()
-            .to(
+            .to_upsert_stream()
+            .to_with(
                 &t.output,
                 Produced::with(Serdes::string(), Serdes::string()),
             );
@@ -697,7 +697,7 @@ pub fn streams_record_too_large(bootstrap: &str, on: OnRefusal) {
         .expect("create the small output topic");
     t.produce();
     let b = StreamsBuilder::new();
-    b.stream(
+    b.stream_with(
         &[t.input.as_str()],
         Consumed::with(Serdes::string(), Serdes::string()),
     )
@@ -708,7 +708,7 @@ pub fn streams_record_too_large(bootstrap: &str, on: OnRefusal) {
             v.to_uppercase()
         }
     })
-    .to(
+    .to_with(
         &t.output,
         Produced::with(Serdes::string(), Serdes::string()),
     );

@@ -62,18 +62,18 @@ fn words(line: &str) -> Vec<String> {
 
 pub(crate) fn wordcount(input: &str, output: &str, backend: StoreBackend) -> Topology {
     let b = StreamsBuilder::new();
-    b.stream(
+    b.stream_with(
         &[input],
         Consumed::with(Serdes::nullable(Serdes::string()), Serdes::string()),
     )
     .flat_map_values(|l: &String| words(l))
-    .group_by(
+    .group_by_with(
         |_, w: &String| w.clone(),
         Grouped::with(Serdes::string(), Serdes::string()),
     )
     .count(Materialized::as_store("counts").with_backend(backend))
-    .to_stream()
-    .to(output, Produced::with(Serdes::string(), Serdes::i64()));
+    .to_upsert_stream()
+    .to_with(output, Produced::with(Serdes::string(), Serdes::i64()));
     b.build().expect("topology builds")
 }
 
@@ -617,11 +617,11 @@ pub fn streams_bad_input(bootstrap: &str) {
     let two = unique_topic("two-partitions");
     create_topic(bootstrap, &two, 2);
     let b = StreamsBuilder::new();
-    b.stream(
+    b.stream_with(
         &[s.input.as_str(), two.as_str()],
         Consumed::with(Serdes::bytes(), Serdes::bytes()),
     )
-    .to(&s.output, Produced::with(Serdes::bytes(), Serdes::bytes()));
+    .to_with(&s.output, Produced::with(Serdes::bytes(), Serdes::bytes()));
     let app = KafkaStreams::new(b.build().unwrap(), s.config(dir.path(), &[])).unwrap();
     let err = app.start().unwrap_err().to_string();
     assert!(
@@ -644,11 +644,11 @@ pub fn streams_bad_input(bootstrap: &str) {
     );
     // An i64 topology fed a 3-byte value fails its thread, naming the record.
     let b = StreamsBuilder::new();
-    b.stream(
+    b.stream_with(
         &[s.input.as_str()],
         Consumed::with(Serdes::nullable(Serdes::string()), Serdes::i64()),
     )
-    .to(
+    .to_with(
         &s.output,
         Produced::with(Serdes::nullable(Serdes::string()), Serdes::i64()),
     );
@@ -676,11 +676,11 @@ pub fn streams_bad_input(bootstrap: &str) {
             .value(7i64.to_be_bytes().to_vec())],
     );
     let b = StreamsBuilder::new();
-    b.stream(
+    b.stream_with(
         &[s.input.as_str()],
         Consumed::with(Serdes::nullable(Serdes::string()), Serdes::i64()),
     )
-    .to(
+    .to_with(
         &s.output,
         Produced::with(Serdes::nullable(Serdes::string()), Serdes::i64()),
     );
@@ -727,11 +727,11 @@ pub fn streams_bad_input(bootstrap: &str) {
         [ProducerRecord::new(&big).key("k").value(vec![b'x'; 5_000])],
     );
     let b = StreamsBuilder::new();
-    b.stream(
+    b.stream_with(
         &[big.as_str()],
         Consumed::with(Serdes::bytes(), Serdes::bytes()),
     )
-    .to(&small, Produced::with(Serdes::bytes(), Serdes::bytes()));
+    .to_with(&small, Produced::with(Serdes::bytes(), Serdes::bytes()));
     let group = format!("{}-too-large", s.app);
     let cfg = StreamsConfig::builder()
         .env_prefix(None)
@@ -1084,9 +1084,9 @@ pub fn streams_replace_thread_after_an_error(bootstrap: &str) {
     let f = failures.clone();
     let b = StreamsBuilder::new();
     let opt = || Serdes::nullable(Serdes::string());
-    b.stream(&[s.input.as_str()], Consumed::with(opt(), Serdes::string()))
+    b.stream_with(&[s.input.as_str()], Consumed::with(opt(), Serdes::string()))
         .process(move || FailOnce(f.clone()), &[])
-        .to(&s.output, Produced::with(opt(), Serdes::string()));
+        .to_with(&s.output, Produced::with(opt(), Serdes::string()));
     let app = KafkaStreams::new(
         b.build().unwrap(),
         s.config(dir.path(), &[("group.instance.id", "phoenix".into())]),
@@ -1166,9 +1166,9 @@ pub fn streams_shutdown_application(bootstrap: &str) {
         .map(|d| {
             let f = failures.clone();
             let b = StreamsBuilder::new();
-            b.stream(&[s.input.as_str()], Consumed::with(opt(), Serdes::string()))
+            b.stream_with(&[s.input.as_str()], Consumed::with(opt(), Serdes::string()))
                 .process(move || FailOnce(f.clone()), &[])
-                .to(&s.output, Produced::with(opt(), Serdes::string()));
+                .to_with(&s.output, Produced::with(opt(), Serdes::string()));
             let app = KafkaStreams::new(b.build().unwrap(), s.config(d.path(), &[])).unwrap();
             app.set_uncaught_exception_handler(|_| {
                 rill_streams::StreamThreadExceptionResponse::ShutdownApplication
@@ -1216,11 +1216,11 @@ pub fn streams_pattern_source(bootstrap: &str) {
     let dir = tempfile::tempdir().unwrap();
     let b = StreamsBuilder::new();
     let opt = || Serdes::nullable(Serdes::string());
-    b.stream_pattern(
+    b.stream_pattern_with(
         &format!("{}-[ab]", regex_escape(&prefix)),
         Consumed::with(opt(), Serdes::string()),
     )
-    .to(&s.output, Produced::with(opt(), Serdes::string()));
+    .to_with(&s.output, Produced::with(opt(), Serdes::string()));
     if group_protocol() == "streams" {
         // KIP-1071 has no pattern subscriptions yet: refused at once, with
         // the way out named.

@@ -783,8 +783,8 @@ mod tests {
     fn stateless_topology() -> Arc<Topology> {
         use crate::{Consumed, Produced, Serdes, StreamsBuilder};
         let b = StreamsBuilder::new();
-        b.stream(&["in"], Consumed::with(Serdes::bytes(), Serdes::bytes()))
-            .to("out", Produced::with(Serdes::bytes(), Serdes::bytes()));
+        b.stream_with(&["in"], Consumed::with(Serdes::bytes(), Serdes::bytes()))
+            .to_with("out", Produced::with(Serdes::bytes(), Serdes::bytes()));
         Arc::new(b.build().unwrap())
     }
 

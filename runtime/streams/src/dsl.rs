@@ -3,8 +3,12 @@
 //! nodes named like Kafka's (`KSTREAM-MAPVALUES-0000000003`), so
 //! `Topology::describe()` reads like Kafka Streams' description.
 //!
-//! Keys and values are typed; serdes are given where bytes are made
-//! (`Consumed`, `Produced`, `Grouped`, `Materialized`). An operation that may
+//! Keys and values are typed. Serdes come from the types when they
+//! implement [`KafkaSerde`] (`builder.stream::<String, i64>("in")`,
+//! `.to("out")`, `.count("counts")`: Kafka's Scala DSL's implicit serdes), or
+//! are given where bytes are made by the `_with` forms (`stream_with` +
+//! `Consumed`, `to_with` + `Produced`, `group_by_with` + `Grouped`,
+//! `Materialized::with_value_serde`). An operation that may
 //! change the key (`map`, `select_key`, `flat_map`) marks the stream, and
 //! grouping a marked stream inserts a repartition topic
 //! (`<app>-<store>-repartition`), as Kafka does, so records with equal keys
@@ -47,7 +51,7 @@ use rill_state::StoreBackend;
 use crate::error::{Result, StreamsError};
 use crate::processor::{Adapter, ErasedProcessor, Processor, ProcessorContext};
 use crate::record::{clone_raw, unbox, RawRecord, Record};
-use crate::serdes::SharedSerde;
+use crate::serdes::{KafkaSerde, KafkaSerialize, SharedSerde};
 use crate::topology::{Node, NodeKind, StoreDef, TopicName, Topology};
 
 /// Bounds every key and value type of the DSL meets.
@@ -150,6 +154,74 @@ impl<K, V> Consumed<K, V> {
     }
 }
 
+/// The key's and value's default serdes ([`KafkaSerde`]), the default
+/// extractor and a generated name: add options to it
+/// (`Consumed::default().with_timestamp_extractor(..)`).
+impl<K: KafkaSerde, V: KafkaSerde> Default for Consumed<K, V> {
+    fn default() -> Self {
+        Self::with(K::serde(), V::serde())
+    }
+}
+
+/// A source's topics: one name (`"orders"`) or several (`&["a", "b"]`).
+pub trait Topics: topics_sealed::Sealed {
+    /// The topic names.
+    fn topic_names(&self) -> Vec<String>;
+}
+
+mod topics_sealed {
+    pub trait Sealed {}
+    impl Sealed for &str {}
+    impl Sealed for &String {}
+    impl Sealed for &[&str] {}
+    impl<const N: usize> Sealed for &[&str; N] {}
+    impl Sealed for &Vec<&str> {}
+    impl Sealed for &[String] {}
+    impl<const N: usize> Sealed for &[String; N] {}
+    impl Sealed for &Vec<String> {}
+}
+
+impl Topics for &str {
+    fn topic_names(&self) -> Vec<String> {
+        vec![self.to_string()]
+    }
+}
+impl Topics for &String {
+    fn topic_names(&self) -> Vec<String> {
+        vec![self.to_string()]
+    }
+}
+impl Topics for &[&str] {
+    fn topic_names(&self) -> Vec<String> {
+        self.iter().map(|t| t.to_string()).collect()
+    }
+}
+impl<const N: usize> Topics for &[&str; N] {
+    fn topic_names(&self) -> Vec<String> {
+        self.iter().map(|t| t.to_string()).collect()
+    }
+}
+impl Topics for &Vec<&str> {
+    fn topic_names(&self) -> Vec<String> {
+        self.iter().map(|t| t.to_string()).collect()
+    }
+}
+impl Topics for &[String] {
+    fn topic_names(&self) -> Vec<String> {
+        self.to_vec()
+    }
+}
+impl<const N: usize> Topics for &[String; N] {
+    fn topic_names(&self) -> Vec<String> {
+        self.to_vec()
+    }
+}
+impl Topics for &Vec<String> {
+    fn topic_names(&self) -> Vec<String> {
+        self.to_vec()
+    }
+}
+
 /// How a sink writes (Kafka's `Produced`).
 pub struct Produced<K, V> {
     key: SharedSerde<K>,
@@ -171,6 +243,33 @@ impl<K, V> Produced<K, V> {
     pub fn with_name(mut self, name: &str) -> Self {
         self.name = Some(name.into());
         self
+    }
+}
+
+/// The key's and value's default serializers ([`KafkaSerialize`]): add a
+/// name to it (`Produced::default().with_name("sink")`).
+impl<K: KafkaSerialize, V: KafkaSerialize> Default for Produced<K, V> {
+    fn default() -> Self {
+        Self::with(K::serializer(), V::serializer())
+    }
+}
+
+impl<K: KafkaSerialize, V: KafkaSerialize> Produced<crate::window::Windowed<K>, V> {
+    /// Time-windowed keys in Kafka's layout (`WindowedSerdes.timeWindowedSerdeFrom`:
+    /// the key's bytes, then the window start), values with their default serde.
+    pub fn time_windowed(window_size: Duration) -> Self {
+        Self::with(
+            crate::Serdes::time_windowed(K::serializer(), window_size),
+            V::serializer(),
+        )
+    }
+    /// Session-windowed keys in Kafka's layout (`SessionWindowedSerde`),
+    /// values with their default serde.
+    pub fn session_windowed() -> Self {
+        Self::with(
+            crate::Serdes::session_windowed(K::serializer()),
+            V::serializer(),
+        )
     }
 }
 
@@ -208,6 +307,14 @@ impl<K, V> Grouped<K, V> {
     }
 }
 
+/// The key's and value's default serdes: add a name to it
+/// (`Grouped::default().with_name("by-region")`).
+impl<K: KafkaSerde, V: KafkaSerde> Default for Grouped<K, V> {
+    fn default() -> Self {
+        Self::with(K::serde(), V::serde())
+    }
+}
+
 /// An explicit repartition (Kafka's `Repartitioned`).
 pub struct Repartitioned<K, V> {
     key: SharedSerde<K>,
@@ -233,7 +340,16 @@ impl<K, V> Repartitioned<K, V> {
     }
 }
 
-/// Where an aggregation keeps its table (Kafka's `Materialized`).
+/// The key's and value's default serdes and a generated topic name.
+impl<K: KafkaSerde, V: KafkaSerde> Default for Repartitioned<K, V> {
+    fn default() -> Self {
+        Self::with(K::serde(), V::serde())
+    }
+}
+
+/// Where an aggregation keeps its table (Kafka's `Materialized`). A store
+/// name stands for one (`count("counts")`: the value's default serde), and
+/// `None` for the default (a generated name).
 pub struct Materialized<V> {
     name: Option<String>,
     value: Option<SharedSerde<V>>,
@@ -255,6 +371,20 @@ impl<V> Default for Materialized<V> {
             // Kafka's `Materialized` caches by default.
             cached: true,
         }
+    }
+}
+
+/// A store named `name` whose values use their default serde ([`KafkaSerde`]).
+impl<V: KafkaSerde> From<&str> for Materialized<V> {
+    fn from(name: &str) -> Self {
+        Materialized::as_store(name).with_value_serde(V::serde())
+    }
+}
+
+/// `None`: a store with a generated name (Kafka's operations without a `Materialized`).
+impl<V> From<Option<Materialized<V>>> for Materialized<V> {
+    fn from(m: Option<Materialized<V>>) -> Self {
+        m.unwrap_or_default()
     }
 }
 
@@ -411,12 +541,38 @@ impl StreamsBuilder {
         KStream::new(self.graph.clone(), node, false)
     }
 
-    /// A stream of the records in `topics` (Kafka's `builder.stream`).
-    pub fn stream<K: Data, V: Data>(
+    /// A stream of the records in `topics` (`"orders"` or `&["a", "b"]`), read
+    /// with the key's and value's default serdes (Kafka's `builder.stream`;
+    /// the Scala DSL's implicit serdes):
+    ///
+    /// ```
+    /// use rill_streams::{Json, StreamsBuilder};
+    /// #[derive(Clone, serde::Serialize, serde::Deserialize)]
+    /// struct Order { item: String, amount: i64 }
+    ///
+    /// let builder = StreamsBuilder::new();
+    /// builder
+    ///     .stream::<String, Json<Order>>("orders")
+    ///     .map_values(|o| o.amount)
+    ///     .to("amounts");
+    /// assert!(builder.build().is_ok());
+    /// ```
+    pub fn stream<K: KafkaSerde, V: KafkaSerde>(&self, topics: impl Topics) -> KStream<K, V>
+    where
+        K: Data,
+        V: Data,
+    {
+        self.stream_with(topics, Consumed::default())
+    }
+
+    /// A stream of the records in `topics`, read as `consumed` says (Kafka's
+    /// `builder.stream(topics, Consumed)`).
+    pub fn stream_with<K: Data, V: Data>(
         &self,
-        topics: &[&str],
+        topics: impl Topics,
         consumed: Consumed<K, V>,
     ) -> KStream<K, V> {
+        let topics = topics.topic_names();
         if topics.is_empty() {
             self.graph.borrow_mut().fail(StreamsError::Topology(
                 "stream() needs at least one topic".into(),
@@ -429,8 +585,18 @@ impl StreamsBuilder {
         self.source(t, None, consumed)
     }
 
-    /// A stream of every topic whose whole name matches `pattern`.
-    pub fn stream_pattern<K: Data, V: Data>(
+    /// A stream of every topic whose whole name matches `pattern`, read with
+    /// the key's and value's default serdes.
+    pub fn stream_pattern<K: KafkaSerde + Data, V: KafkaSerde + Data>(
+        &self,
+        pattern: &str,
+    ) -> KStream<K, V> {
+        self.stream_pattern_with(pattern, Consumed::default())
+    }
+
+    /// A stream of every topic whose whole name matches `pattern`, read as
+    /// `consumed` says.
+    pub fn stream_pattern_with<K: Data, V: Data>(
         &self,
         pattern: &str,
         consumed: Consumed<K, V>,
@@ -687,9 +853,9 @@ impl<K: Data, V: Data> KStream<K, V> {
     /// ```
     /// # use rill_streams::{Consumed, Produced, Serdes, StreamsBuilder};
     /// let b = StreamsBuilder::new();
-    /// b.stream(&["amounts"], Consumed::with(Serdes::string(), Serdes::string()))
+    /// b.stream_with(&["amounts"], Consumed::with(Serdes::string(), Serdes::string()))
     ///     .try_map_values(|v: &String| v.trim().parse::<i64>())
-    ///     .to("parsed", Produced::with(Serdes::string(), Serdes::i64()));
+    ///     .to_with("parsed", Produced::with(Serdes::string(), Serdes::i64()));
     /// # b.build().unwrap();
     /// ```
     pub fn try_map_values<V2: Data, E>(
@@ -839,16 +1005,37 @@ impl<K: Data, V: Data> KStream<K, V> {
         }
     }
 
-    /// Writes every record to `topic`.
-    pub fn to(&self, topic: &str, produced: Produced<K, V>) {
+    /// Writes every record to `topic` with the key's and value's default
+    /// serializers (Kafka's `to(topic)`); an `Option` value's `None` is a
+    /// tombstone.
+    pub fn to(&self, topic: &str)
+    where
+        K: KafkaSerialize,
+        V: KafkaSerialize,
+    {
+        self.to_with(topic, Produced::default())
+    }
+
+    /// Writes every record to `topic` as `produced` says (Kafka's `to(topic, Produced)`).
+    pub fn to_with(&self, topic: &str, produced: Produced<K, V>) {
         self.sink(
             SinkTopic::Fixed(TopicName::User(topic.to_string())),
             produced,
         );
     }
 
-    /// Writes each record to the topic `f` picks (Kafka's `TopicNameExtractor`).
-    pub fn to_dynamic(
+    /// Writes each record to the topic `f` picks (Kafka's `TopicNameExtractor`)
+    /// with the key's and value's default serializers.
+    pub fn to_dynamic(&self, f: impl Fn(&K, &V) -> String + Send + Sync + 'static)
+    where
+        K: KafkaSerialize,
+        V: KafkaSerialize,
+    {
+        self.to_dynamic_with(f, Produced::default())
+    }
+
+    /// Writes each record to the topic `f` picks, as `produced` says.
+    pub fn to_dynamic_with(
         &self,
         f: impl Fn(&K, &V) -> String + Send + Sync + 'static,
         produced: Produced<K, V>,
@@ -937,9 +1124,19 @@ impl<K: Data, V: Data> KStream<K, V> {
         )
     }
 
+    /// Sends the stream through an internal topic so records are partitioned
+    /// by their current key, with the key's and value's default serdes.
+    pub fn repartition(&self) -> KStream<K, V>
+    where
+        K: KafkaSerde,
+        V: KafkaSerde,
+    {
+        self.repartition_with(Repartitioned::default())
+    }
+
     /// Sends the stream through an internal topic `<app>-<name>-repartition`
     /// so records are partitioned by their current key.
-    pub fn repartition(&self, r: Repartitioned<K, V>) -> KStream<K, V> {
+    pub fn repartition_with(&self, r: Repartitioned<K, V>) -> KStream<K, V> {
         let name = r.name.clone().unwrap_or_else(|| {
             let mut g = self.graph.borrow_mut();
             g.next_name("KSTREAM-REPARTITION")
@@ -1003,18 +1200,41 @@ impl<K: Data, V: Data> KStream<K, V> {
         )
     }
 
-    /// Groups by the current key for an aggregation (Kafka's `groupByKey`); if an earlier operation
-    /// changed the key, the aggregation first repartitions with `grouped`'s serdes.
-    pub fn group_by_key(&self, grouped: Grouped<K, V>) -> KGroupedStream<K, V> {
+    /// Groups by the current key for an aggregation (Kafka's `groupByKey`); if
+    /// an earlier operation changed the key, the aggregation first
+    /// repartitions with the key's and value's default serdes.
+    pub fn group_by_key(&self) -> KGroupedStream<K, V>
+    where
+        K: KafkaSerde,
+        V: KafkaSerde,
+    {
+        self.group_by_key_with(Grouped::default())
+    }
+
+    /// Groups by the current key for an aggregation (Kafka's `groupByKey(Grouped)`); if an earlier
+    /// operation changed the key, the aggregation first repartitions with `grouped`'s serdes.
+    pub fn group_by_key_with(&self, grouped: Grouped<K, V>) -> KGroupedStream<K, V> {
         KGroupedStream {
             stream: self.clone(),
             grouped,
         }
     }
 
-    /// Groups by the key `f` computes (Kafka's `groupBy`): the aggregation repartitions through
-    /// `<application.id>-<name>-repartition` with `grouped`'s serdes.
-    pub fn group_by<K2: Data>(
+    /// Groups by the key `f` computes (Kafka's `groupBy`): the aggregation
+    /// repartitions with the new key's and the value's default serdes.
+    pub fn group_by<K2: Data + KafkaSerde>(
+        &self,
+        f: impl Fn(&K, &V) -> K2 + Send + Sync + 'static,
+    ) -> KGroupedStream<K2, V>
+    where
+        V: KafkaSerde,
+    {
+        self.group_by_with(f, Grouped::default())
+    }
+
+    /// Groups by the key `f` computes (Kafka's `groupBy(.., Grouped)`): the aggregation repartitions
+    /// through `<application.id>-<name>-repartition` with `grouped`'s serdes.
+    pub fn group_by_with<K2: Data>(
         &self,
         f: impl Fn(&K, &V) -> K2 + Send + Sync + 'static,
         grouped: Grouped<K2, V>,
@@ -1040,6 +1260,52 @@ impl<K: Data, V: Data> KStream<K, V> {
             true,
             stores.iter().map(|s| s.to_string()).collect(),
             move || erase::<P, K, V, K2, V2>(factory()),
+        )
+    }
+
+    /// A custom processor that keeps keys (Kafka's `KStream.processValues`,
+    /// KIP-820): one instance per task from `factory`, connected to `stores`.
+    /// The stream stays partitioned as it was, so a later `group_by_key`
+    /// repartitions only if an earlier operation changed the key (after
+    /// [`process`](Self::process) it always does).
+    ///
+    /// ```
+    /// use rill_streams::{FixedKeyProcessor, FixedKeyProcessorContext, FixedKeyRecord};
+    /// use rill_streams::{Result, StreamsBuilder};
+    ///
+    /// struct Upper;
+    /// impl FixedKeyProcessor<String, String, String> for Upper {
+    ///     fn process(
+    ///         &mut self,
+    ///         ctx: &mut FixedKeyProcessorContext<'_, '_, '_, String, String>,
+    ///         record: FixedKeyRecord<String, String>,
+    ///     ) -> Result<()> {
+    ///         let upper = record.value.to_uppercase();
+    ///         ctx.forward(record.with_value(upper));
+    ///         Ok(())
+    ///     }
+    /// }
+    /// let b = StreamsBuilder::new();
+    /// b.stream::<String, String>("in")
+    ///     .process_values(|| Upper, &[])
+    ///     .group_by_key()
+    ///     .count("counts");
+    /// let topology = b.build().unwrap();
+    /// assert_eq!(topology.repartition_topics().count(), 0);
+    /// ```
+    pub fn process_values<V2: Data, P>(
+        &self,
+        factory: impl Fn() -> P + Send + Sync + 'static,
+        stores: &[&str],
+    ) -> KStream<K, V2>
+    where
+        P: crate::FixedKeyProcessor<K, V, V2> + 'static,
+    {
+        self.then(
+            "KSTREAM-PROCESSVALUES",
+            self.key_changed,
+            stores.iter().map(|s| s.to_string()).collect(),
+            move || erase::<_, K, V, K, V2>(crate::processor::FixedKeyAdapter(factory())),
         )
     }
 }
@@ -1221,7 +1487,8 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
     }
 
     /// Counts records per key into a table.
-    pub fn count(&self, m: Materialized<i64>) -> KTable<K, i64> {
+    pub fn count(&self, m: impl Into<Materialized<i64>>) -> KTable<K, i64> {
+        let m = m.into();
         let m = Materialized {
             value: Some(m.value.unwrap_or_else(crate::Serdes::i64)),
             ..m
@@ -1233,8 +1500,9 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
     pub fn reduce(
         &self,
         f: impl Fn(&V, &V) -> V + Send + Sync + 'static,
-        m: Materialized<V>,
+        m: impl Into<Materialized<V>>,
     ) -> KTable<K, V> {
+        let m = m.into();
         let m = Materialized {
             value: Some(
                 m.value
@@ -1265,11 +1533,14 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
         &self,
         init: impl Fn() -> VA + Send + Sync + 'static,
         f: impl Fn(&K, &V, &VA) -> VA + Send + Sync + 'static,
-        m: Materialized<VA>,
+        m: impl Into<Materialized<VA>>,
     ) -> KTable<K, VA> {
+        let m = m.into();
         if m.value.is_none() {
             self.stream.graph.borrow_mut().fail(StreamsError::Topology(
-                "aggregate() needs Materialized::with_value_serde for the aggregate's type".into(),
+                "aggregate() needs the aggregate's serde: Materialized::with_value_serde, or a store \
+                 name (\"agg\") when the aggregate's type implements KafkaSerde"
+                    .into(),
             ));
         }
         self.aggregate_inner("AGGREGATE", init, f, m)

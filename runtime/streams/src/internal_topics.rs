@@ -243,15 +243,15 @@ mod tests {
         // of 4: the repartition topic must have 4, not its writer's 2.
         let s = Serdes::string;
         let b = StreamsBuilder::new();
-        let table = b.table("table", Consumed::with(s(), s()), Materialized::default());
-        b.stream(&["raw"], Consumed::with(s(), s()))
+        let table = b.table_with("table", Consumed::with(s(), s()), Materialized::default());
+        b.stream_with(&["raw"], Consumed::with(s(), s()))
             .select_key(|_, v: &String| v.clone())
-            .join(
+            .join_with(
                 &table,
                 |a: &String, b: &String| format!("{a}{b}"),
                 Joined::with(s(), s()),
             )
-            .to("out", crate::Produced::with(s(), s()));
+            .to_with("out", crate::Produced::with(s(), s()));
         let t = b.build().unwrap();
         let counts = counts_of(&t, &[("raw", 2), ("table", 4)]);
         assert_eq!(
@@ -269,15 +269,15 @@ mod tests {
         // response topic the left side's 3.
         let s = Serdes::string;
         let b = StreamsBuilder::new();
-        let left = b.table("left", Consumed::with(s(), s()), Materialized::default());
+        let left = b.table_with("left", Consumed::with(s(), s()), Materialized::default());
         let right = b
-            .stream(&["events"], Consumed::with(s(), s()))
-            .group_by(
+            .stream_with(&["events"], Consumed::with(s(), s()))
+            .group_by_with(
                 |_, v: &String| v.clone(),
                 Grouped::with(s(), s()).with_name("first"),
             )
             .count(Materialized::as_store("counts"))
-            .group_by(
+            .group_by_with(
                 |k: &String, n: &i64| (format!("{}", n % 7), k.clone()),
                 Grouped::with(s(), s()).with_name("second"),
             )
@@ -292,8 +292,8 @@ mod tests {
             |a: &String, b: &String| format!("{a}{b}"),
             Materialized::default().with_value_serde(s()),
         )
-        .to_stream()
-        .to("out", crate::Produced::with(s(), s()));
+        .to_upsert_stream()
+        .to_with("out", crate::Produced::with(s(), s()));
         let t = b.build().unwrap();
         let counts = counts_of(&t, &[("left", 3), ("events", 6)]);
         let get = |part: &str| count_of_topic(&counts, part);
@@ -311,13 +311,13 @@ mod tests {
         // subscription topic the right side's 2.
         let s = Serdes::string;
         let b = StreamsBuilder::new();
-        let customers = b.table(
+        let customers = b.table_with(
             "customers",
             Consumed::with(s(), s()),
             Materialized::default(),
         );
-        b.stream(&["orders"], Consumed::with(s(), s()))
-            .group_by(
+        b.stream_with(&["orders"], Consumed::with(s(), s()))
+            .group_by_with(
                 |_, v: &String| v.clone(),
                 Grouped::with(s(), s()).with_name("by-order"),
             )
@@ -328,8 +328,8 @@ mod tests {
                 |a: &String, b: &String| format!("{a}{b}"),
                 Materialized::default().with_value_serde(s()),
             )
-            .to_stream()
-            .to("out", crate::Produced::with(s(), s()));
+            .to_upsert_stream()
+            .to_with("out", crate::Produced::with(s(), s()));
         let t = b.build().unwrap();
         let counts = counts_of(&t, &[("orders", 3), ("customers", 2)]);
         let get = |part: &str| count_of_topic(&counts, part);

@@ -27,12 +27,12 @@
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let builder = StreamsBuilder::new();
 //! builder
-//!     .stream(&["lines"], Consumed::with(Serdes::nullable(Serdes::string()), Serdes::string()))
+//!     .stream_with(&["lines"], Consumed::with(Serdes::nullable(Serdes::string()), Serdes::string()))
 //!     .flat_map_values(|line: &String| line.split(' ').map(str::to_string).collect::<Vec<_>>())
-//!     .group_by(|_, word: &String| word.clone(), Grouped::with(Serdes::string(), Serdes::string()))
+//!     .group_by_with(|_, word: &String| word.clone(), Grouped::with(Serdes::string(), Serdes::string()))
 //!     .count(Materialized::as_store("counts"))
-//!     .to_stream()
-//!     .to("counts-out", Produced::with(Serdes::string(), Serdes::i64()));
+//!     .to_upsert_stream()
+//!     .to_with("counts-out", Produced::with(Serdes::string(), Serdes::i64()));
 //! let topology = builder.build()?;
 //!
 //! let mut driver = TopologyTestDriver::new(topology)?;
@@ -87,10 +87,12 @@ mod window;
 
 pub use assignor::{AssignmentInfo, MemberInfo, PROTOCOL_NAME};
 pub use async_processing::{AsyncProcessor, AsyncResult, BoxError};
+/// What a hand-written [`Serde`] returns (`bytes::Bytes`), without a dependency of your own.
+pub use bytes::{self, Bytes};
 pub use dsl::{
     BranchedKStream, BufferConfig, Consumed, Data, GlobalKTable, Grouped, Joined, KGroupedStream,
     KGroupedTable, KStream, KTable, Materialized, Produced, Repartitioned, SessionWindowedKStream,
-    StreamJoined, StreamsBuilder, Suppressed, TimeWindowedKStream,
+    StreamJoined, StreamsBuilder, Suppressed, TimeWindowedKStream, Topics,
 };
 pub use error::{Cause, RecordPosition, Recovery, Result, Stage, StreamsError, UserCodeError};
 pub use error_handlers::{
@@ -105,13 +107,15 @@ pub use metadata::{
     StaleRead, StoreQueryError, StreamThreadMetadata, StreamsMetadata,
 };
 pub use processor::{
-    Headers, Processor, ProcessorContext, PunctuationType, Record, RecordMetadata, ScheduleId,
-    StoreRef,
+    FixedKeyProcessor, FixedKeyProcessorContext, FixedKeyRecord, Headers, Processor,
+    ProcessorContext, PunctuationType, Record, RecordMetadata, ScheduleId, StoreRef,
 };
+/// The protobuf crate [`Protobuf`] encodes with (its `Message` trait).
+pub use prost;
 pub use restore::StateRestoreListener;
 pub use rill_client::ConsumerRecord;
 pub use rill_state::StoreBackend;
-pub use serdes::{Serde, Serdes, SharedSerde};
+pub use serdes::{Json, KafkaSerde, KafkaSerialize, Protobuf, Serde, Serdes, SharedSerde};
 pub use streams_config::{
     instance_id_for_thread, DeserializationHandler, ProcessingHandler, ProductionHandler,
     StreamsConfig, StreamsConfigBuilder,
@@ -125,4 +129,6 @@ pub use timestamp::{
 };
 pub use topology::{StoreDef, SubTopology, TopicName, Topology};
 pub use user_code::Panic;
+/// The UUID type whose default serde is Kafka's `Serdes.UUID`.
+pub use uuid;
 pub use window::{JoinWindows, SessionWindows, SlidingWindows, TimeWindows, Window, Windowed};

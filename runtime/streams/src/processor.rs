@@ -13,6 +13,10 @@
 //! and a DSL aggregation's read–modify–write (`StoreRef::update_typed`)
 //! serializes its key once and locks its store once.
 
+mod fixed_key;
+pub(crate) use fixed_key::FixedKeyAdapter;
+pub use fixed_key::{FixedKeyProcessor, FixedKeyProcessorContext, FixedKeyRecord};
+
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;

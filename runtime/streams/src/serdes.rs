@@ -12,6 +12,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+mod typed;
+pub use typed::{Json, KafkaSerde, KafkaSerialize, Protobuf};
+
 /// Converts `T` to and from bytes.
 pub trait Serde<T>: Send + Sync + 'static {
     /// Encodes `data` for `topic`; `Ok(None)` writes a null. An `Err` message becomes a
@@ -74,6 +77,19 @@ impl Serdes {
     /// ```
     pub fn f64() -> SharedSerde<f64> {
         Arc::new(F64Serde)
+    }
+    /// One byte, `01` or `00` (Kafka's `Serdes.Boolean`); null, another
+    /// length or another byte is an error.
+    pub fn bool() -> SharedSerde<bool> {
+        Arc::new(typed::BoolSerde)
+    }
+    /// UUIDs as their 36-character lowercase text (Kafka's `Serdes.UUID`).
+    pub fn uuid() -> SharedSerde<uuid::Uuid> {
+        Arc::new(typed::UuidSerde)
+    }
+    /// Byte vectors unchanged (Kafka's `Serdes.ByteArray`); null is an error.
+    pub fn byte_array() -> SharedSerde<Vec<u8>> {
+        Arc::new(typed::VecSerde)
     }
     /// JSON through serde_json.
     pub fn json<T>() -> SharedSerde<T>

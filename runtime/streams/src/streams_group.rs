@@ -278,17 +278,17 @@ mod tests {
     #[test]
     fn a_repartitioning_count_is_described_as_kafka_streams_does() {
         let b = StreamsBuilder::new();
-        b.stream(
+        b.stream_with(
             &["lines"],
             Consumed::with(Serdes::string(), Serdes::string()),
         )
-        .group_by(
+        .group_by_with(
             |_k: &String, v: &String| v.clone(),
             Grouped::with(Serdes::string(), Serdes::string()),
         )
         .count(Materialized::as_store("counts"))
-        .to_stream()
-        .to("out", Produced::with(Serdes::string(), Serdes::i64()));
+        .to_upsert_stream()
+        .to_with("out", Produced::with(Serdes::string(), Serdes::i64()));
         let t = b.build().unwrap();
         let w = wire_topology(&t, "app", -1).unwrap();
         assert_eq!(w.subtopologies.len(), 2);
@@ -315,8 +315,8 @@ mod tests {
     #[test]
     fn pattern_sources_are_refused_with_the_subtopology_named() {
         let b = StreamsBuilder::new();
-        b.stream_pattern("in-.*", Consumed::with(Serdes::bytes(), Serdes::bytes()))
-            .to("out", Produced::with(Serdes::bytes(), Serdes::bytes()));
+        b.stream_pattern_with("in-.*", Consumed::with(Serdes::bytes(), Serdes::bytes()))
+            .to_with("out", Produced::with(Serdes::bytes(), Serdes::bytes()));
         let t = b.build().unwrap();
         let e = wire_topology(&t, "app", -1).unwrap_err().to_string();
         assert!(e.contains("sub-topology 0") && e.contains("in-.*"), "{e}");

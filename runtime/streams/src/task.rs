@@ -1376,10 +1376,10 @@ mod tests {
     /// one record buffered for a-0 only.
     fn task_with_a_record_on_one_side() -> StreamTask {
         let b = StreamsBuilder::new();
-        let a = b.stream(&["a"], Consumed::with(Serdes::string(), Serdes::string()));
-        let other = b.stream(&["b"], Consumed::with(Serdes::string(), Serdes::string()));
+        let a = b.stream_with(&["a"], Consumed::with(Serdes::string(), Serdes::string()));
+        let other = b.stream_with(&["b"], Consumed::with(Serdes::string(), Serdes::string()));
         a.merge(&other)
-            .to("out", Produced::with(Serdes::string(), Serdes::string()));
+            .to_with("out", Produced::with(Serdes::string(), Serdes::string()));
         let topology = Arc::new(b.build().unwrap());
         let mut task = StreamTask::new(
             TaskId::new(0, 0),

@@ -424,6 +424,24 @@ impl TopologyTestDriver {
         }
     }
 
+    /// Typed input whose serdes are the key's and value's defaults
+    /// ([`KafkaSerde`](crate::KafkaSerde)).
+    pub fn input<K: crate::KafkaSerde, V: crate::KafkaSerde>(
+        &mut self,
+        topic: &str,
+    ) -> TestInputTopic<'_, K, V> {
+        self.input_topic(topic, K::serde(), V::serde())
+    }
+
+    /// Reads and removes everything written to `topic` so far, decoded with
+    /// the key's and value's default serdes.
+    pub fn output<K: crate::KafkaSerde, V: crate::KafkaSerde>(
+        &mut self,
+        topic: &str,
+    ) -> Result<Vec<(K, V)>> {
+        self.read_output(topic, &K::serde(), &V::serde())
+    }
+
     /// Reads and removes everything written to `topic` so far, decoded.
     pub fn read_output<K: 'static, V: 'static>(
         &mut self,

@@ -39,11 +39,11 @@ async fn lookup(v: String, ms: u64) -> String {
 #[test]
 fn async_operators_map_flat_map_and_filter_like_their_synchronous_twins() {
     let b = StreamsBuilder::new();
-    b.stream(&["in"], Consumed::with(s(), s()))
+    b.stream_with(&["in"], Consumed::with(s(), s()))
         .map_values_async(|v: String| lookup(v, 3))
         .filter_async(|_k: String, v: String| async move { !v.starts_with("drop") })
         .flat_map_values_async(|v: String| async move { vec![v.clone(), v] })
-        .to("out", Produced::with(s(), s()));
+        .to_with("out", Produced::with(s(), s()));
     let mut d = TopologyTestDriver::new(b.build().unwrap()).unwrap();
     let r = pipe_all(&mut d, &["a", "drop", "b"]);
     assert!(r.iter().all(|r| r.is_ok()), "{r:?}");
@@ -62,9 +62,9 @@ fn async_operators_map_flat_map_and_filter_like_their_synchronous_twins() {
 #[test]
 fn async_nodes_are_named_like_kafkas_nodes() {
     let b = StreamsBuilder::new();
-    b.stream(&["in"], Consumed::with(s(), s()))
+    b.stream_with(&["in"], Consumed::with(s(), s()))
         .map_values_async(|v: String| lookup(v, 0))
-        .to("out", Produced::with(s(), s()));
+        .to_with("out", Produced::with(s(), s()));
     let description = b.build().unwrap().describe();
     assert!(
         description.contains("KSTREAM-MAPVALUES-ASYNC-0000000001"),
@@ -76,7 +76,7 @@ fn async_nodes_are_named_like_kafkas_nodes() {
 fn a_failing_or_panicking_future_names_its_record_and_goes_to_the_processing_handler() {
     let topology = || {
         let b = StreamsBuilder::new();
-        b.stream(&["in"], Consumed::with(s(), s()))
+        b.stream_with(&["in"], Consumed::with(s(), s()))
             .try_map_values_async(|v: String| async move {
                 tokio::time::sleep(Duration::from_millis(1)).await;
                 match v.as_str() {
@@ -85,7 +85,7 @@ fn a_failing_or_panicking_future_names_its_record_and_goes_to_the_processing_han
                     _ => Ok(v.to_uppercase()),
                 }
             })
-            .to("out", Produced::with(s(), s()));
+            .to_with("out", Produced::with(s(), s()));
         b.build().unwrap()
     };
     // The default handler fails: the error names task, node and record.
@@ -186,9 +186,9 @@ fn an_async_processor_reads_its_store_in_start_and_writes_it_in_finish() {
         logged: true,
         cached: false,
     });
-    b.stream(&["in"], Consumed::with(s(), s()))
+    b.stream_with(&["in"], Consumed::with(s(), s()))
         .process_async(|| CountingEnricher, &["counts"])
-        .to("out", Produced::with(s(), s()));
+        .to_with("out", Produced::with(s(), s()));
     let mut d = TopologyTestDriver::new(b.build().unwrap()).unwrap();
     let r = pipe_all(&mut d, &["a", "b", "c", "d", "e"]);
     assert!(r.iter().all(|r| r.is_ok()), "{r:?}");
@@ -212,15 +212,15 @@ fn an_async_node_behind_a_record_cache_finishes_before_the_driver_goes_idle() {
     // count (cached) -> to_stream -> map_values_async: the cache's flush
     // parks records no source offset holds; settling waits for them.
     let b = StreamsBuilder::new();
-    b.stream(&["in"], Consumed::with(s(), s()))
-        .group_by_key(rill_streams::Grouped::with(s(), s()))
+    b.stream_with(&["in"], Consumed::with(s(), s()))
+        .group_by_key_with(rill_streams::Grouped::with(s(), s()))
         .count(Materialized::as_store("c"))
-        .to_stream()
+        .to_upsert_stream()
         .map_values_async(|n: i64| async move {
             tokio::time::sleep(Duration::from_millis(2)).await;
             n.to_string()
         })
-        .to("out", Produced::with(s(), s()));
+        .to_with("out", Produced::with(s(), s()));
     let mut d = TopologyTestDriver::with_cache_max_bytes(
         b.build().unwrap(),
         rill_streams::StoreBackend::InMemory,
@@ -251,9 +251,9 @@ fn an_error_in_a_future_is_a_user_error_a_handler_can_downcast() {
     }
     impl std::error::Error for ServiceDown {}
     let b = StreamsBuilder::new();
-    b.stream(&["in"], Consumed::with(s(), s()))
+    b.stream_with(&["in"], Consumed::with(s(), s()))
         .try_map_values_async(|_v: String| async move { Err::<String, _>(ServiceDown) })
-        .to("out", Produced::with(s(), s()));
+        .to_with("out", Produced::with(s(), s()));
     let mut d = TopologyTestDriver::new(b.build().unwrap()).unwrap();
     let downcast = Arc::new(Mutex::new(false));
     let d2 = downcast.clone();

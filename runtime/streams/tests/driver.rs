@@ -15,12 +15,12 @@ fn s() -> rill_streams::SharedSerde<String> {
 
 fn wordcount_topology(backend: StoreBackend) -> rill_streams::Topology {
     let b = StreamsBuilder::new();
-    b.stream(&["lines"], Consumed::with(Serdes::nullable(s()), s()))
+    b.stream_with(&["lines"], Consumed::with(Serdes::nullable(s()), s()))
         .flat_map_values(|l: &String| l.split(' ').map(str::to_string).collect::<Vec<_>>())
-        .group_by(|_, w: &String| w.clone(), Grouped::with(s(), s()))
+        .group_by_with(|_, w: &String| w.clone(), Grouped::with(s(), s()))
         .count(Materialized::as_store("counts").with_backend(backend))
-        .to_stream()
-        .to("counts-out", Produced::with(s(), Serdes::i64()));
+        .to_upsert_stream()
+        .to_with("counts-out", Produced::with(s(), Serdes::i64()));
     b.build().unwrap()
 }
 
@@ -69,16 +69,16 @@ fn without_a_record_cache_every_update_is_forwarded() {
     for backend in [StoreBackend::InMemory, StoreBackend::RocksDb] {
         // Off through the budget, and off through Materialized.
         let b = StreamsBuilder::new();
-        b.stream(&["lines"], Consumed::with(Serdes::nullable(s()), s()))
+        b.stream_with(&["lines"], Consumed::with(Serdes::nullable(s()), s()))
             .flat_map_values(|l: &String| l.split(' ').map(str::to_string).collect::<Vec<_>>())
-            .group_by(|_, w: &String| w.clone(), Grouped::with(s(), s()))
+            .group_by_with(|_, w: &String| w.clone(), Grouped::with(s(), s()))
             .count(
                 Materialized::as_store("counts")
                     .with_backend(backend)
                     .with_caching_disabled(),
             )
-            .to_stream()
-            .to("counts-out", Produced::with(s(), Serdes::i64()));
+            .to_upsert_stream()
+            .to_with("counts-out", Produced::with(s(), Serdes::i64()));
         for (mut d, how) in [
             (
                 TopologyTestDriver::with_cache_max_bytes(wordcount_topology(backend), backend, 0)
@@ -151,7 +151,7 @@ fn describe_lists_subtopologies_like_kafka() {
 #[test]
 fn stateless_operators() {
     let b = StreamsBuilder::new();
-    let src = b.stream(&["in"], Consumed::with(s(), Serdes::i64()));
+    let src = b.stream_with(&["in"], Consumed::with(s(), Serdes::i64()));
     let branches = src
         .filter(|_, v| *v >= 0)
         .map_values(|v| v * 10)
@@ -160,14 +160,14 @@ fn stateless_operators() {
         .default_branch("big");
     branches["b-small"]
         .map(|k, v| (k.to_uppercase(), *v))
-        .to("small", Produced::with(s(), Serdes::i64()));
+        .to_with("small", Produced::with(s(), Serdes::i64()));
     branches["b-big"]
         .merge(
             &src.filter_not(|_, v| *v >= 0)
                 .select_key(|_, v| format!("neg{v}")),
         )
         .peek(|_, _| {})
-        .to("big-or-negative", Produced::with(s(), Serdes::i64()));
+        .to_with("big-or-negative", Produced::with(s(), Serdes::i64()));
     let mut d = TopologyTestDriver::new(b.build().unwrap()).unwrap();
     let mut i = d.input_topic("in", s(), Serdes::i64());
     for (k, v) in [("a", 1), ("b", 50), ("c", -2), ("d", 9)] {
@@ -188,20 +188,20 @@ fn stateless_operators() {
 fn reduce_and_aggregate() {
     let b = StreamsBuilder::new();
     let grouped = b
-        .stream(&["in"], Consumed::with(s(), Serdes::i64()))
-        .group_by_key(Grouped::with(s(), Serdes::i64()));
+        .stream_with(&["in"], Consumed::with(s(), Serdes::i64()))
+        .group_by_key_with(Grouped::with(s(), Serdes::i64()));
     grouped
         .reduce(|a, v| (*a).max(*v), Materialized::as_store("max"))
-        .to_stream()
-        .to("max", Produced::with(s(), Serdes::i64()));
+        .to_upsert_stream()
+        .to_with("max", Produced::with(s(), Serdes::i64()));
     grouped
         .aggregate(
             String::new,
             |_, v, agg: &String| format!("{agg}{v},"),
             Materialized::as_store("concat").with_value_serde(s()),
         )
-        .to_stream()
-        .to("concat", Produced::with(s(), s()));
+        .to_upsert_stream()
+        .to_with("concat", Produced::with(s(), s()));
     let t = b.build().unwrap();
     // Grouping by the unchanged key needs no repartition: one sub-topology.
     assert_eq!(t.subtopologies().len(), 1);
@@ -276,9 +276,9 @@ fn processor_api_with_store_and_both_punctuations() {
         logged: true,
         cached: false,
     });
-    b.stream(&["in"], Consumed::with(s(), s()))
+    b.stream_with(&["in"], Consumed::with(s(), s()))
         .process(|| Batcher { wall: None }, &["seen"])
-        .to("ticks", Produced::with(s(), Serdes::i64()));
+        .to_with("ticks", Produced::with(s(), Serdes::i64()));
     let mut d = TopologyTestDriver::new(b.build().unwrap()).unwrap();
     let mut i = d.input_topic("in", s(), s());
     i.pipe(&"k1".into(), &"v".into(), 1000).unwrap(); // stream time starts: next tick at 1100
@@ -313,7 +313,7 @@ fn processor_store_access_is_checked() {
         }
     }
     let b = StreamsBuilder::new();
-    b.stream(&["in"], Consumed::with(s(), s()))
+    b.stream_with(&["in"], Consumed::with(s(), s()))
         .process(|| Sneaky, &[])
         .foreach(|_: &String, _: &String| {});
     let mut d = TopologyTestDriver::new(b.build().unwrap()).unwrap();
@@ -332,8 +332,8 @@ fn processor_store_access_is_checked() {
 fn deserialization_errors_name_the_record_or_are_skipped() {
     let build = || {
         let b = StreamsBuilder::new();
-        b.stream(&["nums"], Consumed::with(s(), Serdes::i64()))
-            .to("out", Produced::with(s(), Serdes::i64()));
+        b.stream_with(&["nums"], Consumed::with(s(), Serdes::i64()))
+            .to_with("out", Produced::with(s(), Serdes::i64()));
         b.build().unwrap()
     };
     let mut d = TopologyTestDriver::new(build()).unwrap();
@@ -379,14 +379,14 @@ fn deserialization_errors_name_the_record_or_are_skipped() {
 #[test]
 fn bad_topologies_are_refused_with_reasons() {
     let b = StreamsBuilder::new();
-    b.stream_pattern("([a-", Consumed::with(s(), s()));
+    b.stream_pattern_with("([a-", Consumed::with(s(), s()));
     let err = b.build().unwrap_err().to_string();
     assert!(err.contains("not a valid regex"), "{err}");
     let b = StreamsBuilder::new();
-    b.stream(&["t"], Consumed::with(s(), s()))
-        .to("o", Produced::with(s(), s()));
-    b.stream(&["t"], Consumed::with(s(), s()))
-        .to("o", Produced::with(s(), s()));
+    b.stream_with(&["t"], Consumed::with(s(), s()))
+        .to_with("o", Produced::with(s(), s()));
+    b.stream_with(&["t"], Consumed::with(s(), s()))
+        .to_with("o", Produced::with(s(), s()));
     let err = b.build().unwrap_err().to_string();
     assert!(
         err.contains("\"t\"") || err.contains("User(\"t\")"),
@@ -399,7 +399,7 @@ fn bad_topologies_are_refused_with_reasons() {
 #[test]
 fn explicit_repartition_and_computed_sink_topics() {
     let b = StreamsBuilder::new();
-    b.stream(&["in"], Consumed::with(s(), Serdes::i64()))
+    b.stream_with(&["in"], Consumed::with(s(), Serdes::i64()))
         .select_key(|_, v| {
             if v % 2 == 0 {
                 "even".to_string()
@@ -407,8 +407,10 @@ fn explicit_repartition_and_computed_sink_topics() {
                 "odd".to_string()
             }
         })
-        .repartition(rill_streams::Repartitioned::with(s(), Serdes::i64()).with_name("by-parity"))
-        .to_dynamic(
+        .repartition_with(
+            rill_streams::Repartitioned::with(s(), Serdes::i64()).with_name("by-parity"),
+        )
+        .to_dynamic_with(
             |k, _| format!("out-{k}"),
             Produced::with(s(), Serdes::i64()),
         );

@@ -25,9 +25,9 @@ fn s() -> rill_streams::SharedSerde<String> {
 /// `in` -> map_values(upper case; panics on "poison") -> `out`.
 fn panicking_upper_case() -> rill_streams::Topology {
     let b = StreamsBuilder::new();
-    b.stream(&["in"], Consumed::with(s(), s()))
+    b.stream_with(&["in"], Consumed::with(s(), s()))
         .map_values(|v: &String| (v != "poison").then(|| v.to_uppercase()).unwrap())
-        .to("out", Produced::with(s(), s()));
+        .to_with("out", Produced::with(s(), s()));
     b.build().unwrap()
 }
 
@@ -82,7 +82,7 @@ fn a_panicking_closure_is_an_error_naming_task_node_and_record() {
 #[test]
 fn an_err_from_a_fallible_closure_goes_to_the_processing_handler() {
     let b = StreamsBuilder::new();
-    b.stream(&["in"], Consumed::with(s(), s()))
+    b.stream_with(&["in"], Consumed::with(s(), s()))
         .try_map_values(|v: &String| v.parse::<i64>())
         .try_filter(|_, n: &i64| {
             if *n < 0 {
@@ -91,7 +91,7 @@ fn an_err_from_a_fallible_closure_goes_to_the_processing_handler() {
                 Ok(n % 2 == 0)
             }
         })
-        .to("out", Produced::with(s(), Serdes::i64()));
+        .to_with("out", Produced::with(s(), Serdes::i64()));
     let mut d = TopologyTestDriver::new(b.build().unwrap()).unwrap();
     let r = pipe_all(&mut d, &["2", "x"]);
     assert!(r[0].is_ok());
@@ -227,9 +227,9 @@ fn a_panicking_punctuator_goes_to_the_processing_handler_without_a_record() {
     let armed = Arc::new(AtomicBool::new(false));
     let a2 = armed.clone();
     let b = StreamsBuilder::new();
-    b.stream(&["in"], Consumed::with(s(), s()))
+    b.stream_with(&["in"], Consumed::with(s(), s()))
         .process(move || ArmedPunctuator(a2.clone()), &[])
-        .to("out", Produced::with(s(), s()));
+        .to_with("out", Produced::with(s(), s()));
     let mut d = TopologyTestDriver::new(b.build().unwrap()).unwrap();
     d.advance_wall_clock_time(Duration::from_secs(1)).unwrap();
     assert_eq!(d.read_output("out", &s(), &s()).unwrap().len(), 1);
@@ -277,9 +277,9 @@ impl Serde<String> for FragileSerde {
 fn a_panicking_serde_goes_to_the_deserialization_and_production_handlers() {
     let fragile: rill_streams::SharedSerde<String> = Arc::new(FragileSerde);
     let b = StreamsBuilder::new();
-    b.stream(&["in"], Consumed::with(s(), fragile.clone()))
+    b.stream_with(&["in"], Consumed::with(s(), fragile.clone()))
         .map_values(|v: &String| v.to_uppercase())
-        .to("out", Produced::with(s(), fragile));
+        .to_with("out", Produced::with(s(), fragile));
     let mut d = TopologyTestDriver::new(b.build().unwrap()).unwrap();
     let r = pipe_all(&mut d, &["a", "poison", "unsendable"]);
     assert!(r[0].is_ok());
@@ -310,8 +310,8 @@ fn a_panicking_serde_goes_to_the_deserialization_and_production_handlers() {
 #[test]
 fn a_record_that_does_not_deserialize_goes_to_the_dead_letter_queue_as_consumed() {
     let b = StreamsBuilder::new();
-    b.stream(&["in"], Consumed::with(s(), Serdes::i64()))
-        .to("out", Produced::with(s(), Serdes::i64()));
+    b.stream_with(&["in"], Consumed::with(s(), Serdes::i64()))
+        .to_with("out", Produced::with(s(), Serdes::i64()));
     let mut d = TopologyTestDriver::new(b.build().unwrap()).unwrap();
     d.set_deserialization_exception_handler(LogAndContinueExceptionHandler {
         dead_letter_queue_topic: Some("dlq".into()),
@@ -341,8 +341,8 @@ fn a_record_that_does_not_deserialize_goes_to_the_dead_letter_queue_as_consumed(
 #[test]
 fn a_panicking_aggregator_behind_a_record_cache_is_handled_at_its_node() {
     let b = StreamsBuilder::new();
-    b.stream(&["in"], Consumed::with(s(), s()))
-        .group_by_key(Grouped::with(s(), s()))
+    b.stream_with(&["in"], Consumed::with(s(), s()))
+        .group_by_key_with(Grouped::with(s(), s()))
         .aggregate(
             || 0i64,
             |_k: &String, v: &String, agg: &i64| {
@@ -353,8 +353,8 @@ fn a_panicking_aggregator_behind_a_record_cache_is_handled_at_its_node() {
             },
             Materialized::as_store("lengths").with_value_serde(Serdes::i64()),
         )
-        .to_stream()
-        .to("out", Produced::with(s(), Serdes::i64()));
+        .to_upsert_stream()
+        .to_with("out", Produced::with(s(), Serdes::i64()));
     let mut d = TopologyTestDriver::new(b.build().unwrap()).unwrap();
     let mut input = d.input_topic("in", s(), s());
     input.pipe(&"k".into(), &"aaa".into(), 1).unwrap();
@@ -414,9 +414,9 @@ fn a_failing_init_stops_task_creation_with_the_node_named() {
         }
     }
     let b = StreamsBuilder::new();
-    b.stream(&["in"], Consumed::with(s(), s()))
+    b.stream_with(&["in"], Consumed::with(s(), s()))
         .process(|| BadInit, &[])
-        .to("out", Produced::with(s(), s()));
+        .to_with("out", Produced::with(s(), s()));
     let e = TopologyTestDriver::new(b.build().unwrap()).err().unwrap();
     let u = e.user_code().unwrap();
     assert_eq!(u.stage, Stage::Init);

@@ -21,7 +21,7 @@ fn table(
 ) -> KTable<String, String> {
     let m = Materialized::as_store(topic).with_backend(backend);
     let m = if cached { m } else { m.with_caching_disabled() };
-    b.table(topic, Consumed::with(s(), s()), m)
+    b.table_with(topic, Consumed::with(s(), s()), m)
 }
 
 #[allow(clippy::ptr_arg)] // the extractor of a KTable<String, String> sees &String
@@ -60,8 +60,8 @@ fn topology(backend: StoreBackend, cached: bool, left: bool) -> Topology {
         )
     };
     joined
-        .to_stream_with_deletes()
-        .to("out", Produced::with(s(), Serdes::nullable(s())));
+        .to_stream()
+        .to_with("out", Produced::with(s(), Serdes::nullable(s())));
     b.build().unwrap()
 }
 
@@ -268,13 +268,13 @@ fn a_foreign_key_join_result_can_be_joined_again_and_grouped() {
             .with_caching_disabled(),
     );
     with_region
-        .group_by(
+        .group_by_with(
             |_, region| (region.clone(), region.clone()),
             rill_streams::Grouped::with(s(), s()),
         )
         .count(Materialized::as_store("orders-per-region").with_caching_disabled())
-        .to_stream()
-        .to("out-counts", Produced::with(s(), Serdes::i64()));
+        .to_upsert_stream()
+        .to_with("out-counts", Produced::with(s(), Serdes::i64()));
     let mut r = Run::new(b.build().unwrap(), backend);
     // customers' values name their region.
     r.put("regions", "eu", Some("Europe"));

@@ -21,22 +21,24 @@ enum Kind {
 
 fn topology(kind: Kind, grace_ms: u64, backend: StoreBackend) -> Topology {
     let b = StreamsBuilder::new();
-    let left = b.stream(&["left"], Consumed::with(s(), s()));
-    let right = b.stream(&["right"], Consumed::with(s(), s()));
+    let left = b.stream_with(&["left"], Consumed::with(s(), s()));
+    let right = b.stream_with(&["right"], Consumed::with(s(), s()));
     let w = JoinWindows::of_time_difference_and_grace(
         Duration::from_millis(10),
         Duration::from_millis(grace_ms),
     );
     let sj = StreamJoined::with(s(), s(), s()).with_backend(backend);
     let joined = match kind {
-        Kind::Inner => left.join_stream(&right, |l: &String, r: &String| format!("{l}+{r}"), w, sj),
-        Kind::Left => left.left_join_stream(
+        Kind::Inner => {
+            left.join_stream_with(&right, |l: &String, r: &String| format!("{l}+{r}"), w, sj)
+        }
+        Kind::Left => left.left_join_stream_with(
             &right,
             |l: &String, r: Option<&String>| format!("{l}+{}", r.map_or("null", String::as_str)),
             w,
             sj,
         ),
-        Kind::Outer => left.outer_join_stream(
+        Kind::Outer => left.outer_join_stream_with(
             &right,
             |l: Option<&String>, r: Option<&String>| {
                 format!(
@@ -49,7 +51,7 @@ fn topology(kind: Kind, grace_ms: u64, backend: StoreBackend) -> Topology {
             sj,
         ),
     };
-    joined.to("out", Produced::with(s(), s()));
+    joined.to_with("out", Produced::with(s(), s()));
     b.build().unwrap()
 }
 

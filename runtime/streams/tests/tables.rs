@@ -37,7 +37,7 @@ fn users(
 ) -> rill_streams::KTable<String, String> {
     let m = Materialized::as_store("users").with_backend(backend);
     let m = if cached { m } else { m.with_caching_disabled() };
-    b.table("users", Consumed::with(s(), s()), m)
+    b.table_with("users", Consumed::with(s(), s()), m)
 }
 
 #[test]
@@ -46,8 +46,8 @@ fn a_source_table_keeps_the_latest_value_and_a_null_value_deletes_its_key() {
         for cached in [false, true] {
             let b = StreamsBuilder::new();
             users(&b, backend, cached)
-                .to_stream_with_deletes()
-                .to("out", Produced::with(s(), Serdes::nullable(s())));
+                .to_stream()
+                .to_with("out", Produced::with(s(), Serdes::nullable(s())));
             let mut d = driver(b.build().unwrap(), backend);
             pipe(
                 &mut d,
@@ -85,8 +85,8 @@ fn filter_turns_updates_that_fail_into_deletions_and_map_values_maps_them() {
     users(&b, StoreBackend::InMemory, false)
         .filter(|_, region| region != "blocked")
         .map_values(|r: &String| r.to_uppercase(), Some(s()))
-        .to_stream_with_deletes()
-        .to("out", Produced::with(s(), Serdes::nullable(s())));
+        .to_stream()
+        .to_with("out", Produced::with(s(), Serdes::nullable(s())));
     let mut d = driver(b.build().unwrap(), StoreBackend::InMemory);
     pipe(
         &mut d,
@@ -111,9 +111,9 @@ fn enrich(backend: StoreBackend, left: bool) -> Topology {
     let regions = users(&b, backend, true)
         .filter(|_, r| r != "blocked")
         .map_values(|r: &String| r.to_uppercase(), Some(s()));
-    let clicks = b.stream(&["clicks"], Consumed::with(s(), s()));
+    let clicks = b.stream_with(&["clicks"], Consumed::with(s(), s()));
     let joined = if left {
-        clicks.left_join(
+        clicks.left_join_with(
             &regions,
             |page: &String, region: Option<&String>| {
                 format!("{page}@{}", region.map_or("unknown", String::as_str))
@@ -121,13 +121,13 @@ fn enrich(backend: StoreBackend, left: bool) -> Topology {
             Joined::with(s(), s()),
         )
     } else {
-        clicks.join(
+        clicks.join_with(
             &regions,
             |page: &String, region: &String| format!("{page}@{region}"),
             Joined::with(s(), s()),
         )
     };
-    joined.to("out", Produced::with(s(), s()));
+    joined.to_with("out", Produced::with(s(), s()));
     b.build().unwrap()
 }
 
@@ -188,14 +188,14 @@ fn a_stream_whose_key_changed_is_repartitioned_before_the_join() {
     let b = StreamsBuilder::new();
     let regions = users(&b, StoreBackend::InMemory, false);
     // clicks keyed by page, the user in the value: re-key by user first.
-    b.stream(&["clicks-by-page"], Consumed::with(s(), s()))
+    b.stream_with(&["clicks-by-page"], Consumed::with(s(), s()))
         .select_key(|_page, user: &String| user.clone())
-        .join(
+        .join_with(
             &regions,
             |user: &String, region: &String| format!("{user} in {region}"),
             Joined::with(s(), s()).with_name("enrich"),
         )
-        .to("out", Produced::with(s(), s()));
+        .to_with("out", Produced::with(s(), s()));
     let mut d = driver(b.build().unwrap(), StoreBackend::InMemory);
     pipe(&mut d, "users", &[("u1", Some("eu"))], 1);
     pipe(&mut d, "clicks-by-page", &[("home", Some("u1"))], 2);
@@ -214,20 +214,20 @@ fn a_stream_whose_key_changed_is_repartitioned_before_the_join() {
 fn stream_global_table_joins_look_up_any_key_without_co_partitioning() {
     for backend in [StoreBackend::InMemory, StoreBackend::RocksDb] {
         let b = StreamsBuilder::new();
-        let regions = b.global_table(
+        let regions = b.global_table_with(
             "regions",
             Consumed::with(s(), s()),
             Materialized::as_store("regions").with_backend(backend),
         );
         // clicks keyed by page, the user in the value: the lookup key is the value.
-        let clicks = b.stream(&["clicks-by-page"], Consumed::with(s(), s()));
+        let clicks = b.stream_with(&["clicks-by-page"], Consumed::with(s(), s()));
         clicks
             .join_global(
                 &regions,
                 |_page, user: &String| user.clone(),
                 |user: &String, region: &String| format!("{user}@{region}"),
             )
-            .to("out", Produced::with(s(), s()));
+            .to_with("out", Produced::with(s(), s()));
         clicks
             .left_join_global(
                 &regions,
@@ -236,7 +236,7 @@ fn stream_global_table_joins_look_up_any_key_without_co_partitioning() {
                     format!("{user}@{}", region.map_or("?", String::as_str))
                 },
             )
-            .to("left-out", Produced::with(s(), s()));
+            .to_with("left-out", Produced::with(s(), s()));
         let t = b.build().unwrap();
         assert!(t
             .describe()
@@ -290,7 +290,7 @@ fn table_table_joins_follow_both_sides_updates_and_deletions() {
     for backend in [StoreBackend::InMemory, StoreBackend::RocksDb] {
         let b = StreamsBuilder::new();
         let users = users(&b, backend, false);
-        let scores = b.table(
+        let scores = b.table_with(
             "scores",
             Consumed::with(s(), s()),
             Materialized::as_store("scores")
@@ -300,20 +300,20 @@ fn table_table_joins_follow_both_sides_updates_and_deletions() {
         let nullable = || Produced::with(s(), Serdes::nullable(s()));
         users
             .join(&scores, |l: &String, r: &String| format!("{l}/{r}"))
-            .to_stream_with_deletes()
-            .to("inner", nullable());
+            .to_stream()
+            .to_with("inner", nullable());
         users
             .left_join(&scores, move |l: &String, r: Option<&String>| {
                 format!("{l}/{}", opt(r))
             })
-            .to_stream_with_deletes()
-            .to("left", nullable());
+            .to_stream()
+            .to_with("left", nullable());
         users
             .outer_join(&scores, move |l: Option<&String>, r: Option<&String>| {
                 format!("{}/{}", opt(l), opt(r))
             })
-            .to_stream_with_deletes()
-            .to("outer", nullable());
+            .to_stream()
+            .to_with("outer", nullable());
         let mut d = driver(b.build().unwrap(), backend);
         pipe(&mut d, "users", &[("u1", Some("eu"))], 1);
         pipe(
@@ -363,7 +363,7 @@ fn a_regrouped_table_moves_a_rows_contribution_between_groups() {
     for backend in [StoreBackend::InMemory, StoreBackend::RocksDb] {
         for cached in [false, true] {
             let b = StreamsBuilder::new();
-            let by_region = users(&b, backend, cached).group_by(
+            let by_region = users(&b, backend, cached).group_by_with(
                 |user: &String, region: &String| (region.clone(), user.clone()),
                 // Unnamed: each aggregation repartitions through <app>-<store>-repartition.
                 rill_streams::Grouped::with(s(), s()),
@@ -378,8 +378,8 @@ fn a_regrouped_table_moves_a_rows_contribution_between_groups() {
             }
             by_region
                 .count(m("counts", backend, cached))
-                .to_stream()
-                .to("counts-out", Produced::with(s(), Serdes::i64()));
+                .to_upsert_stream()
+                .to_with("counts-out", Produced::with(s(), Serdes::i64()));
             by_region
                 .aggregate(
                     String::new,
@@ -387,8 +387,8 @@ fn a_regrouped_table_moves_a_rows_contribution_between_groups() {
                     |_region, user: &String, list: &String| members(list, None, Some(user)),
                     m("members", backend, cached).with_value_serde(s()),
                 )
-                .to_stream()
-                .to("members-out", Produced::with(s(), s()));
+                .to_upsert_stream()
+                .to_with("members-out", Produced::with(s(), s()));
             let mut d = driver(b.build().unwrap(), backend);
             pipe(
                 &mut d,

@@ -53,12 +53,12 @@ fn rows<V: Clone>(r: &[(&str, i64, V)]) -> Vec<(String, i64, V)> {
 
 fn windowed_count(windows: TimeWindows, m: Materialized<i64>) -> Topology {
     let b = StreamsBuilder::new();
-    b.stream(&["events"], Consumed::with(s(), s()))
-        .group_by_key(Grouped::with(s(), s()))
+    b.stream_with(&["events"], Consumed::with(s(), s()))
+        .group_by_key_with(Grouped::with(s(), s()))
         .windowed_by(windows)
         .count(m)
-        .to_stream()
-        .to(
+        .to_upsert_stream()
+        .to_with(
             "out",
             Produced::with(Serdes::time_windowed(s(), SIZE), Serdes::i64()),
         );
@@ -154,8 +154,8 @@ fn windowed_aggregate_and_reduce_fold_values_per_window() {
     for backend in [StoreBackend::InMemory, StoreBackend::RocksDb] {
         let b = StreamsBuilder::new();
         let grouped = b
-            .stream(&["events"], Consumed::with(s(), s()))
-            .group_by_key(Grouped::with(s(), s()));
+            .stream_with(&["events"], Consumed::with(s(), s()))
+            .group_by_key_with(Grouped::with(s(), s()));
         let windows = TimeWindows::of_size_with_no_grace(SIZE);
         grouped
             .windowed_by(windows)
@@ -167,8 +167,8 @@ fn windowed_aggregate_and_reduce_fold_values_per_window() {
                     .with_backend(backend)
                     .with_caching_disabled(),
             )
-            .to_stream()
-            .to("out", Produced::with(Serdes::time_windowed(s(), SIZE), s()));
+            .to_upsert_stream()
+            .to_with("out", Produced::with(Serdes::time_windowed(s(), SIZE), s()));
         grouped
             .windowed_by(windows)
             .reduce(
@@ -177,8 +177,8 @@ fn windowed_aggregate_and_reduce_fold_values_per_window() {
                     .with_backend(backend)
                     .with_caching_disabled(),
             )
-            .to_stream()
-            .to(
+            .to_upsert_stream()
+            .to_with(
                 "max-out",
                 Produced::with(Serdes::time_windowed(s(), SIZE), s()),
             );
@@ -214,8 +214,8 @@ fn windowed_aggregate_and_reduce_fold_values_per_window() {
 fn suppress_emits_one_final_result_per_window_when_it_closes() {
     for backend in [StoreBackend::InMemory, StoreBackend::RocksDb] {
         let b = StreamsBuilder::new();
-        b.stream(&["events"], Consumed::with(s(), s()))
-            .group_by_key(Grouped::with(s(), s()))
+        b.stream_with(&["events"], Consumed::with(s(), s()))
+            .group_by_key_with(Grouped::with(s(), s()))
             .windowed_by(TimeWindows::of_size_and_grace(
                 SIZE,
                 Duration::from_millis(5),
@@ -223,8 +223,8 @@ fn suppress_emits_one_final_result_per_window_when_it_closes() {
             // Cached (the default): the driver flushes after each record.
             .count(Materialized::as_store("counts").with_backend(backend))
             .suppress(Suppressed::until_window_closes(BufferConfig::unbounded()))
-            .to_stream()
-            .to(
+            .to_upsert_stream()
+            .to_with(
                 "out",
                 Produced::with(Serdes::time_windowed(s(), SIZE), Serdes::i64()),
             );
@@ -263,15 +263,15 @@ fn suppress_emits_one_final_result_per_window_when_it_closes() {
 #[test]
 fn suppress_until_time_limit_emits_the_latest_update_after_the_first_one() {
     let b = StreamsBuilder::new();
-    b.stream(&["events"], Consumed::with(s(), s()))
-        .group_by_key(Grouped::with(s(), s()))
+    b.stream_with(&["events"], Consumed::with(s(), s()))
+        .group_by_key_with(Grouped::with(s(), s()))
         .count(Materialized::as_store("counts"))
         .suppress(Suppressed::until_time_limit(
             Duration::from_millis(10),
             BufferConfig::unbounded(),
         ))
-        .to_stream()
-        .to("out", Produced::with(s(), Serdes::i64()));
+        .to_upsert_stream()
+        .to_with("out", Produced::with(s(), Serdes::i64()));
     let mut d = driver(b.build().unwrap(), StoreBackend::InMemory);
     // a buffered at 0 (due at 10), b at 5 (due at 15); a's update at 8
     // keeps a's first buffer time.
@@ -331,8 +331,8 @@ fn windows_past_retention_are_deleted_from_the_store() {
 fn invalid_windows_and_retention_fail_the_build_naming_the_store() {
     let build = |windows: TimeWindows, m: Materialized<i64>| {
         let b = StreamsBuilder::new();
-        b.stream(&["events"], Consumed::with(s(), s()))
-            .group_by_key(Grouped::with(s(), s()))
+        b.stream_with(&["events"], Consumed::with(s(), s()))
+            .group_by_key_with(Grouped::with(s(), s()))
             .windowed_by(windows)
             .count(m);
         b.build().map(|_| ()).unwrap_err().to_string()
@@ -360,8 +360,8 @@ fn invalid_windows_and_retention_fail_the_build_naming_the_store() {
     );
     // Suppressing until a window closes needs windows.
     let b = StreamsBuilder::new();
-    b.stream(&["events"], Consumed::with(s(), s()))
-        .group_by_key(Grouped::with(s(), s()))
+    b.stream_with(&["events"], Consumed::with(s(), s()))
+        .group_by_key_with(Grouped::with(s(), s()))
         .count(Materialized::as_store("plain"))
         .suppress(Suppressed::until_window_closes(BufferConfig::unbounded()));
     let e = b.build().map(|_| ()).unwrap_err().to_string();
@@ -381,15 +381,15 @@ fn a_custom_timestamp_extractor_places_records_in_windows_by_event_time() {
             .unwrap_or(-1)
     };
     let b = StreamsBuilder::new();
-    b.stream(
+    b.stream_with(
         &["events"],
         Consumed::with(s(), s()).with_timestamp_extractor(event_time),
     )
-    .group_by_key(Grouped::with(s(), s()))
+    .group_by_key_with(Grouped::with(s(), s()))
     .windowed_by(TimeWindows::of_size_with_no_grace(SIZE))
     .count(Materialized::as_store("counts").with_caching_disabled())
-    .to_stream()
-    .to(
+    .to_upsert_stream()
+    .to_with(
         "out",
         Produced::with(Serdes::time_windowed(s(), SIZE), Serdes::i64()),
     );
@@ -410,8 +410,8 @@ fn a_custom_timestamp_extractor_places_records_in_windows_by_event_time() {
 #[test]
 fn the_default_extractor_fails_on_a_negative_timestamp_naming_the_record() {
     let b = StreamsBuilder::new();
-    b.stream(&["events"], Consumed::with(s(), s()))
-        .to("out", Produced::with(s(), s()));
+    b.stream_with(&["events"], Consumed::with(s(), s()))
+        .to_with("out", Produced::with(s(), s()));
     let mut d = driver(b.build().unwrap(), StoreBackend::InMemory);
     let mut input = d.input_topic("events", s(), s());
     input.pipe(&"a".to_string(), &"ok".to_string(), 5).unwrap();
@@ -425,12 +425,12 @@ fn the_default_extractor_fails_on_a_negative_timestamp_naming_the_record() {
     );
     // Skipping instead: LogAndSkipOnInvalidTimestamp on the source.
     let b = StreamsBuilder::new();
-    b.stream(
+    b.stream_with(
         &["events"],
         Consumed::with(s(), s())
             .with_timestamp_extractor(rill_streams::LogAndSkipOnInvalidTimestamp),
     )
-    .to("out", Produced::with(s(), s()));
+    .to_with("out", Produced::with(s(), s()));
     let mut d = driver(b.build().unwrap(), StoreBackend::InMemory);
     pipe(&mut d, &[("a", "bad", -7), ("a", "ok", 5)]);
     assert_eq!(
@@ -456,8 +456,8 @@ fn sessions_out<V: 'static>(
 fn sessions_grow_merge_and_drop_late_records() {
     for backend in [StoreBackend::InMemory, StoreBackend::RocksDb] {
         let b = StreamsBuilder::new();
-        b.stream(&["events"], Consumed::with(s(), s()))
-            .group_by_key(Grouped::with(s(), s()))
+        b.stream_with(&["events"], Consumed::with(s(), s()))
+            .group_by_key_with(Grouped::with(s(), s()))
             .windowed_by_session(SessionWindows::of_inactivity_gap_and_grace(
                 Duration::from_millis(10),
                 Duration::from_millis(5),
@@ -467,8 +467,8 @@ fn sessions_grow_merge_and_drop_late_records() {
                     .with_backend(backend)
                     .with_caching_disabled(),
             )
-            .to_stream_with_deletes()
-            .to(
+            .to_stream()
+            .to_with(
                 "out",
                 Produced::with(
                     Serdes::session_windowed(s()),
@@ -522,8 +522,8 @@ fn sessions_grow_merge_and_drop_late_records() {
 fn session_reduce_and_aggregate_merge_sessions_with_the_merger() {
     let b = StreamsBuilder::new();
     let grouped = b
-        .stream(&["events"], Consumed::with(s(), s()))
-        .group_by_key(Grouped::with(s(), s()));
+        .stream_with(&["events"], Consumed::with(s(), s()))
+        .group_by_key_with(Grouped::with(s(), s()));
     let gap = SessionWindows::of_inactivity_gap_with_no_grace(Duration::from_millis(10));
     grouped
         .windowed_by_session(gap)
@@ -531,8 +531,8 @@ fn session_reduce_and_aggregate_merge_sessions_with_the_merger() {
             |a: &String, b: &String| format!("{a}{b}"),
             Materialized::as_store("reduced").with_caching_disabled(),
         )
-        .to_stream()
-        .to("out", Produced::with(Serdes::session_windowed(s()), s()));
+        .to_upsert_stream()
+        .to_with("out", Produced::with(Serdes::session_windowed(s()), s()));
     grouped
         .windowed_by_session(gap)
         .aggregate(
@@ -543,8 +543,8 @@ fn session_reduce_and_aggregate_merge_sessions_with_the_merger() {
                 .with_value_serde(s())
                 .with_caching_disabled(),
         )
-        .to_stream()
-        .to(
+        .to_upsert_stream()
+        .to_with(
             "agg-out",
             Produced::with(Serdes::session_windowed(s()), s()),
         );
@@ -579,15 +579,15 @@ fn session_reduce_and_aggregate_merge_sessions_with_the_merger() {
 #[test]
 fn suppressed_sessions_emit_once_when_gap_and_grace_have_passed() {
     let b = StreamsBuilder::new();
-    b.stream(&["events"], Consumed::with(s(), s()))
-        .group_by_key(Grouped::with(s(), s()))
+    b.stream_with(&["events"], Consumed::with(s(), s()))
+        .group_by_key_with(Grouped::with(s(), s()))
         .windowed_by_session(SessionWindows::of_inactivity_gap_with_no_grace(
             Duration::from_millis(10),
         ))
         .count(Materialized::as_store("sessions"))
         .suppress(Suppressed::until_window_closes(BufferConfig::unbounded()))
-        .to_stream()
-        .to(
+        .to_upsert_stream()
+        .to_with(
             "out",
             Produced::with(Serdes::session_windowed(s()), Serdes::i64()),
         );
@@ -607,8 +607,8 @@ fn suppressed_sessions_emit_once_when_gap_and_grace_have_passed() {
 fn sliding_windows_follow_the_records_including_out_of_order_ones() {
     for backend in [StoreBackend::InMemory, StoreBackend::RocksDb] {
         let b = StreamsBuilder::new();
-        b.stream(&["events"], Consumed::with(s(), s()))
-            .group_by_key(Grouped::with(s(), s()))
+        b.stream_with(&["events"], Consumed::with(s(), s()))
+            .group_by_key_with(Grouped::with(s(), s()))
             .windowed_by_sliding(
                 rill_streams::SlidingWindows::of_time_difference_with_no_grace(
                     Duration::from_millis(10),
@@ -619,8 +619,8 @@ fn sliding_windows_follow_the_records_including_out_of_order_ones() {
                     .with_backend(backend)
                     .with_caching_disabled(),
             )
-            .to_stream()
-            .to(
+            .to_upsert_stream()
+            .to_with(
                 "out",
                 Produced::with(Serdes::time_windowed(s(), SIZE), Serdes::i64()),
             );
@@ -658,8 +658,8 @@ fn sliding_windows_follow_the_records_including_out_of_order_ones() {
 #[test]
 fn early_records_share_the_sliding_window_that_starts_at_zero() {
     let b = StreamsBuilder::new();
-    b.stream(&["events"], Consumed::with(s(), s()))
-        .group_by_key(Grouped::with(s(), s()))
+    b.stream_with(&["events"], Consumed::with(s(), s()))
+        .group_by_key_with(Grouped::with(s(), s()))
         .windowed_by_sliding(rill_streams::SlidingWindows::of_time_difference_and_grace(
             Duration::from_millis(10),
             Duration::from_millis(100),
@@ -668,8 +668,8 @@ fn early_records_share_the_sliding_window_that_starts_at_zero() {
             |a: &String, b: &String| format!("{a}{b}"),
             Materialized::as_store("sliding").with_caching_disabled(),
         )
-        .to_stream()
-        .to("out", Produced::with(Serdes::time_windowed(s(), SIZE), s()));
+        .to_upsert_stream()
+        .to_with("out", Produced::with(Serdes::time_windowed(s(), SIZE), s()));
     let mut d = driver(b.build().unwrap(), StoreBackend::InMemory);
     // 2 and 5 are both before the time difference: one window [0,10];
     // each record's right window appears once a later record falls in it.

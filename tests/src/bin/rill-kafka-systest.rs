@@ -310,39 +310,39 @@ fn eos_topology(complex: bool) -> Topology {
     let (s, i, l) = (Serdes::string(), Serdes::i32(), Serdes::i64());
     let no_name: Arc<str> = Arc::from("");
     let b = StreamsBuilder::new();
-    let data = b.stream(&["data"], Consumed::with(s.clone(), i.clone()));
-    data.to("echo", Produced::with(s.clone(), i.clone()));
+    let data = b.stream_with(&["data"], Consumed::with(s.clone(), i.clone()));
+    data.to_with("echo", Produced::with(s.clone(), i.clone()));
     data.process::<(), (), _>(print_processor("data", no_name.clone()), &[]);
-    let g = data.group_by_key(Grouped::with(s.clone(), i.clone()));
+    let g = data.group_by_key_with(Grouped::with(s.clone(), i.clone()));
     g.aggregate(
         || i32::MAX,
         |_, v, agg| if v < agg { *v } else { *agg },
         Materialized::default().with_value_serde(i.clone()),
     )
-    .to_stream()
-    .to("min", Produced::with(s.clone(), i.clone()));
+    .to_upsert_stream()
+    .to_with("min", Produced::with(s.clone(), i.clone()));
     g.aggregate(
         || 0i64,
         |_, v, agg| i64::from(*v) + agg,
         Materialized::default().with_value_serde(l.clone()),
     )
-    .to_stream()
-    .to("sum", Produced::with(s.clone(), l.clone()));
+    .to_upsert_stream()
+    .to_with("sum", Produced::with(s.clone(), l.clone()));
     if complex {
-        data.to("repartition", Produced::with(s.clone(), i.clone()));
-        let r = b.stream(&["repartition"], Consumed::with(s.clone(), i.clone()));
+        data.to_with("repartition", Produced::with(s.clone(), i.clone()));
+        let r = b.stream_with(&["repartition"], Consumed::with(s.clone(), i.clone()));
         r.process::<(), (), _>(print_processor("repartition", no_name), &[]);
-        let gr = r.group_by_key(Grouped::with(s.clone(), i.clone()));
+        let gr = r.group_by_key_with(Grouped::with(s.clone(), i.clone()));
         gr.aggregate(
             || i32::MIN,
             |_, v, agg| if v > agg { *v } else { *agg },
             Materialized::default().with_value_serde(i.clone()),
         )
-        .to_stream()
-        .to("max", Produced::with(s.clone(), i.clone()));
+        .to_upsert_stream()
+        .to_with("max", Produced::with(s.clone(), i.clone()));
         gr.count(Materialized::default())
-            .to_stream()
-            .to("cnt", Produced::with(s, l));
+            .to_upsert_stream()
+            .to_with("cnt", Produced::with(s, l));
     }
     b.build().unwrap_or_else(|e| {
         eprintln!("{e}");
@@ -434,20 +434,20 @@ fn smoke_topology(name: Arc<str>) -> Topology {
     let (s, i, l) = (Serdes::string(), Serdes::i32(), Serdes::i64());
     let day = Duration::from_secs(24 * 3600);
     let b = StreamsBuilder::new();
-    let source = b.stream(&["data"], Consumed::with(s.clone(), i.clone()));
+    let source = b.stream_with(&["data"], Consumed::with(s.clone(), i.clone()));
     source
         .filter_not(|k, _| k == "flush")
-        .to("echo", Produced::with(s.clone(), i.clone()));
+        .to_with("echo", Produced::with(s.clone(), i.clone()));
     let data = source.filter(|_, v| *v != END);
     data.process::<(), (), _>(print_processor("data", name.clone()), &[]);
-    let g = data.group_by_key(Grouped::with(s.clone(), i.clone()));
+    let g = data.group_by_key_with(Grouped::with(s.clone(), i.clone()));
 
     // Windowed keys leave as "[key@start/end]", as Windowed.toString().
     let streamify = |t: &rill_streams::KTable<rill_streams::Windowed<String>, i32>, topic: &str| {
-        t.to_stream()
+        t.to_upsert_stream()
             .filter_not(|wk, _| wk.key == "flush")
             .map(|wk, v| (wk.to_string(), *v))
-            .to(topic, Produced::with(s.clone(), i.clone()));
+            .to_with(topic, Produced::with(s.clone(), i.clone()));
     };
 
     let min_agg = g
@@ -467,10 +467,10 @@ fn smoke_topology(name: Arc<str>) -> Topology {
         "min-suppressed",
     );
     min_agg
-        .to_stream()
+        .to_upsert_stream()
         .map(|wk, v| (wk.key.clone(), *v))
         .filter_not(|k, _| k == "flush")
-        .to("min", Produced::with(s.clone(), i.clone()));
+        .to_with("min", Produced::with(s.clone(), i.clone()));
 
     let sws = g
         .windowed_by(
@@ -486,13 +486,13 @@ fn smoke_topology(name: Arc<str>) -> Topology {
         "sws-suppressed",
     );
 
-    let min_table = b.table(
+    let min_table = b.table_with(
         "min",
         Consumed::with(s.clone(), i.clone()),
         Materialized::as_store("minStoreName"),
     );
     min_table
-        .to_stream()
+        .to_upsert_stream()
         .process::<(), (), _>(print_processor("min", name.clone()), &[]);
 
     let two_days = TimeWindows::of_size_with_no_grace(2 * day);
@@ -502,17 +502,17 @@ fn smoke_topology(name: Arc<str>) -> Topology {
             |_, v, a| if v > a { *v } else { *a },
             Materialized::as_store("uwin-max").with_value_serde(i.clone()),
         )
-        .to_stream()
+        .to_upsert_stream()
         .map(|wk, v| (wk.key.clone(), *v))
         .filter_not(|k, _| k == "flush")
-        .to("max", Produced::with(s.clone(), i.clone()));
-    let max_table = b.table(
+        .to_with("max", Produced::with(s.clone(), i.clone()));
+    let max_table = b.table_with(
         "max",
         Consumed::with(s.clone(), i.clone()),
         Materialized::as_store("maxStoreName"),
     );
     max_table
-        .to_stream()
+        .to_upsert_stream()
         .process::<(), (), _>(print_processor("max", name.clone()), &[]);
 
     g.windowed_by(two_days)
@@ -521,47 +521,47 @@ fn smoke_topology(name: Arc<str>) -> Topology {
             |_, v, a| i64::from(*v) + a,
             Materialized::as_store("win-sum").with_value_serde(l.clone()),
         )
-        .to_stream()
+        .to_upsert_stream()
         .map(|wk, v| (wk.key.clone(), *v))
         .filter_not(|k, _| k == "flush")
-        .to("sum", Produced::with(s.clone(), l.clone()));
-    let sum_table = b.table(
+        .to_with("sum", Produced::with(s.clone(), l.clone()));
+    let sum_table = b.table_with(
         "sum",
         Consumed::with(s.clone(), l.clone()),
         Materialized::default(),
     );
     sum_table
-        .to_stream()
+        .to_upsert_stream()
         .process::<(), (), _>(print_processor("sum", name.clone()), &[]);
 
     g.windowed_by(two_days)
         .count(Materialized::as_store("uwin-cnt"))
-        .to_stream()
+        .to_upsert_stream()
         .map(|wk, v| (wk.key.clone(), *v))
         .filter_not(|k, _| k == "flush")
-        .to("cnt", Produced::with(s.clone(), l.clone()));
-    let cnt_table = b.table(
+        .to_with("cnt", Produced::with(s.clone(), l.clone()));
+    let cnt_table = b.table_with(
         "cnt",
         Consumed::with(s.clone(), l.clone()),
         Materialized::as_store("cntStoreName"),
     );
     cnt_table
-        .to_stream()
+        .to_upsert_stream()
         .process::<(), (), _>(print_processor("cnt", name), &[]);
 
     max_table
         .join(&min_table, |a, b| a - b)
-        .to_stream()
+        .to_upsert_stream()
         .filter_not(|k, _| k == "flush")
-        .to("dif", Produced::with(s.clone(), i.clone()));
+        .to_with("dif", Produced::with(s.clone(), i.clone()));
     sum_table
         .join(&cnt_table, |sum, cnt| *sum as f64 / *cnt as f64)
-        .to_stream()
+        .to_upsert_stream()
         .filter_not(|k, _| k == "flush")
-        .to("avg", Produced::with(s.clone(), Serdes::f64()));
+        .to_with("avg", Produced::with(s.clone(), Serdes::f64()));
 
     cnt_table
-        .group_by(
+        .group_by_with(
             |_, v| (v.to_string(), 1i64),
             Grouped::with(s.clone(), l.clone()),
         )
@@ -573,8 +573,8 @@ fn smoke_topology(name: Arc<str>) -> Topology {
                 .in_memory()
                 .with_value_serde(l.clone()),
         )
-        .to_stream()
-        .to("tagg", Produced::with(s, l));
+        .to_upsert_stream()
+        .to_with("tagg", Produced::with(s, l));
     b.build().unwrap_or_else(|e| {
         eprintln!("{e}");
         std::process::exit(1)

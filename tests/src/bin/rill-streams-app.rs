@@ -283,8 +283,8 @@ fn main() {
     match topology.as_str() {
         "raw" => return raw_loop(&input, &output),
         "passthrough" => b
-            .stream(&[input.as_str()], Consumed::with(bytes(), bytes()))
-            .to(&output, Produced::with(bytes(), bytes())),
+            .stream_with(&[input.as_str()], Consumed::with(bytes(), bytes()))
+            .to_with(&output, Produced::with(bytes(), bytes())),
         // The async benchmark's lookups: each value replaced by what
         // `GET <--service>/lookup/<value>` answers, with reqwest's async
         // client in an async node or its blocking client in `map_values`
@@ -292,27 +292,27 @@ fn main() {
         "enrich-async" => {
             let service = need("--service");
             let http = reqwest::Client::new();
-            b.stream(&[input.as_str()], Consumed::with(bytes(), Serdes::string()))
+            b.stream_with(&[input.as_str()], Consumed::with(bytes(), Serdes::string()))
                 .try_map_values_async(move |v: String| {
                     let request = http.get(format!("{service}/lookup/{v}"));
                     async move { request.send().await?.error_for_status()?.text().await }
                 })
-                .to(&output, Produced::with(bytes(), Serdes::string()))
+                .to_with(&output, Produced::with(bytes(), Serdes::string()))
         }
         "enrich-sync" => {
             let service = need("--service");
             let http = reqwest::blocking::Client::new();
-            b.stream(&[input.as_str()], Consumed::with(bytes(), Serdes::string()))
+            b.stream_with(&[input.as_str()], Consumed::with(bytes(), Serdes::string()))
                 .try_map_values(move |v: &String| {
                     http.get(format!("{service}/lookup/{v}"))
                         .send()?
                         .error_for_status()?
                         .text()
                 })
-                .to(&output, Produced::with(bytes(), Serdes::string()))
+                .to_with(&output, Produced::with(bytes(), Serdes::string()))
         }
         "async" => b
-            .stream(&[input.as_str()], Consumed::with(bytes(), bytes()))
+            .stream_with(&[input.as_str()], Consumed::with(bytes(), bytes()))
             .map_values_async(|v: Option<bytes::Bytes>| async move {
                 let ms = v
                     .as_deref()
@@ -320,28 +320,28 @@ fn main() {
                 tokio::time::sleep(Duration::from_millis(ms)).await;
                 v
             })
-            .to(&output, Produced::with(bytes(), bytes())),
+            .to_with(&output, Produced::with(bytes(), bytes())),
         "wordcount" => b
-            .stream(&[input.as_str()], Consumed::with(bytes(), Serdes::string()))
+            .stream_with(&[input.as_str()], Consumed::with(bytes(), Serdes::string()))
             .flat_map_values(|line: &String| {
                 line.split_whitespace()
                     .map(str::to_string)
                     .collect::<Vec<_>>()
             })
-            .group_by(
+            .group_by_with(
                 |_, w: &String| w.clone(),
                 Grouped::with(Serdes::string(), Serdes::string()),
             )
             .count(Materialized::as_store("counts"))
-            .to_stream()
-            .to(&output, Produced::with(Serdes::string(), Serdes::i64())),
+            .to_upsert_stream()
+            .to_with(&output, Produced::with(Serdes::string(), Serdes::i64())),
         // Kafka's EOS system test shape: re-key every record to one of 7
         // groups (a repartition), then keep "sum,min,max,count" of the
         // sequence numbers per group; the output's last value per group
         // tells whether every input counted exactly once.
         "aggregate" => b
-            .stream(&[input.as_str()], Consumed::with(bytes(), Serdes::string()))
-            .group_by(
+            .stream_with(&[input.as_str()], Consumed::with(bytes(), Serdes::string()))
+            .group_by_with(
                 |_, v: &String| {
                     let seq: u64 = v.trim_start_matches("seq-").parse().unwrap_or(0);
                     format!("g{}", seq % 7)
@@ -359,16 +359,16 @@ fn main() {
                 },
                 Materialized::as_store("aggregates").with_value_serde(Serdes::string()),
             )
-            .to_stream()
-            .to(&output, Produced::with(Serdes::string(), Serdes::string())),
+            .to_upsert_stream()
+            .to_with(&output, Produced::with(Serdes::string(), Serdes::string())),
         "windowed" => b
-            .stream(&[input.as_str()], Consumed::with(bytes(), Serdes::string()))
+            .stream_with(&[input.as_str()], Consumed::with(bytes(), Serdes::string()))
             .flat_map_values(|line: &String| {
                 line.split_whitespace()
                     .map(str::to_string)
                     .collect::<Vec<_>>()
             })
-            .group_by(
+            .group_by_with(
                 |_, w: &String| w.clone(),
                 Grouped::with(Serdes::string(), Serdes::string()),
             )
@@ -377,8 +377,8 @@ fn main() {
                 Duration::from_secs(3600),
             ))
             .count(Materialized::as_store("counts"))
-            .to_stream()
-            .to(
+            .to_upsert_stream()
+            .to_with(
                 &output,
                 Produced::with(
                     Serdes::time_windowed(Serdes::string(), Duration::from_secs(10)),
@@ -386,21 +386,21 @@ fn main() {
                 ),
             ),
         "join" => {
-            let table = b.table(
+            let table = b.table_with(
                 &need("--table"),
                 Consumed::with(Serdes::string(), Serdes::string()),
                 Materialized::as_store("table"),
             );
-            b.stream(
+            b.stream_with(
                 &[input.as_str()],
                 Consumed::with(Serdes::string(), Serdes::string()),
             )
-            .join(
+            .join_with(
                 &table,
                 |v: &String, t: &String| format!("{t}:{v}"),
                 Joined::with(Serdes::string(), Serdes::string()),
             )
-            .to(&output, Produced::with(Serdes::string(), Serdes::string()))
+            .to_with(&output, Produced::with(Serdes::string(), Serdes::string()))
         }
         other => {
             eprintln!("unknown --topology {other} (passthrough, async, enrich-async, enrich-sync, wordcount, aggregate, windowed, join, raw)");

@@ -46,7 +46,7 @@ impl<K: Data + Hash, V: Data> KStream<K, V> {
     /// ```
     /// # use rill_streams::{Consumed, Serdes, StreamsBuilder};
     /// let b = StreamsBuilder::new();
-    /// b.stream(&["orders"], Consumed::with(Serdes::string(), Serdes::string()))
+    /// b.stream_with(&["orders"], Consumed::with(Serdes::string(), Serdes::string()))
     ///     .map_values_async(|order: String| async move {
     ///         // e.g. `client.get(url).send().await` with reqwest
     ///         order.to_uppercase()

@@ -354,8 +354,9 @@ impl<K: Data, V: Data> KTable<K, V> {
         other: &KTable<KO, VO>,
         foreign_key: impl Fn(&K, &V) -> Option<KO> + Send + Sync + 'static,
         joiner: impl Fn(&V, &VO) -> VR + Send + Sync + 'static,
-        materialized: Materialized<VR>,
+        materialized: impl Into<Materialized<VR>>,
     ) -> KTable<K, VR> {
+        let materialized = materialized.into();
         let j: FkJoiner<V, VO, VR> = Arc::new(move |l, r| joiner(l, r.expect("inner join")));
         self.fk_join(other, Arc::new(foreign_key), j, false, materialized)
     }
@@ -368,8 +369,9 @@ impl<K: Data, V: Data> KTable<K, V> {
         other: &KTable<KO, VO>,
         foreign_key: impl Fn(&K, &V) -> Option<KO> + Send + Sync + 'static,
         joiner: impl Fn(&V, Option<&VO>) -> VR + Send + Sync + 'static,
-        materialized: Materialized<VR>,
+        materialized: impl Into<Materialized<VR>>,
     ) -> KTable<K, VR> {
+        let materialized = materialized.into();
         self.fk_join(
             other,
             Arc::new(foreign_key),
@@ -412,7 +414,7 @@ impl<K: Data, V: Data> KTable<K, V> {
         )
         else {
             let reason = if self.info.getter.is_none() || other.info.getter.is_none() {
-                "both tables must be readable by key (a suppressed or joined table needs to_stream() first)"
+                "both tables must be readable by key (a suppressed or joined table needs to_upsert_stream() first)"
             } else if self.info.serdes.is_none() || other.info.serdes.is_none() {
                 "both tables need their serdes (give map_values a value serde)"
             } else {
@@ -921,12 +923,12 @@ mod tests {
     fn a_stale_answer_is_dropped_and_counted() {
         use crate::{Consumed, Produced, StreamsBuilder, TopologyTestDriver};
         let b = StreamsBuilder::new();
-        let orders = b.table(
+        let orders = b.table_with(
             "orders",
             Consumed::with(Serdes::string(), Serdes::string()),
             Materialized::default().with_caching_disabled(),
         );
-        let customers = b.table(
+        let customers = b.table_with(
             "customers",
             Consumed::with(Serdes::string(), Serdes::string()),
             Materialized::default().with_caching_disabled(),
@@ -940,8 +942,8 @@ mod tests {
                     .with_value_serde(Serdes::string())
                     .with_caching_disabled(),
             )
-            .to_stream()
-            .to("out", Produced::with(Serdes::string(), Serdes::string()));
+            .to_upsert_stream()
+            .to_with("out", Produced::with(Serdes::string(), Serdes::string()));
         let t = b.build().unwrap();
         let response = t
             .repartition_topics()

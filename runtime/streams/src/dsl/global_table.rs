@@ -13,7 +13,7 @@ use std::sync::Arc;
 use super::{erase, Consumed, Data, KStream, Materialized, StreamsBuilder};
 use crate::error::{Result, StreamsError};
 use crate::processor::{Processor, ProcessorContext, Record};
-use crate::serdes::SharedSerde;
+use crate::serdes::{KafkaSerde, SharedSerde};
 use crate::topology::GlobalStoreDef;
 
 /// A table replicated in full to every instance (Kafka's `GlobalKTable`).
@@ -34,12 +34,25 @@ impl StreamsBuilder {
     /// A global table of `topic` (Kafka's `builder.globalTable`): read in
     /// full by every instance before processing starts and kept current by
     /// a global thread; a null value deletes its key.
-    pub fn global_table<K: Data, V: Data>(
+    ///
+    /// Keys and values use their default serdes; `global_table_with` takes
+    /// serdes and a store.
+    pub fn global_table<K: Data + KafkaSerde, V: Data + KafkaSerde>(
+        &self,
+        topic: &str,
+    ) -> GlobalKTable<K, V> {
+        self.global_table_with(topic, Consumed::default(), None)
+    }
+
+    /// A global table of `topic` read as `consumed` says, kept in the store
+    /// `materialized` names (or a generated one).
+    pub fn global_table_with<K: Data, V: Data>(
         &self,
         topic: &str,
         consumed: Consumed<K, V>,
-        materialized: Materialized<V>,
+        materialized: impl Into<Materialized<V>>,
     ) -> GlobalKTable<K, V> {
+        let materialized = materialized.into();
         let mut g = self.graph.borrow_mut();
         let store = materialized
             .name

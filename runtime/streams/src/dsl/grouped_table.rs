@@ -75,7 +75,21 @@ pub struct KGroupedTable<K, V> {
 impl<K: Data, V: Data> KTable<K, V> {
     /// Re-keys every row with `selector` for an aggregation (Kafka's
     /// `KTable.groupBy`); always repartitions.
+    /// The serdes are the types' defaults ([`KafkaSerde`](crate::KafkaSerde)); `group_by_with` takes explicit ones.
     pub fn group_by<K2: Data, V2: Data>(
+        &self,
+        selector: impl Fn(&K, &V) -> (K2, V2) + Send + Sync + 'static,
+    ) -> KGroupedTable<K2, V2>
+    where
+        K2: crate::KafkaSerde,
+        V2: crate::KafkaSerde,
+    {
+        self.group_by_with(selector, Grouped::default())
+    }
+
+    /// Re-keys every row with `selector` for an aggregation (Kafka's
+    /// `KTable.groupBy`); always repartitions.
+    pub fn group_by_with<K2: Data, V2: Data>(
         &self,
         selector: impl Fn(&K, &V) -> (K2, V2) + Send + Sync + 'static,
         grouped: Grouped<K2, V2>,
@@ -130,7 +144,8 @@ type Step<K, V, VA> = Arc<dyn Fn(&K, &V, bool, Option<VA>) -> Option<VA> + Send 
 
 impl<K: Data, V: Data> KGroupedTable<K, V> {
     /// Rows per group (Kafka's `KGroupedTable.count`).
-    pub fn count(&self, m: Materialized<i64>) -> KTable<K, i64> {
+    pub fn count(&self, m: impl Into<Materialized<i64>>) -> KTable<K, i64> {
+        let m = m.into();
         let m = Materialized {
             value: Some(m.value.clone().unwrap_or_else(crate::Serdes::i64)),
             ..m
@@ -149,8 +164,9 @@ impl<K: Data, V: Data> KGroupedTable<K, V> {
         init: impl Fn() -> VA + Send + Sync + 'static,
         adder: impl Fn(&K, &V, &VA) -> VA + Send + Sync + 'static,
         subtractor: impl Fn(&K, &V, &VA) -> VA + Send + Sync + 'static,
-        m: Materialized<VA>,
+        m: impl Into<Materialized<VA>>,
     ) -> KTable<K, VA> {
+        let m = m.into();
         if m.value.is_none() {
             self.grouped
                 .stream
@@ -181,8 +197,9 @@ impl<K: Data, V: Data> KGroupedTable<K, V> {
         &self,
         adder: impl Fn(&V, &V) -> V + Send + Sync + 'static,
         subtractor: impl Fn(&V, &V) -> V + Send + Sync + 'static,
-        m: Materialized<V>,
+        m: impl Into<Materialized<V>>,
     ) -> KTable<K, V> {
+        let m = m.into();
         let m = Materialized {
             value: Some(m.value.clone().unwrap_or_else(|| self.value_serde.clone())),
             ..m

@@ -49,12 +49,35 @@ impl<K, V> Joined<K, V> {
     }
 }
 
+/// The key's and value's default serdes; add a name to it
+/// (`Joined::default().with_name("enrich")`).
+impl<K: crate::KafkaSerde, V: crate::KafkaSerde> Default for Joined<K, V> {
+    fn default() -> Self {
+        Self::with(K::serde(), V::serde())
+    }
+}
+
 type Joiner<V, VT, VR> = Arc<dyn Fn(&V, Option<&VT>) -> Option<VR> + Send + Sync>;
 
 impl<K: Data, V: Data> KStream<K, V> {
     /// Joins each record with the table's value for its key; records whose
     /// key the table lacks are dropped (Kafka's `KStream.join(KTable)`).
+    /// The serdes are the types' defaults ([`KafkaSerde`](crate::KafkaSerde)); `join_with` takes explicit ones.
     pub fn join<VT: Data, VR: Data>(
+        &self,
+        table: &KTable<K, VT>,
+        joiner: impl Fn(&V, &VT) -> VR + Send + Sync + 'static,
+    ) -> KStream<K, VR>
+    where
+        K: crate::KafkaSerde,
+        V: crate::KafkaSerde,
+    {
+        self.join_with(table, joiner, Joined::default())
+    }
+
+    /// Joins each record with the table's value for its key; records whose
+    /// key the table lacks are dropped (Kafka's `KStream.join(KTable)`).
+    pub fn join_with<VT: Data, VR: Data>(
         &self,
         table: &KTable<K, VT>,
         joiner: impl Fn(&V, &VT) -> VR + Send + Sync + 'static,
@@ -66,7 +89,22 @@ impl<K: Data, V: Data> KStream<K, V> {
 
     /// Joins each record with the table's value for its key, or `None`
     /// (Kafka's `KStream.leftJoin(KTable)`).
+    /// The serdes are the types' defaults ([`KafkaSerde`](crate::KafkaSerde)); `left_join_with` takes explicit ones.
     pub fn left_join<VT: Data, VR: Data>(
+        &self,
+        table: &KTable<K, VT>,
+        joiner: impl Fn(&V, Option<&VT>) -> VR + Send + Sync + 'static,
+    ) -> KStream<K, VR>
+    where
+        K: crate::KafkaSerde,
+        V: crate::KafkaSerde,
+    {
+        self.left_join_with(table, joiner, Joined::default())
+    }
+
+    /// Joins each record with the table's value for its key, or `None`
+    /// (Kafka's `KStream.leftJoin(KTable)`).
+    pub fn left_join_with<VT: Data, VR: Data>(
         &self,
         table: &KTable<K, VT>,
         joiner: impl Fn(&V, Option<&VT>) -> VR + Send + Sync + 'static,

@@ -43,7 +43,8 @@ type Merger<K, VA> = Arc<dyn Fn(&K, &VA, &VA) -> VA + Send + Sync>;
 
 impl<K: Data, V: Data> SessionWindowedKStream<K, V> {
     /// Counts records per key and session.
-    pub fn count(&self, m: Materialized<i64>) -> KTable<Windowed<K>, i64> {
+    pub fn count(&self, m: impl Into<Materialized<i64>>) -> KTable<Windowed<K>, i64> {
+        let m = m.into();
         let m = Materialized {
             value: Some(m.value.clone().unwrap_or_else(crate::Serdes::i64)),
             ..m
@@ -65,8 +66,9 @@ impl<K: Data, V: Data> SessionWindowedKStream<K, V> {
         init: impl Fn() -> VA + Send + Sync + 'static,
         f: impl Fn(&K, &V, &VA) -> VA + Send + Sync + 'static,
         merger: impl Fn(&K, &VA, &VA) -> VA + Send + Sync + 'static,
-        m: Materialized<VA>,
+        m: impl Into<Materialized<VA>>,
     ) -> KTable<Windowed<K>, VA> {
+        let m = m.into();
         if m.value.is_none() {
             self.grouped
                 .stream
@@ -93,8 +95,9 @@ impl<K: Data, V: Data> SessionWindowedKStream<K, V> {
     pub fn reduce(
         &self,
         f: impl Fn(&V, &V) -> V + Send + Sync + 'static,
-        m: Materialized<V>,
+        m: impl Into<Materialized<V>>,
     ) -> KTable<Windowed<K>, V> {
+        let m = m.into();
         let m = Materialized {
             value: Some(
                 m.value

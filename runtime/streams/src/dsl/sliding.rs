@@ -49,7 +49,8 @@ pub struct SlidingWindowedKStream<K, V> {
 type Fold<K, V, VA> = Arc<dyn Fn(&K, &V, Option<VA>) -> VA + Send + Sync>;
 
 impl<K: Data, V: Data> SlidingWindowedKStream<K, V> {
-    pub fn count(&self, m: Materialized<i64>) -> KTable<Windowed<K>, i64> {
+    pub fn count(&self, m: impl Into<Materialized<i64>>) -> KTable<Windowed<K>, i64> {
+        let m = m.into();
         let m = Materialized {
             value: Some(m.value.clone().unwrap_or_else(crate::Serdes::i64)),
             ..m
@@ -61,8 +62,9 @@ impl<K: Data, V: Data> SlidingWindowedKStream<K, V> {
         &self,
         init: impl Fn() -> VA + Send + Sync + 'static,
         f: impl Fn(&K, &V, &VA) -> VA + Send + Sync + 'static,
-        m: Materialized<VA>,
+        m: impl Into<Materialized<VA>>,
     ) -> KTable<Windowed<K>, VA> {
+        let m = m.into();
         if m.value.is_none() {
             self.grouped
                 .stream
@@ -83,8 +85,9 @@ impl<K: Data, V: Data> SlidingWindowedKStream<K, V> {
     pub fn reduce(
         &self,
         f: impl Fn(&V, &V) -> V + Send + Sync + 'static,
-        m: Materialized<V>,
+        m: impl Into<Materialized<V>>,
     ) -> KTable<Windowed<K>, V> {
+        let m = m.into();
         let m = Materialized {
             value: Some(
                 m.value

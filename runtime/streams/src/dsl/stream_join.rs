@@ -69,13 +69,40 @@ impl<K, V, VO> StreamJoined<K, V, VO> {
     }
 }
 
+/// The key's and both values' default serdes; add options to it
+/// (`StreamJoined::default().with_name("pairs")`).
+impl<K: crate::KafkaSerde, V: crate::KafkaSerde, VO: crate::KafkaSerde> Default
+    for StreamJoined<K, V, VO>
+{
+    fn default() -> Self {
+        Self::with(K::serde(), V::serde(), VO::serde())
+    }
+}
+
 /// Joins the two sides' values; `None` stands for the missing side.
 type PairJoiner<V, VO, VR> = Arc<dyn Fn(Option<&V>, Option<&VO>) -> VR + Send + Sync>;
 
 impl<K: Data, V: Data> KStream<K, V> {
     /// Joins records of both streams with equal keys at most the join
     /// window apart (Kafka's inner `join(KStream, .., JoinWindows)`).
+    /// The serdes are the types' defaults ([`KafkaSerde`](crate::KafkaSerde)); `join_stream_with` takes explicit ones.
     pub fn join_stream<VO: Data, VR: Data>(
+        &self,
+        other: &KStream<K, VO>,
+        joiner: impl Fn(&V, &VO) -> VR + Send + Sync + 'static,
+        windows: JoinWindows,
+    ) -> KStream<K, VR>
+    where
+        K: crate::KafkaSerde,
+        V: crate::KafkaSerde,
+        VO: crate::KafkaSerde,
+    {
+        self.join_stream_with(other, joiner, windows, StreamJoined::default())
+    }
+
+    /// Joins records of both streams with equal keys at most the join
+    /// window apart (Kafka's inner `join(KStream, .., JoinWindows)`).
+    pub fn join_stream_with<VO: Data, VR: Data>(
         &self,
         other: &KStream<K, VO>,
         joiner: impl Fn(&V, &VO) -> VR + Send + Sync + 'static,
@@ -93,7 +120,24 @@ impl<K: Data, V: Data> KStream<K, V> {
 
     /// As `join_stream`, and a left record that finds no partner within
     /// its window is emitted with `None` once the window closes.
+    /// The serdes are the types' defaults ([`KafkaSerde`](crate::KafkaSerde)); `left_join_stream_with` takes explicit ones.
     pub fn left_join_stream<VO: Data, VR: Data>(
+        &self,
+        other: &KStream<K, VO>,
+        joiner: impl Fn(&V, Option<&VO>) -> VR + Send + Sync + 'static,
+        windows: JoinWindows,
+    ) -> KStream<K, VR>
+    where
+        K: crate::KafkaSerde,
+        V: crate::KafkaSerde,
+        VO: crate::KafkaSerde,
+    {
+        self.left_join_stream_with(other, joiner, windows, StreamJoined::default())
+    }
+
+    /// As `join_stream`, and a left record that finds no partner within
+    /// its window is emitted with `None` once the window closes.
+    pub fn left_join_stream_with<VO: Data, VR: Data>(
         &self,
         other: &KStream<K, VO>,
         joiner: impl Fn(&V, Option<&VO>) -> VR + Send + Sync + 'static,
@@ -106,7 +150,23 @@ impl<K: Data, V: Data> KStream<K, V> {
     }
 
     /// As `left_join_stream`, for records of either side.
+    /// The serdes are the types' defaults ([`KafkaSerde`](crate::KafkaSerde)); `outer_join_stream_with` takes explicit ones.
     pub fn outer_join_stream<VO: Data, VR: Data>(
+        &self,
+        other: &KStream<K, VO>,
+        joiner: impl Fn(Option<&V>, Option<&VO>) -> VR + Send + Sync + 'static,
+        windows: JoinWindows,
+    ) -> KStream<K, VR>
+    where
+        K: crate::KafkaSerde,
+        V: crate::KafkaSerde,
+        VO: crate::KafkaSerde,
+    {
+        self.outer_join_stream_with(other, joiner, windows, StreamJoined::default())
+    }
+
+    /// As `left_join_stream`, for records of either side.
+    pub fn outer_join_stream_with<VO: Data, VR: Data>(
         &self,
         other: &KStream<K, VO>,
         joiner: impl Fn(Option<&V>, Option<&VO>) -> VR + Send + Sync + 'static,

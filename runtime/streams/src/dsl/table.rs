@@ -25,7 +25,7 @@ use super::{erase, Consumed, Data, FnProcessor, KStream, Materialized, StreamsBu
 use crate::error::{Result, StreamsError};
 use crate::processor::{Processor, ProcessorContext, Record, StoreRef};
 use crate::record::Change;
-use crate::serdes::{Serdes, SharedSerde};
+use crate::serdes::{KafkaSerde, Serdes, SharedSerde};
 use crate::topology::{StoreDef, TopicName};
 
 /// Reads a table's current value for a key from the store its chain starts at.
@@ -208,9 +208,10 @@ impl<K: Data, V: Data> KTable<K, V> {
         )
     }
 
-    /// The table's updates as a stream of upserts; deletions are left out
-    /// (`to_stream_with_deletes` keeps them).
-    pub fn to_stream(&self) -> KStream<K, V> {
+    /// The table's updates as a stream of upserts: deletions are left out,
+    /// unlike Kafka's `toStream` (use [`to_stream`](Self::to_stream) to keep
+    /// them). Fits tables that never delete, such as a count's.
+    pub fn to_upsert_stream(&self) -> KStream<K, V> {
         let f = Arc::new(
             |ctx: &mut ProcessorContext<'_, '_, K, V>, r: Record<K, Change<V>>| {
                 if let Some(v) = r.value.new {
@@ -231,9 +232,24 @@ impl<K: Data, V: Data> KTable<K, V> {
     }
 
     /// The table's updates as a stream, a deletion as `None` (Kafka's
-    /// `toStream`, whose deletions are null values; write them with a
-    /// `Serdes::nullable` value serde to get tombstones).
-    pub fn to_stream_with_deletes(&self) -> KStream<K, Option<V>> {
+    /// `toStream`, whose deletions are null values). `.to(topic)` writes a
+    /// `None` as a tombstone (`Option<V>`'s default serde); with explicit
+    /// serdes use `Serdes::nullable` for the value.
+    /// [`to_upsert_stream`](Self::to_upsert_stream) drops deletions instead.
+    ///
+    /// ```
+    /// use rill_streams::{StreamsBuilder, TopologyTestDriver};
+    /// let b = StreamsBuilder::new();
+    /// b.table::<String, String>("users").to_stream().to("users-out");
+    /// let mut driver = TopologyTestDriver::new(b.build().unwrap()).unwrap();
+    /// let mut users = driver.input::<String, Option<String>>("users");
+    /// users.pipe(&"ann".into(), &Some("eu".into()), 1).unwrap();
+    /// users.pipe(&"ann".into(), &None, 2).unwrap(); // a tombstone deletes the row
+    /// let out = driver.output::<String, Option<String>>("users-out").unwrap();
+    /// let ann = "ann".to_string();
+    /// assert_eq!(out, vec![(ann.clone(), Some("eu".to_string())), (ann, None)]);
+    /// ```
+    pub fn to_stream(&self) -> KStream<K, Option<V>> {
         let f = Arc::new(
             |ctx: &mut ProcessorContext<'_, '_, K, Option<V>>, r: Record<K, Change<V>>| {
                 ctx.forward(Record {
@@ -263,13 +279,31 @@ impl StreamsBuilder {
     /// key, a null value deleting its key, kept in the store `materialized`
     /// names (or a generated one) with its own changelog. Records with a
     /// null key are refused by the key serde like any undeserializable
-    /// record (the deserialization handler decides).
-    pub fn table<K: Data, V: Data>(
+    /// record (the deserialization handler decides). Keys and values use
+    /// their default serdes and the store's name is generated; `table_with`
+    /// takes serdes and a store:
+    ///
+    /// ```
+    /// use rill_streams::{Consumed, StreamsBuilder};
+    /// let builder = StreamsBuilder::new();
+    /// let users = builder.table::<String, String>("users");
+    /// let regions = builder.table_with::<String, String>("regions", Consumed::default(), "regions");
+    /// # let _ = (users, regions);
+    /// ```
+    pub fn table<K: Data + KafkaSerde, V: Data + KafkaSerde>(&self, topic: &str) -> KTable<K, V> {
+        self.table_with(topic, Consumed::default(), None)
+    }
+
+    /// A table of `topic` read as `consumed` says, kept in the store
+    /// `materialized` names (a name, a [`Materialized`], or `None` for a
+    /// generated one; Kafka's `builder.table(topic, Consumed, Materialized)`).
+    pub fn table_with<K: Data, V: Data>(
         &self,
         topic: &str,
         consumed: Consumed<K, V>,
-        materialized: Materialized<V>,
+        materialized: impl Into<Materialized<V>>,
     ) -> KTable<K, V> {
+        let materialized = materialized.into();
         let vs = materialized
             .value
             .clone()

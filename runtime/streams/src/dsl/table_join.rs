@@ -13,7 +13,7 @@
 //! - both sides run in one task (each side's join node reads the other's
 //!   store), so their topics must be co-partitioned (checked at start);
 //! - the result is a view: it has no store and cannot be read by key
-//!   (joining it again or suppressing it needs `to_stream()` first).
+//!   (joining it again or suppressing it needs `to_upsert_stream()` first).
 
 use std::sync::Arc;
 
@@ -78,7 +78,7 @@ impl<K: Data, V: Data> KTable<K, V> {
             (self.info.getter.clone(), other.info.getter.clone())
         else {
             let e = StreamsError::Topology(format!(
-                "join {name}: both tables must be readable by key (a suppressed or joined table needs to_stream() first)"
+                "join {name}: both tables must be readable by key (a suppressed or joined table needs to_upsert_stream() first)"
             ));
             return self.failed(name, e);
         };

@@ -41,7 +41,8 @@ type Step<K, V, VA> = Arc<dyn Fn(&K, &V, Option<VA>) -> VA + Send + Sync>;
 
 impl<K: Data, V: Data> TimeWindowedKStream<K, V> {
     /// Counts records per key and window.
-    pub fn count(&self, m: Materialized<i64>) -> KTable<Windowed<K>, i64> {
+    pub fn count(&self, m: impl Into<Materialized<i64>>) -> KTable<Windowed<K>, i64> {
+        let m = m.into();
         let m = Materialized {
             value: Some(m.value.clone().unwrap_or_else(crate::Serdes::i64)),
             ..m
@@ -54,8 +55,9 @@ impl<K: Data, V: Data> TimeWindowedKStream<K, V> {
         &self,
         init: impl Fn() -> VA + Send + Sync + 'static,
         f: impl Fn(&K, &V, &VA) -> VA + Send + Sync + 'static,
-        m: Materialized<VA>,
+        m: impl Into<Materialized<VA>>,
     ) -> KTable<Windowed<K>, VA> {
+        let m = m.into();
         if m.value.is_none() {
             self.grouped.stream.graph.borrow_mut().fail(crate::StreamsError::Topology(
                 "windowed aggregate() needs Materialized::with_value_serde for the aggregate's type"
@@ -73,8 +75,9 @@ impl<K: Data, V: Data> TimeWindowedKStream<K, V> {
     pub fn reduce(
         &self,
         f: impl Fn(&V, &V) -> V + Send + Sync + 'static,
-        m: Materialized<V>,
+        m: impl Into<Materialized<V>>,
     ) -> KTable<Windowed<K>, V> {
+        let m = m.into();
         let m = Materialized {
             value: Some(
                 m.value
