@@ -22,6 +22,7 @@ pub mod rolling;
 pub mod scenarios;
 pub mod secure;
 pub mod security_scenarios;
+pub mod serdes_wire;
 pub mod standby_scenarios;
 pub mod streams_scenarios;
 pub mod streams_wire;

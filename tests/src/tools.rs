@@ -89,7 +89,20 @@ pub fn python_with_confluent_kafka() -> io::Result<PathBuf> {
 /// Runs a single-file Java program from `tests/java/` with the Kafka jars on
 /// the class path; returns its stdout.
 pub fn java_program(file: &str, args: &[&str]) -> io::Result<String> {
-    let cp = kafka_classpath()?;
+    java_program_with(file, &[], args)
+}
+
+/// As [`java_program`], with `jars` on the class path too.
+pub fn java_program_with(
+    file: &str,
+    jars: &[std::path::PathBuf],
+    args: &[&str],
+) -> io::Result<String> {
+    let mut cp = kafka_classpath()?;
+    for j in jars {
+        cp.push(':');
+        cp.push_str(&j.display().to_string());
+    }
     let src = repo_root().join("tests/java").join(file);
     run(
         Command::new("java").args(["-cp", &cp]).arg(&src).args(args),

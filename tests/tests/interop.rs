@@ -1145,6 +1145,15 @@ fn streams_group_messages_match_kafka_clients() {
     rill_tests::streams_wire::streams_group_messages_match_kafka_clients();
 }
 
+/// Rill's serdes from types write and read Kafka's own serializers' bytes
+/// (String, Short, Integer, Long, Float, Double, Boolean, UUID, ByteArray,
+/// Bytes, ByteBuffer, Void, Jackson JSON, protobuf-java), both ways, and
+/// refuse bad input with Kafka's messages (`tests/java/SerdesWire.java`).
+#[test]
+fn serdes_match_kafka_clients() {
+    rill_tests::serdes_wire::serdes_match_kafka_clients();
+}
+
 /// The smaller run on the last 3.x line (Apache Kafka 3.9, classic
 /// protocol only), since many production clusters are 3.x: Rill's client
 /// (round trip, groups, static membership, transactions) and runtime (word

@@ -69,7 +69,8 @@ impl Serdes {
         Arc::new(F32Serde)
     }
     /// IEEE 754 double precision, 8 bytes big-endian (Kafka's `Serdes.Double`:
-    /// `Double.doubleToRawLongBits`); null or another length is an error.
+    /// `Double.doubleToLongBits`, so every NaN is written as the canonical
+    /// NaN); null or another length is an error.
     ///
     /// ```
     /// let bytes = rill_streams::Serdes::f64().serialize("t", &1.5).unwrap().unwrap();
@@ -168,7 +169,21 @@ int_serde!(I32Serde, i32, 4);
 int_serde!(I64Serde, i64, 8);
 int_serde!(I16Serde, i16, 2);
 int_serde!(F32Serde, f32, 4);
-int_serde!(F64Serde, f64, 8);
+int_serde!(F64Bits, f64, 8);
+
+/// Kafka's `DoubleSerializer` writes `Double.doubleToLongBits`: every NaN as
+/// the canonical `0x7ff8000000000000` (its `FloatSerializer` keeps a NaN's
+/// raw bits). Reading keeps whatever bits were written.
+struct F64Serde;
+impl Serde<f64> for F64Serde {
+    fn serialize(&self, topic: &str, data: &f64) -> Result<Option<Bytes>, String> {
+        let canonical = if data.is_nan() { f64::NAN } else { *data };
+        F64Bits.serialize(topic, &canonical)
+    }
+    fn deserialize(&self, topic: &str, data: Option<&[u8]>) -> Result<f64, String> {
+        F64Bits.deserialize(topic, data)
+    }
+}
 
 struct JsonSerde<T>(PhantomData<fn() -> T>);
 impl<T> Serde<T> for JsonSerde<T>

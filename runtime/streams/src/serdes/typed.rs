@@ -158,16 +158,20 @@ impl KafkaSerde for i16 {
     }
 }
 
-/// IEEE 754 raw bits, big-endian, as Kafka's `FloatSerializer` and
-/// `DoubleSerializer` (`floatToRawIntBits`: a NaN keeps its payload):
+/// IEEE 754, big-endian, as Kafka's `FloatSerializer` and
+/// `DoubleSerializer`: a float's raw bits (`floatToRawIntBits`: a NaN keeps
+/// its payload), a double's `doubleToLongBits` (every NaN canonical):
 ///
 /// ```
 /// use rill_streams::KafkaSerde;
 /// assert_eq!(&f32::serde().serialize("t", &1.5).unwrap().unwrap()[..], &[0x3f, 0xc0, 0, 0]);
 /// assert_eq!(&f64::serde().serialize("t", &1.5).unwrap().unwrap()[..], &[0x3f, 0xf8, 0, 0, 0, 0, 0, 0]);
+/// let nan = f32::from_bits(0x7fc0_0001);
+/// let b = f32::serde().serialize("t", &nan).unwrap().unwrap();
+/// assert_eq!(&b[..], &[0x7f, 0xc0, 0, 1]);
 /// let nan = f64::from_bits(0x7ff8_0000_0000_0001);
 /// let b = f64::serde().serialize("t", &nan).unwrap().unwrap();
-/// assert_eq!(f64::serde().deserialize("t", Some(&b)).unwrap().to_bits(), 0x7ff8_0000_0000_0001);
+/// assert_eq!(&b[..], &[0x7f, 0xf8, 0, 0, 0, 0, 0, 0]);
 /// ```
 impl KafkaSerde for f64 {
     fn serde() -> SharedSerde<Self> {
@@ -390,13 +394,12 @@ impl Serde<bool> for BoolSerde {
         match need(data)? {
             [0] => Ok(false),
             [1] => Ok(true),
+            // Kafka's messages; Java prints the byte signed.
             [b] => Err(format!(
-                "Unexpected byte received by BooleanDeserializer: {b}"
+                "Unexpected byte received by BooleanDeserializer: {}",
+                *b as i8
             )),
-            d => Err(format!(
-                "Size of data received by BooleanDeserializer is not 1 (got {})",
-                d.len()
-            )),
+            _ => Err("Size of data received by BooleanDeserializer is not 1".to_string()),
         }
     }
 }
@@ -413,7 +416,7 @@ impl Serde<uuid::Uuid> for UuidSerde {
         std::str::from_utf8(d)
             .ok()
             .and_then(|s| uuid::Uuid::parse_str(s).ok())
-            .ok_or_else(|| "Error parsing data into UUID: not a UUID's text".to_string())
+            .ok_or_else(|| "Error parsing data into UUID".to_string())
     }
 }
 
