@@ -26,8 +26,8 @@ use rill_client::admin::NewTopic;
 use rill_client::{Admin, ClientKind, Consumer, Producer, ProducerRecord, TopicPartition};
 use rill_examples::Connection;
 use rill_streams::{
-    BufferConfig, Consumed, Grouped, Joined, KafkaStreams, Materialized, Produced, Serdes, State,
-    StreamsBuilder, Suppressed, TimeWindows, Topology, Windowed,
+    BufferConfig, Consumed, Grouped, KafkaStreams, Produced, Serdes, State, StreamsBuilder,
+    Suppressed, TimeWindows, Topology, Windowed,
 };
 
 const USERS: &str = "pageviews-users";
@@ -62,31 +62,19 @@ struct Args {
 }
 
 fn topology() -> rill_streams::Result<Topology> {
-    let s = Serdes::string;
     let b = StreamsBuilder::new();
-    let users = b.table_with(
-        USERS,
-        Consumed::with(s(), s()),
-        Materialized::as_store("users"),
-    );
-    b.stream_with(&[VIEWS], Consumed::with(s(), s()))
-        .join_with(
-            &users,
-            |_page: &String, region: &String| region.clone(),
-            Joined::with(s(), s()),
-        )
+    let users = b.table_with::<String, String>(USERS, Consumed::default(), "users");
+    b.stream::<String, String>(VIEWS)
+        .join(&users, |_page, region| region.clone())
         .group_by_with(
-            |_user, region: &String| region.clone(),
-            Grouped::with(s(), s()).with_name("views-by-region"),
+            |_user, region| region.clone(),
+            Grouped::default().with_name("views-by-region"),
         )
         .windowed_by(TimeWindows::of_size_and_grace(WINDOW, GRACE))
-        .count(Materialized::as_store("views-per-region"))
+        .count("views-per-region")
         .suppress(Suppressed::until_window_closes(BufferConfig::unbounded()))
         .to_upsert_stream()
-        .to_with(
-            OUTPUT,
-            Produced::with(Serdes::time_windowed(s(), WINDOW), Serdes::i64()),
-        );
+        .to_with(OUTPUT, Produced::time_windowed(WINDOW));
     b.build()
 }
 

@@ -29,10 +29,7 @@ use clap::Parser;
 use rill_client::admin::NewTopic;
 use rill_client::{Admin, ClientKind, Consumer, Producer, ProducerRecord, TopicPartition};
 use rill_examples::Connection;
-use rill_streams::{
-    Consumed, Grouped, KafkaStreams, Materialized, Produced, Serdes, State, StreamsBuilder,
-    Topology,
-};
+use rill_streams::{KafkaStreams, Serdes, State, StreamsBuilder, Topology};
 
 const TEXT: &str = include_str!("data/river.txt");
 const INPUT: &str = "wordcount-input";
@@ -80,22 +77,18 @@ fn words(line: &str) -> Vec<String> {
         .collect()
 }
 
-/// The word-count topology.
+/// The word-count topology: serdes come from the types (`Option<String>`
+/// keys, `String` lines, `String` words, `i64` counts written as
+/// `Option<i64>`: Kafka's `StringSerializer` and `LongSerializer` bytes).
 fn topology() -> rill_streams::Result<Topology> {
     let builder = StreamsBuilder::new();
     builder
-        .stream_with(
-            &[INPUT],
-            Consumed::with(Serdes::nullable(Serdes::string()), Serdes::string()),
-        )
-        .flat_map_values(|line: &String| words(line))
-        .group_by_with(
-            |_key, word: &String| word.clone(),
-            Grouped::with(Serdes::string(), Serdes::string()),
-        )
-        .count(Materialized::as_store("counts"))
-        .to_upsert_stream()
-        .to_with(OUTPUT, Produced::with(Serdes::string(), Serdes::i64()));
+        .stream::<Option<String>, String>(INPUT)
+        .flat_map_values(|line| words(line))
+        .group_by(|_key, word| word.clone())
+        .count("counts")
+        .to_stream()
+        .to(OUTPUT);
     builder.build()
 }
 
@@ -178,7 +171,7 @@ fn run() -> Result<(), rill_examples::Error> {
         println!("REST API at http://{addr}/v1/instances, dashboard at http://{addr}/");
     }
     if args.follow {
-        return follow(&streams, &reader_config, &rt, &state_dir, remove_state);
+        return follow(&streams, &reader_config, &state_dir, remove_state);
     }
 
     // Read the counts back and print the leaders as they change.
@@ -241,26 +234,10 @@ fn run() -> Result<(), rill_examples::Error> {
 fn follow(
     streams: &KafkaStreams,
     reader_config: &rill_client::ClientConfig,
-    rt: &tokio::runtime::Runtime,
     state_dir: &std::path::Path,
     remove_state: bool,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let flag = stop.clone();
-    rt.spawn(async move {
-        use tokio::signal::unix::{signal, SignalKind};
-        let (Ok(mut term), Ok(mut int)) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        ) else {
-            return;
-        };
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-        }
-        flag.store(true, std::sync::atomic::Ordering::SeqCst);
-    });
+    let stop = rill_streams::ShutdownSignal::install()?;
     let mut reader = Consumer::new(reader_config)?;
     let parts: Vec<TopicPartition> = (0..PARTITIONS)
         .map(|p| TopicPartition::new(OUTPUT, p))
@@ -270,7 +247,7 @@ fn follow(
     let mut counts: BTreeMap<String, i64> = BTreeMap::new();
     let mut last_top = String::new();
     println!("following; stop with SIGTERM/SIGINT or POST /v1/shutdown");
-    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+    while !stop.received() {
         match streams.state() {
             State::Error => return Err("the streams application failed; see the log".into()),
             State::NotRunning => {

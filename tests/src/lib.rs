@@ -181,32 +181,20 @@ pub fn built_binary(name: &str) -> std::path::PathBuf {
     bin
 }
 
-static STOP_REQUESTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-extern "C" fn on_stop_signal(_: libc::c_int) {
-    STOP_REQUESTED.store(true, std::sync::atomic::Ordering::SeqCst);
-}
+static STOP: std::sync::OnceLock<rill_streams::ShutdownSignal> = std::sync::OnceLock::new();
 
 /// For the test apps (`src/bin`): SIGTERM and SIGINT only ask the app to
-/// stop; it polls [`stop_requested`] and closes cleanly.
-#[allow(unsafe_code)] // signal(2) handlers, see SAFETY below
+/// stop (rill-streams' [`ShutdownSignal`](rill_streams::ShutdownSignal));
+/// it polls [`stop_requested`] and closes cleanly.
 pub fn install_stop_signals() {
-    // SAFETY: the handler only stores to an atomic.
-    unsafe {
-        libc::signal(
-            libc::SIGTERM,
-            on_stop_signal as *const () as libc::sighandler_t,
-        );
-        libc::signal(
-            libc::SIGINT,
-            on_stop_signal as *const () as libc::sighandler_t,
-        );
-    }
+    STOP.get_or_init(|| {
+        rill_streams::ShutdownSignal::install().expect("SIGTERM/SIGINT handlers install")
+    });
 }
 
 /// Whether SIGTERM or SIGINT arrived since [`install_stop_signals`].
 pub fn stop_requested() -> bool {
-    STOP_REQUESTED.load(std::sync::atomic::Ordering::SeqCst)
+    STOP.get().is_some_and(|s| s.received())
 }
 
 /// Sends `signal` (`libc::SIGTERM`, `SIGKILL`, `SIGINT`, …) to the process

@@ -6,6 +6,19 @@ use std::process::Command;
 /// Runs example `name`; its standard output and error. Fails the test when
 /// it is not built or does not exit successfully.
 pub fn run_example(name: &str) -> (String, String) {
+    let out = Command::new(example_path(name))
+        .env_remove("RILL_CONFIG_BOOTSTRAP_SERVERS")
+        .output()
+        .expect("the example runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    (stdout, stderr)
+}
+
+/// The example binary cargo built for this test run.
+#[allow(dead_code)] // not every test file uses every helper
+pub fn example_path(name: &str) -> std::path::PathBuf {
     let exe = std::env::current_exe().expect("test binary");
     let dir = exe
         .parent()
@@ -17,12 +30,5 @@ pub fn run_example(name: &str) -> (String, String) {
         "{} is not built (cargo test builds the examples)",
         example.display()
     );
-    let out = Command::new(&example)
-        .env_remove("RILL_CONFIG_BOOTSTRAP_SERVERS")
-        .output()
-        .expect("the example runs");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    (stdout, stderr)
+    example
 }

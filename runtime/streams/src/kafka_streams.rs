@@ -445,6 +445,59 @@ impl KafkaStreams {
         self.app.latest_assignment()
     }
 
+    /// Runs the app until SIGTERM or SIGINT (or until it stops by itself: a
+    /// REST shutdown, a fatal error), then closes it with default options
+    /// (static members stay in the group, so a restart within the session
+    /// timeout causes no rebalance) — what a Kafka Streams app's shutdown
+    /// hook does. Starts the app if it was not started. `Err` if the app
+    /// ended in `ERROR`, naming the threads' errors.
+    ///
+    /// ```no_run
+    /// # fn main() -> rill_streams::Result<()> {
+    /// # let topology = rill_streams::StreamsBuilder::new().build()?;
+    /// let config = rill_streams::StreamsConfig::builder()
+    ///     .set("application.id", "wordcount")
+    ///     .set("bootstrap.servers", "localhost:9092")
+    ///     .build()?;
+    /// let streams = rill_streams::KafkaStreams::new(topology, config)?;
+    /// streams.run_until_signal()
+    /// # }
+    /// ```
+    pub fn run_until_signal(&self) -> Result<()> {
+        let signal = crate::ShutdownSignal::install()
+            .map_err(|e| StreamsError::IllegalState(format!("installing signal handlers: {e}")))?;
+        self.run_until(&signal)
+    }
+
+    /// As [`run_until_signal`](Self::run_until_signal), stopping when
+    /// `signal` is set.
+    pub fn run_until(&self, signal: &crate::ShutdownSignal) -> Result<()> {
+        if self.state() == State::Created {
+            self.start()?;
+        }
+        while !signal.wait_timeout(Duration::from_millis(200)) {
+            if matches!(self.state(), State::NotRunning | State::Error) {
+                break;
+            }
+        }
+        if signal.received() {
+            tracing::info!("closing on a shutdown signal (static members stay in the group)");
+        }
+        self.close();
+        if self.state() == State::Error {
+            let errors: Vec<String> = self
+                .thread_errors()
+                .into_iter()
+                .map(|e| format!("{}: {}", e.thread_name, e.error))
+                .collect();
+            return Err(StreamsError::IllegalState(format!(
+                "the application stopped in ERROR: {}",
+                errors.join("; ")
+            )));
+        }
+        Ok(())
+    }
+
     /// Closes with default options (30 s, static members stay in the group).
     pub fn close(&self) -> bool {
         self.close_with(CloseOptions::default())

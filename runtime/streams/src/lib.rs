@@ -11,38 +11,39 @@
 //!   changelog topics and checkpointed so a restart restores only the tail.
 //! - Test without a broker with [`TopologyTestDriver`].
 //!
-//! Processing guarantee: at-least-once (offsets are committed after stores
-//! and the producer are flushed).
+//! Processing guarantee: at-least-once by default (offsets are committed
+//! after stores and the producer are flushed); `processing.guarantee =
+//! exactly_once_v2` commits through transactions (KIP-447), as Kafka's.
 //!
 //! # Example
 //!
 //! A word count, tested without a broker; the same `Topology` runs on a
-//! cluster with [`KafkaStreams::new`] and [`KafkaStreams::start`].
+//! cluster with [`KafkaStreams::new`] and [`KafkaStreams::run_until_signal`]
+//! (start, then close on SIGTERM/SIGINT). Serdes come from the key and value
+//! types ([`KafkaSerde`]: Kafka's byte formats); the `_with` forms take
+//! explicit ones ([`StreamsBuilder::stream_with`], [`KStream::to_with`], …).
 //!
 //! ```
-//! use rill_streams::{
-//!     Consumed, Grouped, Materialized, Produced, Serdes, StreamsBuilder, TopologyTestDriver,
-//! };
+//! use rill_streams::{StreamsBuilder, TopologyTestDriver};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let builder = StreamsBuilder::new();
 //! builder
-//!     .stream_with(&["lines"], Consumed::with(Serdes::nullable(Serdes::string()), Serdes::string()))
-//!     .flat_map_values(|line: &String| line.split(' ').map(str::to_string).collect::<Vec<_>>())
-//!     .group_by_with(|_, word: &String| word.clone(), Grouped::with(Serdes::string(), Serdes::string()))
-//!     .count(Materialized::as_store("counts"))
-//!     .to_upsert_stream()
-//!     .to_with("counts-out", Produced::with(Serdes::string(), Serdes::i64()));
+//!     .stream::<Option<String>, String>("lines") // serdes from the types
+//!     .flat_map_values(|line| line.split(' ').map(str::to_string).collect::<Vec<_>>())
+//!     .group_by(|_, word| word.clone())
+//!     .count("counts")
+//!     .to_stream()
+//!     .to("counts-out");
 //! let topology = builder.build()?;
 //!
 //! let mut driver = TopologyTestDriver::new(topology)?;
-//! let mut lines = driver.input_topic("lines", Serdes::nullable(Serdes::string()), Serdes::string());
-//! lines.pipe(&None, &"to be or not to be".to_string(), 0)?;
-//! let counts: std::collections::BTreeMap<String, i64> = driver
-//!     .store_entries("counts", &Serdes::string(), &Serdes::i64())?
-//!     .into_iter()
-//!     .collect();
-//! assert_eq!(counts["be"], 2);
+//! driver
+//!     .input::<Option<String>, String>("lines")
+//!     .pipe(&None, &"to be or not to be".to_string(), 0)?;
+//! let counts: std::collections::BTreeMap<String, Option<i64>> =
+//!     driver.output("counts-out")?.into_iter().collect();
+//! assert_eq!(counts["be"], Some(2));
 //! # Ok(())
 //! # }
 //! ```
@@ -69,6 +70,7 @@ mod rest;
 mod rest_tls;
 mod restore;
 mod serdes;
+mod shutdown;
 mod standby;
 mod state_manager;
 mod streams_config;
@@ -116,6 +118,7 @@ pub use restore::StateRestoreListener;
 pub use rill_client::ConsumerRecord;
 pub use rill_state::StoreBackend;
 pub use serdes::{Json, KafkaSerde, KafkaSerialize, Protobuf, Serde, Serdes, SharedSerde};
+pub use shutdown::ShutdownSignal;
 pub use streams_config::{
     instance_id_for_thread, DeserializationHandler, ProcessingHandler, ProductionHandler,
     StreamsConfig, StreamsConfigBuilder,
