@@ -24,7 +24,7 @@ use rill_client::admin::NewTopic;
 use rill_client::{Admin, ClientKind, Consumer, Producer, ProducerRecord, TopicPartition};
 use rill_examples::Connection;
 use rill_streams::error_handlers::headers;
-use rill_streams::{Consumed, KafkaStreams, Produced, Serdes, State, StreamsBuilder, Topology};
+use rill_streams::{KafkaStreams, Serdes, State, StreamsBuilder, Topology};
 
 const INPUT: &str = "amounts";
 const OUTPUT: &str = "amounts-parsed";
@@ -40,9 +40,9 @@ struct Args {
 
 fn topology() -> rill_streams::Result<Topology> {
     let b = StreamsBuilder::new();
-    b.stream_with(&[INPUT], Consumed::with(Serdes::string(), Serdes::string()))
-        .try_map_values(|amount: &String| amount.trim().parse::<i64>())
-        .to_with(OUTPUT, Produced::with(Serdes::string(), Serdes::i64()));
+    b.stream::<String, String>(INPUT)
+        .try_map_values(|amount| amount.trim().parse::<i64>())
+        .to(OUTPUT);
     b.build()
 }
 
