@@ -51,11 +51,14 @@ struct Timestamp {
     nanos: i32,
 }
 
+/// Whether bytes decode to the case's value (`Err` says what they decoded to).
+type ReadsBack = Box<dyn Fn(Option<&[u8]>) -> Result<(), String>>;
+
 /// One case: Rill's bytes for the value, and a check that bytes decode to it.
 struct Case {
     name: &'static str,
     rill: Option<Vec<u8>>,
-    reads_back: Box<dyn Fn(Option<&[u8]>) -> Result<(), String>>,
+    reads_back: ReadsBack,
     /// What Kafka's deserializer prints for the value (SerdesWire's `decode`).
     java_text: String,
 }

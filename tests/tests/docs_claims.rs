@@ -110,8 +110,7 @@ fn wildcard_match(pattern: &str, name: &str) -> bool {
         Some((head, tail)) => {
             name.starts_with(head)
                 && (tail.is_empty() && name.len() >= head.len()
-                    || (head.len()..=name.len())
-                        .any(|i| wildcard_match(tail, &name[i..])))
+                    || (head.len()..=name.len()).any(|i| wildcard_match(tail, &name[i..])))
         }
     }
 }
@@ -119,9 +118,8 @@ fn wildcard_match(pattern: &str, name: &str) -> bool {
 /// Whether backticked text cites a test (see the module doc).
 fn is_test_path(t: &str) -> bool {
     !t.is_empty()
-        && t.chars().all(|c| {
-            c.is_ascii_lowercase() || c.is_ascii_digit() || "_:{},*[]".contains(c)
-        })
+        && t.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_:{},*[]".contains(c))
         && (t.contains('_') || t.contains("::"))
         && !t.starts_with(|c: char| c.is_ascii_digit())
 }
@@ -160,7 +158,10 @@ fn every_done_row_names_tests_that_exist() {
                 header = Some(cells.iter().map(|c| c.to_lowercase()).collect());
                 continue;
             };
-            if cells.iter().all(|c| c.chars().all(|ch| ch == '-' || ch == ':')) {
+            if cells
+                .iter()
+                .all(|c| c.chars().all(|ch| ch == '-' || ch == ':'))
+            {
                 continue;
             }
             let Some(proof) = h.iter().position(|c| c == "proved by") else {
@@ -183,7 +184,10 @@ fn every_done_row_names_tests_that_exist() {
             for f in &files {
                 checked += 1;
                 if !repo_root().join(f).is_file() {
-                    problems.push(format!("{doc}:{}: cites `{f}`, which does not exist", n + 1));
+                    problems.push(format!(
+                        "{doc}:{}: cites `{f}`, which does not exist",
+                        n + 1
+                    ));
                 }
             }
             let cited: Vec<&str> = backticked(cell)
@@ -216,7 +220,10 @@ fn every_done_row_names_tests_that_exist() {
             }
         }
     }
-    assert!(rows > 50, "only {rows} status rows found: did the tables move?");
+    assert!(
+        rows > 50,
+        "only {rows} status rows found: did the tables move?"
+    );
     assert!(
         problems.is_empty(),
         "{} claims do not hold:\n{}",
@@ -233,9 +240,11 @@ fn the_matcher_refuses_what_does_not_exist() {
         .map(|s| s.to_string())
         .collect();
     let resolves = |t: &str| {
-        expand(t)
-            .iter()
-            .all(|e| names.iter().any(|n| wildcard_match(e.rsplit("::").next().unwrap(), n)))
+        expand(t).iter().all(|e| {
+            names
+                .iter()
+                .any(|n| wildcard_match(e.rsplit("::").next().unwrap(), n))
+        })
     };
     assert!(resolves("x::streams_panic_in_{serde}"));
     assert!(resolves("streams_panic_in_*"));

@@ -557,11 +557,10 @@ impl StreamsBuilder {
     ///     .to("amounts");
     /// assert!(builder.build().is_ok());
     /// ```
-    pub fn stream<K: KafkaSerde, V: KafkaSerde>(&self, topics: impl Topics) -> KStream<K, V>
-    where
-        K: Data,
-        V: Data,
-    {
+    pub fn stream<K: KafkaSerde + Data, V: KafkaSerde + Data>(
+        &self,
+        topics: impl Topics,
+    ) -> KStream<K, V> {
         self.stream_with(topics, Consumed::default())
     }
 

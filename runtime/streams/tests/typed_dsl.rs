@@ -188,3 +188,33 @@ fn process_values_keeps_the_partitioning_and_process_does_not() {
     let out = d.output::<String, Option<i64>>("out").unwrap();
     assert_eq!(out, vec![("k".into(), Some(1)), ("k".into(), Some(2))]);
 }
+
+#[test]
+fn a_store_is_a_name_none_or_a_materialized_and_explicit_forms_take_options() {
+    let b = StreamsBuilder::new();
+    let lines = b.stream_with(
+        "in",
+        Consumed::<String, String>::default().with_name("lines-source"),
+    );
+    lines.group_by_key().count(None);
+    lines
+        .group_by_key_with(Grouped::default().with_name("by-key"))
+        .aggregate(
+            || 0i64,
+            |_, v, n| n + v.len() as i64,
+            Materialized::from("lengths").with_caching_disabled(),
+        );
+    let t = b.table_with::<String, String>("t", Consumed::default(), None);
+    let _ = b.global_table::<String, i64>("g");
+    t.to_stream()
+        .to_with("t-out", Produced::default().with_name("t-sink"));
+    let desc = b.build().unwrap().describe();
+    for name in [
+        "lines-source",
+        "lengths",
+        "t-sink",
+        "KSTREAM-AGGREGATE-STATE-STORE",
+    ] {
+        assert!(desc.contains(name), "{name} missing from:\n{desc}");
+    }
+}

@@ -76,14 +76,10 @@ impl<K: Data, V: Data> KTable<K, V> {
     /// Re-keys every row with `selector` for an aggregation (Kafka's
     /// `KTable.groupBy`); always repartitions.
     /// The serdes are the types' defaults ([`KafkaSerde`](crate::KafkaSerde)); `group_by_with` takes explicit ones.
-    pub fn group_by<K2: Data, V2: Data>(
+    pub fn group_by<K2: Data + crate::KafkaSerde, V2: Data + crate::KafkaSerde>(
         &self,
         selector: impl Fn(&K, &V) -> (K2, V2) + Send + Sync + 'static,
-    ) -> KGroupedTable<K2, V2>
-    where
-        K2: crate::KafkaSerde,
-        V2: crate::KafkaSerde,
-    {
+    ) -> KGroupedTable<K2, V2> {
         self.group_by_with(selector, Grouped::default())
     }
 

@@ -86,7 +86,7 @@ impl<K: Data, V: Data> KStream<K, V> {
     /// Joins records of both streams with equal keys at most the join
     /// window apart (Kafka's inner `join(KStream, .., JoinWindows)`).
     /// The serdes are the types' defaults ([`KafkaSerde`](crate::KafkaSerde)); `join_stream_with` takes explicit ones.
-    pub fn join_stream<VO: Data, VR: Data>(
+    pub fn join_stream<VO: Data + crate::KafkaSerde, VR: Data>(
         &self,
         other: &KStream<K, VO>,
         joiner: impl Fn(&V, &VO) -> VR + Send + Sync + 'static,
@@ -95,7 +95,6 @@ impl<K: Data, V: Data> KStream<K, V> {
     where
         K: crate::KafkaSerde,
         V: crate::KafkaSerde,
-        VO: crate::KafkaSerde,
     {
         self.join_stream_with(other, joiner, windows, StreamJoined::default())
     }
@@ -121,7 +120,7 @@ impl<K: Data, V: Data> KStream<K, V> {
     /// As `join_stream`, and a left record that finds no partner within
     /// its window is emitted with `None` once the window closes.
     /// The serdes are the types' defaults ([`KafkaSerde`](crate::KafkaSerde)); `left_join_stream_with` takes explicit ones.
-    pub fn left_join_stream<VO: Data, VR: Data>(
+    pub fn left_join_stream<VO: Data + crate::KafkaSerde, VR: Data>(
         &self,
         other: &KStream<K, VO>,
         joiner: impl Fn(&V, Option<&VO>) -> VR + Send + Sync + 'static,
@@ -130,7 +129,6 @@ impl<K: Data, V: Data> KStream<K, V> {
     where
         K: crate::KafkaSerde,
         V: crate::KafkaSerde,
-        VO: crate::KafkaSerde,
     {
         self.left_join_stream_with(other, joiner, windows, StreamJoined::default())
     }
@@ -151,7 +149,7 @@ impl<K: Data, V: Data> KStream<K, V> {
 
     /// As `left_join_stream`, for records of either side.
     /// The serdes are the types' defaults ([`KafkaSerde`](crate::KafkaSerde)); `outer_join_stream_with` takes explicit ones.
-    pub fn outer_join_stream<VO: Data, VR: Data>(
+    pub fn outer_join_stream<VO: Data + crate::KafkaSerde, VR: Data>(
         &self,
         other: &KStream<K, VO>,
         joiner: impl Fn(Option<&V>, Option<&VO>) -> VR + Send + Sync + 'static,
@@ -160,7 +158,6 @@ impl<K: Data, V: Data> KStream<K, V> {
     where
         K: crate::KafkaSerde,
         V: crate::KafkaSerde,
-        VO: crate::KafkaSerde,
     {
         self.outer_join_stream_with(other, joiner, windows, StreamJoined::default())
     }

@@ -25,7 +25,7 @@ use super::{need, Serde, Serdes, SharedSerde};
 /// |---|---|---|
 /// | `String` | `Serdes.String` | UTF-8 |
 /// | `i16`, `i32`, `i64` | `Short`, `Integer`, `Long` | big-endian two's complement |
-/// | `f32`, `f64` | `Float`, `Double` | IEEE 754 raw bits, big-endian |
+/// | `f32`, `f64` | `Float`, `Double` | IEEE 754, big-endian (a double's NaN canonical) |
 /// | `bool` | `Boolean` | `01` / `00` |
 /// | `uuid::Uuid` | `UUID` | the 36-character lowercase hyphenated text |
 /// | `Vec<u8>`, `Bytes` | `ByteArray`, `Bytes` | unchanged |
@@ -219,7 +219,15 @@ impl KafkaSerde for uuid::Uuid {
 }
 
 /// The bytes unchanged, as Kafka's `BytesSerializer`; reading shares the
-/// consumed buffer.
+/// consumed buffer:
+///
+/// ```
+/// use rill_streams::{Bytes, KafkaSerde};
+/// let b = Bytes::from_static(&[1, 2, 0xff]);
+/// assert_eq!(Bytes::serde().serialize("t", &b).unwrap(), Some(b.clone()));
+/// let read = Bytes::serde().deserialize_bytes("t", Some(&b)).unwrap();
+/// assert_eq!(read.as_ptr(), b.as_ptr(), "the same buffer, not a copy");
+/// ```
 impl KafkaSerde for Bytes {
     fn serde() -> SharedSerde<Self> {
         Serdes::bytes()
@@ -240,7 +248,14 @@ impl KafkaSerde for Vec<u8> {
 }
 
 /// Null, as Kafka's `VoidSerializer`; reading ignores the bytes, so `()`
-/// stands for a key an app does not read.
+/// stands for a key an app does not read (Kafka's `VoidDeserializer`
+/// refuses anything but null):
+///
+/// ```
+/// use rill_streams::KafkaSerde;
+/// assert_eq!(<()>::serde().serialize("t", &()).unwrap(), None);
+/// assert_eq!(<()>::serde().deserialize("t", Some(b"ignored")), Ok(()));
+/// ```
 impl KafkaSerde for () {
     fn serde() -> SharedSerde<Self> {
         Serdes::unit()
