@@ -20,8 +20,7 @@
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use rill_client::admin::NewTopic;
-use rill_client::{Admin, ClientKind, Consumer, Producer, ProducerRecord, TopicPartition};
+use rill_client::{ClientKind, Consumer, ProducerRecord, TopicPartition};
 use rill_examples::Connection;
 use rill_streams::error_handlers::headers;
 use rill_streams::{KafkaStreams, Serdes, State, StreamsBuilder, Topology};
@@ -52,28 +51,18 @@ fn main() -> std::process::ExitCode {
 
 fn run() -> Result<(), rill_examples::Error> {
     let args = Args::parse();
-    let rt = tokio::runtime::Runtime::new()?;
-    let (_cluster, bootstrap) = args.connection.cluster(&rt)?;
-    let state = std::env::temp_dir().join(format!("rill-errors-{}", std::process::id()));
-    let defaults = [
-        (
-            "application.id",
-            format!("rill-errors-{}", std::process::id()),
-        ),
-        ("state.dir", state.display().to_string()),
-        (
-            "processing.exception.handler",
-            "LogAndContinueProcessingExceptionHandler".to_string(),
-        ),
-        ("errors.dead.letter.queue.topic.name", DLQ.to_string()),
-    ];
-    let cfg = args
-        .connection
-        .streams_config(&defaults, &[("bootstrap.servers", bootstrap)])
-        .build()?;
-    let admin = Admin::new(&cfg.client_config(ClientKind::Admin))?;
-    admin.ensure_topics(&[INPUT, OUTPUT, DLQ].map(|t| NewTopic::new(t, 1, -1)))?;
-    let producer = Producer::new(&cfg.client_config(ClientKind::Producer))?;
+    let ex = args.connection.example(
+        "errors",
+        &[
+            (
+                "processing.exception.handler",
+                "LogAndContinueProcessingExceptionHandler".to_string(),
+            ),
+            ("errors.dead.letter.queue.topic.name", DLQ.to_string()),
+        ],
+        &[(INPUT, 1), (OUTPUT, 1), (DLQ, 1)],
+    )?;
+    let (cfg, producer) = (ex.config.clone(), &ex.producer);
     for (i, a) in AMOUNTS.iter().enumerate() {
         producer
             .send(
@@ -149,6 +138,5 @@ fn run() -> Result<(), rill_examples::Error> {
         streams.state()
     );
     streams.close();
-    let _ = std::fs::remove_dir_all(&state);
     Ok(())
 }

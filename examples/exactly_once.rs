@@ -23,10 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use rill_client::admin::NewTopic;
-use rill_client::{
-    Admin, ClientConfig, ClientKind, Consumer, Producer, ProducerRecord, TopicPartition,
-};
+use rill_client::{ClientConfig, ClientKind, Consumer, ProducerRecord, TopicPartition};
 use rill_examples::Connection;
 use rill_streams::{
     KafkaSerde, KafkaStreams, Materialized, State, StreamThreadExceptionResponse, StreamsBuilder,
@@ -109,23 +106,15 @@ fn read_all(
 
 fn run() -> Result<(), rill_examples::Error> {
     let args = Args::parse();
-    let rt = tokio::runtime::Runtime::new()?;
-    let (_cluster, bootstrap) = args.connection.cluster(&rt)?;
-    let app_id = format!("rill-eos-{}", std::process::id());
-    let state = std::env::temp_dir().join(&app_id);
-    let defaults = [
-        ("application.id", app_id.clone()),
-        ("state.dir", state.display().to_string()),
-        ("processing.guarantee", "exactly_once_v2".to_string()),
-        ("num.stream.threads", "1".to_string()),
-    ];
-    let cfg = args
-        .connection
-        .streams_config(&defaults, &[("bootstrap.servers", bootstrap)])
-        .build()?;
-    let admin = Admin::new(&cfg.client_config(ClientKind::Admin))?;
-    admin.ensure_topics(&[INPUT, OUTPUT].map(|t| NewTopic::new(t, PARTITIONS, -1)))?;
-    let producer = Producer::new(&cfg.client_config(ClientKind::Producer))?;
+    let ex = args.connection.example(
+        "eos",
+        &[
+            ("processing.guarantee", "exactly_once_v2".to_string()),
+            ("num.stream.threads", "1".to_string()),
+        ],
+        &[(INPUT, PARTITIONS), (OUTPUT, PARTITIONS)],
+    )?;
+    let (cfg, producer) = (ex.config.clone(), &ex.producer);
     let mut sums: BTreeMap<String, i64> = BTreeMap::new();
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
     let mut sent = Vec::new();
@@ -167,7 +156,6 @@ fn run() -> Result<(), rill_examples::Error> {
         Duration::from_secs(3),
     )?;
     streams.close();
-    let _ = std::fs::remove_dir_all(&state);
 
     if !PANICKED.load(Ordering::SeqCst) {
         return Err("the poison transfer was never processed".into());

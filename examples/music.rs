@@ -19,8 +19,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use rill_client::admin::NewTopic;
-use rill_client::{Admin, ClientKind, Producer, ProducerRecord};
+use rill_client::ProducerRecord;
 use rill_examples::Connection;
 use rill_streams::{Json, KafkaSerde, KafkaStreams, State, StreamsBuilder, Topology};
 use serde::{Deserialize, Serialize};
@@ -143,24 +142,15 @@ fn main() -> std::process::ExitCode {
 
 fn run() -> Result<(), rill_examples::Error> {
     let args = Args::parse();
-    let rt = tokio::runtime::Runtime::new()?;
-    let (_cluster, bootstrap) = args.connection.cluster(&rt)?;
-    let app_id = format!("rill-music-{}", std::process::id());
-    let state = std::env::temp_dir().join(&app_id);
-    let defaults = [
-        ("application.id", app_id.clone()),
-        ("state.dir", state.display().to_string()),
-        ("application.server", "127.0.0.1:0".to_string()),
-        ("commit.interval.ms", "100".to_string()),
-    ];
-    let cfg = args
-        .connection
-        .streams_config(&defaults, &[("bootstrap.servers", bootstrap)])
-        .build()?;
-    let admin = Admin::new(&cfg.client_config(ClientKind::Admin))?;
-    admin.ensure_topics(&[SONGS, PLAYS].map(|t| NewTopic::new(t, 2, -1)))?;
-
-    let producer = Producer::new(&cfg.client_config(ClientKind::Producer))?;
+    let ex = args.connection.example(
+        "music",
+        &[
+            ("application.server", "127.0.0.1:0".to_string()),
+            ("commit.interval.ms", "100".to_string()),
+        ],
+        &[(SONGS, 2), (PLAYS, 2)],
+    )?;
+    let (cfg, producer) = (ex.config.clone(), &ex.producer);
     let (id_serde, song_serde) = (i64::serde(), Json::<Song>::serde());
     let mut sent = Vec::new();
     for song in catalogue() {
@@ -247,6 +237,5 @@ fn run() -> Result<(), rill_examples::Error> {
         std::thread::sleep(Duration::from_millis(250));
     }
     streams.close();
-    let _ = std::fs::remove_dir_all(&state);
     Ok(())
 }

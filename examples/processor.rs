@@ -19,8 +19,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use rill_client::admin::NewTopic;
-use rill_client::{Admin, ClientKind, Consumer, Producer, ProducerRecord, TopicPartition};
+use rill_client::{ClientKind, Consumer, ProducerRecord, TopicPartition};
 use rill_examples::Connection;
 use rill_streams::{
     KafkaSerde, KafkaStreams, Processor, ProcessorContext, PunctuationType, Record, Result,
@@ -124,27 +123,15 @@ fn main() -> std::process::ExitCode {
 
 fn run() -> std::result::Result<(), rill_examples::Error> {
     let args = Args::parse();
-    let rt = tokio::runtime::Runtime::new()?;
-    let (_cluster, bootstrap) = args.connection.cluster(&rt)?;
-    let state = std::env::temp_dir().join(format!("rill-processor-{}", std::process::id()));
-    let defaults = [
-        (
-            "application.id",
-            format!("rill-processor-{}", std::process::id()),
-        ),
-        ("state.dir", state.display().to_string()),
-        ("commit.interval.ms", "100".to_string()),
-    ];
-    let cfg = args
-        .connection
-        .streams_config(&defaults, &[("bootstrap.servers", bootstrap)])
-        .build()?;
-    let admin = Admin::new(&cfg.client_config(ClientKind::Admin))?;
-    admin.ensure_topics(&[INPUT, OUTPUT].map(|t| NewTopic::new(t, 1, -1)))?;
+    let ex = args.connection.example(
+        "processor",
+        &[("commit.interval.ms", "100".to_string())],
+        &[(INPUT, 1), (OUTPUT, 1)],
+    )?;
+    let (cfg, producer) = (ex.config.clone(), &ex.producer);
 
     // One reading per sensor every 5 s of event time for 6 minutes, then one
     // past the last minute so stream time reaches it.
-    let producer = Producer::new(&cfg.client_config(ClientKind::Producer))?;
     let mut written: Vec<(String, i64, i64)> = Vec::new();
     let mut sent = Vec::new();
     for i in 0..=72 {
@@ -198,7 +185,6 @@ fn run() -> std::result::Result<(), rill_examples::Error> {
         }
     }
     streams.close();
-    let _ = std::fs::remove_dir_all(&state);
 
     // Each maximum is its sensor's over the readings of that minute.
     let mut by_minute: BTreeMap<i64, BTreeMap<String, i64>> = BTreeMap::new();

@@ -122,6 +122,67 @@ impl Connection {
     }
 }
 
+/// What a small example runs on: its cluster (embedded unless the user named
+/// one), its configuration, its topics and a producer for its input. The
+/// temporary state directory is removed when this is dropped.
+pub struct Example {
+    /// The app's configuration: `application.id` `rill-<name>-<pid>` and a
+    /// temporary `state.dir` unless the user set them, then the example's
+    /// defaults and the user's layers ([`Connection::streams_config`]).
+    pub config: StreamsConfig,
+    /// A producer on the same cluster, for the example's input.
+    pub producer: rill_client::Producer,
+    state_dir: PathBuf,
+    _cluster: Option<EmbeddedCluster>,
+    _rt: tokio::runtime::Runtime,
+}
+
+impl Connection {
+    /// Starts what example `name` runs on: the cluster, its configuration
+    /// (`defaults` over the generated application id and state directory)
+    /// and its `topics` (name, partitions), created if missing.
+    pub fn example(
+        &self,
+        name: &str,
+        defaults: &[(&str, String)],
+        topics: &[(&str, i32)],
+    ) -> Result<Example, Error> {
+        let rt = tokio::runtime::Runtime::new()?;
+        let (cluster, bootstrap) = self.cluster(&rt)?;
+        let app_id = format!("rill-{name}-{}", std::process::id());
+        let state_dir = std::env::temp_dir().join(&app_id);
+        let mut all = vec![
+            ("application.id", app_id),
+            ("state.dir", state_dir.display().to_string()),
+        ];
+        all.extend(defaults.iter().cloned());
+        let config = self
+            .streams_config(&all, &[("bootstrap.servers", bootstrap)])
+            .build()?;
+        let admin = rill_client::Admin::new(&config.client_config(rill_client::ClientKind::Admin))?;
+        let new: Vec<_> = topics
+            .iter()
+            .map(|(t, p)| rill_client::admin::NewTopic::new(*t, *p, -1))
+            .collect();
+        admin.ensure_topics(&new)?;
+        let producer =
+            rill_client::Producer::new(&config.client_config(rill_client::ClientKind::Producer))?;
+        Ok(Example {
+            config,
+            producer,
+            state_dir,
+            _cluster: cluster,
+            _rt: rt,
+        })
+    }
+}
+
+impl Drop for Example {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.state_dir);
+    }
+}
+
 /// Prints state restoration as it goes (the examples log only warnings, so
 /// a long restore would otherwise print nothing): a line when a changelog
 /// partition starts restoring, one at most every 2 s with the progress, and
