@@ -173,12 +173,9 @@ mod topics_sealed {
     pub trait Sealed {}
     impl Sealed for &str {}
     impl Sealed for &String {}
-    impl Sealed for &[&str] {}
-    impl<const N: usize> Sealed for &[&str; N] {}
-    impl Sealed for &Vec<&str> {}
-    impl Sealed for &[String] {}
-    impl<const N: usize> Sealed for &[String; N] {}
-    impl Sealed for &Vec<String> {}
+    impl<T: AsRef<str>> Sealed for &[T] {}
+    impl<T: AsRef<str>, const N: usize> Sealed for &[T; N] {}
+    impl<T: AsRef<str>> Sealed for &Vec<T> {}
 }
 
 impl Topics for &str {
@@ -191,34 +188,19 @@ impl Topics for &String {
         vec![self.to_string()]
     }
 }
-impl Topics for &[&str] {
+impl<T: AsRef<str>> Topics for &[T] {
     fn topic_names(&self) -> Vec<String> {
-        self.iter().map(|t| t.to_string()).collect()
+        self.iter().map(|t| t.as_ref().to_string()).collect()
     }
 }
-impl<const N: usize> Topics for &[&str; N] {
+impl<T: AsRef<str>, const N: usize> Topics for &[T; N] {
     fn topic_names(&self) -> Vec<String> {
-        self.iter().map(|t| t.to_string()).collect()
+        self.as_slice().topic_names()
     }
 }
-impl Topics for &Vec<&str> {
+impl<T: AsRef<str>> Topics for &Vec<T> {
     fn topic_names(&self) -> Vec<String> {
-        self.iter().map(|t| t.to_string()).collect()
-    }
-}
-impl Topics for &[String] {
-    fn topic_names(&self) -> Vec<String> {
-        self.to_vec()
-    }
-}
-impl<const N: usize> Topics for &[String; N] {
-    fn topic_names(&self) -> Vec<String> {
-        self.to_vec()
-    }
-}
-impl Topics for &Vec<String> {
-    fn topic_names(&self) -> Vec<String> {
-        self.to_vec()
+        self.as_slice().topic_names()
     }
 }
 
