@@ -13,8 +13,11 @@
 import java.io.PrintStream;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.HexFormat;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.UUID;
 
@@ -64,7 +67,31 @@ public class SerdesWire {
         m.put("json", JSON.writeValueAsBytes(order));
         m.put("proto_int64", Int64Value.of(300).toByteArray());
         m.put("proto_timestamp", Timestamp.newBuilder().setSeconds(1).setNanos(2).build().toByteArray());
+        // Serdes.ListSerde (KIP-466): constant-size entries for Integer, Long,
+        // Double and UUID (nulls as an index list), variable-size for String
+        // and lists of lists.
+        m.put("list_int", new ListSerializer<>(new IntegerSerializer()).serialize("t", Arrays.asList(7, null, -2)));
+        m.put("list_long", new ListSerializer<>(new LongSerializer()).serialize("t", List.of(1L, -1L)));
+        m.put("list_double", new ListSerializer<>(new DoubleSerializer()).serialize("t", Arrays.asList(1.5, null)));
+        m.put("list_uuid", new ListSerializer<>(new UUIDSerializer()).serialize("t", Arrays.asList(UUID.fromString("123e4567-e89b-12d3-a456-426614174000"), null)));
+        m.put("list_string", new ListSerializer<>(new StringSerializer()).serialize("t", Arrays.asList("rill", null, "")));
+        m.put("list_empty", new ListSerializer<>(new IntegerSerializer()).serialize("t", List.of()));
+        m.put("list_nested", new ListSerializer<>(new ListSerializer<>(new IntegerSerializer())).serialize("t", List.of(List.of(1, 2), List.of())));
         return m;
+    }
+
+    @SuppressWarnings({"unchecked", "rawtypes"})
+    static Deserializer<?> listOf(String inner) {
+        Deserializer<?> d = switch (inner) {
+            case "int", "empty" -> new IntegerDeserializer();
+            case "long" -> new LongDeserializer();
+            case "double" -> new DoubleDeserializer();
+            case "uuid" -> new UUIDDeserializer();
+            case "string" -> new StringDeserializer();
+            case "nested" -> new ListDeserializer(ArrayList.class, new IntegerDeserializer());
+            default -> throw new IllegalArgumentException("no list of " + inner);
+        };
+        return new ListDeserializer(ArrayList.class, d);
     }
 
     static Decoder decoder(String c) {
@@ -82,6 +109,7 @@ public class SerdesWire {
             case "bytes": return b -> HEX.formatHex(new BytesDeserializer().deserialize("t", b).get());
             case "void": return b -> String.valueOf(new VoidDeserializer().deserialize("t", b));
             case "json": return b -> JSON.readTree(b).toString();
+            case "list": return b -> String.valueOf(listOf(c.split("_")[1]).deserialize("t", b));
             case "proto": return c.equals("proto_int64")
                 ? b -> String.valueOf(Int64Value.parseFrom(b).getValue())
                 : b -> { Timestamp t = Timestamp.parseFrom(b); return t.getSeconds() + "/" + t.getNanos(); };

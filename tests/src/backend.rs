@@ -286,12 +286,32 @@ impl ApacheKafka {
         Self::start_with(KafkaOptions::default())
     }
 
+    /// Starts a single-node KRaft broker. A start that fails (a port taken
+    /// between `free_port` and the broker's bind, a JVM that misses the
+    /// deadline on a loaded machine) is retried twice with fresh ports and a
+    /// fresh directory, each failure printed with the broker's log.
     pub fn start_with(opts: KafkaOptions) -> io::Result<Self> {
+        const ATTEMPTS: u32 = 3;
+        let mut attempt = 1;
+        loop {
+            match Self::start_once(&opts) {
+                Ok(k) => return Ok(k),
+                Err(e) if attempt < ATTEMPTS => eprintln!(
+                    "interop: Apache Kafka {} start attempt {attempt} of {ATTEMPTS} failed, retrying with new ports: {e}",
+                    opts.version
+                ),
+                Err(e) => return Err(e),
+            }
+            attempt += 1;
+        }
+    }
+
+    fn start_once(opts: &KafkaOptions) -> io::Result<Self> {
         let broker_port = free_port();
         let controller_port = free_port();
         let voters = format!("1@127.0.0.1:{controller_port}");
         let mut k = Self::prepare(
-            &opts,
+            opts,
             &kafka_cluster_id(),
             1,
             &voters,

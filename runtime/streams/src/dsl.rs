@@ -356,6 +356,15 @@ impl<V> Default for Materialized<V> {
     }
 }
 
+/// The error of an `aggregate()` given no serde for its aggregate's type
+/// (`what`: "", "windowed ", "table " …).
+pub(crate) fn missing_aggregate_serde(what: &str) -> StreamsError {
+    StreamsError::Topology(format!(
+        "{what}aggregate() needs the aggregate's serde: Materialized::with_value_serde, or a store \
+         name (\"agg\", Materialized::from(\"agg\")) when the aggregate's type implements KafkaSerde"
+    ))
+}
+
 /// A store named `name` whose values use their default serde ([`KafkaSerde`]).
 impl<V: KafkaSerde> From<&str> for Materialized<V> {
     fn from(name: &str) -> Self {
@@ -1518,11 +1527,10 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
     ) -> KTable<K, VA> {
         let m = m.into();
         if m.value.is_none() {
-            self.stream.graph.borrow_mut().fail(StreamsError::Topology(
-                "aggregate() needs the aggregate's serde: Materialized::with_value_serde, or a store \
-                 name (\"agg\") when the aggregate's type implements KafkaSerde"
-                    .into(),
-            ));
+            self.stream
+                .graph
+                .borrow_mut()
+                .fail(missing_aggregate_serde(""));
         }
         self.aggregate_inner("AGGREGATE", init, f, m)
     }

@@ -168,10 +168,7 @@ impl<K: Data, V: Data> KGroupedTable<K, V> {
                 .stream
                 .graph
                 .borrow_mut()
-                .fail(crate::StreamsError::Topology(
-                "table aggregate() needs Materialized::with_value_serde for the aggregate's type"
-                    .into(),
-            ));
+                .fail(crate::dsl::missing_aggregate_serde("table "));
         }
         self.core(
             "AGGREGATE",

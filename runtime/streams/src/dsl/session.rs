@@ -74,10 +74,7 @@ impl<K: Data, V: Data> SessionWindowedKStream<K, V> {
                 .stream
                 .graph
                 .borrow_mut()
-                .fail(crate::StreamsError::Topology(
-                "session aggregate() needs Materialized::with_value_serde for the aggregate's type"
-                    .into(),
-            ));
+                .fail(crate::dsl::missing_aggregate_serde("session "));
         }
         let (init, f) = (Arc::new(init), Arc::new(f));
         let (init2, f2) = (init.clone(), f.clone());

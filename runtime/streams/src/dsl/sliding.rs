@@ -70,10 +70,7 @@ impl<K: Data, V: Data> SlidingWindowedKStream<K, V> {
                 .stream
                 .graph
                 .borrow_mut()
-                .fail(StreamsError::Topology(
-                "sliding aggregate() needs Materialized::with_value_serde for the aggregate's type"
-                    .into(),
-            ));
+                .fail(crate::dsl::missing_aggregate_serde("sliding "));
         }
         self.core(
             "AGGREGATE",

@@ -59,10 +59,11 @@ impl<K: Data, V: Data> TimeWindowedKStream<K, V> {
     ) -> KTable<Windowed<K>, VA> {
         let m = m.into();
         if m.value.is_none() {
-            self.grouped.stream.graph.borrow_mut().fail(crate::StreamsError::Topology(
-                "windowed aggregate() needs Materialized::with_value_serde for the aggregate's type"
-                    .into(),
-            ));
+            self.grouped
+                .stream
+                .graph
+                .borrow_mut()
+                .fail(crate::dsl::missing_aggregate_serde("windowed "));
         }
         self.aggregate_core(
             "AGGREGATE",

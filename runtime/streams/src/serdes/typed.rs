@@ -29,6 +29,7 @@ use super::{need, Serde, Serdes, SharedSerde};
 /// | `bool` | `Boolean` | `01` / `00` |
 /// | `uuid::Uuid` | `UUID` | the 36-character lowercase hyphenated text |
 /// | `Vec<u8>`, `Bytes` | `ByteArray`, `Bytes` | unchanged |
+/// | `Vec<T>` (`T` not `u8`) | `ListSerde` (KIP-466) over `T`'s | Kafka's list format; `Vec<Option<T>>` for null entries |
 /// | `()` | `Void` | null (reading ignores the bytes) |
 /// | `Option<T>` | (nullable) | `None` is null, else `T`'s bytes |
 /// | [`Json<T>`] | (Jackson) | compact JSON (serde_json) |
@@ -247,6 +248,25 @@ impl KafkaSerde for Vec<u8> {
     }
 }
 
+/// A list, as Kafka's `Serdes.ListSerde` over `T`'s serde ([`Serdes::list`]);
+/// `Vec<Option<T>>` holds lists with null entries:
+///
+/// ```
+/// use rill_streams::KafkaSerde;
+/// let s = Vec::<String>::serde();
+/// let b = s.serialize("t", &vec!["ab".to_string()]).unwrap().unwrap();
+/// // the variable-size flag, one entry, its length, its bytes
+/// assert_eq!(&b[..], &[1, 0, 0, 0, 1, 0, 0, 0, 2, b'a', b'b']);
+/// let nulls = Vec::<Option<String>>::serde().serialize("t", &vec![None]).unwrap().unwrap();
+/// assert_eq!(&nulls[..], &[1, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff]);
+/// assert!(s.deserialize("t", Some(&nulls)).unwrap_err().contains("entry 0"));
+/// ```
+impl<T: KafkaSerde> KafkaSerde for Vec<T> {
+    fn serde() -> SharedSerde<Self> {
+        Serdes::list(T::serde())
+    }
+}
+
 /// Null, as Kafka's `VoidSerializer`; reading ignores the bytes, so `()`
 /// stands for a key an app does not read (Kafka's `VoidDeserializer`
 /// refuses anything but null):
@@ -432,6 +452,9 @@ impl Serde<uuid::Uuid> for UuidSerde {
             .ok()
             .and_then(|s| uuid::Uuid::parse_str(s).ok())
             .ok_or_else(|| "Error parsing data into UUID".to_string())
+    }
+    fn fixed_size(&self) -> Option<usize> {
+        Some(uuid::fmt::Hyphenated::LENGTH)
     }
 }
 
