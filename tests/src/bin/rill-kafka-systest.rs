@@ -33,9 +33,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rill_client::ClientConfig;
 use rill_streams::{
-    BufferConfig, CloseOptions, Consumed, Grouped, KTable, KafkaStreams, Materialized, Processor,
-    ProcessorContext, Produced, Record, Serdes, State, StreamThreadExceptionResponse,
-    StreamsBuilder, StreamsConfig, Suppressed, TimeWindows, Topology, Windowed,
+    CloseOptions, Consumed, Grouped, KafkaStreams, Materialized, Processor, ProcessorContext,
+    Produced, Record, Serdes, State, StreamThreadExceptionResponse, StreamsBuilder, StreamsConfig,
+    Suppressed, TimeWindows, Topology,
 };
 
 /// Prints lines together (the listener, the processors and the main
@@ -430,119 +430,151 @@ fn smoke(props: &ClientConfig, command: &str) {
     say(&[&format!("{name}: {line}")]);
 }
 
-/// Kafka's `SmokeTestClient.getTopology`, ported as a user would: serdes
-/// from the types (no `Consumed`/`Produced`/`Grouped`), `to_stream()` where
-/// Kafka calls `toStream()` (a deletion reaches the sink as a null value, as
-/// in Kafka).
 fn smoke_topology(name: Arc<str>) -> Topology {
+    let (s, i, l) = (Serdes::string(), Serdes::i32(), Serdes::i64());
     let day = Duration::from_secs(24 * 3600);
     let b = StreamsBuilder::new();
-    let source = b.stream::<String, i32>("data");
-    source.filter_not(|k, _| k == "flush").to("echo");
+    let source = b.stream_with(&["data"], Consumed::with(s.clone(), i.clone()));
+    source
+        .filter_not(|k, _| k == "flush")
+        .to_with("echo", Produced::with(s.clone(), i.clone()));
     let data = source.filter(|_, v| *v != END);
     data.process::<(), (), _>(print_processor("data", name.clone()), &[]);
-    let g = data.group_by_key();
+    let g = data.group_by_key_with(Grouped::with(s.clone(), i.clone()));
 
     // Windowed keys leave as "[key@start/end]", as Windowed.toString().
-    let streamify = |t: &KTable<Windowed<String>, i32>, topic: &str| {
-        t.to_stream()
+    let streamify = |t: &rill_streams::KTable<rill_streams::Windowed<String>, i32>, topic: &str| {
+        t.to_upsert_stream()
             .filter_not(|wk, _| wk.key == "flush")
             .map(|wk, v| (wk.to_string(), *v))
-            .to(topic);
+            .to_with(topic, Produced::with(s.clone(), i.clone()));
     };
-    // Kafka's `toStream(new Unwindow<>())`.
-    let unwindow = |wk: &Windowed<String>| wk.key.clone();
 
     let min_agg = g
         .windowed_by(TimeWindows::of_size_and_grace(day, Duration::from_secs(60)))
         .aggregate(
             || i32::MAX,
-            |_, v, a| *v.min(a),
-            Materialized::from("uwin-min").with_retention(Duration::from_secs(25 * 3600)),
+            |_, v, a| if v < a { *v } else { *a },
+            Materialized::as_store("uwin-min")
+                .with_value_serde(i.clone())
+                .with_retention(Duration::from_secs(25 * 3600)),
         );
     streamify(&min_agg, "min-raw");
     streamify(
-        &min_agg.suppress(Suppressed::until_window_closes(BufferConfig::unbounded())),
+        &min_agg.suppress(Suppressed::until_window_closes(
+            rill_streams::BufferConfig::unbounded(),
+        )),
         "min-suppressed",
     );
     min_agg
-        .to_stream()
-        .select_key(move |wk, _| unwindow(wk))
+        .to_upsert_stream()
+        .map(|wk, v| (wk.key.clone(), *v))
         .filter_not(|k, _| k == "flush")
-        .to("min");
+        .to_with("min", Produced::with(s.clone(), i.clone()));
 
     let sws = g
         .windowed_by(
             TimeWindows::of_size_and_grace(Duration::from_secs(2), Duration::from_secs(30))
                 .advance_by(Duration::from_secs(1)),
         )
-        .reduce(|a, b| a + b, None);
+        .reduce(|a, b| a + b, Materialized::default());
     streamify(&sws, "sws-raw");
     streamify(
-        &sws.suppress(Suppressed::until_window_closes(BufferConfig::unbounded())),
+        &sws.suppress(Suppressed::until_window_closes(
+            rill_streams::BufferConfig::unbounded(),
+        )),
         "sws-suppressed",
     );
 
-    let min_table: KTable<String, i32> = b.table_with("min", Consumed::default(), "minStoreName");
+    let min_table = b.table_with(
+        "min",
+        Consumed::with(s.clone(), i.clone()),
+        Materialized::as_store("minStoreName"),
+    );
     min_table
-        .to_stream()
+        .to_upsert_stream()
         .process::<(), (), _>(print_processor("min", name.clone()), &[]);
 
     let two_days = TimeWindows::of_size_with_no_grace(2 * day);
     g.windowed_by(two_days)
-        .aggregate(|| i32::MIN, |_, v, a| *v.max(a), "uwin-max")
-        .to_stream()
-        .select_key(move |wk, _| unwindow(wk))
+        .aggregate(
+            || i32::MIN,
+            |_, v, a| if v > a { *v } else { *a },
+            Materialized::as_store("uwin-max").with_value_serde(i.clone()),
+        )
+        .to_upsert_stream()
+        .map(|wk, v| (wk.key.clone(), *v))
         .filter_not(|k, _| k == "flush")
-        .to("max");
-    let max_table: KTable<String, i32> = b.table_with("max", Consumed::default(), "maxStoreName");
+        .to_with("max", Produced::with(s.clone(), i.clone()));
+    let max_table = b.table_with(
+        "max",
+        Consumed::with(s.clone(), i.clone()),
+        Materialized::as_store("maxStoreName"),
+    );
     max_table
-        .to_stream()
+        .to_upsert_stream()
         .process::<(), (), _>(print_processor("max", name.clone()), &[]);
 
     g.windowed_by(two_days)
-        .aggregate(|| 0i64, |_, v, a| i64::from(*v) + a, "win-sum")
-        .to_stream()
-        .select_key(move |wk, _| unwindow(wk))
+        .aggregate(
+            || 0i64,
+            |_, v, a| i64::from(*v) + a,
+            Materialized::as_store("win-sum").with_value_serde(l.clone()),
+        )
+        .to_upsert_stream()
+        .map(|wk, v| (wk.key.clone(), *v))
         .filter_not(|k, _| k == "flush")
-        .to("sum");
-    let sum_table = b.table::<String, i64>("sum");
+        .to_with("sum", Produced::with(s.clone(), l.clone()));
+    let sum_table = b.table_with(
+        "sum",
+        Consumed::with(s.clone(), l.clone()),
+        Materialized::default(),
+    );
     sum_table
-        .to_stream()
+        .to_upsert_stream()
         .process::<(), (), _>(print_processor("sum", name.clone()), &[]);
 
     g.windowed_by(two_days)
-        .count("uwin-cnt")
-        .to_stream()
-        .select_key(move |wk, _| unwindow(wk))
+        .count(Materialized::as_store("uwin-cnt"))
+        .to_upsert_stream()
+        .map(|wk, v| (wk.key.clone(), *v))
         .filter_not(|k, _| k == "flush")
-        .to("cnt");
-    let cnt_table: KTable<String, i64> = b.table_with("cnt", Consumed::default(), "cntStoreName");
+        .to_with("cnt", Produced::with(s.clone(), l.clone()));
+    let cnt_table = b.table_with(
+        "cnt",
+        Consumed::with(s.clone(), l.clone()),
+        Materialized::as_store("cntStoreName"),
+    );
     cnt_table
-        .to_stream()
+        .to_upsert_stream()
         .process::<(), (), _>(print_processor("cnt", name), &[]);
 
     max_table
         .join(&min_table, |a, b| a - b)
-        .to_stream()
+        .to_upsert_stream()
         .filter_not(|k, _| k == "flush")
-        .to("dif");
+        .to_with("dif", Produced::with(s.clone(), i.clone()));
     sum_table
-        .join(&cnt_table, |sum: &i64, cnt: &i64| *sum as f64 / *cnt as f64)
-        .to_stream()
+        .join(&cnt_table, |sum, cnt| *sum as f64 / *cnt as f64)
+        .to_upsert_stream()
         .filter_not(|k, _| k == "flush")
-        .to("avg");
+        .to_with("avg", Produced::with(s.clone(), Serdes::f64()));
 
     cnt_table
-        .group_by(|_, v: &i64| (v.to_string(), 1i64))
+        .group_by_with(
+            |_, v| (v.to_string(), 1i64),
+            Grouped::with(s.clone(), l.clone()),
+        )
         .aggregate(
             || 0i64,
             |_, v, a| a + v,
             |_, v, a| a - v,
-            Materialized::from("cntByCnt").in_memory(),
+            Materialized::as_store("cntByCnt")
+                .in_memory()
+                .with_value_serde(l.clone()),
         )
-        .to_stream()
-        .to("tagg");
+        .to_upsert_stream()
+        .to_with("tagg", Produced::with(s, l));
     b.build().unwrap_or_else(|e| {
         eprintln!("{e}");
         std::process::exit(1)
