@@ -20,6 +20,8 @@ const CONSTANT_SIZE: u8 = 0;
 const VARIABLE_SIZE: u8 = 1;
 /// A null entry's length in the variable-size layout.
 const NULL_ENTRY: i32 = -1;
+/// Kafka's words for bytes that end before the list does.
+const PREMATURE_END: &str = "End of the stream was reached prematurely";
 
 pub(super) struct ListSerde<T> {
     inner: SharedSerde<T>,
@@ -42,7 +44,7 @@ struct Reader<'a>(&'a [u8]);
 impl<'a> Reader<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
         if self.0.len() < n {
-            return Err("End of the stream was reached prematurely".to_string());
+            return Err(PREMATURE_END.to_string());
         }
         let (head, rest) = self.0.split_at(n);
         self.0 = rest;
@@ -151,7 +153,7 @@ impl<T: Send + Sync + 'static> Serde<Vec<T>> for ListSerde<T> {
                     .filter(|&&i| usize::try_from(i).is_ok_and(|i| i < count))
                     .count();
                 if (count - null_entries).saturating_mul(size) > r.0.len() {
-                    return Err("End of the stream was reached prematurely".to_string());
+                    return Err(PREMATURE_END.to_string());
                 }
                 let mut out = Vec::with_capacity(count);
                 for i in 0..count {
@@ -183,10 +185,6 @@ impl<T: Send + Sync + 'static> Serde<Vec<T>> for ListSerde<T> {
                 "Invalid serialization strategy flag value: {other} (Kafka's lists use 0 or 1)"
             )),
         }
-    }
-
-    fn deserialize_bytes(&self, topic: &str, data: Option<&Bytes>) -> Result<Vec<T>, String> {
-        self.deserialize(topic, data.map(|b| &b[..]))
     }
 }
 
