@@ -367,9 +367,32 @@ pub fn streams_rest_metadata_and_queries(bootstrap: &str) {
         "process_cpu_seconds_total ",
         "rill_streams_build_info{version=",
         "rill_streams_state{application_id=",
+        "process_max_fds ",
+        // `a` keeps its counts in RocksDB, under the default bound (`auto`).
+        "rill_streams_rocksdb_memory_bound_bytes{",
+        "rill_streams_rocksdb_block_cache_usage_bytes{",
+        "rill_streams_rocksdb_memtable_usage_bytes{",
+        "store=\"counts\"} ",
     ] {
         assert!(metrics.contains(family), "{family} missing:\n{metrics}");
     }
+    let gauge = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("{name} missing:\n{metrics}"))
+    };
+    let bound = gauge("rill_streams_rocksdb_memory_bound_bytes{");
+    assert!(
+        (64.0 * 1048576.0..=1024.0 * 1048576.0).contains(&bound),
+        "the default bound is a quarter of memory within 64 MiB..1 GiB: {bound}"
+    );
+    assert!(gauge("rill_streams_rocksdb_stores{") >= 1.0, "{metrics}");
+    assert!(
+        gauge("rill_streams_rocksdb_block_cache_usage_bytes{") <= 1.05 * bound,
+        "{metrics}"
+    );
     // Stable thread labels (no per-process client id), and one 0/1 series
     // per application state with exactly one 1.
     assert!(metrics.contains("thread=\"StreamThread-1\""), "{metrics}");

@@ -35,6 +35,15 @@ pub enum Error {
         /// What did not parse: the version line, the entry count, or which entry.
         reason: String,
     },
+    /// The application's RocksDB config setter panicked for a store, which
+    /// therefore did not open.
+    #[error("state store {store}: the RocksDB config setter panicked: {reason}")]
+    ConfigSetter {
+        /// The store the setter was asked about.
+        store: String,
+        /// The panic's message.
+        reason: String,
+    },
     /// Another stream thread or process holds the task directory's lock.
     #[error("task directory {path} is locked by another stream thread or process")]
     Locked {

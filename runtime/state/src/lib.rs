@@ -12,6 +12,9 @@
 //!   `state.dir/<application.id>/<task>/rocksdb/<store>`; the RocksDB WAL is
 //!   off because the changelog topic is the store's durability (Kafka Streams
 //!   does the same), so a store is only as current as its last `flush`.
+//!   [`RocksDbShared`] is what an instance's RocksDB stores share: one memory
+//!   bound over every block cache and memtable, and the application's
+//!   [`RocksDbConfigSetter`] (Kafka's `rocksdb.config.setter`).
 //! - [`InMemoryStore`]: a `BTreeMap`, restored in full from the changelog.
 //! - [`Checkpoint`]: the changelog offsets a task's stores are flushed up to
 //!   (Kafka's `.checkpoint` file format), written after a flush.
@@ -66,6 +69,7 @@ mod error;
 mod lock;
 mod memory;
 mod rocks;
+mod rocks_shared;
 pub mod session;
 pub mod state_dir;
 mod transactional;
@@ -76,6 +80,13 @@ pub use error::{Error, Result};
 pub use lock::TaskDirLock;
 pub use memory::InMemoryStore;
 pub use rocks::RocksDbStore;
+pub use rocks_shared::{
+    raise_open_files_limit, RocksDbConfigSetter, RocksDbMemory, RocksDbShared, StoreContext,
+    StoreMemory, MIN_MEMORY_BOUND,
+};
+/// The RocksDB crate Rill's stores are built on, for [`RocksDbConfigSetter`]s
+/// (its `Options` and `BlockBasedOptions`; Kafka exposes `org.rocksdb` too).
+pub use rocksdb;
 pub use transactional::TransactionalStore;
 
 use bytes::Bytes;

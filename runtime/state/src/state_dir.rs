@@ -8,22 +8,35 @@
 //! `TaskCorruptedException` path), so a bad file costs time, not data.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use crate::{Checkpoint, Error, InMemoryStore, KeyValueStore, Result, RocksDbStore, StoreBackend};
+use crate::{
+    Checkpoint, Error, InMemoryStore, KeyValueStore, Result, RocksDbShared, RocksDbStore,
+    StoreBackend,
+};
 
 /// `state.dir/<application.id>/<task>`.
 pub fn task_dir(state_dir: &Path, application_id: &str, task: &str) -> PathBuf {
     state_dir.join(application_id).join(task)
 }
 
-/// Opens store `name` of the task (or global) directory `dir` on `backend`:
-/// RocksDB under `dir/rocksdb/<name>`, or in memory.
-pub fn open_store(backend: StoreBackend, name: &str, dir: &Path) -> Result<Box<dyn KeyValueStore>> {
+/// Opens store `name` of `task`'s directory `dir` (`task` `None`: the
+/// global directory) on `backend`: RocksDB under `dir/rocksdb/<name>` with
+/// the instance's shared bound and setter, or in memory.
+pub fn open_store(
+    backend: StoreBackend,
+    name: &str,
+    dir: &Path,
+    task: Option<&str>,
+    rocksdb: &Arc<RocksDbShared>,
+) -> Result<Box<dyn KeyValueStore>> {
     Ok(match backend {
         StoreBackend::InMemory => Box::new(InMemoryStore::new(name.to_string())),
-        StoreBackend::RocksDb => Box::new(RocksDbStore::open(
+        StoreBackend::RocksDb => Box::new(RocksDbStore::open_with(
             name.to_string(),
             &dir.join("rocksdb").join(name),
+            task,
+            rocksdb,
         )?),
     })
 }

@@ -152,6 +152,8 @@ struct Hooks {
     handlers: CustomHandlers,
     /// Where async nodes' futures run (`None`: Rill's `rill-async` runtime).
     async_runtime: Option<tokio::runtime::Handle>,
+    /// Per-store RocksDB options from the application.
+    rocksdb_config_setter: Option<Arc<dyn rill_state::RocksDbConfigSetter>>,
 }
 
 pub use crate::metadata::ThreadError;
@@ -232,6 +234,10 @@ pub(crate) struct App {
     errors: Arc<ErrorCounts>,
     /// Records dropped by threads that are gone (replaced after an error).
     retired_dropped: std::sync::atomic::AtomicU64,
+    /// What every RocksDB store of the instance shares, made at start
+    /// (after the setter is set), when the first thread or the global
+    /// tables need it.
+    rocksdb: OnceLock<Arc<rill_state::RocksDbShared>>,
 }
 
 impl App {
@@ -262,7 +268,40 @@ impl App {
             thread_errors: Mutex::default(),
             errors: Arc::default(),
             retired_dropped: Default::default(),
+            rocksdb: OnceLock::new(),
         }
+    }
+
+    /// Gives every RocksDB store of the instance `setter`'s options.
+    pub fn set_rocksdb_config_setter(&self, setter: Arc<dyn rill_state::RocksDbConfigSetter>) {
+        lock(&self.hooks).rocksdb_config_setter = Some(setter);
+    }
+
+    /// The memory bound and setter the instance's RocksDB stores share.
+    pub(crate) fn rocksdb(&self) -> &Arc<rill_state::RocksDbShared> {
+        self.rocksdb.get_or_init(|| {
+            let c = &self.config;
+            let setter = lock(&self.hooks).rocksdb_config_setter.clone();
+            let open_files = rill_state::raise_open_files_limit();
+            tracing::debug!(?open_files, "open-files limit (raised to the hard limit for RocksDB)");
+            if c.rocksdb_memory_bound > 0 {
+                tracing::info!(
+                    bound_mib = c.rocksdb_memory_bound >> 20,
+                    memtables = c.rocksdb_write_buffer_ratio,
+                    "RocksDB stores share a block cache and memtables of at most the bound (rocksdb.memory.bound.bytes)"
+                );
+            }
+            rill_state::RocksDbShared::new(
+                c.rocksdb_memory_bound,
+                c.rocksdb_write_buffer_ratio,
+                setter,
+            )
+        })
+    }
+
+    /// The instance's RocksDB memory, once the instance has started.
+    pub(crate) fn rocksdb_memory(&self) -> Option<rill_state::RocksDbMemory> {
+        self.rocksdb.get().map(|r| r.memory())
     }
 
     /// The stream threads that died of an error, newest last.
@@ -554,6 +593,7 @@ impl App {
             errors: this.errors.clone(),
             start_delay: replace_backoff(quick_replacements),
             async_runtime,
+            rocksdb: this.rocksdb().clone(),
         };
         let weak = Arc::downgrade(this);
         let join = std::thread::Builder::new()

@@ -52,7 +52,11 @@ fn state_err(e: rill_state::Error) -> StreamsError {
 
 impl GlobalState {
     /// Opens the stores under `state.dir/<application.id>/global`.
-    pub fn open(topology: &Topology, config: &StreamsConfig) -> Result<Option<Self>> {
+    pub fn open(
+        topology: &Topology,
+        config: &StreamsConfig,
+        rocksdb: &std::sync::Arc<rill_state::RocksDbShared>,
+    ) -> Result<Option<Self>> {
         if topology.global_stores.is_empty() {
             return Ok(None);
         }
@@ -65,9 +69,14 @@ impl GlobalState {
         let mut stores = Vec::new();
         let mut positions = BTreeMap::new();
         for def in topology.global_stores.values() {
-            let mut store =
-                open_store(def.backend.unwrap_or(config.default_store), &def.name, &dir)
-                    .map_err(state_err)?;
+            let mut store = open_store(
+                def.backend.unwrap_or(config.default_store),
+                &def.name,
+                &dir,
+                None,
+                rocksdb,
+            )
+            .map_err(state_err)?;
             let persistent = store.persistent();
             let checkpointed: Vec<_> = checkpoint
                 .offsets

@@ -162,6 +162,15 @@ impl KafkaStreams {
         self.app.set_async_runtime(handle);
     }
 
+    /// Asks `setter` for the options of every RocksDB store of this instance
+    /// before it opens (Kafka's `rocksdb.config.setter`): compaction, Bloom
+    /// filters, block size. `rocksdb.memory.bound.bytes` still bounds the
+    /// instance's block cache and memtables whatever the setter sets. Set
+    /// before `start`.
+    pub fn set_rocksdb_config_setter(&self, setter: impl rill_state::RocksDbConfigSetter) {
+        self.app.set_rocksdb_config_setter(Arc::new(setter));
+    }
+
     /// Asks `handler` about a consumed record whose key or value does not
     /// deserialize, instead of the handler `deserialization.exception.handler`
     /// names. Set before `start`.
@@ -233,7 +242,8 @@ impl KafkaStreams {
     /// (before any stream thread, so the first record joins the whole table).
     fn start_global_tables(&self) -> Result<()> {
         let app = &self.app;
-        let Some(mut state) = GlobalState::open(app.topology(), app.config())? else {
+        let Some(mut state) = GlobalState::open(app.topology(), app.config(), app.rocksdb())?
+        else {
             return Ok(());
         };
         let mut consumer =

@@ -117,6 +117,9 @@ pub use prost;
 pub use restore::StateRestoreListener;
 pub use rill_client::ConsumerRecord;
 pub use rill_state::StoreBackend;
+/// Per-store RocksDB options ([`KafkaStreams::set_rocksdb_config_setter`]) and
+/// the `rocksdb` crate they are written with.
+pub use rill_state::{rocksdb, RocksDbConfigSetter, StoreContext};
 pub use serdes::{Json, KafkaSerde, KafkaSerialize, Protobuf, Serde, Serdes, SharedSerde};
 pub use shutdown::ShutdownSignal;
 pub use streams_config::{

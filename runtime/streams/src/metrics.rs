@@ -63,6 +63,8 @@ pub(crate) struct Sample {
     pub errors: Vec<(String, String, u64)>,
     /// Stream threads that died of an error (Kafka's `failed-stream-threads`).
     pub failed_threads: u64,
+    /// The RocksDB stores' memory, once the instance has started.
+    pub rocksdb: Option<rill_state::RocksDbMemory>,
 }
 
 type Labels = Vec<(String, String)>;
@@ -101,6 +103,96 @@ impl Sample {
             ConstGauge::new(v).encode(family.encode_family(&labels)?)?;
         }
         Ok(())
+    }
+}
+
+impl Sample {
+    /// The RocksDB memory families: the instance's totals once (the cache
+    /// is shared, as Kafka reports a shared cache once), each store's
+    /// memtables and table readers by task and store (Kafka's KIP-471 names).
+    fn rocksdb(
+        &self,
+        encoder: &mut DescriptorEncoder,
+        r: &rill_state::RocksDbMemory,
+    ) -> Result<(), std::fmt::Error> {
+        let app: Labels = vec![("application_id".into(), self.application_id.clone())];
+        for (name, help, v) in [
+            (
+                "rill_streams_rocksdb_memory_bound_bytes",
+                "rocksdb.memory.bound.bytes: the bound on every RocksDB store's block cache and memtables together (0: unbounded).",
+                r.bound,
+            ),
+            (
+                "rill_streams_rocksdb_block_cache_capacity_bytes",
+                "Block cache capacity: the shared cache's under a bound, else the sum of the stores' own (Kafka's block-cache-capacity).",
+                r.block_cache_capacity,
+            ),
+            (
+                "rill_streams_rocksdb_block_cache_usage_bytes",
+                "Bytes in the block cache, memtables charged to it under a bound (Kafka's block-cache-usage).",
+                r.block_cache_usage,
+            ),
+            (
+                "rill_streams_rocksdb_block_cache_pinned_usage_bytes",
+                "Bytes of block cache entries in use that cannot be evicted (Kafka's block-cache-pinned-usage).",
+                r.block_cache_pinned_usage,
+            ),
+            (
+                "rill_streams_rocksdb_memtable_usage_bytes",
+                "Memtable bytes of every RocksDB store of the instance.",
+                r.memtable_usage,
+            ),
+            (
+                "rill_streams_rocksdb_memtable_limit_bytes",
+                "Memtable bytes allowed before the store being written is flushed (0: no shared limit).",
+                r.memtable_limit,
+            ),
+            (
+                "rill_streams_rocksdb_stores",
+                "Open RocksDB stores (active, standby and global).",
+                r.stores.len() as u64,
+            ),
+        ] {
+            self.gauge(encoder, name, help, vec![(app.clone(), v as f64)])?;
+        }
+        {
+            let mut family = encoder.encode_descriptor(
+                "rill_streams_rocksdb_pressure_flushes",
+                "Writes that found the memtables over the bound and flushed their store's memtables before returning.",
+                None,
+                MetricType::Counter,
+            )?;
+            ConstCounter::new(r.pressure_flushes).encode(family.encode_family(&app)?)?;
+        }
+        let per_store = |v: fn(&rill_state::StoreMemory) -> u64| {
+            r.stores
+                .iter()
+                .map(|s| {
+                    let mut l = app.clone();
+                    l.push(("task".into(), s.task.clone()));
+                    l.push(("store".into(), s.store.clone()));
+                    (l, v(s) as f64)
+                })
+                .collect::<Vec<_>>()
+        };
+        self.gauge(
+            encoder,
+            "rill_streams_rocksdb_cur_size_all_mem_tables_bytes",
+            "A store's active and unflushed memtables (Kafka's cur-size-all-mem-tables), sampled by the store at most a second ago.",
+            per_store(|s| s.cur_size_all_mem_tables),
+        )?;
+        self.gauge(
+            encoder,
+            "rill_streams_rocksdb_size_all_mem_tables_bytes",
+            "A store's memtables, flushed ones still pinned included (Kafka's size-all-mem-tables).",
+            per_store(|s| s.size_all_mem_tables),
+        )?;
+        self.gauge(
+            encoder,
+            "rill_streams_rocksdb_estimate_table_readers_mem_bytes",
+            "A store's table readers outside the block cache (Kafka's estimate-table-readers-mem).",
+            per_store(|s| s.estimate_table_readers_mem),
+        )
     }
 }
 
@@ -228,6 +320,9 @@ impl Collector for Sample {
             let labels: Labels = vec![("application_id".into(), self.application_id.clone())];
             ConstCounter::new(self.failed_threads).encode(family.encode_family(&labels)?)?;
         }
+        if let Some(r) = &self.rocksdb {
+            self.rocksdb(&mut encoder, r)?;
+        }
         self.gauge(
             &mut encoder,
             "rill_streams_state",
@@ -280,6 +375,11 @@ fn process(encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
             p.start_time_seconds,
         ),
         ("process_open_fds", "Open file descriptors.", p.open_fds),
+        (
+            "process_max_fds",
+            "Maximum number of open file descriptors.",
+            p.max_fds,
+        ),
         ("process_threads", "OS threads of the process.", p.threads),
     ] {
         let e = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
@@ -295,6 +395,7 @@ struct ProcStat {
     vsize_bytes: f64,
     start_time_seconds: f64,
     open_fds: f64,
+    max_fds: f64,
     threads: f64,
 }
 
@@ -322,6 +423,15 @@ impl ProcStat {
             rss_bytes: num(21)? * page,
             open_fds: std::fs::read_dir("/proc/self/fd")
                 .map(|d| d.count() as f64)
+                .unwrap_or(0.0),
+            // `Max open files  <soft>  <hard>  files`.
+            max_fds: std::fs::read_to_string("/proc/self/limits")
+                .ok()
+                .and_then(|l| {
+                    l.lines()
+                        .find_map(|l| l.strip_prefix("Max open files"))
+                        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+                })
                 .unwrap_or(0.0),
         })
     }
@@ -380,6 +490,22 @@ mod tests {
             }],
             errors: vec![("process".into(), "RESUME".into(), 3)],
             failed_threads: 1,
+            rocksdb: Some(rill_state::RocksDbMemory {
+                bound: 64 << 20,
+                block_cache_capacity: 64 << 20,
+                block_cache_usage: 1 << 20,
+                block_cache_pinned_usage: 0,
+                memtable_usage: 1 << 19,
+                memtable_limit: 32 << 20,
+                pressure_flushes: 2,
+                stores: vec![rill_state::StoreMemory {
+                    task: "0_1".into(),
+                    store: "counts".into(),
+                    cur_size_all_mem_tables: 4096,
+                    size_all_mem_tables: 4096,
+                    estimate_table_readers_mem: 0,
+                }],
+            }),
         });
         for line in [
             "rill_streams_process_total{application_id=\"app\",thread=\"StreamThread-1\"} 5",
@@ -390,6 +516,13 @@ mod tests {
             "rill_streams_failed_stream_threads_total{application_id=\"app\"} 1",
             "process_resident_memory_bytes ",
             "process_cpu_seconds_total ",
+            "process_max_fds ",
+            "rill_streams_rocksdb_memory_bound_bytes{application_id=\"app\"} 67108864",
+            "rill_streams_rocksdb_block_cache_usage_bytes{application_id=\"app\"} 1048576",
+            "rill_streams_rocksdb_memtable_limit_bytes{application_id=\"app\"} 33554432",
+            "rill_streams_rocksdb_stores{application_id=\"app\"} 1",
+            "rill_streams_rocksdb_pressure_flushes_total{application_id=\"app\"} 2",
+            "rill_streams_rocksdb_cur_size_all_mem_tables_bytes{application_id=\"app\",task=\"0_1\",store=\"counts\"} 4096",
             "# EOF",
         ] {
             assert!(text.contains(line), "{line} missing:\n{text}");

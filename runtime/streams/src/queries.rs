@@ -455,6 +455,7 @@ impl App {
             .map(|(stage, result, n)| (stage.as_str().to_string(), result.as_str().to_string(), n))
             .collect();
         crate::metrics::encode(Sample {
+            rocksdb: self.rocksdb_memory(),
             errors,
             failed_threads: self.thread_errors().len() as u64,
             application_id: self.config().application_id.clone(),

@@ -77,6 +77,7 @@ impl StandbyTask {
             c.default_store,
             None,
             false,
+            &ctx.rocksdb,
         )?;
         let mut changelogs = BTreeMap::new();
         let mut position = BTreeMap::new();

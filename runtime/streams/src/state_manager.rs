@@ -46,6 +46,7 @@ pub(crate) fn changelog_topic(application_id: &str, store: &str) -> String {
     format!("{application_id}-{store}-changelog")
 }
 
+#[allow(clippy::too_many_arguments)] // one per thing a task's stores open with
 pub(crate) fn open(
     topology: &Topology,
     task: TaskId,
@@ -54,6 +55,7 @@ pub(crate) fn open(
     default_backend: StoreBackend,
     cache_budget: Option<&Arc<CacheBudget>>,
     exactly_once: bool,
+    rocksdb: &Arc<rill_state::RocksDbShared>,
 ) -> Result<OpenedState> {
     let st = &topology.subtopologies[task.subtopology as usize];
     let state_err = |e: rill_state::Error| StreamsError::State {
@@ -79,10 +81,12 @@ pub(crate) fn open(
         tracing::warn!(task = %task, "{e}; wiping the task's stores and restoring them in full");
     }
     let mut opened = Vec::with_capacity(st.stores.len());
+    let task_name = task.to_string();
     for name in &st.stores {
         let def = &topology.stores[name];
         let backend = def.backend.unwrap_or(default_backend);
-        let store = open_store(backend, name, &dir).map_err(state_err)?;
+        let store =
+            open_store(backend, name, &dir, Some(&task_name), rocksdb).map_err(state_err)?;
         let changelog = (changelog_topic(application_id, name), task.partition);
         let checkpointed = store
             .persistent()

@@ -65,6 +65,13 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     // KIP-63 record cache for DSL stores, per instance, split evenly over
     // the stream threads (Kafka's default: 10 MiB; 0 turns caching off).
     ("statestore.cache.max.bytes", "10485760"),
+    // Rill's (Kafka users build it with a rocksdb.config.setter): one bound
+    // for the block cache and memtables of every RocksDB store of the
+    // instance; `auto` is a quarter of the host's (or cgroup's) memory, at
+    // least 64 MiB and at most 1 GiB; 0 leaves RocksDB unbounded.
+    ("rocksdb.memory.bound.bytes", "auto"),
+    // The memtables' share of that bound before the largest are flushed.
+    ("rocksdb.memory.write.buffer.ratio", "0.5"),
     // Rill's REST server (no Kafka equivalent): read endpoints are open
     // unless this is true; mutating ones always need `rest.admin.token`.
     ("rest.read.requires.token", "false"),
@@ -131,6 +138,11 @@ impl std::fmt::Debug for StreamsConfig {
             )
             .field("async_timeout", &self.async_timeout)
             .field("cache_max_bytes", &self.cache_max_bytes)
+            .field("rocksdb_memory_bound", &self.rocksdb_memory_bound)
+            .field(
+                "rocksdb_write_buffer_ratio",
+                &self.rocksdb_write_buffer_ratio,
+            )
             .field("num_standby_replicas", &self.num_standby_replicas)
             .field("acceptable_recovery_lag", &self.acceptable_recovery_lag)
             .field("max_warmup_replicas", &self.max_warmup_replicas)
@@ -213,8 +225,78 @@ fn rack_awareness(
     Ok((rack, tags))
 }
 
+/// `rocksdb.memory.bound.bytes`: `auto`, 0 (unbounded) or at least 16 MiB.
+fn memory_bound(v: Option<String>) -> Result<u64> {
+    let k = "rocksdb.memory.bound.bytes";
+    let v = v.unwrap_or_default();
+    if v.trim().eq_ignore_ascii_case("auto") {
+        return Ok(auto_memory_bound(host_memory_bytes()));
+    }
+    let n: u64 = v
+        .trim()
+        .parse()
+        .map_err(|_| StreamsError::config(k, &v, "not a number of bytes, 0 or auto"))?;
+    if n != 0 && n < rill_state::MIN_MEMORY_BOUND {
+        return Err(StreamsError::config(
+            k,
+            &v,
+            format!(
+                "must be 0 (unbounded), auto, or at least {} (16 MiB)",
+                rill_state::MIN_MEMORY_BOUND
+            ),
+        ));
+    }
+    Ok(n)
+}
+
+/// `auto`'s bound for a host (or cgroup) of `memory` bytes: a quarter of it
+/// (the JVM's default heap share leaves the same room for the rest of a
+/// process), at least 64 MiB, at most 1 GiB — a big host does not hand
+/// RocksDB gigabytes nobody asked for.
+fn auto_memory_bound(memory: Option<u64>) -> u64 {
+    const MIB: u64 = 1 << 20;
+    memory
+        .map_or(256 * MIB, |m| m / 4)
+        .clamp(64 * MIB, 1024 * MIB)
+}
+
+/// The memory this process may use: its cgroup's limit (v2, then v1) when
+/// one is set below the host's, else the host's `MemTotal`.
+fn host_memory_bytes() -> Option<u64> {
+    let read = |p: &str| std::fs::read_to_string(p).ok();
+    // cgroup v2: `0::/<path>`; the limit is on that group (the root's file
+    // inside a container's namespace).
+    let own = read("/proc/self/cgroup").and_then(|c| {
+        c.lines().find_map(|l| l.strip_prefix("0::")).map(|p| {
+            format!(
+                "/sys/fs/cgroup{}/memory.max",
+                p.trim().trim_end_matches('/')
+            )
+        })
+    });
+    let total = read("/proc/meminfo").and_then(|m| {
+        m.lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|kib| kib * 1024)
+    });
+    let cgroup = own
+        .and_then(|p| read(&p))
+        .filter(|v| v.trim() != "max")
+        .or_else(|| read("/sys/fs/cgroup/memory.max"))
+        .or_else(|| read("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    match (cgroup, total) {
+        (Some(c), Some(t)) if c < t => Some(c),
+        (Some(c), None) => Some(c),
+        (_, t) => t,
+    }
+}
+
 /// Keys without a default.
 const OPTIONAL: &[&str] = &[
+    // Kafka's: a Java class there; in Rill, KafkaStreams::set_rocksdb_config_setter.
+    "rocksdb.config.setter",
     // 30000, or 100 under exactly_once_v2 (Kafka Streams' defaults).
     "commit.interval.ms",
     "application.id",
@@ -433,6 +515,13 @@ pub struct StreamsConfig {
     pub async_timeout: Duration,
     /// `statestore.cache.max.bytes`: the record caches' budget per instance.
     pub cache_max_bytes: usize,
+    /// `rocksdb.memory.bound.bytes` resolved (default `auto`: a quarter of the host's or
+    /// cgroup's memory, clamped to 64 MiB–1 GiB): the block cache and memtables of every
+    /// RocksDB store of the instance together; 0 leaves each store unbounded.
+    pub rocksdb_memory_bound: u64,
+    /// `rocksdb.memory.write.buffer.ratio` (default 0.5, in (0, 1]): the memtables' share of
+    /// that bound.
+    pub rocksdb_write_buffer_ratio: f64,
     /// `num.standby.replicas` (default 0): how many other instances keep a warm copy of each
     /// stateful task's stores, read from its changelogs (never on the active's instance).
     pub num_standby_replicas: u32,
@@ -1021,6 +1110,23 @@ fn parse(mut flat: BTreeMap<String, String>) -> Result<StreamsConfig> {
         }
         Ok(n)
     }
+    if let Some(v) = take("rocksdb.config.setter").filter(|v| !v.trim().is_empty()) {
+        return Err(StreamsError::config(
+            "rocksdb.config.setter",
+            &v,
+            "a RocksDB config setter is Rust code, given to KafkaStreams::set_rocksdb_config_setter",
+        ));
+    }
+    let rocksdb_memory_bound = memory_bound(take("rocksdb.memory.bound.bytes"))?;
+    let rocksdb_write_buffer_ratio = {
+        let k = "rocksdb.memory.write.buffer.ratio";
+        let v = take(k).unwrap_or_default();
+        match v.trim().parse::<f64>() {
+            Ok(r) if r > 0.0 && r <= 1.0 => r,
+            Ok(_) => return Err(StreamsError::config(k, &v, "must be above 0 and at most 1")),
+            Err(_) => return Err(StreamsError::config(k, &v, "not a number")),
+        }
+    };
     let application_id = required("application.id", take("application.id"))?;
     if !application_id
         .chars()
@@ -1271,6 +1377,8 @@ fn parse(mut flat: BTreeMap<String, String>) -> Result<StreamsConfig> {
             take("statestore.cache.max.bytes"),
             0usize,
         )?,
+        rocksdb_memory_bound,
+        rocksdb_write_buffer_ratio,
         num_standby_replicas,
         acceptable_recovery_lag,
         max_warmup_replicas,
@@ -1318,6 +1426,65 @@ mod tests {
         assert_eq!(c.default_store, StoreBackend::RocksDb);
         assert_eq!(c.group_instance_id, None);
         assert_eq!(c.application_server, None);
+    }
+
+    #[test]
+    fn the_rocksdb_memory_bound_resolves_and_refuses_in_one_sentence() {
+        const MIB: u64 = 1 << 20;
+        let c = base().build().unwrap();
+        assert!(
+            (64 * MIB..=1024 * MIB).contains(&c.rocksdb_memory_bound),
+            "{}",
+            c.rocksdb_memory_bound
+        );
+        assert_eq!(c.rocksdb_write_buffer_ratio, 0.5);
+        assert_eq!(auto_memory_bound(Some(24 << 30)), 1024 * MIB);
+        assert_eq!(auto_memory_bound(Some(1 << 30)), 256 * MIB);
+        assert_eq!(auto_memory_bound(Some(128 * MIB)), 64 * MIB);
+        assert_eq!(auto_memory_bound(None), 256 * MIB);
+        let set = |k: &str, v: &str| base().set(k, v).build();
+        assert_eq!(
+            set("rocksdb.memory.bound.bytes", "0")
+                .unwrap()
+                .rocksdb_memory_bound,
+            0
+        );
+        assert_eq!(
+            set("rocksdb.memory.bound.bytes", "536870912")
+                .unwrap()
+                .rocksdb_memory_bound,
+            512 * MIB
+        );
+        for (k, v, says) in [
+            (
+                "rocksdb.memory.bound.bytes",
+                "1000",
+                "or at least 16777216 (16 MiB)",
+            ),
+            (
+                "rocksdb.memory.bound.bytes",
+                "lots",
+                "not a number of bytes, 0 or auto",
+            ),
+            (
+                "rocksdb.memory.write.buffer.ratio",
+                "0",
+                "must be above 0 and at most 1",
+            ),
+            (
+                "rocksdb.memory.write.buffer.ratio",
+                "1.5",
+                "must be above 0 and at most 1",
+            ),
+            (
+                "rocksdb.config.setter",
+                "com.example.BoundedMemoryRocksDBConfig",
+                "given to KafkaStreams::set_rocksdb_config_setter",
+            ),
+        ] {
+            let e = set(k, v).unwrap_err().to_string();
+            assert!(e.contains(k) && e.contains(v) && e.contains(says), "{e}");
+        }
     }
 
     #[test]

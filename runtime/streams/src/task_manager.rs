@@ -546,6 +546,7 @@ impl TaskManager {
                 c.default_store,
                 self.cache_budget.as_ref(),
                 c.exactly_once,
+                &self.ctx.rocksdb,
             )?,
         };
         let mut stores = opened.stores;

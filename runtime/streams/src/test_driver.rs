@@ -118,6 +118,8 @@ impl TopologyTestDriver {
         // The driver flushes the caches after every piped record, as
         // Kafka's TopologyTestDriver commits after each one.
         let cache_budget = (cache_max_bytes > 0).then(|| CacheBudget::new(cache_max_bytes));
+        // Bounded as an instance's stores are (64 MiB: `auto`'s floor).
+        let rocksdb = rill_state::RocksDbShared::new(64 << 20, 0.5, None);
         let mut globals = BTreeMap::new();
         let mut global_handles = Vec::new();
         for def in topology.global_stores.values() {
@@ -126,9 +128,11 @@ impl TopologyTestDriver {
                     Box::new(rill_state::InMemoryStore::new(def.name.clone()))
                 }
                 StoreBackend::RocksDb => Box::new(
-                    rill_state::RocksDbStore::open(
+                    rill_state::RocksDbStore::open_with(
                         def.name.clone(),
                         &dir.path().join("global").join(&def.name),
+                        None,
+                        &rocksdb,
                     )
                     .map_err(|e| StreamsError::State {
                         task: "global".into(),
@@ -150,6 +154,7 @@ impl TopologyTestDriver {
                 backend,
                 cache_budget.as_ref(),
                 false,
+                &rocksdb,
             )?;
             let partitions: Vec<TopicPartition> = st
                 .source_topics

@@ -291,6 +291,8 @@ pub(crate) struct ThreadContext {
     pub start_delay: std::time::Duration,
     /// Where async nodes' futures run (`None`: Rill's `rill-async` runtime).
     pub async_runtime: Option<tokio::runtime::Handle>,
+    /// The memory bound and config setter every RocksDB store of the instance shares.
+    pub rocksdb: Arc<rill_state::RocksDbShared>,
 }
 
 impl ThreadContext {
