@@ -78,7 +78,7 @@ impl RocksDbStore {
         })?;
         let mut write_options = WriteOptions::default();
         write_options.disable_wal(true);
-        let store = Self {
+        let mut store = Self {
             gauges: shared.register(task, &name),
             name,
             path: dir.to_path_buf(),
@@ -94,7 +94,8 @@ impl RocksDbStore {
     }
 
     /// Reads the store's memory figures into its gauges.
-    fn sample(&self) {
+    fn sample(&mut self) {
+        self.sampled = Instant::now();
         let db = self.db();
         let read = |name: &str| {
             db.property_int_value(name)
@@ -131,10 +132,8 @@ impl RocksDbStore {
         if self.shared.memtables_over_limit() {
             self.db().flush().map_err(|e| self.err(e))?;
             self.shared.count_pressure_flush();
-            self.sampled = Instant::now();
             self.sample();
         } else if self.sampled.elapsed() >= SAMPLE_EVERY {
-            self.sampled = Instant::now();
             self.sample();
         }
         Ok(())
@@ -237,7 +236,6 @@ impl KeyValueStore for RocksDbStore {
     }
     fn flush(&mut self) -> Result<()> {
         self.db().flush().map_err(|e| self.err(e))?;
-        self.sampled = Instant::now();
         self.sample();
         Ok(())
     }

@@ -168,23 +168,28 @@ fn the_setter_is_asked_for_every_store_cannot_break_the_bound_and_hears_each_clo
     assert_eq!(rec.closed.load(Ordering::SeqCst), 2);
 }
 
-struct Panicking;
+/// A setter that only touches the store's `Options`.
+struct OnOptions(fn(&mut rocksdb::Options));
 
-impl RocksDbConfigSetter for Panicking {
+impl RocksDbConfigSetter for OnOptions {
     fn set_config(
         &self,
         _: &StoreContext<'_>,
-        _: &mut rocksdb::Options,
+        options: &mut rocksdb::Options,
         _: &mut rocksdb::BlockBasedOptions,
     ) {
-        panic!("no options for you");
+        (self.0)(options)
     }
 }
 
 #[test]
 fn a_panicking_setter_is_an_error_naming_the_store() {
     let dir = tempfile::tempdir().unwrap();
-    let shared = RocksDbShared::new(0, 0.5, Some(Arc::new(Panicking)));
+    let shared = RocksDbShared::new(
+        0,
+        0.5,
+        Some(Arc::new(OnOptions(|_| panic!("no options for you")))),
+    );
     let e =
         RocksDbStore::open_with("orders", &dir.path().join("o"), Some("0_0"), &shared).unwrap_err();
     assert!(matches!(e, Error::ConfigSetter { .. }), "{e:?}");
@@ -209,23 +214,16 @@ fn without_a_bound_each_store_reports_its_own_cache() {
     assert_eq!(m.block_cache_capacity, 64 * MIB, "{m:?}");
 }
 
-struct Lz4;
-
-impl RocksDbConfigSetter for Lz4 {
-    fn set_config(
-        &self,
-        _: &StoreContext<'_>,
-        options: &mut rocksdb::Options,
-        _: &mut rocksdb::BlockBasedOptions,
-    ) {
-        options.set_compression_type(rocksdb::DBCompressionType::Lz4);
-    }
-}
-
 #[test]
 fn a_codec_not_built_in_fails_the_open_naming_the_store() {
     let dir = tempfile::tempdir().unwrap();
-    let shared = RocksDbShared::new(0, 0.5, Some(Arc::new(Lz4)));
+    let shared = RocksDbShared::new(
+        0,
+        0.5,
+        Some(Arc::new(OnOptions(|o| {
+            o.set_compression_type(rocksdb::DBCompressionType::Lz4)
+        }))),
+    );
     let e = RocksDbStore::open_with("orders", &dir.path().join("o"), Some("0_0"), &shared)
         .unwrap_err()
         .to_string();

@@ -104,9 +104,7 @@ impl Sample {
         }
         Ok(())
     }
-}
 
-impl Sample {
     /// The RocksDB memory families: the instance's totals once (the cache
     /// is shared, as Kafka reports a shared cache once), each store's
     /// memtables and table readers by task and store (Kafka's KIP-471 names).
