@@ -236,11 +236,19 @@ impl RocksDbShared {
         // tracing rather than a LOG file per store (one file descriptor and
         // one 64 KiB write buffer fewer per store; a file per open also
         // piled up LOG.old files at every rolling restart).
+        // RocksDB writes its header (the ~350 lines of options every open
+        // dumps) at a level of its own past FATAL that no log level holds
+        // back: only errors go on, or a thousand tasks starting wrote
+        // 350,000 ERROR lines and spent their start-up formatting them.
         o.set_log_level(rocksdb::LogLevel::Error);
         let store = ctx.store.to_string();
         o.set_info_logger(rocksdb::InfoLogger::new_callback_logger(
             rocksdb::LogLevel::Error,
-            move |_, line| tracing::error!(store = %store, "RocksDB: {}", line.trim_end()),
+            move |level, line| {
+                if matches!(level, rocksdb::LogLevel::Error | rocksdb::LogLevel::Fatal) {
+                    tracing::error!(store = %store, "RocksDB: {}", line.trim_end());
+                }
+            },
         ));
         // Every open file (WAL, MANIFEST, table being written) holds a
         // write buffer of up to this, 1 MiB by default and 64 KiB at first:

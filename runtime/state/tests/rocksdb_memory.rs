@@ -232,3 +232,50 @@ fn a_codec_not_built_in_fails_the_open_naming_the_store() {
         "{e}"
     );
 }
+
+/// A writer collecting what a test's tracing subscriber formats.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn opening_reopening_and_clearing_a_store_log_nothing() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let dir = tempfile::tempdir().unwrap();
+    let shared = RocksDbShared::new(64 * MIB, 0.5, None);
+    tracing::subscriber::with_default(subscriber, || {
+        let path = dir.path().join("s");
+        let mut s = RocksDbStore::open_with("s", &path, Some("0_0"), &shared).unwrap();
+        write(&mut s, 0, 2_000);
+        s.flush().unwrap();
+        drop(s);
+        let mut s = RocksDbStore::open_with("s", &path, Some("0_0"), &shared).unwrap();
+        s.clear().unwrap();
+        // The control: an event of the test's own is captured.
+        tracing::error!("control");
+    });
+    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines.len() == 1 && lines[0].contains("control"),
+        "opening a store logged {} lines besides the control, starting {:?}",
+        lines.len().saturating_sub(1),
+        lines.iter().take(3).collect::<Vec<_>>()
+    );
+}
