@@ -47,6 +47,14 @@
 //!    changelog), stopped, its state directory deleted, restarted: records
 //!    restored / time from the first store's restore start to the last one's end.
 //!
+//! 5. Many tasks (issue 46): `PARTITION_COUNTS=6,60,300,1000` runs parts 2
+//!    and 3 at each partition count in turn (every topic of the run gets
+//!    that many partitions; inputs get 10 keys per partition past 100) and
+//!    adds a table of each app's steady rate against its own at the first
+//!    count, per CPU-second, peak RSS, first output, open file descriptors
+//!    and threads (the most seen, sampled every second), the Rill / peer
+//!    ratio per count, and the chart docs/img/scale[-embedded].png.
+//!
 //! Command: `cargo bench -p rill-benches --bench streams_vs_kafka_streams`
 //! (needs Java 17 and Maven for the Kafka jars; `PARTS=rolling,throughput,
 //! latency,startup,restore` picks parts, `BROKERS=kafka,embedded` the brokers,
@@ -55,6 +63,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
 use rill_benches::{
@@ -66,7 +75,20 @@ use rill_client::{Admin, ClientConfig, Producer, ProducerRecord};
 use rill_tests::backend::{repo_root, ApacheKafka, KAFKA_VERSION};
 use rill_tests::rolling::{self, AppTopology, RollConfig, Runtime};
 
-const PARTITIONS: i32 = 6;
+/// Partitions of every topic the bench creates: 6, or each count of
+/// `PARTITION_COUNTS` in turn for the throughput and startup parts.
+static PARTITIONS: AtomicI32 = AtomicI32::new(6);
+
+fn partitions() -> i32 {
+    PARTITIONS.load(Ordering::Relaxed)
+}
+
+/// Distinct input keys: 1,000, or 10 per partition past 100 partitions,
+/// so that every input partition gets records (at 1,000 partitions, 1,000
+/// keys would leave a third of them empty).
+fn input_keys() -> usize {
+    1000.max(partitions() as usize * 10)
+}
 const WORDS_PER_LINE: usize = 10;
 
 fn admin(bootstrap: &str) -> Admin {
@@ -74,7 +96,7 @@ fn admin(bootstrap: &str) -> Admin {
 }
 
 fn end_offsets(admin: &Admin, topic: &str) -> i64 {
-    rill_benches::total_end_offset(admin, topic, PARTITIONS)
+    rill_benches::total_end_offset(admin, topic, partitions())
 }
 
 /// Writes `records` inputs; word count lines carry `words_per_line` words
@@ -112,7 +134,7 @@ fn load(
         fs.push(
             p.send(
                 ProducerRecord::new(topic)
-                    .key(format!("k{}", i % 1000))
+                    .key(format!("k{}", i % input_keys()))
                     .value(value),
             )
             .unwrap(),
@@ -142,7 +164,7 @@ fn topics(bootstrap: &str, tag: &str) -> Topics {
     };
     let a = admin(bootstrap);
     for name in [&t.input, &t.output] {
-        a.create_topic(NewTopic::new(name.as_str(), PARTITIONS, 1))
+        a.create_topic(NewTopic::new(name.as_str(), partitions(), 1))
             .unwrap();
     }
     t
@@ -465,14 +487,15 @@ impl Inputs {
         }
     }
 
-    /// Loads what `workloads` read: 100-byte records keyed `k<i % 1000>`;
+    /// Loads what `workloads` read: 100-byte records keyed `k<i % keys>`
+    /// ([`input_keys`]);
     /// lines of 10 words from a 1,000-word vocabulary; a table of
     /// `table_keys` keys `k<i>` and a stream keyed `k<i % table_keys>` with
     /// 100-byte values (every stream record finds its key: the join's
     /// output has one record per input).
     fn load(bootstrap: &str, workloads: &[Workload]) -> Self {
         let i = Inputs {
-            tag: std::process::id().to_string(),
+            tag: format!("{}-p{}", std::process::id(), partitions()),
             records: env_or("RECORDS", 20_000_000),
             lines: env_or("LINES", 1_000_000),
             cached_lines: env_or("CACHED_LINES", 2_500_000),
@@ -485,13 +508,13 @@ impl Inputs {
         let t0 = Instant::now();
         if uses(Input::Records) {
             let topic = i.topic(Input::Records);
-            a.create_topic(NewTopic::new(topic.as_str(), PARTITIONS, 1))
+            a.create_topic(NewTopic::new(topic.as_str(), partitions(), 1))
                 .unwrap();
             rill_benches::send_all(
                 &p,
                 (0..i.records).map(|n| {
                     ProducerRecord::new(topic.as_str())
-                        .key(format!("k{}", n % 1000))
+                        .key(format!("k{}", n % input_keys()))
                         .value(format!("{n:0>100}"))
                 }),
             );
@@ -501,13 +524,13 @@ impl Inputs {
                 continue;
             }
             let topic = i.topic(lines);
-            a.create_topic(NewTopic::new(topic.as_str(), PARTITIONS, 1))
+            a.create_topic(NewTopic::new(topic.as_str(), partitions(), 1))
                 .unwrap();
             rill_benches::send_all(
                 &p,
                 (0..i.count(lines)).map(|n| {
                     ProducerRecord::new(topic.as_str())
-                        .key(format!("k{}", n % 1000))
+                        .key(format!("k{}", n % input_keys()))
                         .value(line_of(n))
                 }),
             );
@@ -515,7 +538,7 @@ impl Inputs {
         if uses(Input::JoinStream) {
             let (table, stream) = (i.table(), i.topic(Input::JoinStream));
             for t in [&table, &stream] {
-                a.create_topic(NewTopic::new(t.as_str(), PARTITIONS, 1))
+                a.create_topic(NewTopic::new(t.as_str(), partitions(), 1))
                     .unwrap();
             }
             // The table first: its records are older than every stream
@@ -587,6 +610,10 @@ struct Run {
     /// Spawn → the first output record, ms.
     first_output_ms: f64,
     rss_mib: f64,
+    /// The most file descriptors and threads the app had open at once
+    /// (sampled every second).
+    max_fds: f64,
+    max_threads: f64,
 }
 
 /// One run: a fresh output topic and application id, the app spawned,
@@ -607,7 +634,7 @@ fn throughput_run(
         input: inputs.topic(w.input),
         output: format!("out-{tag}"),
     };
-    a.create_topic(NewTopic::new(t.output.as_str(), PARTITIONS, 1))
+    a.create_topic(NewTopic::new(t.output.as_str(), partitions(), 1))
         .unwrap();
     let n = inputs.count(w.input);
     let state = tempfile::tempdir().unwrap();
@@ -644,7 +671,14 @@ fn throughput_run(
     let mut samples: Vec<(f64, f64, f64, f64)> = Vec::new();
     let broker_cpu = || broker_pid.map_or(f64::NAN, cpu_seconds);
     let mut first_output = None;
+    let (mut max_fds, mut max_threads) = (0u64, 0u64);
+    let mut next_proc_sample = Instant::now();
     loop {
+        if Instant::now() >= next_proc_sample {
+            max_fds = max_fds.max(rill_benches::open_fds(pid));
+            max_threads = max_threads.max(rill_benches::thread_count(pid));
+            next_proc_sample += Duration::from_secs(1);
+        }
         assert!(
             Instant::now() < deadline,
             "{tag}: output stuck at {:?} of {n}",
@@ -692,6 +726,8 @@ fn throughput_run(
         secs: last.0,
         first_output_ms: first_output.map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0),
         rss_mib: rss,
+        max_fds: max_fds as f64,
+        max_threads: max_threads as f64,
     }
 }
 
@@ -723,7 +759,7 @@ impl LatestCounts {
                 .set("enable.auto.commit", "false"),
         )
         .unwrap();
-        let tps: Vec<rill_client::TopicPartition> = (0..PARTITIONS)
+        let tps: Vec<rill_client::TopicPartition> = (0..partitions())
             .map(|p| rill_client::TopicPartition::new(topic, p))
             .collect();
         consumer.assign(&tps).unwrap();
@@ -792,6 +828,49 @@ fn throughput_part(
     suffix: &str,
     broker_pid: Option<u32>,
 ) -> BTreeMap<&'static str, f64> {
+    let counts = partition_counts();
+    let mut peak = BTreeMap::new();
+    let mut scale = Vec::new();
+    for (i, &p) in counts.iter().enumerate() {
+        PARTITIONS.store(p, Ordering::Relaxed);
+        let (peer, workloads, out) = throughput_at(bin, bootstrap, broker, suffix, broker_pid);
+        if i == 0 {
+            peak = peer;
+        }
+        scale.push((p, workloads, out));
+    }
+    PARTITIONS.store(6, Ordering::Relaxed);
+    if counts.len() > 1 {
+        scale_tables(&scale, broker, suffix);
+    }
+    peak
+}
+
+/// `PARTITION_COUNTS` (default `6`): the partition counts the throughput
+/// and startup parts run at, in order.
+fn partition_counts() -> Vec<i32> {
+    let v = std::env::var("PARTITION_COUNTS").unwrap_or_else(|_| "6".into());
+    v.split(',')
+        .map(|c| match c.trim().parse::<i32>() {
+            Ok(n) if n > 0 => n,
+            _ => panic!("PARTITION_COUNTS={v}: {c:?} is not a partition count"),
+        })
+        .collect()
+}
+
+/// Runs of one workload by one app at one partition count.
+type RunsByApp = BTreeMap<(usize, usize), Vec<Run>>;
+
+/// The throughput part at [`partitions()`]: its tables, and its chart at 6
+/// partitions. Returns the peer's median steady rates, the workloads run
+/// and every run by (workload, app).
+fn throughput_at(
+    bin: &Path,
+    bootstrap: &str,
+    broker: &str,
+    suffix: &str,
+    broker_pid: Option<u32>,
+) -> (BTreeMap<&'static str, f64>, Vec<Workload>, RunsByApp) {
     let rounds: usize = env_or("ROUNDS", 5);
     let warmup: usize = env_or("WARMUP", 0);
     let only = std::env::var("WORKLOADS").unwrap_or_default();
@@ -815,7 +894,7 @@ fn throughput_part(
                 let tag = format!("{}-{wi}-{ai}-{round}-{}", w.topology, inputs.tag);
                 let r = throughput_run(bin, bootstrap, broker_pid, &inputs, w, runtime, &tag);
                 println!(
-                    "{} {round} {} / {app}: steady {:.0}/s, end-to-end {:.0}/s in {:.1} s, {:.0} per CPU-s, broker {:.2} CPU-µs per record, first output {:.0} ms, peak RSS {:.1} MiB",
+                    "{} {round} {} / {app}: steady {:.0}/s, end-to-end {:.0}/s in {:.1} s, {:.0} per CPU-s, broker {:.2} CPU-µs per record, first output {:.0} ms, peak RSS {:.1} MiB, {:.0} fds, {:.0} threads ({} partitions)",
                     if round < warmup { "warm-up" } else { "round" },
                     w.name,
                     r.steady_rate,
@@ -824,7 +903,10 @@ fn throughput_part(
                     r.steady_per_cpu_s,
                     r.broker_us,
                     r.first_output_ms,
-                    r.rss_mib
+                    r.rss_mib,
+                    r.max_fds,
+                    r.max_threads,
+                    partitions()
                 );
                 if round >= warmup {
                     out.entry((wi, ai)).or_default().push(r);
@@ -834,9 +916,10 @@ fn throughput_part(
     }
     inputs.delete(bootstrap);
     if rill_only {
-        return BTreeMap::new();
+        return (BTreeMap::new(), workloads, out);
     }
-    println!("\n## Throughput on {broker}: {PARTITIONS} partitions, 2 stream threads (raw: 2 loops), commit.interval.ms 1000, inputs pre-loaded; median (min–max) of {rounds} rounds after {warmup} warm-up round(s)");
+    let parts = partitions();
+    println!("\n## Throughput on {broker}: {parts} partitions, 2 stream threads (raw: 2 loops), commit.interval.ms 1000, inputs pre-loaded; median (min–max) of {rounds} rounds after {warmup} warm-up round(s)");
     println!(
         "Inputs: {} records of 100 B (passthrough, raw); lines of {WORDS_PER_LINE} words from 1,000 (rates in lines/s, ×{WORDS_PER_LINE} for words/s): {} for the uncached word count, {} for the cached counts; join: {} records of 100 B over a {}-key table.",
         thousands(inputs.records as f64),
@@ -910,6 +993,26 @@ fn throughput_part(
             println!("WARNING: {}: the fastest app ran {fastest:.1} s (< 20 s, not steady state): raise RECORDS / LINES / CACHED_LINES / JOIN_RECORDS", w.name);
         }
     }
+    let peer = workloads
+        .iter()
+        .enumerate()
+        .map(|(wi, w)| {
+            (
+                w.name,
+                median(
+                    &out[&(wi, 1)]
+                        .iter()
+                        .map(|r| r.steady_rate)
+                        .collect::<Vec<_>>(),
+                ),
+            )
+        })
+        .collect();
+    // The chart docs/benchmarks.md shows is the 6-partition one; the scale
+    // runs draw their own (scale_tables).
+    if parts != 6 {
+        return (peer, workloads, out);
+    }
     let labels: Vec<String> = workloads
         .iter()
         .flat_map(|w| {
@@ -931,21 +1034,91 @@ fn throughput_part(
         true,
     );
     println!("chart: {}", chart.display());
-    workloads
-        .iter()
-        .enumerate()
-        .map(|(wi, w)| {
-            (
+    (peer, workloads, out)
+}
+
+/// The throughput part at several partition counts (issue 46): one row per
+/// workload, count and app, each app's steady rate against its own at the
+/// first count, the Rill / peer ratio per count, and a chart of the steady
+/// rates over the partition count (log scale).
+fn scale_tables(scale: &[(i32, Vec<Workload>, RunsByApp)], broker: &str, suffix: &str) {
+    let first = scale[0].0;
+    let med = |runs: &[Run], f: fn(&Run) -> f64| median(&runs.iter().map(f).collect::<Vec<_>>());
+    println!("\n## Many tasks on one instance ({broker}): 2 stream threads, commit.interval.ms 1000, the throughput part's inputs at each partition count; medians of ROUNDS rounds");
+    println!("| workload | partitions | app | steady rate /s | vs its own at {first} | per CPU-second | peak RSS MiB | first output ms | open fds (max) | threads (max) | run s |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    // (workload name, app label) → [(partitions, median steady rate)]
+    let mut lines: BTreeMap<(String, String), Vec<(f64, f64)>> = BTreeMap::new();
+    for (p, workloads, out) in scale {
+        for (wi, w) in workloads.iter().enumerate() {
+            for (ai, (app, _)) in w.apps.iter().enumerate() {
+                let Some(runs) = out.get(&(wi, ai)) else {
+                    continue;
+                };
+                let base = scale[0]
+                    .1
+                    .iter()
+                    .position(|x| x.name == w.name)
+                    .and_then(|bi| scale[0].2.get(&(bi, ai)))
+                    .map_or(f64::NAN, |b| med(b, |r| r.steady_rate));
+                let rate = med(runs, |r| r.steady_rate);
+                println!(
+                    "| {} | {p} | {app} | {} | {:.2}× | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.1} |",
+                    w.name,
+                    thousands(rate),
+                    rate / base,
+                    thousands(med(runs, |r| r.steady_per_cpu_s)),
+                    med(runs, |r| r.rss_mib),
+                    med(runs, |r| r.first_output_ms),
+                    med(runs, |r| r.max_fds),
+                    med(runs, |r| r.max_threads),
+                    med(runs, |r| r.secs),
+                );
+                lines
+                    .entry((w.name.to_string(), app.to_string()))
+                    .or_default()
+                    .push((*p as f64, rate));
+            }
+        }
+    }
+    println!("\n| workload | partitions | steady rate: Rill / peer (min–max of pairwise ratios) | per CPU-second | peak RSS |");
+    println!("|---|---|---|---|---|");
+    for (p, workloads, out) in scale {
+        for (wi, w) in workloads.iter().enumerate() {
+            let (Some(a), Some(b)) = (out.get(&(wi, 0)), out.get(&(wi, 1))) else {
+                continue;
+            };
+            let ratio = |f: fn(&Run) -> f64| {
+                let (m, lo, hi) = rill_benches::ratio_stats(
+                    &a.iter().map(f).collect::<Vec<_>>(),
+                    &b.iter().map(f).collect::<Vec<_>>(),
+                );
+                format!("{m:.2}× ({lo:.2}–{hi:.2})")
+            };
+            println!(
+                "| {} | {p} | {} | {} | {} |",
                 w.name,
-                median(
-                    &out[&(wi, 1)]
-                        .iter()
-                        .map(|r| r.steady_rate)
-                        .collect::<Vec<_>>(),
-                ),
-            )
-        })
-        .collect()
+                ratio(|r| r.steady_rate),
+                ratio(|r| r.steady_per_cpu_s),
+                ratio(|r| r.rss_mib)
+            );
+        }
+    }
+    let labels: Vec<String> = lines.keys().map(|(w, a)| format!("{a}, {w}")).collect();
+    let series: Vec<(&str, Vec<(f64, f64)>)> = labels
+        .iter()
+        .map(String::as_str)
+        .zip(lines.into_values())
+        .collect();
+    let chart = repo_root().join(format!("docs/img/scale{suffix}.png"));
+    rill_benches::line_chart(
+        &chart,
+        &format!("Steady-state input records/s (counts: lines/s) by input partitions on {broker}"),
+        "input partitions (log scale)",
+        &series,
+        true,
+    );
+    println!("chart: {}", chart.display());
 }
 
 // ------------------------------------------------------ latency under load
@@ -990,7 +1163,7 @@ fn latency_run(
             .set("fetch.max.wait.ms", "10"),
     )
     .unwrap();
-    let tps: Vec<rill_client::TopicPartition> = (0..PARTITIONS)
+    let tps: Vec<rill_client::TopicPartition> = (0..partitions())
         .map(|p| rill_client::TopicPartition::new(t.output.as_str(), p))
         .collect();
     consumer.assign(&tps).unwrap();
@@ -1018,7 +1191,7 @@ fn latency_run(
                 };
                 p.send_with_callback(
                     ProducerRecord::new(input.as_str())
-                        .key(format!("k{}", n % 1000))
+                        .key(format!("k{}", n % input_keys()))
                         .value(value)
                         .timestamp(rolling::now_ms()),
                     |r| {
@@ -1337,25 +1510,34 @@ fn run_parts(
         latency_part(bin, b, broker, &peak);
     }
     if parts.contains("startup") {
+        let rill_only = std::env::var("APPS").is_ok_and(|a| a == "rill");
         println!("\n## Startup to the first processed record: checkpointed word count state (2 threads), static member back within its session timeout, 3 runs each");
-        println!("| app | ms (median) | runs |");
-        println!("|---|---|---|");
-        for (label, runtime) in [
-            ("Rill", Runtime::Rill),
-            ("Kafka Streams", Runtime::KafkaStreams),
-        ] {
-            let runs: Vec<f64> = (0..3)
-                .map(|i| {
-                    startup_run(
-                        bin,
-                        b,
-                        runtime,
-                        &format!("start-{label}-{i}-{}", std::process::id()).replace(' ', ""),
-                    )
-                })
-                .collect();
-            println!("| {label} | {:.0} | {runs:.0?} |", median(&runs));
+        println!("| partitions | app | ms (median) | runs |");
+        println!("|---|---|---|---|");
+        for p in partition_counts() {
+            PARTITIONS.store(p, Ordering::Relaxed);
+            for (label, runtime) in [
+                ("Rill", Runtime::Rill),
+                ("Kafka Streams", Runtime::KafkaStreams),
+            ] {
+                if rill_only && runtime != Runtime::Rill {
+                    continue;
+                }
+                let runs: Vec<f64> = (0..3)
+                    .map(|i| {
+                        startup_run(
+                            bin,
+                            b,
+                            runtime,
+                            &format!("start-{label}-{i}-p{p}-{}", std::process::id())
+                                .replace(' ', ""),
+                        )
+                    })
+                    .collect();
+                println!("| {p} | {label} | {:.0} | {runs:.0?} |", median(&runs));
+            }
         }
+        PARTITIONS.store(6, Ordering::Relaxed);
     }
     if parts.contains("restore") {
         let keys: usize = env_or("RESTORE_KEYS", 1_000_000);

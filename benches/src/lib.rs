@@ -102,6 +102,16 @@ fn status_field(pid: u32, field: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Threads of a process (`Threads:` in /proc/<pid>/status).
+pub fn thread_count(pid: u32) -> u64 {
+    status_field(pid, "Threads:")
+}
+
+/// Open file descriptors of a process (entries of /proc/<pid>/fd).
+pub fn open_fds(pid: u32) -> u64 {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64)
+}
+
 /// User + system CPU seconds a process has used so far.
 #[allow(unsafe_code)] // sysconf(3), see SAFETY below
 pub fn cpu_seconds(pid: u32) -> f64 {
@@ -556,6 +566,99 @@ pub fn bar_chart(
             .unwrap();
     }
     root.present().unwrap();
+}
+
+/// One line per series over log-scaled x values (e.g. partition counts),
+/// log-scaled y when `log_y`; each point labelled with its value.
+pub fn line_chart(
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    series: &[(&str, Vec<(f64, f64)>)],
+    log_y: bool,
+) {
+    let font = std::fs::read("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")
+        .expect("DejaVu Sans for the chart labels (apt-get install fonts-dejavu-core)");
+    let _ = plotters::style::register_font(
+        "sans-serif",
+        FontStyle::Normal,
+        Box::leak(font.into_boxed_slice()),
+    );
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let root = BitMapBackend::new(path, (1000, 520)).into_drawing_area();
+    root.fill(&WHITE).unwrap();
+    let points = || series.iter().flat_map(|(_, v)| v.iter().copied());
+    let (x_lo, x_hi) = points().fold((f64::INFINITY, 1.0f64), |(l, h), (x, _)| {
+        (l.min(x), h.max(x))
+    });
+    let y_hi = points().fold(1.0f64, |m, (_, y)| m.max(y));
+    let x_range = (x_lo.max(1.0) / 1.5..x_hi * 1.5).log_scale();
+    let mut builder = ChartBuilder::on(&root);
+    builder
+        .caption(title, ("sans-serif", 20))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(80);
+    if log_y {
+        let mut chart = builder
+            .build_cartesian_2d(x_range, (1.0..y_hi * 3.0).log_scale())
+            .unwrap();
+        chart.configure_mesh().x_desc(x_label).draw().unwrap();
+        draw_lines(&mut chart, series);
+    } else {
+        let mut chart = builder
+            .build_cartesian_2d(x_range, 0.0..y_hi * 1.2)
+            .unwrap();
+        chart.configure_mesh().x_desc(x_label).draw().unwrap();
+        draw_lines(&mut chart, series);
+    }
+    root.present().unwrap();
+}
+
+fn draw_lines<'a, X, Y>(
+    chart: &mut ChartContext<'a, BitMapBackend<'a>, Cartesian2d<X, Y>>,
+    series: &[(&str, Vec<(f64, f64)>)],
+) where
+    X: Ranged<ValueType = f64>,
+    Y: Ranged<ValueType = f64>,
+{
+    let colors = [
+        COLORS[0],
+        COLORS[1],
+        COLORS[2],
+        RGBColor(180, 60, 60),
+        RGBColor(120, 80, 170),
+        RGBColor(90, 90, 90),
+    ];
+    for (si, (name, points)) in series.iter().enumerate() {
+        let c = colors[si % colors.len()];
+        chart
+            .draw_series(LineSeries::new(points.iter().copied(), c.stroke_width(2)))
+            .unwrap()
+            .label(*name)
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], c.stroke_width(2)));
+        chart
+            .draw_series(
+                points
+                    .iter()
+                    .map(|&(x, y)| Circle::new((x, y), 3, c.filled())),
+            )
+            .unwrap();
+        chart
+            .draw_series(
+                points
+                    .iter()
+                    .map(|&(x, y)| Text::new(format!("{y:.0}"), (x, y), ("sans-serif", 12))),
+            )
+            .unwrap();
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::LowerLeft)
+        .draw()
+        .unwrap();
 }
 
 #[cfg(test)]

@@ -108,3 +108,32 @@ fn task_dir_lock_is_exclusive_until_dropped() {
     drop(held);
     TaskDirLock::acquire(&task).unwrap();
 }
+
+/// The database's identity: a new one whenever RocksDB creates it anew.
+fn identity(dir: &std::path::Path) -> String {
+    std::fs::read_to_string(dir.join("IDENTITY")).unwrap()
+}
+
+#[test]
+fn clearing_an_empty_rocksdb_store_leaves_it_as_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rocksdb/counts");
+    let mut s = RocksDbStore::open("counts", &path).unwrap();
+    let before = identity(&path);
+    s.clear().unwrap();
+    assert_eq!(
+        identity(&path),
+        before,
+        "an empty store was destroyed and created again"
+    );
+    // Deleted keys leave it empty too.
+    s.put(b"k", b"v").unwrap();
+    s.delete(b"k").unwrap();
+    s.clear().unwrap();
+    assert_eq!(identity(&path), before);
+    // The control: a store with a key is wiped (created again) and empty.
+    s.put(b"k", b"v").unwrap();
+    s.clear().unwrap();
+    assert_ne!(identity(&path), before);
+    assert!(s.all().unwrap().is_empty());
+}

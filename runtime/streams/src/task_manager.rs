@@ -50,7 +50,7 @@ use crate::processor_context::StoreHandle;
 use crate::record_collector::RecordCollector;
 use crate::restore::{restore_stores, RestoreJob};
 use crate::standby::{Promoted, Standbys};
-use crate::state_manager::RestorePlan;
+use crate::state_manager::{OpenedState, RestorePlan};
 use crate::task::{StreamTask, TaskState};
 use crate::task_id::TaskId;
 use crate::thread_state::{lock, RestoreMetrics, StoreLag, ThreadContext, ThreadState};
@@ -62,6 +62,10 @@ use crate::timestamp::now_ms;
 /// A crash in between restores from the older checkpoint, which the stores
 /// on disk still cover.
 const CHECKPOINT_DELTA: i64 = 10_000;
+
+/// The most threads a stream thread opens new tasks' stores on at once
+/// (`TaskManager::open_states`).
+const STORE_OPENERS: usize = 8;
 
 /// The same under exactly-once. The transactional stores only ever hold
 /// committed data, so a checkpoint is always safe to take, and a crash
@@ -518,16 +522,10 @@ impl TaskManager {
     }
 
     /// Opens a task's stores (or adopts those of the standby it was,
-    /// `promoted`) and creates it; the stores still need restoring from
-    /// the returned plans (`restore_tasks`).
-    fn create_task(
-        &mut self,
-        id: TaskId,
-        partitions: &[TopicPartition],
-        promoted: Option<Promoted>,
-    ) -> Result<(ActiveTask, Vec<RestorePlan>)> {
+    /// `promoted`).
+    fn open_state(&self, id: TaskId, promoted: Option<Promoted>) -> Result<OpenedState> {
         let c = &self.ctx.config;
-        let opened = match promoted {
+        match promoted {
             Some(p) => crate::state_manager::adopt(
                 &self.ctx.topology,
                 id,
@@ -537,18 +535,97 @@ impl TaskManager {
                 p.dir,
                 self.cache_budget.as_ref(),
                 c.exactly_once,
-            )?,
-            None => crate::state_manager::open(
-                &self.ctx.topology,
+            ),
+            None => {
+                let mut promoted = BTreeMap::new();
+                let mut opened = self.open_states(&[id], &mut promoted);
+                opened.pop().expect("one task's stores")
+            }
+        }
+    }
+
+    /// Opens the stores of every task in `ids` (see [`Self::open_state`]),
+    /// results in the order of `ids`. Opening a RocksDB store mostly waits
+    /// on the file system (it writes and syncs its MANIFEST, OPTIONS and
+    /// CURRENT files), so with many tasks the opens run on up to
+    /// [`STORE_OPENERS`] scoped threads at once instead of one after the
+    /// other on the stream thread; the stream thread waits for them all,
+    /// as it waits for one today.
+    fn open_states(
+        &self,
+        ids: &[TaskId],
+        promoted: &mut BTreeMap<TaskId, Promoted>,
+    ) -> Vec<Result<OpenedState>> {
+        let mut out: Vec<Option<Result<OpenedState>>> = ids
+            .iter()
+            .map(|id| promoted.remove(id).map(|p| self.open_state(*id, Some(p))))
+            .collect();
+        let todo: Vec<usize> = (0..ids.len()).filter(|&i| out[i].is_none()).collect();
+        let openers = STORE_OPENERS.min(todo.len());
+        // What an open needs, without the (single-threaded) task manager.
+        let (c, budget) = (&self.ctx.config, self.cache_budget.as_ref());
+        let (topology, rocksdb) = (&self.ctx.topology, &self.ctx.rocksdb);
+        let open = |id| {
+            crate::state_manager::open(
+                topology,
                 id,
                 &c.application_id,
                 &c.state_dir,
                 c.default_store,
-                self.cache_budget.as_ref(),
+                budget,
                 c.exactly_once,
-                &self.ctx.rocksdb,
-            )?,
+                rocksdb,
+            )
         };
+        if openers <= 1 {
+            for i in todo {
+                out[i] = Some(open(ids[i]));
+            }
+        } else {
+            let next = std::sync::atomic::AtomicUsize::new(0);
+            let opened: Vec<(usize, Result<OpenedState>)> = std::thread::scope(|scope| {
+                let workers: Vec<_> = (0..openers)
+                    .map(|_| {
+                        scope.spawn(|| {
+                            let mut mine = Vec::new();
+                            loop {
+                                let k = next.fetch_add(1, Ordering::Relaxed);
+                                let Some(&i) = todo.get(k) else {
+                                    return mine;
+                                };
+                                mine.push((i, open(ids[i])));
+                            }
+                        })
+                    })
+                    .collect();
+                workers
+                    .into_iter()
+                    .flat_map(|w| match w.join() {
+                        Ok(mine) => mine,
+                        // Opening runs no user code but a RocksDbConfigSetter,
+                        // whose panics the store catches; a panic here is Rill's.
+                        Err(panic) => std::panic::resume_unwind(panic),
+                    })
+                    .collect()
+            });
+            for (i, r) in opened {
+                out[i] = Some(r);
+            }
+        }
+        out.into_iter()
+            .map(|r| r.expect("every task's stores opened"))
+            .collect()
+    }
+
+    /// Creates a task over its opened stores; the stores still need
+    /// restoring from the returned plans (`restore_tasks`).
+    fn create_task(
+        &mut self,
+        id: TaskId,
+        partitions: &[TopicPartition],
+        opened: OpenedState,
+    ) -> Result<(ActiveTask, Vec<RestorePlan>)> {
+        let c = &self.ctx.config;
         let mut stores = opened.stores;
         for (name, s) in &self.ctx.global_stores {
             stores.insert(name.clone(), StoreHandle::global(s.clone()));
@@ -1001,6 +1078,7 @@ impl TaskManager {
         }
         let mut gained = Vec::new();
         let mut created = Vec::new();
+        let mut new = Vec::new();
         for (id, parts) in wanted {
             if self.tasks.contains_key(&id) {
                 continue;
@@ -1012,7 +1090,17 @@ impl TaskManager {
                 self.tasks.insert(id, t);
                 continue;
             }
-            match self.create_task(id, &parts, promoted.remove(&id)) {
+            new.push((id, parts));
+        }
+        let ids: Vec<TaskId> = new.iter().map(|(id, _)| *id).collect();
+        let opening = Instant::now();
+        let states = self.open_states(&ids, &mut promoted);
+        if !ids.is_empty() {
+            info!(thread = %self.ctx.name, tasks = ids.len(), ms = opening.elapsed().as_millis() as u64, "opened the new tasks' stores");
+        }
+        let creating = Instant::now();
+        for ((id, parts), opened) in new.into_iter().zip(states) {
+            match opened.and_then(|o| self.create_task(id, &parts, o)) {
                 Ok(t) => {
                     gained.push(id);
                     created.push(t);
@@ -1028,7 +1116,18 @@ impl TaskManager {
                 }
             }
         }
-        match self.restore_tasks(&mut created) {
+        let restoring = Instant::now();
+        let restored = self.restore_tasks(&mut created);
+        if !created.is_empty() {
+            info!(
+                thread = %self.ctx.name,
+                tasks = created.len(),
+                create_ms = (restoring - creating).as_millis() as u64,
+                restore_ms = restoring.elapsed().as_millis() as u64,
+                "created and restored the new tasks"
+            );
+        }
+        match restored {
             Ok(()) => {
                 for (t, _) in created {
                     self.tasks.insert(t.task.id, t);
@@ -1090,7 +1189,10 @@ impl TaskManager {
         let ids: Vec<TaskId> = self.pending.keys().copied().collect();
         for id in ids {
             let parts = self.pending[&id].clone();
-            match self.create_task(id, &parts, None) {
+            match self
+                .open_state(id, None)
+                .and_then(|o| self.create_task(id, &parts, o))
+            {
                 Ok(t) => {
                     self.pending.remove(&id);
                     let mut created = [t];
