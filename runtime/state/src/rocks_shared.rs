@@ -236,10 +236,10 @@ impl RocksDbShared {
         // tracing rather than a LOG file per store (one file descriptor and
         // one 64 KiB write buffer fewer per store; a file per open also
         // piled up LOG.old files at every rolling restart).
-        // RocksDB writes its header (the ~350 lines of options every open
-        // dumps) at a level of its own past FATAL that no log level holds
-        // back: only errors go on, or a thousand tasks starting wrote
-        // 350,000 ERROR lines and spent their start-up formatting them.
+        // RocksDB writes its header (~700 lines of options and summary per
+        // open) at a level of its own past FATAL that no log level holds
+        // back: only errors go on, or a thousand stores opening wrote
+        // 706,000 ERROR lines (a 127 MB log per restart).
         o.set_log_level(rocksdb::LogLevel::Error);
         let store = ctx.store.to_string();
         o.set_info_logger(rocksdb::InfoLogger::new_callback_logger(
