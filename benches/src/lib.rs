@@ -102,12 +102,12 @@ fn status_field(pid: u32, field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Threads of a process (`Threads:` in /proc/<pid>/status).
+/// Threads of a process (`Threads:` in `/proc/<pid>/status`).
 pub fn thread_count(pid: u32) -> u64 {
     status_field(pid, "Threads:")
 }
 
-/// Open file descriptors of a process (entries of /proc/<pid>/fd).
+/// Open file descriptors of a process (entries of `/proc/<pid>/fd`).
 pub fn open_fds(pid: u32) -> u64 {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64)
 }
@@ -495,14 +495,9 @@ fn draw_bars<Y>(
     }
 }
 
-/// Grouped bars, one group per label, one bar per series.
-pub fn bar_chart(
-    path: &Path,
-    title: &str,
-    labels: &[&str],
-    series: &[(&str, Vec<f64>)],
-    log: bool,
-) {
+/// A white 1000 × 520 PNG at `path` (its directory created), with DejaVu
+/// Sans registered as the charts' "sans-serif".
+fn canvas(path: &Path) -> DrawingArea<BitMapBackend<'_>, plotters::coord::Shift> {
     let font = std::fs::read("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")
         .expect("DejaVu Sans for the chart labels (apt-get install fonts-dejavu-core)");
     let _ = plotters::style::register_font(
@@ -513,6 +508,18 @@ pub fn bar_chart(
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     let root = BitMapBackend::new(path, (1000, 520)).into_drawing_area();
     root.fill(&WHITE).unwrap();
+    root
+}
+
+/// Grouped bars, one group per label, one bar per series.
+pub fn bar_chart(
+    path: &Path,
+    title: &str,
+    labels: &[&str],
+    series: &[(&str, Vec<f64>)],
+    log: bool,
+) {
+    let root = canvas(path);
     let max = series
         .iter()
         .flat_map(|(_, v)| v.iter().copied())
@@ -577,16 +584,7 @@ pub fn line_chart(
     series: &[(&str, Vec<(f64, f64)>)],
     log_y: bool,
 ) {
-    let font = std::fs::read("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")
-        .expect("DejaVu Sans for the chart labels (apt-get install fonts-dejavu-core)");
-    let _ = plotters::style::register_font(
-        "sans-serif",
-        FontStyle::Normal,
-        Box::leak(font.into_boxed_slice()),
-    );
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    let root = BitMapBackend::new(path, (1000, 520)).into_drawing_area();
-    root.fill(&WHITE).unwrap();
+    let root = canvas(path);
     let points = || series.iter().flat_map(|(_, v)| v.iter().copied());
     let (x_lo, x_hi) = points().fold((f64::INFINITY, 1.0f64), |(l, h), (x, _)| {
         (l.min(x), h.max(x))
