@@ -828,22 +828,42 @@ fn throughput_part(
     suffix: &str,
     broker_pid: Option<u32>,
 ) -> BTreeMap<&'static str, f64> {
+    let only = std::env::var("WORKLOADS").unwrap_or_default();
+    let workloads: Vec<Workload> = WORKLOADS
+        .into_iter()
+        .filter(|w| only.is_empty() || only.split(',').any(|o| w.topology == o.trim()))
+        .collect();
     let counts = partition_counts();
     let mut peak = BTreeMap::new();
     let mut scale = Vec::new();
     for (i, &p) in counts.iter().enumerate() {
         PARTITIONS.store(p, Ordering::Relaxed);
-        let (peer, workloads, out) = throughput_at(bin, bootstrap, broker, suffix, broker_pid);
+        let (peer, out) = throughput_at(bin, bootstrap, broker, suffix, broker_pid, &workloads);
         if i == 0 {
             peak = peer;
         }
-        scale.push((p, workloads, out));
+        scale.push((p, out));
     }
     PARTITIONS.store(6, Ordering::Relaxed);
     if counts.len() > 1 {
-        scale_tables(&scale, broker, suffix);
+        scale_tables(&workloads, &scale, broker, suffix);
     }
     peak
+}
+
+/// The median of `f` over `runs`.
+fn median_of(runs: &[Run], f: fn(&Run) -> f64) -> f64 {
+    median(&runs.iter().map(f).collect::<Vec<_>>())
+}
+
+/// `a`'s `f` over `b`'s, round by round: the median and min–max of the
+/// pairwise ratios, as a table cell.
+fn ratio_cell(a: &[Run], b: &[Run], f: fn(&Run) -> f64) -> String {
+    let (m, lo, hi) = rill_benches::ratio_stats(
+        &a.iter().map(f).collect::<Vec<_>>(),
+        &b.iter().map(f).collect::<Vec<_>>(),
+    );
+    format!("{m:.2}× ({lo:.2}–{hi:.2})")
 }
 
 /// `PARTITION_COUNTS` (default `6`): the partition counts the throughput
@@ -861,26 +881,22 @@ fn partition_counts() -> Vec<i32> {
 /// Runs of one workload by one app at one partition count.
 type RunsByApp = BTreeMap<(usize, usize), Vec<Run>>;
 
-/// The throughput part at [`partitions()`]: its tables, and its chart at 6
-/// partitions. Returns the peer's median steady rates, the workloads run
-/// and every run by (workload, app).
+/// The throughput part of `workloads` at [`partitions()`]: its tables, and
+/// its chart at 6 partitions. Returns the peer's median steady rates and
+/// every run by (workload, app).
 fn throughput_at(
     bin: &Path,
     bootstrap: &str,
     broker: &str,
     suffix: &str,
     broker_pid: Option<u32>,
-) -> (BTreeMap<&'static str, f64>, Vec<Workload>, RunsByApp) {
+    workloads: &[Workload],
+) -> (BTreeMap<&'static str, f64>, RunsByApp) {
     let rounds: usize = env_or("ROUNDS", 5);
     let warmup: usize = env_or("WARMUP", 0);
-    let only = std::env::var("WORKLOADS").unwrap_or_default();
-    let workloads: Vec<Workload> = WORKLOADS
-        .into_iter()
-        .filter(|w| only.is_empty() || only.split(',').any(|o| w.topology == o.trim()))
-        .collect();
     // APPS=rill: Rill's runs only (profiling with RILL_BENCH_PERF); no tables.
     let rill_only = std::env::var("APPS").is_ok_and(|a| a == "rill");
-    let inputs = Inputs::load(bootstrap, &workloads);
+    let inputs = Inputs::load(bootstrap, workloads);
     // (workload, app index) → runs
     let mut out: BTreeMap<(usize, usize), Vec<Run>> = BTreeMap::new();
     for round in 0..warmup + rounds {
@@ -916,7 +932,7 @@ fn throughput_at(
     }
     inputs.delete(bootstrap);
     if rill_only {
-        return (BTreeMap::new(), workloads, out);
+        return (BTreeMap::new(), out);
     }
     let parts = partitions();
     println!("\n## Throughput on {broker}: {parts} partitions, 2 stream threads (raw: 2 loops), commit.interval.ms 1000, inputs pre-loaded; median (min–max) of {rounds} rounds after {warmup} warm-up round(s)");
@@ -948,13 +964,6 @@ fn throughput_at(
     }
     println!("\n| workload | ratio | steady rate | end-to-end rate | per CPU-second | peak RSS |");
     println!("|---|---|---|---|---|---|");
-    let ratio = |a: &[Run], b: &[Run], f: fn(&Run) -> f64| {
-        let (m, lo, hi) = rill_benches::ratio_stats(
-            &a.iter().map(f).collect::<Vec<_>>(),
-            &b.iter().map(f).collect::<Vec<_>>(),
-        );
-        format!("{m:.2}× ({lo:.2}–{hi:.2})")
-    };
     for (wi, w) in workloads.iter().enumerate() {
         let (a, b) = (&out[&(wi, 0)], &out[&(wi, 1)]);
         println!(
@@ -962,10 +971,10 @@ fn throughput_at(
             w.name,
             w.apps[0].0,
             w.apps[1].0,
-            ratio(a, b, |r| r.steady_rate),
-            ratio(a, b, |r| r.e2e_rate),
-            ratio(a, b, |r| r.steady_per_cpu_s),
-            ratio(a, b, |r| r.rss_mib),
+            ratio_cell(a, b, |r| r.steady_rate),
+            ratio_cell(a, b, |r| r.e2e_rate),
+            ratio_cell(a, b, |r| r.steady_per_cpu_s),
+            ratio_cell(a, b, |r| r.rss_mib),
         );
     }
     // The ceiling: passthrough over the raw loops, same rounds pairwise.
@@ -975,10 +984,10 @@ fn throughput_at(
         for (ai, client) in ["Rill client", "Java clients"].iter().enumerate() {
             println!(
                 "| passthrough vs ceiling | Rill passthrough / raw loop ({client}) | {} | {} | {} | {} |",
-                ratio(&out[&(pass, 0)], &out[&(raw, ai)], |r| r.steady_rate),
-                ratio(&out[&(pass, 0)], &out[&(raw, ai)], |r| r.e2e_rate),
-                ratio(&out[&(pass, 0)], &out[&(raw, ai)], |r| r.steady_per_cpu_s),
-                ratio(&out[&(pass, 0)], &out[&(raw, ai)], |r| r.rss_mib),
+                ratio_cell(&out[&(pass, 0)], &out[&(raw, ai)], |r| r.steady_rate),
+                ratio_cell(&out[&(pass, 0)], &out[&(raw, ai)], |r| r.e2e_rate),
+                ratio_cell(&out[&(pass, 0)], &out[&(raw, ai)], |r| r.steady_per_cpu_s),
+                ratio_cell(&out[&(pass, 0)], &out[&(raw, ai)], |r| r.rss_mib),
             );
         }
     }
@@ -996,22 +1005,12 @@ fn throughput_at(
     let peer = workloads
         .iter()
         .enumerate()
-        .map(|(wi, w)| {
-            (
-                w.name,
-                median(
-                    &out[&(wi, 1)]
-                        .iter()
-                        .map(|r| r.steady_rate)
-                        .collect::<Vec<_>>(),
-                ),
-            )
-        })
+        .map(|(wi, w)| (w.name, median_of(&out[&(wi, 1)], |r| r.steady_rate)))
         .collect();
     // The chart docs/benchmarks.md shows is the 6-partition one; the scale
     // runs draw their own (scale_tables).
     if parts != 6 {
-        return (peer, workloads, out);
+        return (peer, out);
     }
     let labels: Vec<String> = workloads
         .iter()
@@ -1034,45 +1033,41 @@ fn throughput_at(
         true,
     );
     println!("chart: {}", chart.display());
-    (peer, workloads, out)
+    (peer, out)
 }
 
 /// The throughput part at several partition counts (issue 46): one row per
 /// workload, count and app, each app's steady rate against its own at the
 /// first count, the Rill / peer ratio per count, and a chart of the steady
 /// rates over the partition count (log scale).
-fn scale_tables(scale: &[(i32, Vec<Workload>, RunsByApp)], broker: &str, suffix: &str) {
-    let first = scale[0].0;
-    let med = |runs: &[Run], f: fn(&Run) -> f64| median(&runs.iter().map(f).collect::<Vec<_>>());
+fn scale_tables(workloads: &[Workload], scale: &[(i32, RunsByApp)], broker: &str, suffix: &str) {
+    let (first, first_runs) = &scale[0];
     println!("\n## Many tasks on one instance ({broker}): 2 stream threads, commit.interval.ms 1000, the throughput part's inputs at each partition count; medians of ROUNDS rounds");
     println!("| workload | partitions | app | steady rate /s | vs its own at {first} | per CPU-second | peak RSS MiB | first output ms | open fds (max) | threads (max) | run s |");
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
     // (workload name, app label) → [(partitions, median steady rate)]
     let mut lines: BTreeMap<(String, String), Vec<(f64, f64)>> = BTreeMap::new();
-    for (p, workloads, out) in scale {
+    for (p, out) in scale {
         for (wi, w) in workloads.iter().enumerate() {
             for (ai, (app, _)) in w.apps.iter().enumerate() {
                 let Some(runs) = out.get(&(wi, ai)) else {
                     continue;
                 };
-                let base = scale[0]
-                    .1
-                    .iter()
-                    .position(|x| x.name == w.name)
-                    .and_then(|bi| scale[0].2.get(&(bi, ai)))
-                    .map_or(f64::NAN, |b| med(b, |r| r.steady_rate));
-                let rate = med(runs, |r| r.steady_rate);
+                let base = first_runs
+                    .get(&(wi, ai))
+                    .map_or(f64::NAN, |b| median_of(b, |r| r.steady_rate));
+                let rate = median_of(runs, |r| r.steady_rate);
                 println!(
                     "| {} | {p} | {app} | {} | {:.2}× | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.1} |",
                     w.name,
                     thousands(rate),
                     rate / base,
-                    thousands(med(runs, |r| r.steady_per_cpu_s)),
-                    med(runs, |r| r.rss_mib),
-                    med(runs, |r| r.first_output_ms),
-                    med(runs, |r| r.max_fds),
-                    med(runs, |r| r.max_threads),
-                    med(runs, |r| r.secs),
+                    thousands(median_of(runs, |r| r.steady_per_cpu_s)),
+                    median_of(runs, |r| r.rss_mib),
+                    median_of(runs, |r| r.first_output_ms),
+                    median_of(runs, |r| r.max_fds),
+                    median_of(runs, |r| r.max_threads),
+                    median_of(runs, |r| r.secs),
                 );
                 lines
                     .entry((w.name.to_string(), app.to_string()))
@@ -1083,18 +1078,12 @@ fn scale_tables(scale: &[(i32, Vec<Workload>, RunsByApp)], broker: &str, suffix:
     }
     println!("\n| workload | partitions | steady rate: Rill / peer (min–max of pairwise ratios) | per CPU-second | peak RSS |");
     println!("|---|---|---|---|---|");
-    for (p, workloads, out) in scale {
+    for (p, out) in scale {
         for (wi, w) in workloads.iter().enumerate() {
             let (Some(a), Some(b)) = (out.get(&(wi, 0)), out.get(&(wi, 1))) else {
                 continue;
             };
-            let ratio = |f: fn(&Run) -> f64| {
-                let (m, lo, hi) = rill_benches::ratio_stats(
-                    &a.iter().map(f).collect::<Vec<_>>(),
-                    &b.iter().map(f).collect::<Vec<_>>(),
-                );
-                format!("{m:.2}× ({lo:.2}–{hi:.2})")
-            };
+            let ratio = |f: fn(&Run) -> f64| ratio_cell(a, b, f);
             println!(
                 "| {} | {p} | {} | {} | {} |",
                 w.name,

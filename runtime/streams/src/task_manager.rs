@@ -521,31 +521,8 @@ impl TaskManager {
             .map(|_| ())
     }
 
-    /// Opens a task's stores (or adopts those of the standby it was,
-    /// `promoted`).
-    fn open_state(&self, id: TaskId, promoted: Option<Promoted>) -> Result<OpenedState> {
-        let c = &self.ctx.config;
-        match promoted {
-            Some(p) => crate::state_manager::adopt(
-                &self.ctx.topology,
-                id,
-                &c.application_id,
-                p.stores,
-                p.lock,
-                p.dir,
-                self.cache_budget.as_ref(),
-                c.exactly_once,
-            ),
-            None => {
-                let mut promoted = BTreeMap::new();
-                let mut opened = self.open_states(&[id], &mut promoted);
-                opened.pop().expect("one task's stores")
-            }
-        }
-    }
-
-    /// Opens the stores of every task in `ids` (see [`Self::open_state`]),
-    /// results in the order of `ids`. Opening a RocksDB store is mostly
+    /// Opens the stores of every task in `ids`, or adopts those of the
+    /// standby it was (taken from `promoted`); results in the order of `ids`. Opening a RocksDB store is mostly
     /// file-system work (it creates and syncs a MANIFEST, an OPTIONS file, a
     /// WAL and `CURRENT`: 400 reopens took 1.8–2.5 s on one thread and
     /// 0.9–1.2 s on 8 on this project's 2-core machine), so with many tasks
@@ -556,15 +533,28 @@ impl TaskManager {
         ids: &[TaskId],
         promoted: &mut BTreeMap<TaskId, Promoted>,
     ) -> Vec<Result<OpenedState>> {
-        let mut out: Vec<Option<Result<OpenedState>>> = ids
-            .iter()
-            .map(|id| promoted.remove(id).map(|p| self.open_state(*id, Some(p))))
-            .collect();
-        let todo: Vec<usize> = (0..ids.len()).filter(|&i| out[i].is_none()).collect();
-        let openers = STORE_OPENERS.min(todo.len());
         // What an open needs, without the (single-threaded) task manager.
         let (c, budget) = (&self.ctx.config, self.cache_budget.as_ref());
         let (topology, rocksdb) = (&self.ctx.topology, &self.ctx.rocksdb);
+        let mut out: Vec<Option<Result<OpenedState>>> = ids
+            .iter()
+            .map(|&id| {
+                promoted.remove(&id).map(|p| {
+                    crate::state_manager::adopt(
+                        topology,
+                        id,
+                        &c.application_id,
+                        p.stores,
+                        p.lock,
+                        p.dir,
+                        budget,
+                        c.exactly_once,
+                    )
+                })
+            })
+            .collect();
+        let todo: Vec<usize> = (0..ids.len()).filter(|&i| out[i].is_none()).collect();
+        let openers = STORE_OPENERS.min(todo.len());
         let open = |id| {
             crate::state_manager::open(
                 topology,
@@ -1189,8 +1179,9 @@ impl TaskManager {
         let ids: Vec<TaskId> = self.pending.keys().copied().collect();
         for id in ids {
             let parts = self.pending[&id].clone();
-            match self
-                .open_state(id, None)
+            let opened = self.open_states(&[id], &mut BTreeMap::new()).pop();
+            match opened
+                .expect("one task's stores")
                 .and_then(|o| self.create_task(id, &parts, o))
             {
                 Ok(t) => {
