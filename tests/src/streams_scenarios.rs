@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 
 use rill_client::{Consumer, ProducerRecord, TopicPartition};
 use rill_streams::{
-    Consumed, Grouped, KafkaStreams, Materialized, Produced, Serdes, State, StateRestoreListener,
-    StoreBackend, StreamsBuilder, StreamsConfig, TaskId, Topology,
+    Consumed, Grouped, KafkaStreams, Materialized, Produced, RocksDbConfigSetter, Serdes, State,
+    StateRestoreListener, StoreBackend, StoreContext, StreamsBuilder, StreamsConfig, TaskId,
+    Topology,
 };
 
 use crate::client_scenarios::{admin, config, create_topic, send_and_wait, wait_until};
@@ -191,8 +192,13 @@ impl Setup {
     }
 
     pub(crate) fn reader(&self) -> Consumer {
+        self.reader_of(PARTITIONS)
+    }
+
+    /// A reader of the output's first `partitions` partitions, from the start.
+    pub(crate) fn reader_of(&self, partitions: i32) -> Consumer {
         let mut c = Consumer::new(&config(&self.bootstrap, &[])).expect("consumer");
-        let parts: Vec<TopicPartition> = (0..PARTITIONS)
+        let parts: Vec<TopicPartition> = (0..partitions)
             .map(|p| TopicPartition::new(self.output.clone(), p))
             .collect();
         c.assign(&parts).unwrap();
@@ -339,6 +345,106 @@ pub fn streams_wordcount(bootstrap: &str, backend: StoreBackend) {
         "{seen:?}"
     );
     assert!(seen.iter().all(|(a, b)| a.can_become(*b)), "{seen:?}");
+}
+
+/// A door a test opens once: threads that reach it wait (60 s at most, so a
+/// failed test never hangs).
+#[derive(Clone, Default)]
+struct Gate(Arc<(std::sync::Mutex<(bool, bool)>, std::sync::Condvar)>);
+
+impl Gate {
+    /// Waits until the gate opens; marks that someone waited.
+    fn pass(&self) {
+        let (m, cv) = &*self.0;
+        let mut g = m.lock().unwrap();
+        g.1 = true;
+        let _ = cv
+            .wait_timeout_while(g, Duration::from_secs(60), |g| !g.0)
+            .unwrap();
+    }
+    fn open(&self) {
+        let (m, cv) = &*self.0;
+        m.lock().unwrap().0 = true;
+        cv.notify_all();
+    }
+    fn reached(&self) -> bool {
+        self.0 .0.lock().unwrap().1
+    }
+}
+
+/// Holds the opening of one task's RocksDB stores at a [`Gate`].
+struct HoldTask {
+    task: &'static str,
+    gate: Gate,
+}
+
+impl RocksDbConfigSetter for HoldTask {
+    fn set_config(
+        &self,
+        store: &StoreContext<'_>,
+        _: &mut rill_streams::rocksdb::Options,
+        _: &mut rill_streams::rocksdb::BlockBasedOptions,
+    ) {
+        if store.task == Some(self.task) {
+            self.gate.pass();
+        }
+    }
+}
+
+/// New tasks' stores open off the stream thread (issue 46: a thread given
+/// hundreds of tasks spent seconds inside the rebalance before its first
+/// record). While one task's store cannot open (its `RocksDbConfigSetter`
+/// blocks), the thread's other tasks count, that task is not active yet and
+/// the instance is not `RUNNING`; once the store opens, every count
+/// converges and the instance runs.
+pub fn streams_tasks_run_while_others_open(bootstrap: &str) {
+    const N: i32 = 8;
+    let s = Setup::with_partitions(bootstrap, "opening", N);
+    let dir = tempfile::tempdir().unwrap();
+    let mut expected = BTreeMap::new();
+    s.produce(&lines(0, 400), &mut expected);
+    let app = KafkaStreams::new(
+        wordcount(&s.input, &s.output, StoreBackend::RocksDb),
+        s.config(dir.path(), &[("num.stream.threads", "1".into())]),
+    )
+    .unwrap();
+    let gate = Gate::default();
+    app.set_rocksdb_config_setter(HoldTask {
+        task: "1_0",
+        gate: gate.clone(),
+    });
+    app.start().unwrap();
+    let held = TaskId::new(1, 0);
+    let mut reader = s.reader_of(N);
+    let mut seen = BTreeMap::new();
+    let counted_meanwhile = wait_until(Duration::from_secs(30), || {
+        for r in reader.poll(Duration::from_millis(100)).unwrap() {
+            let w = String::from_utf8(r.key.unwrap().to_vec()).unwrap();
+            let n = Serdes::i64()
+                .deserialize("out", r.value.as_deref())
+                .unwrap();
+            seen.insert(w, n);
+        }
+        !seen.is_empty()
+    });
+    let (reached, state, tasks) = (gate.reached(), app.state(), local_tasks(&app));
+    gate.open();
+    assert!(
+        counted_meanwhile,
+        "no count while task {held}'s store was held (reached the gate: {reached}; state {state:?}; tasks {tasks:?})"
+    );
+    assert!(reached, "task {held}'s store never reached the gate");
+    assert_ne!(state, State::Running, "running before every store opened");
+    assert!(!tasks.contains(&held), "{held} active before its store opened: {tasks:?}");
+    assert!(tasks.contains(&TaskId::new(1, 1)), "{tasks:?}");
+    await_counts(&mut reader, &mut seen, &expected, &[&app]);
+    assert!(
+        app.wait_for_state(State::Running, Duration::from_secs(30)),
+        "{:?}",
+        app.state()
+    );
+    assert!(local_tasks(&app).contains(&held));
+    assert!(app.close());
 }
 
 fn local_tasks(x: &KafkaStreams) -> BTreeSet<TaskId> {
@@ -1268,6 +1374,7 @@ macro_rules! for_each_streams_scenario {
             streams_wordcount_rocksdb => streams_wordcount(StoreBackend::RocksDb),
             streams_wordcount_in_memory => streams_wordcount(StoreBackend::InMemory),
             streams_two_instances_split_tasks => streams_two_instances_split_tasks(),
+            streams_tasks_run_while_others_open => streams_tasks_run_while_others_open(),
             streams_static_restart_rocksdb => streams_static_restart_without_rebalance(StoreBackend::RocksDb),
             streams_static_restart_in_memory => streams_static_restart_without_rebalance(StoreBackend::InMemory),
             streams_bad_input => streams_bad_input(),

@@ -73,6 +73,7 @@ mod serdes;
 mod shutdown;
 mod standby;
 mod state_manager;
+mod store_opener;
 mod streams_config;
 mod streams_group;
 mod task;

@@ -5,13 +5,17 @@
 //! Each task moves through Kafka's task states ([`TaskState`]): created
 //! with its stores opened and its directory locked, restoring, running,
 //! suspended when revoked (kept until the next assignment, resumed if given
-//! back), closed. A task whose directory another thread of this process
-//! still locks is *pending*: its partitions are paused and creation retried.
+//! back), closed. A new task's stores open in the background
+//! ([`crate::store_opener`]), its partitions paused until it is created;
+//! the thread is `Running` once every assigned task is. A task whose
+//! directory another thread of this process still locks is *pending*: its
+//! partitions are paused and creation retried.
 //!
 //! - On revoke: commit (flush caches → send → flush the producer → commit
 //!   offsets → write checkpoints), then suspend the revoked tasks; on
 //!   assign: close suspended tasks not given back, resume those given back,
-//!   create the new ones and restore their stores together; on lost (fenced
+//!   open the new ones' stores, then create them and restore their stores
+//!   together as their opens finish; on lost (fenced
 //!   or expired): close every task without committing.
 //! - Records of a partition whose task is not running (pending) are not
 //!   dropped: the partition is rewound to the first of them.
@@ -51,6 +55,7 @@ use crate::record_collector::RecordCollector;
 use crate::restore::{restore_stores, RestoreJob};
 use crate::standby::{Promoted, Standbys};
 use crate::state_manager::{OpenedState, RestorePlan};
+use crate::store_opener::{OpenFn, Opened, StoreOpener};
 use crate::task::{StreamTask, TaskState};
 use crate::task_id::TaskId;
 use crate::thread_state::{lock, RestoreMetrics, StoreLag, ThreadContext, ThreadState};
@@ -63,9 +68,9 @@ use crate::timestamp::now_ms;
 /// on disk still cover.
 const CHECKPOINT_DELTA: i64 = 10_000;
 
-/// The most threads a stream thread opens new tasks' stores on at once
-/// (`TaskManager::open_states`).
-const STORE_OPENERS: usize = 8;
+/// While new tasks' stores open in the background, the tasks whose stores
+/// are open are created at most this often (`TaskManager::adopt_opened`).
+const ADOPT_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// The same under exactly-once. The transactional stores only ever hold
 /// committed data, so a checkpoint is always safe to take, and a crash
@@ -101,6 +106,14 @@ impl ActiveTask {
     }
 }
 
+/// An assigned task whose stores are opening in the background.
+struct Opening {
+    /// The opener batch that opens them.
+    ticket: u64,
+    /// Its partitions, paused until it is created.
+    partitions: Vec<TopicPartition>,
+}
+
 /// Owns the thread's tasks (Kafka's `TaskManager`).
 pub(crate) struct TaskManager {
     ctx: Arc<ThreadContext>,
@@ -110,6 +123,15 @@ pub(crate) struct TaskManager {
     /// locks (it has not closed its copy yet); their partitions are paused
     /// and creation is retried (Kafka's LockException path).
     pending: BTreeMap<TaskId, Vec<TopicPartition>>,
+    /// Assigned tasks whose stores are opening in the background.
+    opening: BTreeMap<TaskId, Opening>,
+    /// Their finished opens, not yet adopted.
+    opened: Vec<Opened>,
+    /// When the first task of `opening` was submitted.
+    opening_since: Option<Instant>,
+    /// When [`TaskManager::adopt_opened`] last created tasks.
+    last_adopt: Instant,
+    opener: StoreOpener,
     collector: RecordCollector,
     restore_consumer: Consumer,
     commit_requested: bool,
@@ -184,10 +206,15 @@ impl TaskManager {
         };
         Ok(Self {
             cache_budget,
+            opener: StoreOpener::new(&ctx.name),
             ctx,
             tasks: BTreeMap::new(),
             suspended: BTreeMap::new(),
             pending: BTreeMap::new(),
+            opening: BTreeMap::new(),
+            opened: Vec::new(),
+            opening_since: None,
+            last_adopt: Instant::now(),
             collector,
             restore_consumer,
             commit_requested: false,
@@ -521,90 +548,131 @@ impl TaskManager {
             .map(|_| ())
     }
 
-    /// Opens the stores of every task in `ids`, or adopts those of the
-    /// standby it was (taken from `promoted`); results in the order of `ids`. Opening a RocksDB store is mostly
-    /// file-system work (it creates and syncs a MANIFEST, an OPTIONS file, a
-    /// WAL and `CURRENT`: 400 reopens took 1.8–2.5 s on one thread and
-    /// 0.9–1.2 s on 8 on this project's 2-core machine), so with many tasks
-    /// the opens run on up to [`STORE_OPENERS`] scoped threads at once; the
-    /// stream thread waits for them all, as it waited for each in turn.
-    fn open_states(
-        &self,
-        ids: &[TaskId],
-        promoted: &mut BTreeMap<TaskId, Promoted>,
-    ) -> Vec<Result<OpenedState>> {
-        // What an open needs, without the (single-threaded) task manager.
-        let (c, budget) = (&self.ctx.config, self.cache_budget.as_ref());
-        let (topology, rocksdb) = (&self.ctx.topology, &self.ctx.rocksdb);
-        let mut out: Vec<Option<Result<OpenedState>>> = ids
-            .iter()
-            .map(|&id| {
-                promoted.remove(&id).map(|p| {
-                    crate::state_manager::adopt(
-                        topology,
-                        id,
-                        &c.application_id,
-                        p.stores,
-                        p.lock,
-                        p.dir,
-                        budget,
-                        c.exactly_once,
-                    )
-                })
-            })
-            .collect();
-        let todo: Vec<usize> = (0..ids.len()).filter(|&i| out[i].is_none()).collect();
-        let openers = STORE_OPENERS.min(todo.len());
-        let open = |id| {
+    /// What opens a task's stores, on the stream thread or an opener's
+    /// (`store_opener`).
+    fn open_fn(&self) -> OpenFn {
+        let (ctx, budget) = (self.ctx.clone(), self.cache_budget.clone());
+        Arc::new(move |id| {
+            let c = &ctx.config;
             crate::state_manager::open(
-                topology,
+                &ctx.topology,
                 id,
                 &c.application_id,
                 &c.state_dir,
                 c.default_store,
-                budget,
+                budget.as_ref(),
                 c.exactly_once,
-                rocksdb,
+                &ctx.rocksdb,
             )
-        };
-        if openers <= 1 {
-            for i in todo {
-                out[i] = Some(open(ids[i]));
+        })
+    }
+
+    /// Adopts the stores of the standby task `id` was (`promoted`).
+    fn adopt_promoted(&self, id: TaskId, p: Promoted) -> Result<OpenedState> {
+        let c = &self.ctx.config;
+        crate::state_manager::adopt(
+            &self.ctx.topology,
+            id,
+            &c.application_id,
+            p.stores,
+            p.lock,
+            p.dir,
+            self.cache_budget.as_ref(),
+            c.exactly_once,
+        )
+    }
+
+    /// Pauses the partitions of new tasks and opens their stores in the
+    /// background (`store_opener`); [`TaskManager::adopt_opened`] creates
+    /// each task once its stores are open.
+    fn open_in_background(&mut self, consumer: &mut Consumer, new: Vec<(TaskId, Vec<TopicPartition>)>) {
+        let ids: Vec<TaskId> = new.iter().map(|(id, _)| *id).collect();
+        let parts: Vec<TopicPartition> = new.iter().flat_map(|(_, p)| p.clone()).collect();
+        if let Err(e) = consumer.pause(&parts) {
+            warn!(thread = %self.ctx.name, "pausing the partitions of tasks whose stores are opening: {e}");
+        }
+        let ticket = self.opener.submit(&ids, self.open_fn());
+        for (id, partitions) in new {
+            self.opening.insert(id, Opening { ticket, partitions });
+        }
+        self.opening_since.get_or_insert_with(Instant::now);
+        info!(thread = %self.ctx.name, tasks = ids.len(), "opening the new tasks' stores in the background");
+    }
+
+    /// Creates, restores and resumes the tasks whose stores finished
+    /// opening: all of them once every open is in, else at most every
+    /// [`ADOPT_EVERY`] (each round lists changelog ends and republishes
+    /// the thread's tasks).
+    pub fn adopt_opened(&mut self, consumer: &mut Consumer) -> Result<()> {
+        if self.opening.is_empty() {
+            return Ok(());
+        }
+        let opening = &self.opening;
+        self.opened.extend(
+            self.opener
+                .finished()
+                .into_iter()
+                .filter(|o| opening.get(&o.id).is_some_and(|w| w.ticket == o.ticket)),
+        );
+        let all_in = self.opened.len() >= self.opening.len();
+        if self.opened.is_empty() || (!all_in && self.last_adopt.elapsed() < ADOPT_EVERY) {
+            return Ok(());
+        }
+        self.last_adopt = Instant::now();
+        let mut created = Vec::new();
+        let mut resume = Vec::new();
+        for o in std::mem::take(&mut self.opened) {
+            // Revoked or lost meanwhile: dropping the result closes it.
+            match self.opening.get(&o.id) {
+                Some(w) if w.ticket == o.ticket => {}
+                _ => continue,
             }
-        } else {
-            let next = std::sync::atomic::AtomicUsize::new(0);
-            let opened: Vec<(usize, Result<OpenedState>)> = std::thread::scope(|scope| {
-                let workers: Vec<_> = (0..openers)
-                    .map(|_| {
-                        scope.spawn(|| {
-                            let mut mine = Vec::new();
-                            loop {
-                                let k = next.fetch_add(1, Ordering::Relaxed);
-                                let Some(&i) = todo.get(k) else {
-                                    return mine;
-                                };
-                                mine.push((i, open(ids[i])));
-                            }
-                        })
-                    })
-                    .collect();
-                workers
-                    .into_iter()
-                    .flat_map(|w| match w.join() {
-                        Ok(mine) => mine,
-                        // Opening runs no user code but a RocksDbConfigSetter,
-                        // whose panics the store catches; a panic here is Rill's.
-                        Err(panic) => std::panic::resume_unwind(panic),
-                    })
-                    .collect()
-            });
-            for (i, r) in opened {
-                out[i] = Some(r);
+            let partitions = self.opening.remove(&o.id).expect("checked").partitions;
+            match o.result.and_then(|s| self.create_task(o.id, &partitions, s)) {
+                Ok(t) => {
+                    created.push(t);
+                    resume.extend(partitions);
+                }
+                // Still paused; retried with the other pending tasks.
+                Err(e) if e.is_locked() => {
+                    info!(thread = %self.ctx.name, task = %o.id, "task directory still locked by another thread; retrying");
+                    self.pending.insert(o.id, partitions);
+                }
+                Err(e) => {
+                    warn!(thread = %self.ctx.name, task = %o.id, "could not create the task: {e}");
+                    self.fatal.get_or_insert(e);
+                }
             }
         }
-        out.into_iter()
-            .map(|r| r.expect("every task's stores opened"))
-            .collect()
+        if let Err(e) = self.restore_tasks(&mut created) {
+            warn!(thread = %self.ctx.name, tasks = created.len(), "could not restore the tasks' stores: {e}");
+            return Err(e);
+        }
+        for (t, _) in created {
+            self.tasks.insert(t.task.id, t);
+        }
+        consumer
+            .resume(&resume)
+            .map_err(|e| StreamsError::client("resuming the partitions of created tasks", e))?;
+        self.publish_tasks();
+        if self.opening.is_empty() {
+            let ms = self.opening_since.take().map_or(0, |t| t.elapsed().as_millis() as u64);
+            info!(thread = %self.ctx.name, tasks = self.tasks.len(), ms, "every new task's stores are open");
+        }
+        Ok(())
+    }
+
+    /// Whether some assigned task still waits for its stores to open.
+    pub fn is_opening(&self) -> bool {
+        !self.opening.is_empty()
+    }
+
+    /// Forgets the tasks whose stores are opening and stops the openers.
+    fn cancel_opening(&mut self) {
+        self.opening.clear();
+        self.opened.clear();
+        self.opening_since = None;
+        self.opener.cancel();
     }
 
     /// Creates a task over its opened stores; the stores still need
@@ -755,6 +823,7 @@ impl TaskManager {
             })
             .collect();
         out.extend(self.pending.keys().map(|id| format!("{id} pending")));
+        out.extend(self.opening.keys().map(|id| format!("{id} opening its stores")));
         out.join(", ")
     }
 
@@ -1020,6 +1089,7 @@ impl TaskManager {
         );
         for id in revoked {
             self.pending.remove(&id);
+            self.opening.remove(&id);
             if let Some(mut t) = self.tasks.remove(&id) {
                 t.transition(TaskState::Suspended);
                 self.suspended.insert(id, t);
@@ -1073,6 +1143,13 @@ impl TaskManager {
             if self.tasks.contains_key(&id) {
                 continue;
             }
+            if let Some(w) = self.opening.get_mut(&id) {
+                // Still opening (a cooperative rebalance kept it): its
+                // partitions stay paused until it is created.
+                let _ = consumer.pause(&parts);
+                w.partitions = parts;
+                continue;
+            }
             if let Some(mut t) = self.suspended.remove(&id) {
                 // Its stores are current: resuming restores nothing.
                 t.transition(TaskState::Restoring);
@@ -1082,29 +1159,26 @@ impl TaskManager {
             }
             new.push((id, parts));
         }
-        let ids: Vec<TaskId> = new.iter().map(|(id, _)| *id).collect();
-        let opening = Instant::now();
-        let states = self.open_states(&ids, &mut promoted);
-        if !ids.is_empty() {
-            info!(thread = %self.ctx.name, tasks = ids.len(), ms = opening.elapsed().as_millis() as u64, "opened the new tasks' stores");
-        }
+        // A promoted standby's stores are open already; the others' open in
+        // the background.
+        let (adopted, to_open): (Vec<_>, Vec<_>) =
+            new.into_iter().partition(|(id, _)| promoted.contains_key(id));
         let creating = Instant::now();
-        for ((id, parts), opened) in new.into_iter().zip(states) {
-            match opened.and_then(|o| self.create_task(id, &parts, o)) {
+        for (id, parts) in adopted {
+            let p = promoted.remove(&id).expect("partitioned on it");
+            match self.adopt_promoted(id, p).and_then(|o| self.create_task(id, &parts, o)) {
                 Ok(t) => {
                     gained.push(id);
                     created.push(t);
-                }
-                Err(e) if e.is_locked() => {
-                    info!(thread = %self.ctx.name, task = %id, "task directory still locked by another thread; retrying");
-                    let _ = consumer.pause(&parts);
-                    self.pending.insert(id, parts);
                 }
                 Err(e) => {
                     warn!(thread = %self.ctx.name, task = %id, "could not create the task: {e}");
                     self.fatal.get_or_insert(e);
                 }
             }
+        }
+        if !to_open.is_empty() {
+            self.open_in_background(consumer, to_open);
         }
         let restoring = Instant::now();
         let restored = self.restore_tasks(&mut created);
@@ -1179,10 +1253,7 @@ impl TaskManager {
         let ids: Vec<TaskId> = self.pending.keys().copied().collect();
         for id in ids {
             let parts = self.pending[&id].clone();
-            let opened = self.open_states(&[id], &mut BTreeMap::new()).pop();
-            match opened
-                .expect("one task's stores")
-                .and_then(|o| self.create_task(id, &parts, o))
+            match (self.open_fn())(id).and_then(|o| self.create_task(id, &parts, o))
             {
                 Ok(t) => {
                     self.pending.remove(&id);
@@ -1247,6 +1318,7 @@ impl TaskManager {
     /// group refused): every task goes, uncommitted.
     pub fn on_lost(&mut self) {
         self.pending.clear();
+        self.cancel_opening();
         self.txn_committed.clear();
         self.collector.forget_in_flight();
         let all: Vec<TaskId> = self
@@ -1274,6 +1346,8 @@ impl TaskManager {
     /// revocation the consumer's close runs, and under exactly-once the
     /// open transaction is aborted.
     pub fn close_all(&mut self, consumer: Option<&mut Consumer>) -> Result<()> {
+        self.pending.clear();
+        self.cancel_opening();
         let r = match consumer {
             Some(c) if !self.tasks.is_empty() => self.commit_with(c, true, true),
             Some(_) => Ok(()),

@@ -46,6 +46,9 @@ const IDLE_PROBE: Duration = Duration::from_millis(2);
 /// it polls again (an ending future wakes it sooner).
 const ASYNC_WAIT: Duration = Duration::from_millis(10);
 
+/// The longest poll while new tasks' stores open in the background.
+const OPENING_POLL: Duration = Duration::from_millis(10);
+
 /// Records processed per loop over all tasks, before the thread polls,
 /// punctuates and considers a commit again.
 const PROCESS_BUDGET: usize = 10_000;
@@ -259,7 +262,8 @@ impl StreamThread {
             }
             return Err(e);
         }
-        if self.ctx.shared.state() == ThreadState::PartitionsAssigned {
+        tm.adopt_opened(&mut self.consumer)?;
+        if self.ctx.shared.state() == ThreadState::PartitionsAssigned && !tm.is_opening() {
             self.ctx.shared.set_state(ThreadState::Running);
         }
         tm.add_records(records, &mut self.consumer)?;
@@ -300,9 +304,9 @@ impl StreamThread {
     /// sent now. Under load the short poll finds records and batching is
     /// unchanged.
     fn poll(&mut self) -> Result<Option<Vec<ConsumerRecord>>> {
-        let (idle, waits_on_async) = {
+        let (idle, waits_on_async, opening) = {
             let tm = lock(&self.tasks);
-            (tm.is_idle(), tm.waits_on_async())
+            (tm.is_idle(), tm.waits_on_async(), tm.is_opening())
         };
         if waits_on_async {
             // Only futures of async nodes can make progress: what was
@@ -311,7 +315,12 @@ impl StreamThread {
             lock(&self.tasks).collector().send_buffered_now();
             std::thread::park_timeout(ASYNC_WAIT.min(self.ctx.config.poll_timeout));
         }
-        let timeout = self.ctx.config.poll_timeout;
+        let timeout = if opening {
+            // Tasks are created as their stores open: look again soon.
+            self.ctx.config.poll_timeout.min(OPENING_POLL)
+        } else {
+            self.ctx.config.poll_timeout
+        };
         let first = if idle {
             IDLE_PROBE.min(timeout)
         } else {
