@@ -951,6 +951,53 @@ pub fn client_commit_does_not_wait_behind_fetch(bootstrap: &str) {
     c.close().unwrap();
 }
 
+/// Pauses what it is given and asks the poll it runs in to end.
+struct PauseAndEndPoll;
+
+impl RebalanceListener for PauseAndEndPoll {
+    fn on_partitions_revoked(&mut self, _: &mut Consumer, _: &[TopicPartition]) {}
+    fn on_partitions_assigned(&mut self, c: &mut Consumer, p: &[TopicPartition]) {
+        c.pause(p).unwrap();
+        c.end_poll();
+    }
+    fn on_partitions_lost(&mut self, _: &mut Consumer, _: &[TopicPartition]) {}
+}
+
+/// `Consumer::end_poll` from a rebalance callback: the poll that joined
+/// returns once the callback ends, not at its timeout, though every
+/// partition is paused (a stream thread whose tasks' stores open in the
+/// background goes back to its loop). Without it this poll waits its 30 s.
+pub fn client_end_poll_returns_after_the_callback(bootstrap: &str) {
+    let topic = unique_topic("end-poll");
+    create_topic(bootstrap, &topic, 2);
+    let mut c = Consumer::new(&group_config(
+        bootstrap,
+        &unique_topic("end-poll-g"),
+        &[("auto.offset.reset", "earliest")],
+    ))
+    .unwrap();
+    c.set_rebalance_listener(PauseAndEndPoll);
+    c.subscribe(&[&topic]).unwrap();
+    let t = Instant::now();
+    let records = c.poll(Duration::from_secs(30)).unwrap();
+    let took = t.elapsed();
+    assert!(
+        records.is_empty(),
+        "{} records from paused partitions",
+        records.len()
+    );
+    assert_eq!(
+        c.assignment().len(),
+        2,
+        "the poll ended before the assignment"
+    );
+    assert!(
+        took < Duration::from_secs(20),
+        "the poll took {took:?}: it waited out its timeout after the callback"
+    );
+    c.close().unwrap();
+}
+
 /// Processes that start together and create the same topics (two
 /// word-count instances; issue 17) all succeed: `Admin::ensure_topics`
 /// treats TOPIC_ALREADY_EXISTS as success when the partitions match, and
@@ -1397,6 +1444,7 @@ macro_rules! for_each_client_scenario {
         $m!(
             client_racing_topic_creators_all_succeed,
             client_commit_does_not_wait_behind_fetch,
+            client_end_poll_returns_after_the_callback,
             client_round_trip_every_codec,
             client_idempotent_retry_has_no_duplicates,
             client_group_rebalances_and_resumes,

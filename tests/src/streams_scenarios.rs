@@ -435,7 +435,10 @@ pub fn streams_tasks_run_while_others_open(bootstrap: &str) {
     );
     assert!(reached, "task {held}'s store never reached the gate");
     assert_ne!(state, State::Running, "running before every store opened");
-    assert!(!tasks.contains(&held), "{held} active before its store opened: {tasks:?}");
+    assert!(
+        !tasks.contains(&held),
+        "{held} active before its store opened: {tasks:?}"
+    );
     assert!(tasks.contains(&TaskId::new(1, 1)), "{tasks:?}");
     await_counts(&mut reader, &mut seen, &expected, &[&app]);
     assert!(

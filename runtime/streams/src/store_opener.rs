@@ -96,11 +96,13 @@ impl StoreOpener {
                         let Ok(id) = my_jobs.try_recv() else {
                             return;
                         };
+                        let t0 = Instant::now();
                         let result = guard(|| my_open(id)).unwrap_or_else(|p| {
                             Err(StreamsError::IllegalState(format!(
                                 "opening the stores of task {id} panicked: {p}"
                             )))
                         });
+                        tracing::debug!(task = %id, ms = t0.elapsed().as_millis() as u64, "opened a task's stores");
                         if results.send(Opened { ticket, id, result }).is_err() {
                             return;
                         }

@@ -323,23 +323,31 @@ impl TaskManager {
     /// Tells the application, the assignor and interactive queries what
     /// this thread owns now.
     pub fn publish_tasks(&self) {
-        let ids: BTreeSet<TaskId> = self.tasks.keys().copied().collect();
         let on_disk = self.state_tasks_on_disk();
         {
             let mut local = lock(&self.ctx.shared.local);
-            // Suspended tasks count as owned: an eager rebalance suspends
-            // every task before the JoinGroup that reports them (Kafka's
-            // previous active tasks).
-            local.subscription.prev_tasks = ids
-                .iter()
-                .chain(self.suspended.keys())
-                .map(|t| t.to_string())
-                .collect();
             local.subscription.state_tasks = on_disk.clone();
             local.subscription.standby_tasks =
                 self.standbys.ids().iter().map(|t| t.to_string()).collect();
         }
         self.publish_lags(&on_disk);
+        self.publish_active();
+    }
+
+    /// The part of [`TaskManager::publish_tasks`] that changes as tasks
+    /// are created: the active tasks, their stores and partitions. (The
+    /// rest reads every task directory's checkpoint: at 1,000 tasks, tens
+    /// of milliseconds.)
+    fn publish_active(&self) {
+        let ids: BTreeSet<TaskId> = self.tasks.keys().copied().collect();
+        // Suspended tasks count as owned: an eager rebalance suspends
+        // every task before the JoinGroup that reports them (Kafka's
+        // previous active tasks).
+        lock(&self.ctx.shared.local).subscription.prev_tasks = ids
+            .iter()
+            .chain(self.suspended.keys())
+            .map(|t| t.to_string())
+            .collect();
         *lock(&self.ctx.shared.standby_queryable) = self
             .standbys
             .tasks
@@ -585,13 +593,20 @@ impl TaskManager {
     /// Pauses the partitions of new tasks and opens their stores in the
     /// background (`store_opener`); [`TaskManager::adopt_opened`] creates
     /// each task once its stores are open.
-    fn open_in_background(&mut self, consumer: &mut Consumer, new: Vec<(TaskId, Vec<TopicPartition>)>) {
+    fn open_in_background(
+        &mut self,
+        consumer: &mut Consumer,
+        new: Vec<(TaskId, Vec<TopicPartition>)>,
+    ) {
         let ids: Vec<TaskId> = new.iter().map(|(id, _)| *id).collect();
         let parts: Vec<TopicPartition> = new.iter().flat_map(|(_, p)| p.clone()).collect();
         if let Err(e) = consumer.pause(&parts) {
             warn!(thread = %self.ctx.name, "pausing the partitions of tasks whose stores are opening: {e}");
         }
         let ticket = self.opener.submit(&ids, self.open_fn());
+        // Back to the stream thread's loop, which creates the tasks as
+        // their stores open, rather than waiting out the poll.
+        consumer.end_poll();
         for (id, partitions) in new {
             self.opening.insert(id, Opening { ticket, partitions });
         }
@@ -628,7 +643,10 @@ impl TaskManager {
                 _ => continue,
             }
             let partitions = self.opening.remove(&o.id).expect("checked").partitions;
-            match o.result.and_then(|s| self.create_task(o.id, &partitions, s)) {
+            match o
+                .result
+                .and_then(|s| self.create_task(o.id, &partitions, s))
+            {
                 Ok(t) => {
                     created.push(t);
                     resume.extend(partitions);
@@ -654,9 +672,23 @@ impl TaskManager {
         consumer
             .resume(&resume)
             .map_err(|e| StreamsError::client("resuming the partitions of created tasks", e))?;
-        self.publish_tasks();
         if self.opening.is_empty() {
-            let ms = self.opening_since.take().map_or(0, |t| t.elapsed().as_millis() as u64);
+            self.publish_tasks();
+        } else {
+            self.publish_active();
+        }
+        debug!(
+            thread = %self.ctx.name,
+            partitions = resume.len(),
+            opening = self.opening.len(),
+            ms = self.last_adopt.elapsed().as_millis() as u64,
+            "created the tasks whose stores opened"
+        );
+        if self.opening.is_empty() {
+            let ms = self
+                .opening_since
+                .take()
+                .map_or(0, |t| t.elapsed().as_millis() as u64);
             info!(thread = %self.ctx.name, tasks = self.tasks.len(), ms, "every new task's stores are open");
         }
         Ok(())
@@ -823,7 +855,11 @@ impl TaskManager {
             })
             .collect();
         out.extend(self.pending.keys().map(|id| format!("{id} pending")));
-        out.extend(self.opening.keys().map(|id| format!("{id} opening its stores")));
+        out.extend(
+            self.opening
+                .keys()
+                .map(|id| format!("{id} opening its stores")),
+        );
         out.join(", ")
     }
 
@@ -1161,12 +1197,16 @@ impl TaskManager {
         }
         // A promoted standby's stores are open already; the others' open in
         // the background.
-        let (adopted, to_open): (Vec<_>, Vec<_>) =
-            new.into_iter().partition(|(id, _)| promoted.contains_key(id));
+        let (adopted, to_open): (Vec<_>, Vec<_>) = new
+            .into_iter()
+            .partition(|(id, _)| promoted.contains_key(id));
         let creating = Instant::now();
         for (id, parts) in adopted {
             let p = promoted.remove(&id).expect("partitioned on it");
-            match self.adopt_promoted(id, p).and_then(|o| self.create_task(id, &parts, o)) {
+            match self
+                .adopt_promoted(id, p)
+                .and_then(|o| self.create_task(id, &parts, o))
+            {
                 Ok(t) => {
                     gained.push(id);
                     created.push(t);
@@ -1253,8 +1293,7 @@ impl TaskManager {
         let ids: Vec<TaskId> = self.pending.keys().copied().collect();
         for id in ids {
             let parts = self.pending[&id].clone();
-            match (self.open_fn())(id).and_then(|o| self.create_task(id, &parts, o))
-            {
+            match (self.open_fn())(id).and_then(|o| self.create_task(id, &parts, o)) {
                 Ok(t) => {
                     self.pending.remove(&id);
                     let mut created = [t];

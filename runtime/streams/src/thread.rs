@@ -327,7 +327,9 @@ impl StreamThread {
             Duration::ZERO
         };
         let mut polled = self.consumer.poll(first);
-        if idle && polled.as_ref().is_ok_and(|r| r.is_empty()) {
+        // A rebalance inside that poll may have given tasks whose stores
+        // now open in the background: back to the loop to create them.
+        if idle && polled.as_ref().is_ok_and(|r| r.is_empty()) && !lock(&self.tasks).is_opening() {
             lock(&self.tasks).collector().send_buffered_now();
             polled = self.consumer.poll(timeout.saturating_sub(first));
         }

@@ -167,6 +167,8 @@ pub struct Consumer {
     assignors: Vec<Arc<dyn PartitionAssignor>>,
     listener: Option<Box<dyn RebalanceListener>>,
     in_callback: bool,
+    /// A rebalance callback asked the poll it runs in to return when it ends.
+    end_poll: bool,
     next_auto_commit: Instant,
     last_metadata_refresh: Option<Instant>,
     fatal: Option<Error>,
@@ -255,6 +257,7 @@ impl Consumer {
             assignors,
             listener: None,
             in_callback: false,
+            end_poll: false,
             last_metadata_refresh: None,
             fatal: None,
             closed: false,
@@ -540,6 +543,15 @@ impl Consumer {
         Ok(())
     }
 
+    /// Called from a rebalance callback: the `poll` the callback runs in
+    /// returns as soon as the callback ends (with no records), instead of
+    /// waiting out its timeout. A stream thread whose new tasks' partitions
+    /// stay paused while their stores open has work to do before then.
+    /// Called elsewhere, the next `poll` returns at once.
+    pub fn end_poll(&mut self) {
+        self.end_poll = true;
+    }
+
     fn request_rejoin(&mut self) {
         if let Some(Group::Classic(m)) = &self.group {
             m.request_rejoin();
@@ -574,6 +586,9 @@ impl Consumer {
         self.run_async_commit_callbacks();
         loop {
             self.update_group()?;
+            if std::mem::take(&mut self.end_poll) {
+                return Ok(Vec::new());
+            }
             self.maybe_auto_commit();
             self.ensure_metadata(false);
             self.update_positions()?;
