@@ -170,3 +170,75 @@ impl Drop for StoreOpener {
         self.cancel();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use super::*;
+
+    fn wait_for(opener: &StoreOpener, n: usize) -> Vec<Opened> {
+        let mut out = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while out.len() < n && Instant::now() < deadline {
+            out.extend(opener.finished());
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        out
+    }
+
+    #[test]
+    fn every_open_comes_back_once_under_its_ticket_and_a_panic_names_its_task() {
+        let mut opener = StoreOpener::new("t");
+        let open: OpenFn = Arc::new(|id: TaskId| {
+            if id.partition == 3 {
+                panic!("boom");
+            }
+            Err(StreamsError::IllegalState(format!("no stores for {id}")))
+        });
+        let ids: Vec<TaskId> = (0..20).map(|p| TaskId::new(0, p)).collect();
+        let first = opener.submit(&ids[..10], open.clone());
+        let second = opener.submit(&ids[10..], open);
+        assert_ne!(first, second);
+        let mut got = wait_for(&opener, 20);
+        got.sort_by_key(|o| o.id);
+        assert_eq!(got.iter().map(|o| o.id).collect::<Vec<_>>(), ids);
+        for o in &got {
+            assert_eq!(o.ticket, if o.id.partition < 10 { first } else { second });
+            let e = o
+                .result
+                .as_ref()
+                .err()
+                .expect("the fake open fails")
+                .to_string();
+            if o.id.partition == 3 {
+                assert!(e.contains("task 0_3 panicked: boom"), "{e}");
+            } else {
+                assert!(e.contains("no stores for 0_"), "{e}");
+            }
+        }
+    }
+
+    #[test]
+    fn no_open_starts_after_cancel() {
+        let mut opener = StoreOpener::new("t");
+        let started = Arc::new(AtomicUsize::new(0));
+        let s = started.clone();
+        let open: OpenFn = Arc::new(move |_| {
+            s.fetch_add(1, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(5));
+            Err(StreamsError::IllegalState("slow".into()))
+        });
+        let ids: Vec<TaskId> = (0..400).map(|p| TaskId::new(0, p)).collect();
+        opener.submit(&ids, open);
+        std::thread::sleep(Duration::from_millis(20));
+        let t = Instant::now();
+        opener.cancel();
+        assert!(t.elapsed() < CANCEL_WAIT, "cancel waited {:?}", t.elapsed());
+        let at_cancel = started.load(Ordering::SeqCst);
+        assert!(at_cancel < ids.len(), "every open ran before the cancel");
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(started.load(Ordering::SeqCst), at_cancel);
+        assert!(opener.finished().is_empty(), "results kept past the cancel");
+    }
+}

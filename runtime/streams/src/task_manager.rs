@@ -619,16 +619,19 @@ impl TaskManager {
     /// [`ADOPT_EVERY`] (each round lists changelog ends and republishes
     /// the thread's tasks).
     pub fn adopt_opened(&mut self, consumer: &mut Consumer) -> Result<()> {
-        if self.opening.is_empty() {
-            return Ok(());
-        }
+        // Results of tasks revoked or lost meanwhile are dropped here, even
+        // with nothing left opening: each holds its task's directory lock,
+        // which another thread of this process may be waiting for.
+        let finished = self.opener.finished();
         let opening = &self.opening;
         self.opened.extend(
-            self.opener
-                .finished()
+            finished
                 .into_iter()
                 .filter(|o| opening.get(&o.id).is_some_and(|w| w.ticket == o.ticket)),
         );
+        if self.opening.is_empty() {
+            return Ok(());
+        }
         let all_in = self.opened.len() >= self.opening.len();
         if self.opened.is_empty() || (!all_in && self.last_adopt.elapsed() < ADOPT_EVERY) {
             return Ok(());
@@ -1123,9 +1126,14 @@ impl TaskManager {
             revoked = ?revoked.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
             "rebalance started: tasks suspended"
         );
+        for id in &revoked {
+            self.opening.remove(id);
+        }
+        // Their finished opens go now, releasing their directories.
+        let opening = &self.opening;
+        self.opened.retain(|o| opening.contains_key(&o.id));
         for id in revoked {
             self.pending.remove(&id);
-            self.opening.remove(&id);
             if let Some(mut t) = self.tasks.remove(&id) {
                 t.transition(TaskState::Suspended);
                 self.suspended.insert(id, t);
