@@ -231,13 +231,18 @@ pub(crate) fn await_counts(
         for s in streams {
             assert_ne!(s.state(), State::Error, "an instance failed");
         }
-        for r in reader.poll(Duration::from_millis(200)).unwrap() {
-            let w = String::from_utf8(r.key.unwrap().to_vec()).unwrap();
-            let n = Serdes::i64()
-                .deserialize("out", r.value.as_deref())
-                .unwrap();
-            seen.insert(w, n);
-        }
+        read_counts(reader, seen, Duration::from_millis(200));
+    }
+}
+
+/// One poll of the word count's output into `seen` (word -> latest count).
+fn read_counts(reader: &mut Consumer, seen: &mut BTreeMap<String, i64>, wait: Duration) {
+    for r in reader.poll(wait).unwrap() {
+        let w = String::from_utf8(r.key.unwrap().to_vec()).unwrap();
+        let n = Serdes::i64()
+            .deserialize("out", r.value.as_deref())
+            .unwrap();
+        seen.insert(w, n);
     }
 }
 
@@ -418,13 +423,7 @@ pub fn streams_tasks_run_while_others_open(bootstrap: &str) {
     let mut reader = s.reader_of(N);
     let mut seen = BTreeMap::new();
     let counted_meanwhile = wait_until(Duration::from_secs(30), || {
-        for r in reader.poll(Duration::from_millis(100)).unwrap() {
-            let w = String::from_utf8(r.key.unwrap().to_vec()).unwrap();
-            let n = Serdes::i64()
-                .deserialize("out", r.value.as_deref())
-                .unwrap();
-            seen.insert(w, n);
-        }
+        read_counts(&mut reader, &mut seen, Duration::from_millis(100));
         !seen.is_empty()
     });
     let (reached, state, tasks) = (gate.reached(), app.state(), local_tasks(&app));
