@@ -153,12 +153,26 @@ fn run() -> Result<(), rill_examples::Error> {
     let (cfg, producer) = (ex.config.clone(), &ex.producer);
     let (id_serde, song_serde) = (i64::serde(), Json::<Song>::serde());
     let mut sent = Vec::new();
+    // A stream-table join reads the table as of each play's timestamp
+    // (Kafka's semantics): the catalogue is dated a second before the
+    // plays, so every play finds its song whichever task starts first.
+    let catalogued_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_millis() as i64
+        - 1_000;
     for song in catalogue() {
         let key = id_serde.serialize(SONGS, &song.id)?.ok_or("null id")?;
         let value = song_serde
             .serialize(SONGS, &Json(song))?
             .ok_or("null song")?;
-        sent.push(producer.send(ProducerRecord::new(SONGS).key(key).value(value))?);
+        sent.push(
+            producer.send(
+                ProducerRecord::new(SONGS)
+                    .key(key)
+                    .value(value)
+                    .timestamp(catalogued_at),
+            )?,
+        );
     }
     let play_serde = Json::<PlayEvent>::serde();
     for (i, play) in plays().into_iter().enumerate() {
