@@ -26,7 +26,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
-use tracing::warn;
+use tracing::{debug, warn};
 
 use crate::error::{Result, StreamsError};
 use crate::state_manager::OpenedState;
@@ -102,7 +102,7 @@ impl StoreOpener {
                                 "opening the stores of task {id} panicked: {p}"
                             )))
                         });
-                        tracing::debug!(task = %id, ms = t0.elapsed().as_millis() as u64, "opened a task's stores");
+                        debug!(task = %id, ms = t0.elapsed().as_millis() as u64, "opened a task's stores");
                         if results.send(Opened { ticket, id, result }).is_err() {
                             return;
                         }

@@ -68,10 +68,6 @@ use crate::timestamp::now_ms;
 /// on disk still cover.
 const CHECKPOINT_DELTA: i64 = 10_000;
 
-/// While new tasks' stores open in the background, the tasks whose stores
-/// are open are created at most this often (`TaskManager::adopt_opened`).
-const ADOPT_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
-
 /// The same under exactly-once. The transactional stores only ever hold
 /// committed data, so a checkpoint is always safe to take, and a crash
 /// costs a restore of what the changelogs got since the last one: 1,000
@@ -79,6 +75,10 @@ const ADOPT_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
 /// Streams keeps no checkpoint while running under EOS and restores a
 /// crashed task's stores in full).
 const CHECKPOINT_DELTA_EOS: i64 = 1_000;
+
+/// While new tasks' stores open in the background, the tasks whose stores
+/// are open are created at most this often (`TaskManager::adopt_opened`).
+const ADOPT_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// A created task and its state on disk.
 pub(crate) struct ActiveTask {
@@ -1126,19 +1126,17 @@ impl TaskManager {
             revoked = ?revoked.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
             "rebalance started: tasks suspended"
         );
-        for id in &revoked {
-            self.opening.remove(id);
-        }
-        // Their finished opens go now, releasing their directories.
-        let opening = &self.opening;
-        self.opened.retain(|o| opening.contains_key(&o.id));
         for id in revoked {
             self.pending.remove(&id);
+            self.opening.remove(&id);
             if let Some(mut t) = self.tasks.remove(&id) {
                 t.transition(TaskState::Suspended);
                 self.suspended.insert(id, t);
             }
         }
+        // Finished opens of revoked tasks go now, releasing their directories.
+        let opening = &self.opening;
+        self.opened.retain(|o| opening.contains_key(&o.id));
         self.publish_tasks();
     }
 

@@ -46,9 +46,6 @@ const IDLE_PROBE: Duration = Duration::from_millis(2);
 /// it polls again (an ending future wakes it sooner).
 const ASYNC_WAIT: Duration = Duration::from_millis(10);
 
-/// The longest poll while new tasks' stores open in the background.
-const OPENING_POLL: Duration = Duration::from_millis(10);
-
 /// Records processed per loop over all tasks, before the thread polls,
 /// punctuates and considers a commit again.
 const PROCESS_BUDGET: usize = 10_000;
@@ -304,9 +301,9 @@ impl StreamThread {
     /// sent now. Under load the short poll finds records and batching is
     /// unchanged.
     fn poll(&mut self) -> Result<Option<Vec<ConsumerRecord>>> {
-        let (idle, waits_on_async, opening) = {
+        let (idle, waits_on_async) = {
             let tm = lock(&self.tasks);
-            (tm.is_idle(), tm.waits_on_async(), tm.is_opening())
+            (tm.is_idle(), tm.waits_on_async())
         };
         if waits_on_async {
             // Only futures of async nodes can make progress: what was
@@ -315,20 +312,15 @@ impl StreamThread {
             lock(&self.tasks).collector().send_buffered_now();
             std::thread::park_timeout(ASYNC_WAIT.min(self.ctx.config.poll_timeout));
         }
-        let timeout = if opening {
-            // Tasks are created as their stores open: look again soon.
-            self.ctx.config.poll_timeout.min(OPENING_POLL)
-        } else {
-            self.ctx.config.poll_timeout
-        };
+        let timeout = self.ctx.config.poll_timeout;
         let first = if idle {
             IDLE_PROBE.min(timeout)
         } else {
             Duration::ZERO
         };
         let mut polled = self.consumer.poll(first);
-        // A rebalance inside that poll may have given tasks whose stores
-        // now open in the background: back to the loop to create them.
+        // While stores open in the background (a rebalance inside that poll
+        // may have started it), back to the loop to create their tasks.
         if idle && polled.as_ref().is_ok_and(|r| r.is_empty()) && !lock(&self.tasks).is_opening() {
             lock(&self.tasks).collector().send_buffered_now();
             polled = self.consumer.poll(timeout.saturating_sub(first));
