@@ -57,9 +57,27 @@
 //!    and threads (the most seen, sampled every second), the Rill / peer
 //!    ratio per count, and the chart docs/img/scale[-embedded].png.
 //!
+//! 6. Many members (issue 46 part 3), `PARTS=members`: `MEMBER_INSTANCES`
+//!    (50) instances × 2 threads of the word count as static members, input
+//!    of 2 partitions per instance, 1,000 records/s: every process spawned at
+//!    once, the time until all print RUNNING and until the group is stable
+//!    with output flowing; then one rolling restart of every instance
+//!    (SIGTERM, start again, wait for RUNNING and output) with the
+//!    rebalances and partition moves the group shows, each restart's time
+//!    to RUNNING, resident memory per instance, and what the group's size
+//!    costs: a classic group leader's assignment time and the bytes of the
+//!    subscriptions and assignments it handles, the largest endpoint map a
+//!    streams group's heartbeat carries, the embedded broker's time to
+//!    compute a streams group's target assignment. Rill's instances serve
+//!    interactive queries (`application.server`), so the group's metadata
+//!    carries every endpoint. On each protocol of
+//!    `PROTOCOLS`; Kafka Streams with `MEMBER_KS_INSTANCES` instances (0:
+//!    not run) on the same harness.
+//!
 //! Command: `cargo bench -p rill-benches --bench streams_vs_kafka_streams`
 //! (needs Java 17 and Maven for the Kafka jars; `PARTS=rolling,throughput,
-//! latency,startup,restore` picks parts, `BROKERS=kafka,embedded` the brokers,
+//! latency,startup,restore,members` picks parts (all but `members` by
+//! default), `BROKERS=kafka,embedded` the brokers,
 //! `PROTOCOLS=classic,streams` the rolling part's group protocols).
 
 use std::collections::BTreeMap;
@@ -1473,6 +1491,9 @@ fn main() {
         println!("\n# Broker: {name} (single KRaft node)");
         let jvm = rill_benches::first_child(kafka.pid());
         run_parts(&parts, &bin, &kafka.bootstrap, &name, "", jvm);
+        if parts.contains("members") {
+            members_part(&kafka.bootstrap, &name, None);
+        }
     }
     if brokers.contains("embedded") {
         let broker = spawn_broker_process();
@@ -1485,6 +1506,113 @@ fn main() {
             "-embedded",
             Some(broker.child.id()),
         );
+        if parts.contains("members") {
+            members_part(&broker.bootstrap, "the embedded broker", Some(&broker));
+        }
+    }
+}
+
+// ------------------------------------------------------------------ members
+
+/// Part 6: many static members of one app, started together and rolled.
+fn members_part(b: &str, broker: &str, embedded: Option<&rill_benches::BrokerProcess>) {
+    use rill_tests::rolling::{log_fields, Deployment, StopMode};
+    let protocols = std::env::var("PROTOCOLS").unwrap_or_else(|_| "classic,streams".into());
+    let rill: usize = env_or("MEMBER_INSTANCES", 50);
+    let jvm: usize = env_or("MEMBER_KS_INSTANCES", 0);
+    println!("\n## Many members on {broker}: N instances x 2 threads (2N static members) of the word count, 2N input partitions, 1,000 records/s; all spawned at once, then one rolling restart (SIGTERM + start, per instance)");
+    println!("| app (group.protocol) | instances | all RUNNING s | stable s | rebalances | partition moves | lost | restart→RUNNING ms (median, max) | max gap ms | RSS MiB per instance (median) | assignment ms (max) | subscriptions KiB (total, largest) | assignments KiB (total, largest) | endpoint map KiB (largest) |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for protocol in ["classic", "streams"] {
+        if !protocols.contains(protocol) {
+            continue;
+        }
+        for (label, runtime, n) in [
+            ("Rill", Runtime::Rill, rill),
+            ("Kafka Streams", Runtime::KafkaStreams, jvm),
+        ] {
+            if n == 0 {
+                continue;
+            }
+            let mut cfg = RollConfig::small(runtime, AppTopology::WordCount);
+            cfg.instances = n;
+            cfg.threads = 2;
+            cfg.rounds = 1;
+            cfg.partitions = i32::try_from(2 * n).unwrap_or(i32::MAX).max(6);
+            cfg.rate = 1000;
+            if runtime == Runtime::KafkaStreams {
+                cfg.session_timeout_ms = 45_000;
+            } else {
+                // Each instance serves interactive queries, so the group's
+                // metadata carries every endpoint (port 0: any free one).
+                cfg.app_properties
+                    .push(("application.server".into(), "127.0.0.1:0".into()));
+            }
+            let broker_lines_before = embedded.map_or(0, |e| e.streams_assignments().len());
+            let (report, rss) = rill_tests::streams_scenarios::with_group_protocol(protocol, || {
+                let mut d = Deployment::start(b, &cfg);
+                let rss: Vec<f64> = (0..n).map(|i| d.rss_kib(i) as f64 / 1024.0).collect();
+                d.roll_round(StopMode::Clean, |_, _| {});
+                (d.finish(), rss)
+            });
+            let costs = &report.group_costs;
+            let leader_ms = costs
+                .leader_assignments
+                .iter()
+                .map(|a| a.assign_us)
+                .max()
+                .map(|us| us as f64 / 1000.0);
+            // The embedded broker computes a streams group's assignment.
+            let coordinator_ms = embedded.and_then(|e| {
+                e.streams_assignments()[broker_lines_before..]
+                    .iter()
+                    .filter_map(|l| log_fields(l).get("assign_us")?.parse::<u64>().ok())
+                    .max()
+                    .map(|us| us as f64 / 1000.0)
+            });
+            let assign_ms = match (leader_ms, coordinator_ms, protocol) {
+                (Some(ms), _, _) => format!("{ms:.1} (leader)"),
+                (None, Some(ms), _) => format!("{ms:.1} (broker)"),
+                (None, None, "streams") => "broker-side".into(),
+                _ => "n/a".into(),
+            };
+            let kib = |b: u64| format!("{:.1}", b as f64 / 1024.0);
+            let biggest = costs
+                .leader_assignments
+                .iter()
+                .max_by_key(|a| a.members)
+                .cloned()
+                .unwrap_or_default();
+            let (subs, assigns) = if costs.leader_assignments.is_empty() {
+                ("n/a".to_string(), "n/a".to_string())
+            } else {
+                (
+                    format!("{}, {}", kib(biggest.subscription_bytes), kib(biggest.subscription_max)),
+                    format!("{}, {}", kib(biggest.assignment_bytes), kib(biggest.assignment_max)),
+                )
+            };
+            let endpoint_map = if costs.endpoint_map_bytes_max > 0 {
+                format!("{} ({} endpoints)", kib(costs.endpoint_map_bytes_max), costs.endpoint_map_endpoints)
+            } else {
+                "n/a".into()
+            };
+            let restarts: Vec<f64> = report.restart_to_running_ms.iter().map(|&v| v as f64).collect();
+            println!(
+                "| {label} ({protocol}) | {n} | {:.1} | {:.1} | {} | {} | {} | {:.0}, {:.0} | {} | {:.1} | {assign_ms} | {subs} | {assigns} | {endpoint_map} |",
+                report.start_to_all_running_ms as f64 / 1000.0,
+                report.start_to_stable_ms as f64 / 1000.0,
+                report.rebalances,
+                report.moves(),
+                report.lost,
+                median(&restarts),
+                restarts.iter().copied().fold(0.0, f64::max),
+                report.max_gap_ms,
+                median(&rss),
+            );
+            for r in &report.rebalances_seen {
+                println!("  rebalance: {r}");
+            }
+        }
     }
 }
 

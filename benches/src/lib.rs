@@ -49,6 +49,23 @@ pub struct BrokerProcess {
     pub child: Child,
     pub bootstrap: String,
     _dir: tempfile::TempDir,
+    /// Its log lines about streams groups' target assignments (the rest
+    /// of its log, warnings and errors, goes to this process's stderr).
+    assignments: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+/// What the embedded broker logs when it computes a KIP-1071 streams
+/// group's target assignment (with `members` and `assign_us`).
+pub const STREAMS_ASSIGNMENT_LINE: &str = "computed the target assignment";
+
+impl BrokerProcess {
+    /// The broker's "computed the target assignment" lines so far.
+    pub fn streams_assignments(&self) -> Vec<String> {
+        self.assignments
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
 }
 
 pub fn spawn_broker_process() -> BrokerProcess {
@@ -58,19 +75,34 @@ pub fn spawn_broker_process() -> BrokerProcess {
         .unwrap();
     let mut child = Command::new(std::env::current_exe().unwrap())
         .env(SERVE_BROKER_ENV, dir.path())
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", "warn,rill_broker::coordinator::streams=info")
+        .env("NO_COLOR", "1")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("broker process starts");
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
+    let assignments = std::sync::Arc::<std::sync::Mutex<Vec<String>>>::default();
+    let err = child.stderr.take().expect("piped");
+    let kept = assignments.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            if line.contains(STREAMS_ASSIGNMENT_LINE) {
+                kept.lock().unwrap_or_else(|p| p.into_inner()).push(line);
+            } else if line.contains("WARN") || line.contains("ERROR") {
+                eprintln!("{line}");
+            }
+        }
+    });
     BrokerProcess {
         child,
         bootstrap: line.trim().to_string(),
         _dir: dir,
+        assignments,
     }
 }
 

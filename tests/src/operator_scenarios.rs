@@ -285,11 +285,12 @@ pub fn streams_rest_metadata_and_queries(bootstrap: &str) {
     };
     let views = || {
         format!(
-            "after {attempt} attempt(s); a's threads {:#?}\nb's threads {:#?}\na's rebalances {:#?}\nb's rebalances {:#?}",
+            "after {attempt} attempt(s); a's threads {:#?}\nb's threads {:#?}\na's rebalances {:#?}\nb's rebalances {:#?}\n{}",
             a.metadata_for_local_threads(),
             b.metadata_for_local_threads(),
             a.rebalance_history(),
-            b.rebalance_history()
+            b.rebalance_history(),
+            crate::recent_logs(&s.app)
         )
     };
     let (st, ans) = forwarded;
@@ -298,12 +299,31 @@ pub fn streams_rest_metadata_and_queries(bootstrap: &str) {
     assert_eq!(ans["owner"], b_endpoint.as_str(), "{ans:#}");
     assert_eq!(ans["served_by"], "forwarded", "{ans:#}");
     let (st, ans) = owned;
-    assert_eq!(
-        (st, &ans["served_by"]),
-        (200, &Value::from("owner")),
-        "{ans:#}\n{}",
-        views()
-    );
+    // A miss here has been seen under load (twice in 2026-12 full suites);
+    // asked again over 3 s, the answers say whether the value was late or
+    // never there, and the library's own read of the store agrees or not.
+    let again = || {
+        [200u64, 800, 2000]
+            .iter()
+            .map(|ms| {
+                std::thread::sleep(Duration::from_millis(*ms));
+                let (st, ans) = get(&format!("{}/v1/stores/counts/keys/{wa}", base(&a)), None);
+                format!(
+                    "after +{ms} ms: {st} {ans}; library: {:?}",
+                    a.query_store("counts", &wa, &Serdes::string(), &Serdes::i64())
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    if st != 200 {
+        panic!(
+            "the owner answered {st} {ans:#} for {wa:?}; asked again:\n{}\n{}",
+            again(),
+            views()
+        );
+    }
+    assert_eq!(ans["served_by"], "owner", "{ans:#}\n{}", views());
     assert_eq!(ans["value"], expected[&wa]);
     // The library's local query: the owner answers, the other names the owner.
     assert_eq!(

@@ -157,6 +157,13 @@ pub struct RollReport {
     /// Each rebalance the observer counted: what the roll was doing then
     /// and what it saw, so a failure says when the group moved.
     pub rebalances_seen: Vec<String>,
+    /// From spawning the instances (all at once) until every one printed
+    /// `RUNNING`, and until the group was stable with every input
+    /// partition owned and output flowing.
+    pub start_to_all_running_ms: u64,
+    pub start_to_stable_ms: u64,
+    /// What the group's size cost its members (Rill's logs).
+    pub group_costs: GroupCosts,
 }
 
 impl RollReport {
@@ -188,6 +195,66 @@ struct Names {
     app: String,
     input: String,
     output: String,
+    /// What every instance's group membership cost, from their logs.
+    costs: Arc<Mutex<GroupCosts>>,
+}
+
+/// What a group's size costs its members, as their logs say (Rill's app
+/// only): each assignment a classic group's leader computed, and the
+/// largest endpoint map a KIP-1071 streams group's heartbeat answered with.
+#[derive(Debug, Clone, Default)]
+pub struct GroupCosts {
+    /// One per assignment a leader computed.
+    pub leader_assignments: Vec<LeaderAssignment>,
+    /// The largest StreamsGroupHeartbeat answer carrying the endpoint map
+    /// (bytes), and how many endpoints it listed.
+    pub endpoint_map_bytes_max: u64,
+    pub endpoint_map_endpoints: u64,
+}
+
+/// One "computed assignment as leader" line of a classic group's leader.
+#[derive(Debug, Clone, Default)]
+pub struct LeaderAssignment {
+    pub members: u64,
+    /// The assignor's time (µs).
+    pub assign_us: u64,
+    /// The members' subscriptions (JoinGroup metadata): total and largest bytes.
+    pub subscription_bytes: u64,
+    pub subscription_max: u64,
+    /// The assignments sent (SyncGroup): total and largest bytes.
+    pub assignment_bytes: u64,
+    pub assignment_max: u64,
+}
+
+/// `key=value` fields of a tracing line (as its fmt layer writes them).
+pub fn log_fields(line: &str) -> BTreeMap<&str, &str> {
+    line.split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .collect()
+}
+
+impl GroupCosts {
+    /// Takes what `line` (an instance's log line) says, if anything.
+    fn see(&mut self, line: &str) {
+        let f = log_fields(line);
+        let num = |k: &str| f.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        if line.contains("computed assignment as leader") {
+            self.leader_assignments.push(LeaderAssignment {
+                members: num("members"),
+                assign_us: num("assign_us"),
+                subscription_bytes: num("subscription_bytes"),
+                subscription_max: num("subscription_max"),
+                assignment_bytes: num("assignment_bytes"),
+                assignment_max: num("assignment_max"),
+            });
+        } else if line.contains("streams group endpoint map") {
+            let bytes = num("response_bytes");
+            if bytes > self.endpoint_map_bytes_max {
+                self.endpoint_map_bytes_max = bytes;
+                self.endpoint_map_endpoints = num("endpoints");
+            }
+        }
+    }
 }
 
 /// Starts instance `index`; its log's last lines are kept for a failure
@@ -275,9 +342,14 @@ fn spawn_logging(
     let tail = Arc::new(crate::Tail::new(LOG_TAIL));
     // Piped only when the log is kept (`stderr` None).
     if let Some(err) = child.stderr.take() {
-        let log = tail.clone();
+        let (log, costs) = (tail.clone(), n.costs.clone());
         std::thread::spawn(move || {
             for line in std::io::BufReader::new(err).lines().map_while(|l| l.ok()) {
+                if line.contains("computed assignment as leader")
+                    || line.contains("streams group endpoint map")
+                {
+                    costs.lock().unwrap().see(&line);
+                }
                 log.push(line);
             }
         });
@@ -621,6 +693,7 @@ impl Deployment {
             app: unique_topic("roll"),
             input: unique_topic("roll-in"),
             output: unique_topic("roll-out"),
+            costs: Arc::default(),
         };
         let topics = admin(bootstrap);
         for t in [&n.input, &n.output] {
@@ -653,6 +726,7 @@ impl Deployment {
         let dirs: Vec<tempfile::TempDir> = (0..cfg.instances)
             .map(|_| tempfile::tempdir().unwrap())
             .collect();
+        let starting = Instant::now();
         let instances: Vec<Instance> = (0..cfg.instances)
             .map(|i| spawn(cfg, &n, dirs[i].path(), i))
             .collect();
@@ -663,6 +737,7 @@ impl Deployment {
                 inst.log_tail()
             );
         }
+        let all_running_ms = starting.elapsed().as_millis() as u64;
 
         // The generator: fixed rate, keyed, sequence-numbered.
         let stop_gen = Arc::new(AtomicBool::new(false));
@@ -814,6 +889,8 @@ impl Deployment {
                     .is_some()
         });
         let v = settled_view.expect("the app never processed steadily");
+        d.report.start_to_all_running_ms = all_running_ms;
+        d.report.start_to_stable_ms = starting.elapsed().as_millis() as u64;
         d.gap_window_start = now_ms();
         d.initial_owners = Some(v.owners.clone());
         d.initial_processes = v.processes.clone();
@@ -1046,6 +1123,7 @@ impl Deployment {
             }
         });
         let mut report = std::mem::take(&mut self.report);
+        report.group_costs = self.n.costs.lock().unwrap().clone();
         report.rebalances_seen = self.watch.lock().unwrap().seen.clone();
         report.rebalances = report.rebalances_seen.len();
         if let Some(v) = observe(&self.group_admin, &self.n.app, &self.n.input) {
@@ -1547,4 +1625,27 @@ pub fn streams_protocol_kill9_restart_waits_for_the_session(bootstrap: &str) {
         assert!(r.rebalances >= 1, "the expiry is a rebalance: {desc}");
         assert_eq!(r.restart_to_running_ms.len(), 1, "{desc}");
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::GroupCosts;
+
+    /// The lines as the app's tracing output writes them (`NO_COLOR=1`).
+    #[test]
+    fn group_costs_read_the_leaders_and_the_endpoint_maps_lines() {
+        let mut c = GroupCosts::default();
+        c.see("2026-12-06T18:00:00.000001Z  INFO rill_client::consumer::classic: computed assignment as leader group=roll-1 generation=3 assignor=rill-streams members=100 assign_us=2150 subscription_bytes=40960 subscription_max=512 assignment_bytes=30720 assignment_max=400");
+        c.see("2026-12-06T18:00:01.000001Z  INFO rill_client::consumer::streams: streams group endpoint map group=roll-1 epoch=4 endpoints=50 response_bytes=9000");
+        c.see("2026-12-06T18:00:02.000001Z  INFO rill_client::consumer::streams: streams group endpoint map group=roll-1 epoch=5 endpoints=49 response_bytes=8000");
+        c.see("2026-12-06T18:00:03.000001Z  INFO rill_streams::app: application state from=Rebalancing to=Running");
+        assert_eq!(c.leader_assignments.len(), 1);
+        let a = &c.leader_assignments[0];
+        assert_eq!(
+            (a.members, a.assign_us, a.subscription_bytes, a.subscription_max),
+            (100, 2150, 40960, 512)
+        );
+        assert_eq!((a.assignment_bytes, a.assignment_max), (30720, 400));
+        assert_eq!((c.endpoint_map_bytes_max, c.endpoint_map_endpoints), (9000, 50));
+    }
 }

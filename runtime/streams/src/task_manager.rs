@@ -1272,6 +1272,17 @@ impl TaskManager {
             .metrics
             .rebalances
             .fetch_add(1, Ordering::Relaxed);
+        // Active tasks after the rebalance, those whose stores are still
+        // opening (or whose directories are still locked) included.
+        let assigned: Vec<String> = self
+            .tasks
+            .keys()
+            .chain(self.opening.keys())
+            .chain(self.pending.keys())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .map(|t| t.to_string())
+            .collect();
         {
             let mut h = lock(&self.ctx.history);
             if h.len() >= HISTORY_LIMIT {
@@ -1282,13 +1293,13 @@ impl TaskManager {
                 thread_name: self.ctx.name.clone(),
                 generation,
                 members,
-                tasks: self.tasks.keys().map(|t| t.to_string()).collect(),
+                tasks: assigned.clone(),
             });
         }
         info!(
             thread = %self.ctx.name,
             generation,
-            tasks = ?self.tasks.keys().map(|t| t.to_string()).collect::<Vec<_>>(),
+            tasks = ?assigned,
             gained = ?gained.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
             "rebalance complete"
         );

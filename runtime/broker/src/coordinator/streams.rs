@@ -481,7 +481,15 @@ impl StreamsGroup {
         if !delayed {
             self.delay_until = None;
             if self.group_epoch > self.assignment_epoch {
+                let assigning = std::time::Instant::now();
                 self.assign(cfg);
+                info!(
+                    group = %self.group_id,
+                    epoch = self.assignment_epoch,
+                    members = self.members.len(),
+                    assign_us = assigning.elapsed().as_micros() as u64,
+                    "computed the target assignment"
+                );
             }
         }
         self.reconcile(&id, hb.owned.as_ref());

@@ -426,9 +426,10 @@ impl ClassicMember {
             .iter()
             .filter_map(|t| meta.partition_count(t).map(|n| (t.clone(), n as i32)))
             .collect();
+        let assigning = Instant::now();
         let result = assignor.assign(&partitions, &subs)?;
-        info!(group = %self.group_id, generation, assignor = assignor.name(), members = subs.len(), "computed assignment as leader");
-        Ok(subs
+        let assign_us = assigning.elapsed().as_micros() as u64;
+        let assignments: Vec<SyncGroupRequestAssignment> = subs
             .keys()
             .map(|m| {
                 let a = result.get(m).cloned().unwrap_or_default();
@@ -436,7 +437,30 @@ impl ClassicMember {
                     .with_member_id(sb(m))
                     .with_assignment(encode_assignment(&a))
             })
-            .collect())
+            .collect();
+        // What the group's size costs the leader: the assignor's time and
+        // the bytes of the members' subscriptions (JoinGroup) and of the
+        // assignments it sends back (SyncGroup), largest and total.
+        let sizes = |v: &mut dyn Iterator<Item = usize>| {
+            v.fold((0, 0), |(max, sum): (usize, usize), n| (max.max(n), sum + n))
+        };
+        let (subscription_max, subscription_bytes) =
+            sizes(&mut members.iter().map(|m| m.metadata.len()));
+        let (assignment_max, assignment_bytes) =
+            sizes(&mut assignments.iter().map(|a| a.assignment.len()));
+        info!(
+            group = %self.group_id,
+            generation,
+            assignor = assignor.name(),
+            members = subs.len(),
+            assign_us,
+            subscription_bytes,
+            subscription_max,
+            assignment_bytes,
+            assignment_max,
+            "computed assignment as leader"
+        );
+        Ok(assignments)
     }
 
     fn fenced(&self, what: &str) -> Error {

@@ -41,6 +41,7 @@ pub use rill_protocol::messages::streams_group_heartbeat_request::{
     CopartitionGroup, KeyValue, Subtopology, TopicInfo, Topology,
 };
 use rill_protocol::messages::streams_group_heartbeat_request::{Endpoint, TaskIds, TaskOffset};
+use rill_protocol::kafka_protocol::protocol::Encodable;
 use rill_protocol::messages::StreamsGroupHeartbeatRequest;
 use rill_protocol::ErrorCode;
 pub use rill_protocol::StrBytes;
@@ -593,7 +594,7 @@ async fn heartbeat_loop(
         {
             let mut s = lock(&shared);
             match r {
-                Ok((_, resp)) if resp.error_code == 0 => {
+                Ok((version, resp)) if resp.error_code == 0 => {
                     unreleased_since = None;
                     if let Some(l) = leaving {
                         info!(%group, epoch = l, "left the streams group");
@@ -608,6 +609,17 @@ async fn heartbeat_loop(
                         s.interval = Duration::from_millis(resp.heartbeat_interval_ms as u64);
                     }
                     s.owned_sent |= sent_owned;
+                    if let Some(eps) = &resp.partitions_by_user_endpoint {
+                        // What the group's size costs each member: the
+                        // answer carrying every endpoint's partitions.
+                        info!(
+                            %group,
+                            epoch = resp.endpoint_information_epoch,
+                            endpoints = eps.len(),
+                            response_bytes = resp.compute_size(version).unwrap_or(0),
+                            "streams group endpoint map"
+                        );
+                    }
                     let statuses: Vec<(i8, String)> = resp
                         .status
                         .unwrap_or_default()
