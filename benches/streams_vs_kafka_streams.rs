@@ -69,8 +69,9 @@
 //!    subscriptions and assignments it handles, the largest endpoint map a
 //!    streams group's heartbeat carries, the embedded broker's time to
 //!    compute a streams group's target assignment. Rill's instances serve
-//!    interactive queries (`application.server`), so the group's metadata
-//!    carries every endpoint. On each protocol of
+//!    interactive queries (`application.server`, a port of their own kept
+//!    across restarts), so the group's metadata carries every endpoint.
+//!    On each protocol of
 //!    `PROTOCOLS`; Kafka Streams with `MEMBER_KS_INSTANCES` instances (0:
 //!    not run) on the same harness.
 //!
@@ -1492,7 +1493,7 @@ fn main() {
         let jvm = rill_benches::first_child(kafka.pid());
         run_parts(&parts, &bin, &kafka.bootstrap, &name, "", jvm);
         if parts.contains("members") {
-            members_part(&kafka.bootstrap, &name, None);
+            members_part(&kafka.bootstrap, &name, "members.png", None);
         }
     }
     if brokers.contains("embedded") {
@@ -1507,15 +1508,36 @@ fn main() {
             Some(broker.child.id()),
         );
         if parts.contains("members") {
-            members_part(&broker.bootstrap, "the embedded broker", Some(&broker));
+            members_part(
+                &broker.bootstrap,
+                "the embedded broker",
+                "members-embedded.png",
+                Some(&broker),
+            );
         }
     }
 }
 
 // ------------------------------------------------------------------ members
 
+/// `n` ports free now on 127.0.0.1 (each bound to port 0 and released):
+/// one per instance, so each keeps its endpoint across its restart.
+fn free_ports(n: usize) -> Vec<u16> {
+    let held: Vec<std::net::TcpListener> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("a free port"))
+        .collect();
+    held.iter()
+        .map(|l| l.local_addr().expect("bound").port())
+        .collect()
+}
+
 /// Part 6: many static members of one app, started together and rolled.
-fn members_part(b: &str, broker: &str, embedded: Option<&rill_benches::BrokerProcess>) {
+fn members_part(
+    b: &str,
+    broker: &str,
+    chart_name: &str,
+    embedded: Option<&rill_benches::BrokerProcess>,
+) {
     use rill_tests::rolling::{log_fields, Deployment, StopMode};
     let protocols = std::env::var("PROTOCOLS").unwrap_or_else(|_| "classic,streams".into());
     let rill: usize = env_or("MEMBER_INSTANCES", 50);
@@ -1523,6 +1545,8 @@ fn members_part(b: &str, broker: &str, embedded: Option<&rill_benches::BrokerPro
     println!("\n## Many members on {broker}: N instances x 2 threads (2N static members) of the word count, 2N input partitions, 1,000 records/s; all spawned at once, then one rolling restart (SIGTERM + start, per instance)");
     println!("| app (group.protocol) | instances | all RUNNING s | stable s | rebalances | partition moves | lost | restart→RUNNING ms (median, max) | max gap ms | RSS MiB per instance (median) | assignment ms (max) | subscriptions KiB (total, largest) | assignments KiB (total, largest) | endpoint map KiB (largest) |");
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    // Chart: label, ms to all RUNNING, slowest restart to RUNNING.
+    let mut chart: Vec<(String, f64, f64)> = Vec::new();
     for protocol in ["classic", "streams"] {
         if !protocols.contains(protocol) {
             continue;
@@ -1544,9 +1568,14 @@ fn members_part(b: &str, broker: &str, embedded: Option<&rill_benches::BrokerPro
                 cfg.session_timeout_ms = 45_000;
             } else {
                 // Each instance serves interactive queries, so the group's
-                // metadata carries every endpoint (port 0: any free one).
-                cfg.app_properties
-                    .push(("application.server".into(), "127.0.0.1:0".into()));
+                // metadata carries every endpoint. Its own port, kept
+                // across its restart as a deployment's would be: a
+                // restarted instance at a new endpoint asks for a
+                // rebalance to tell the group (classic protocol).
+                cfg.instance_properties = free_ports(n)
+                    .into_iter()
+                    .map(|p| vec![("application.server".into(), format!("127.0.0.1:{p}"))])
+                    .collect();
             }
             let broker_lines_before = embedded.map_or(0, |e| e.streams_assignments().len());
             let (report, rss) = rill_tests::streams_scenarios::with_group_protocol(protocol, || {
@@ -1612,8 +1641,28 @@ fn members_part(b: &str, broker: &str, embedded: Option<&rill_benches::BrokerPro
             for r in &report.rebalances_seen {
                 println!("  rebalance: {r}");
             }
+            chart.push((
+                format!("{label} x{n} ({protocol})"),
+                report.start_to_all_running_ms as f64,
+                restarts.iter().copied().fold(0.0, f64::max),
+            ));
         }
     }
+    if chart.is_empty() {
+        return;
+    }
+    let path = repo_root().join("docs/img").join(chart_name);
+    bar_chart(
+        &path,
+        &format!("Many members on {broker}: ms to all RUNNING, slowest restart (log scale)"),
+        &chart.iter().map(|c| c.0.as_str()).collect::<Vec<_>>(),
+        &[
+            ("all RUNNING", chart.iter().map(|c| c.1).collect()),
+            ("slowest restart", chart.iter().map(|c| c.2).collect()),
+        ],
+        true,
+    );
+    println!("chart: {}", path.display());
 }
 
 /// The parts of `PARTS` against one broker; `suffix` tells its charts apart,

@@ -21,6 +21,12 @@ pub fn serve_broker_if_requested() {
     let Some(dir) = std::env::var_os(SERVE_BROKER_ENV) else {
         return;
     };
+    // RUST_LOG as the parent set it; standard error goes to the parent.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_ansi(false)
+        .with_writer(std::io::stderr)
+        .try_init();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -99,6 +99,10 @@ pub struct RollConfig {
     /// Bootstrap address of each instance's app, if not the harness's own
     /// (e.g. through a per-instance fault proxy); index = instance.
     pub instance_bootstrap: Vec<String>,
+    /// Properties of one instance's app on top of `app_properties` (e.g.
+    /// its own `application.server`, kept across its restarts); index =
+    /// instance.
+    pub instance_properties: Vec<Vec<(String, String)>>,
 }
 
 impl RollConfig {
@@ -121,6 +125,7 @@ impl RollConfig {
             clean_first_round: false,
             replication_factor: 1,
             instance_bootstrap: Vec::new(),
+            instance_properties: Vec::new(),
         }
     }
 }
@@ -305,6 +310,7 @@ fn spawn_logging(
         .into(),
     ];
     let mut properties = cfg.app_properties.clone();
+    properties.extend(cfg.instance_properties.get(index).cloned().unwrap_or_default());
     let protocol = crate::streams_scenarios::group_protocol();
     if protocol != "classic" {
         properties.push(("group.protocol".into(), protocol.into()));

@@ -32,7 +32,46 @@ use crate::topology::{full_match, Topology};
 /// Name of this assignor in the group protocol (Kafka's `StreamsPartitionAssignor` calls itself
 /// "stream"); every member of the application must offer it.
 pub const PROTOCOL_NAME: &str = "rill-streams";
-pub(crate) const VERSION: u32 = 1;
+/// The user-data version this member speaks: 2 decodes a compressed
+/// assignment (1: JSON only). The leader compresses only when every
+/// member's subscription says 2 or more, so a group mid-way through a
+/// rolling upgrade from version 1 keeps working.
+pub(crate) const VERSION: u32 = 2;
+
+/// The first version whose members decode a compressed assignment.
+const COMPRESSED_SINCE: u32 = 2;
+
+/// The assignment's user data: the group's whole view (every member's
+/// endpoint, tasks and partitions) goes to every member, so it grows with
+/// members × members. As JSON, 100 members' assignments overflowed the
+/// record the coordinator stores for the group (Apache Kafka's 1 MiB
+/// `max.message.bytes` of `__consumer_offsets`: SyncGroup answered
+/// UNKNOWN_SERVER_ERROR); deflated, the repeated topic names, ids and
+/// keys shrink it several times over. JSON starts with `{`, a zlib
+/// stream never does (its first byte is 0x78 for the default window), so
+/// [`decode_assignment`] reads both.
+fn encode_assignment(info: &AssignmentInfo, compress: bool) -> serde_json::Result<Bytes> {
+    let json = serde_json::to_vec(info)?;
+    if !compress {
+        return Ok(Bytes::from(json));
+    }
+    use std::io::Write;
+    let mut z = flate2::write::ZlibEncoder::new(
+        Vec::with_capacity(json.len() / 4),
+        flate2::Compression::default(),
+    );
+    z.write_all(&json).map_err(serde_json::Error::io)?;
+    Ok(Bytes::from(z.finish().map_err(serde_json::Error::io)?))
+}
+
+/// The assignment's user data, JSON or deflated JSON; `None` if it is
+/// neither (a newer format this member does not know).
+fn decode_assignment(data: &[u8]) -> Option<AssignmentInfo> {
+    if data.first() == Some(&b'{') {
+        return serde_json::from_slice(data).ok();
+    }
+    serde_json::from_reader(flate2::read::ZlibDecoder::new(data)).ok()
+}
 
 /// What a member tells the leader (subscription user data, JSON).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -735,9 +774,12 @@ impl PartitionAssignor for StreamsAssignor {
                     .collect(),
             });
         }
-        let data = Bytes::from(serde_json::to_vec(&info).map_err(|e| {
+        // Compressed only if every member reads it (an old member's or an
+        // undecodable subscription says version 1 or 0).
+        let compress = infos.values().all(|i| i.version >= COMPRESSED_SINCE);
+        let data = encode_assignment(&info, compress).map_err(|e| {
             rill_client::Error::IllegalState(format!("assignment does not encode: {e}"))
-        })?);
+        })?;
         Ok(subs
             .iter()
             .map(|s| {
@@ -760,7 +802,7 @@ impl PartitionAssignor for StreamsAssignor {
         let info = assignment
             .user_data
             .as_ref()
-            .and_then(|b| serde_json::from_slice::<AssignmentInfo>(b).ok())
+            .and_then(|b| decode_assignment(b))
             .map(|mut i| {
                 i.generation = generation;
                 i
@@ -853,6 +895,48 @@ mod tests {
         let local = assignor.local.lock().unwrap();
         assert!(local.shutdown_seen);
         assert_eq!(local.generation, 3);
+    }
+
+    #[test]
+    fn the_assignment_is_deflated_only_when_every_member_reads_it() {
+        let assignor = assignor();
+        let parts = BTreeMap::from([("in".to_string(), 200)]);
+        // 100 static members as 50 instances of two threads would be.
+        let mut subs: BTreeMap<String, Subscription> = (0..100)
+            .map(|i| {
+                let m = format!("app-i{:02}-thread-{}-{i:032x}", i / 2, i % 2 + 1);
+                let s = sub(&m, &format!("app-i{:02}-thread-{}", i / 2, i % 2 + 1));
+                (m, s)
+            })
+            .collect();
+        let out = assignor.assign(&parts, &subs).unwrap();
+        let data = out.values().next().unwrap().user_data.clone().unwrap();
+        assert_ne!(data.first(), Some(&b'{'), "deflated");
+        let plain = encode_assignment(&decode_assignment(&data).unwrap(), false).unwrap();
+        assert!(
+            data.len() * 4 < plain.len(),
+            "{} deflated bytes vs {} as JSON",
+            data.len(),
+            plain.len()
+        );
+        // A member that reads it sees the whole group.
+        assignor.on_assignment(out.values().next().unwrap(), 7);
+        let seen = assignor.local.lock().unwrap().assignment.clone().unwrap();
+        assert_eq!((seen.members.len(), seen.generation), (100, 7));
+        // One member still on version 1 (a rolling upgrade): JSON for all.
+        let old = subs.keys().nth(3).unwrap().clone();
+        let info = SubscriptionInfo {
+            version: 1,
+            process_id: "p-old".into(),
+            ..Default::default()
+        };
+        subs.get_mut(&old).unwrap().user_data = Some(Bytes::from(serde_json::to_vec(&info).unwrap()));
+        let out = assignor.assign(&parts, &subs).unwrap();
+        let data = out[&old].user_data.clone().unwrap();
+        assert_eq!(data.first(), Some(&b'{'));
+        assert_eq!(serde_json::from_slice::<AssignmentInfo>(&data).unwrap().members.len(), 100);
+        // Neither JSON nor deflate: no assignment info, no panic.
+        assert!(decode_assignment(b"\x00\x01garbage").is_none());
     }
 
     #[test]

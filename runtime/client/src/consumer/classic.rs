@@ -313,6 +313,13 @@ impl ClassicMember {
             } else {
                 Vec::new()
             };
+            // What the coordinator must store for the group (the leader
+            // knows): members' subscriptions and the assignments.
+            let group_bytes = (!assignments.is_empty()).then(|| {
+                let subs: usize = resp.members.iter().map(|m| m.metadata.len()).sum();
+                let assigned: usize = assignments.iter().map(|a| a.assignment.len()).sum();
+                (subs, assigned)
+            });
             let v = conn.version(ApiKey::SyncGroup, 3, 5)?;
             let req = SyncGroupRequest::default()
                 .with_group_id(GroupId(sb(&group)))
@@ -355,6 +362,24 @@ impl ClassicMember {
             if rpc::is_coordinator_error(&Error::broker(code, "")) {
                 cluster.forget_coordinator(&group);
                 continue;
+            }
+            if code == ErrorCode::UnknownServerError.code() {
+                // Kafka's coordinator answers so when it cannot write the
+                // group's record, most often because it is larger than the
+                // __consumer_offsets topic's max.message.bytes.
+                let sizes = group_bytes.map_or(String::new(), |(subs, assigned)| {
+                    format!(
+                        " (this leader's assignments total {assigned} bytes, the members' subscriptions {subs} bytes)"
+                    )
+                });
+                return Err(Error::broker(
+                    code,
+                    format!(
+                        "SyncGroup of group {group}: the coordinator could not store the group's state; \
+                         a group whose subscriptions and assignments together exceed the __consumer_offsets \
+                         topic's max.message.bytes (1 MiB by default) is refused this way{sizes}"
+                    ),
+                ));
             }
             if code != 0 {
                 return Err(Error::broker(code, format!("SyncGroup of group {group}")));
