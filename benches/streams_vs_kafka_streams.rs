@@ -1578,12 +1578,13 @@ fn members_part(
                     .collect();
             }
             let broker_lines_before = embedded.map_or(0, |e| e.streams_assignments().len());
-            let (report, rss) = rill_tests::streams_scenarios::with_group_protocol(protocol, || {
-                let mut d = Deployment::start(b, &cfg);
-                let rss: Vec<f64> = (0..n).map(|i| d.rss_kib(i) as f64 / 1024.0).collect();
-                d.roll_round(StopMode::Clean, |_, _| {});
-                (d.finish(), rss)
-            });
+            let (report, rss) =
+                rill_tests::streams_scenarios::with_group_protocol(protocol, || {
+                    let mut d = Deployment::start(b, &cfg);
+                    let rss: Vec<f64> = (0..n).map(|i| d.rss_kib(i) as f64 / 1024.0).collect();
+                    d.roll_round(StopMode::Clean, |_, _| {});
+                    (d.finish(), rss)
+                });
             let costs = &report.group_costs;
             let leader_ms = costs
                 .leader_assignments
@@ -1616,16 +1617,32 @@ fn members_part(
                 ("n/a".to_string(), "n/a".to_string())
             } else {
                 (
-                    format!("{}, {}", kib(biggest.subscription_bytes), kib(biggest.subscription_max)),
-                    format!("{}, {}", kib(biggest.assignment_bytes), kib(biggest.assignment_max)),
+                    format!(
+                        "{}, {}",
+                        kib(biggest.subscription_bytes),
+                        kib(biggest.subscription_max)
+                    ),
+                    format!(
+                        "{}, {}",
+                        kib(biggest.assignment_bytes),
+                        kib(biggest.assignment_max)
+                    ),
                 )
             };
             let endpoint_map = if costs.endpoint_map_bytes_max > 0 {
-                format!("{} ({} endpoints)", kib(costs.endpoint_map_bytes_max), costs.endpoint_map_endpoints)
+                format!(
+                    "{} ({} endpoints)",
+                    kib(costs.endpoint_map_bytes_max),
+                    costs.endpoint_map_endpoints
+                )
             } else {
                 "n/a".into()
             };
-            let restarts: Vec<f64> = report.restart_to_running_ms.iter().map(|&v| v as f64).collect();
+            let restarts: Vec<f64> = report
+                .restart_to_running_ms
+                .iter()
+                .map(|&v| v as f64)
+                .collect();
             println!(
                 "| {label} ({protocol}) | {n} | {:.1} | {:.1} | {} | {} | {} | {:.0}, {:.0} | {} | {:.1} | {assign_ms} | {subs} | {assigns} | {endpoint_map} |",
                 report.start_to_all_running_ms as f64 / 1000.0,

@@ -310,7 +310,12 @@ fn spawn_logging(
         .into(),
     ];
     let mut properties = cfg.app_properties.clone();
-    properties.extend(cfg.instance_properties.get(index).cloned().unwrap_or_default());
+    properties.extend(
+        cfg.instance_properties
+            .get(index)
+            .cloned()
+            .unwrap_or_default(),
+    );
     let protocol = crate::streams_scenarios::group_protocol();
     if protocol != "classic" {
         properties.push(("group.protocol".into(), protocol.into()));
@@ -1648,10 +1653,18 @@ mod tests {
         assert_eq!(c.leader_assignments.len(), 1);
         let a = &c.leader_assignments[0];
         assert_eq!(
-            (a.members, a.assign_us, a.subscription_bytes, a.subscription_max),
+            (
+                a.members,
+                a.assign_us,
+                a.subscription_bytes,
+                a.subscription_max
+            ),
             (100, 2150, 40960, 512)
         );
         assert_eq!((a.assignment_bytes, a.assignment_max), (30720, 400));
-        assert_eq!((c.endpoint_map_bytes_max, c.endpoint_map_endpoints), (9000, 50));
+        assert_eq!(
+            (c.endpoint_map_bytes_max, c.endpoint_map_endpoints),
+            (9000, 50)
+        );
     }
 }

@@ -427,7 +427,15 @@ pub fn streams_tasks_run_while_others_open(bootstrap: &str) {
         !seen.is_empty()
     });
     let (reached, state, tasks) = (gate.reached(), app.state(), local_tasks(&app));
+    // The rebalance's record names the task still opening among the
+    // thread's active tasks (the dashboard's timeline).
+    let history = app.rebalance_history();
     gate.open();
+    let last = history.last().map(|e| e.tasks.clone()).unwrap_or_default();
+    assert!(
+        last.contains(&held.to_string()),
+        "the last rebalance's tasks {last:?} leave out {held}, still opening"
+    );
     assert!(
         counted_meanwhile,
         "no count while task {held}'s store was held (reached the gate: {reached}; state {state:?}; tasks {tasks:?})"

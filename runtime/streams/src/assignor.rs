@@ -930,11 +930,18 @@ mod tests {
             process_id: "p-old".into(),
             ..Default::default()
         };
-        subs.get_mut(&old).unwrap().user_data = Some(Bytes::from(serde_json::to_vec(&info).unwrap()));
+        subs.get_mut(&old).unwrap().user_data =
+            Some(Bytes::from(serde_json::to_vec(&info).unwrap()));
         let out = assignor.assign(&parts, &subs).unwrap();
         let data = out[&old].user_data.clone().unwrap();
         assert_eq!(data.first(), Some(&b'{'));
-        assert_eq!(serde_json::from_slice::<AssignmentInfo>(&data).unwrap().members.len(), 100);
+        assert_eq!(
+            serde_json::from_slice::<AssignmentInfo>(&data)
+                .unwrap()
+                .members
+                .len(),
+            100
+        );
         // Neither JSON nor deflate: no assignment info, no panic.
         assert!(decode_assignment(b"\x00\x01garbage").is_none());
     }

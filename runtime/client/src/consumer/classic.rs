@@ -467,7 +467,9 @@ impl ClassicMember {
         // the bytes of the members' subscriptions (JoinGroup) and of the
         // assignments it sends back (SyncGroup), largest and total.
         let sizes = |v: &mut dyn Iterator<Item = usize>| {
-            v.fold((0, 0), |(max, sum): (usize, usize), n| (max.max(n), sum + n))
+            v.fold((0, 0), |(max, sum): (usize, usize), n| {
+                (max.max(n), sum + n)
+            })
         };
         let (subscription_max, subscription_bytes) =
             sizes(&mut members.iter().map(|m| m.metadata.len()));

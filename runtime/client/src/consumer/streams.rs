@@ -34,6 +34,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use rill_protocol::kafka_protocol::protocol::Encodable;
 use rill_protocol::message::{Api, RequestBody, ResponseBody};
 /// The topology as KIP-1071 carries it (the application describes itself
 /// with these).
@@ -41,7 +42,6 @@ pub use rill_protocol::messages::streams_group_heartbeat_request::{
     CopartitionGroup, KeyValue, Subtopology, TopicInfo, Topology,
 };
 use rill_protocol::messages::streams_group_heartbeat_request::{Endpoint, TaskIds, TaskOffset};
-use rill_protocol::kafka_protocol::protocol::Encodable;
 use rill_protocol::messages::StreamsGroupHeartbeatRequest;
 use rill_protocol::ErrorCode;
 pub use rill_protocol::StrBytes;
