@@ -260,6 +260,20 @@ pub fn streams_rest_metadata_and_queries(bootstrap: &str) {
         &expected,
         &[&a, &b],
     );
+    // Key metadata hashes over the topic's partitions, whatever part of the
+    // group the instance has heard of yet (it once took the count from the
+    // highest task in its view: a view without the last partition's task
+    // sent queries to the wrong owner).
+    for w in expected.keys() {
+        let md = a
+            .query_metadata_for_key("counts", w, &Serdes::string())
+            .unwrap();
+        let want = rill_client::producer::partition_for_key(
+            w.as_bytes(),
+            crate::streams_scenarios::PARTITIONS as usize,
+        );
+        assert_eq!(md.partition, want, "{w}: {md:?}");
+    }
     let b_endpoint = b.rest_address().unwrap().to_string();
     let a_endpoint = a.rest_address().unwrap().to_string();
     // A task may still move after the counts are in (a streams group's

@@ -258,8 +258,13 @@ impl App {
         out
     }
 
-    /// The sub-topology holding `store`, and its partition count (from the
-    /// assignment's task list: every task of a sub-topology is assigned).
+    /// The sub-topology holding `store`, and its partition count: its
+    /// source topics' partitions, as Kafka's key metadata takes them (the
+    /// client's cached metadata, else one metadata request). Not the group
+    /// view's highest task: a view missing the last partition's task (a
+    /// streams group's endpoint map arrives member by member, at heartbeats
+    /// 5 s apart) hashed keys over too few partitions and sent queries to
+    /// the wrong owner. The view is the fallback when no metadata answers.
     fn store_layout(&self, store: &str) -> Result<(u32, Option<i32>), StoreQueryError> {
         let st = self
             .topology()
@@ -267,15 +272,38 @@ impl App {
             .iter()
             .find(|st| st.stores.contains(store))
             .ok_or_else(|| StoreQueryError::UnknownStore(store.to_string()))?;
-        let partitions = self
+        // No task of it assigned anywhere yet: the application is starting.
+        let Some(seen) = self
             .group_members()
             .iter()
             .flat_map(|m| m.tasks.iter())
             .filter_map(|t| t.parse::<TaskId>().ok())
             .filter(|t| t.subtopology == st.id)
             .map(|t| t.partition + 1)
-            .max();
-        Ok((st.id, partitions))
+            .max()
+        else {
+            return Ok((st.id, None));
+        };
+        let app = &self.config().application_id;
+        let sources: Vec<String> = st.source_topics.iter().map(|t| t.resolve(app)).collect();
+        let cached = {
+            let m = self.admin().cluster().metadata();
+            sources.iter().filter_map(|t| m.partition_count(t)).max()
+        };
+        // A request only when the admin client's metadata lacks them (it
+        // fails at once inside an async context: the view answers then).
+        let from_metadata = cached.or_else(|| {
+            let names: Vec<&str> = sources.iter().map(String::as_str).collect();
+            self.admin()
+                .describe_topics(&names)
+                .ok()
+                .and_then(|ts| ts.iter().map(|t| t.partitions.len()).max())
+        });
+        let n = from_metadata
+            .and_then(|n| i32::try_from(n).ok())
+            .filter(|n| *n >= seen)
+            .unwrap_or(seen);
+        Ok((st.id, Some(n)))
     }
 
     pub(crate) fn key_metadata(
