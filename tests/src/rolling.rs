@@ -241,9 +241,13 @@ pub fn log_fields(line: &str) -> BTreeMap<&str, &str> {
 impl GroupCosts {
     /// Takes what `line` (an instance's log line) says, if anything.
     fn see(&mut self, line: &str) {
+        let leader = line.contains("computed assignment as leader");
+        if !leader && !line.contains("streams group endpoint map") {
+            return;
+        }
         let f = log_fields(line);
         let num = |k: &str| f.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-        if line.contains("computed assignment as leader") {
+        if leader {
             self.leader_assignments.push(LeaderAssignment {
                 members: num("members"),
                 assign_us: num("assign_us"),
@@ -356,11 +360,7 @@ fn spawn_logging(
         let (log, costs) = (tail.clone(), n.costs.clone());
         std::thread::spawn(move || {
             for line in std::io::BufReader::new(err).lines().map_while(|l| l.ok()) {
-                if line.contains("computed assignment as leader")
-                    || line.contains("streams group endpoint map")
-                {
-                    costs.lock().unwrap().see(&line);
-                }
+                costs.lock().unwrap().see(&line);
                 log.push(line);
             }
         });

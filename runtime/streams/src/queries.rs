@@ -291,9 +291,12 @@ impl App {
             sources.iter().filter_map(|t| m.partition_count(t)).max()
         };
         // A request only when the admin client's metadata lacks them (it
-        // fails at once inside an async context: the view answers then).
+        // fails at once inside an async context: the view answers then);
+        // from then on its refreshes keep them, so later queries read the
+        // cache.
         let from_metadata = cached.or_else(|| {
             let names: Vec<&str> = sources.iter().map(String::as_str).collect();
+            self.admin().cluster().add_interest(names.iter().copied());
             self.admin()
                 .describe_topics(&names)
                 .ok()

@@ -301,6 +301,9 @@ impl ClassicMember {
                 .unwrap_or_default();
             lock(&self.shared).member_id = member_id.clone();
             debug!(%group, %member_id, generation, %protocol, leader = %resp.leader, "joined group");
+            // What the coordinator must store for the group, as the leader
+            // knows it: (members' subscriptions, assignments) in bytes.
+            let mut group_bytes: Option<(usize, usize)> = None;
             let assignments: Vec<SyncGroupRequestAssignment> = if resp.leader.as_str() == member_id
                 && !resp.skip_assignment
             {
@@ -308,18 +311,14 @@ impl ClassicMember {
                         .iter()
                         .find(|a| a.name() == protocol)
                         .ok_or_else(|| Error::IllegalState(format!("the coordinator chose assignor {protocol:?}, which this consumer does not have")))?;
-                self.lead(cluster, assignor.as_ref(), &resp.members, generation)
-                    .await?
+                let (a, bytes) = self
+                    .lead(cluster, assignor.as_ref(), &resp.members, generation)
+                    .await?;
+                group_bytes = Some(bytes);
+                a
             } else {
                 Vec::new()
             };
-            // What the coordinator must store for the group (the leader
-            // knows): members' subscriptions and the assignments.
-            let group_bytes = (!assignments.is_empty()).then(|| {
-                let subs: usize = resp.members.iter().map(|m| m.metadata.len()).sum();
-                let assigned: usize = assignments.iter().map(|a| a.assignment.len()).sum();
-                (subs, assigned)
-            });
             let v = conn.version(ApiKey::SyncGroup, 3, 5)?;
             let req = SyncGroupRequest::default()
                 .with_group_id(GroupId(sb(&group)))
@@ -408,7 +407,7 @@ impl ClassicMember {
         assignor: &dyn PartitionAssignor,
         members: &[rill_protocol::kafka_protocol::messages::join_group_response::JoinGroupResponseMember],
         generation: i32,
-    ) -> Result<Vec<SyncGroupRequestAssignment>> {
+    ) -> Result<(Vec<SyncGroupRequestAssignment>, (usize, usize))> {
         let mut subs = BTreeMap::new();
         for m in members {
             let s = decode_subscription(&m.metadata).map_err(|e| Error::Protocol {
@@ -487,7 +486,7 @@ impl ClassicMember {
             assignment_max,
             "computed assignment as leader"
         );
-        Ok(assignments)
+        Ok((assignments, (subscription_bytes, assignment_bytes)))
     }
 
     fn fenced(&self, what: &str) -> Error {
