@@ -75,10 +75,28 @@
 //!    `PROTOCOLS`; Kafka Streams with `MEMBER_KS_INSTANCES` instances (0:
 //!    not run) on the same harness.
 //!
+//! 7. Large state (issue 46 part 4), `PARTS=large`: a table store of
+//!    `LARGE_KEYS` (20 M) keys with `LARGE_VALUE_BYTES` (200) byte values
+//!    over `LARGE_PARTITIONS` (12) partitions, per app: its changelog
+//!    (`<app>-table-changelog`) is written once by a producer, as the
+//!    app's own writes would have filled it; then `LARGE_ROUNDS` (3)
+//!    rounds, apps alternating, of (a) an instance (2 threads,
+//!    `num.standby.replicas=1`, static member) restoring the store into an
+//!    empty state directory: changelog records and MB/s from the first
+//!    restore's start to the last one's end, spawn→RUNNING, peak RSS, the
+//!    state directory's size; (b) `LARGE_TAIL` (240,000) updates of
+//!    existing keys processed, `kill -9`, and a start on the same state
+//!    directory: spawn→RUNNING and the changelog records restored (the
+//!    tail after the last checkpoint); (c) a second instance with an empty
+//!    state directory: spawn → every store partition it holds (standby or
+//!    active) at the changelog's end. `LARGE_RILL_CONFIG` /
+//!    `LARGE_KS_CONFIG` (`k=v,k2=v2`) add app settings (restore consumer
+//!    tuning). Chart: docs/img/large-state[-embedded].png.
+//!
 //! Command: `cargo bench -p rill-benches --bench streams_vs_kafka_streams`
 //! (needs Java 17 and Maven for the Kafka jars; `PARTS=rolling,throughput,
-//! latency,startup,restore,members` picks parts (all but `members` by
-//! default), `BROKERS=kafka,embedded` the brokers,
+//! latency,startup,restore,members,large` picks parts (all but `members`
+//! and `large` by default), `BROKERS=kafka,embedded` the brokers,
 //! `PROTOCOLS=classic,streams` the rolling part's group protocols).
 
 use std::collections::BTreeMap;
@@ -204,6 +222,10 @@ struct AppSpec {
     instance: Option<String>,
     /// The join's table topic.
     table: Option<String>,
+    /// A properties file of more app settings (`--config`).
+    config: Option<std::path::PathBuf>,
+    /// More flags, passed as they are.
+    args: Vec<String>,
 }
 
 impl AppSpec {
@@ -217,6 +239,8 @@ impl AppSpec {
             cache_bytes: None,
             instance: None,
             table: None,
+            config: None,
+            args: Vec::new(),
         }
     }
 
@@ -254,6 +278,10 @@ impl AppSpec {
         if let Some(table) = &self.table {
             cmd.args(["--table", table]);
         }
+        if let Some(config) = &self.config {
+            cmd.arg("--config").arg(config);
+        }
+        cmd.args(&self.args);
         // `RILL_BENCH_APP_STDERR=<dir>`: each app's stderr in its own file
         // there (e.g. with `MIMALLOC_SHOW_STATS=1`, the allocator's peak).
         let stderr = match std::env::var_os("RILL_BENCH_APP_STDERR") {
@@ -1695,6 +1723,9 @@ fn run_parts(
     if parts.contains("rolling") {
         rolling_part(b, broker, &format!("rolling-restart{suffix}.png"));
     }
+    if parts.contains("large") {
+        large_part(bin, b, broker, suffix);
+    }
     let mut peak = BTreeMap::new();
     if parts.contains("throughput") {
         peak = throughput_part(bin, b, broker, suffix, broker_pid);
@@ -1755,4 +1786,364 @@ fn run_parts(
             println!("| {label} | {rate:.0} | {rss:.1} |");
         }
     }
+}
+
+// -------------------------------------------------------------- large state
+
+/// Part 7's key `i`: 16 bytes.
+fn large_key(i: u64) -> String {
+    format!("key-{i:012}")
+}
+
+/// A value of `len` characters drawn from 64 by xorshift64* seeded with
+/// `seed`: text that compresses about as little as real payloads do.
+fn large_value(seed: u64, len: usize) -> String {
+    const CHARS: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = String::with_capacity(len);
+    while out.len() < len {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        let r = x.wrapping_mul(0x2545_F491_4F6C_DD1D);
+        for k in 0..8 {
+            if out.len() == len {
+                break;
+            }
+            out.push(CHARS[((r >> (k * 8)) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+/// One app's topics for part 7 and its changelog, written once.
+struct LargeSetup {
+    label: &'static str,
+    runtime: Runtime,
+    t: Topics,
+    changelog: String,
+    /// Key and value bytes of one changelog record.
+    record_bytes: u64,
+}
+
+/// Creates the app's topics and writes its store's changelog
+/// (`<app>-table-changelog`, compacted, one partition per input
+/// partition): `keys` distinct keys, each in the partition Kafka's
+/// partitioner gives it, as the app's own writes would have put it.
+fn large_setup(
+    b: &str,
+    label: &'static str,
+    runtime: Runtime,
+    keys: u64,
+    value_bytes: usize,
+) -> LargeSetup {
+    let tag = format!("large-{}-{}", label.replace(' ', ""), std::process::id());
+    let t = topics(b, &tag);
+    let changelog = format!("{}-table-changelog", t.app);
+    admin(b)
+        .create_topic(
+            NewTopic::new(changelog.as_str(), partitions(), 1).config("cleanup.policy", "compact"),
+        )
+        .unwrap();
+    let p = rill_benches::load_producer(b);
+    let started = Instant::now();
+    rill_benches::send_all(
+        &p,
+        (0..keys).map(|i| {
+            ProducerRecord::new(changelog.as_str())
+                .key(large_key(i))
+                .value(large_value(i, value_bytes))
+        }),
+    );
+    let secs = started.elapsed().as_secs_f64();
+    let record_bytes = (large_key(0).len() + value_bytes) as u64;
+    println!(
+        "{label}: wrote {keys} records ({:.0} MiB of keys and values) to {changelog} in {secs:.1} s",
+        (keys * record_bytes) as f64 / 1048576.0
+    );
+    LargeSetup {
+        label,
+        runtime,
+        t,
+        changelog,
+        record_bytes,
+    }
+}
+
+/// One round's figures for one app.
+#[derive(Default, Clone)]
+struct LargeRow {
+    /// Changelog records restored, first restore start → last restore end.
+    restored: u64,
+    restore_s: f64,
+    /// Spawn → RUNNING of the restoring instance.
+    running_s: f64,
+    restore_rss_mib: f64,
+    /// The state directory after the restore.
+    disk_mib: f64,
+    /// Restart after `kill -9` (state directory kept): spawn → RUNNING,
+    /// and the changelog records it restored.
+    crash_running_s: f64,
+    crash_restored: u64,
+    /// A second instance with an empty state directory: spawn → every
+    /// store partition it holds (standby or active) at the changelog's end.
+    standby_s: f64,
+    standby_records: i64,
+    standby_rss_mib: f64,
+}
+
+fn du_mib(dir: &Path) -> f64 {
+    let out = Command::new("du")
+        .arg("-sb")
+        .arg(dir)
+        .output()
+        .expect("du runs");
+    let bytes: f64 = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0.0);
+    bytes / 1048576.0
+}
+
+/// One round of part 7 for one app: restore into an empty state directory,
+/// a crash restart from the checkpoint, a standby's catch-up.
+fn large_round(bin: &Path, b: &str, s: &LargeSetup, tail: u64, keys: u64) -> LargeRow {
+    let a = admin(b);
+    let mut row = LargeRow::default();
+    let props = tempfile::NamedTempFile::new().unwrap();
+    let extra = match s.runtime {
+        Runtime::Rill => std::env::var("LARGE_RILL_CONFIG"),
+        Runtime::KafkaStreams => std::env::var("LARGE_KS_CONFIG"),
+    }
+    .unwrap_or_default();
+    let mut text = String::from("num.standby.replicas=1\n");
+    for kv in extra.split(',').filter(|kv| kv.contains('=')) {
+        text.push_str(kv.trim());
+        text.push('\n');
+    }
+    std::fs::write(props.path(), text).unwrap();
+    let spec = |instance: &str, lags: bool| {
+        let mut args: Vec<String> = ["--start-timeout-s", "3600", "--session-ms", "10000"]
+            .map(String::from)
+            .to_vec();
+        if lags {
+            args.extend(["--print-lags-ms".into(), "250".into()]);
+        }
+        AppSpec {
+            topology: "table",
+            cache_bytes: Some("0"),
+            instance: Some(instance.into()),
+            config: Some(props.path().to_path_buf()),
+            args,
+            ..AppSpec::new(s.runtime)
+        }
+    };
+    let changelog_end = |a: &Admin| rill_benches::total_end_offset(a, &s.changelog, partitions());
+
+    // 1. Restore into an empty state directory.
+    let state_a = tempfile::tempdir().unwrap();
+    let end = changelog_end(&a);
+    let spawned = Instant::now();
+    let mut child = spec("large-a", false).spawn(bin, b, &s.t, state_a.path());
+    let rx = lines_of(&mut child);
+    let mut started: Option<Instant> = None;
+    let mut restored = 0u64;
+    let mut running = false;
+    while restored < end as u64 || !running {
+        let l = rx
+            .recv_timeout(Duration::from_secs(3600))
+            .unwrap_or_else(|_| panic!("{}: the restore of {end} records did not finish", s.label));
+        if l.starts_with("RESTORING ") {
+            started.get_or_insert_with(Instant::now);
+        } else if let Some(n) = l.strip_prefix("RESTORED ") {
+            restored += n.trim().parse::<u64>().unwrap_or(0);
+            if restored >= end as u64 {
+                row.restore_s = started.expect("a restore started").elapsed().as_secs_f64();
+            }
+        } else if l == "RUNNING" {
+            running = true;
+            row.running_s = spawned.elapsed().as_secs_f64();
+        }
+    }
+    row.restored = restored;
+    row.restore_rss_mib = peak_rss_kib(child.id()) as f64 / 1024.0;
+    row.disk_mib = du_mib(state_a.path());
+
+    // 2. A tail of updates to existing keys, processed, then kill -9 and
+    // start again on the same state directory (static member: no rebalance).
+    let out_before = end_offsets(&a, &s.t.output);
+    let p = rill_benches::load_producer(b);
+    rill_benches::send_all(
+        &p,
+        (0..tail).map(|i| {
+            let key = i.wrapping_mul(2_654_435_761) % keys;
+            ProducerRecord::new(s.t.input.as_str())
+                .key(large_key(key))
+                .value(large_value(key ^ 0xA5A5, 32))
+        }),
+    );
+    wait_output(
+        &a,
+        &s.t.output,
+        out_before + tail as i64,
+        Duration::from_secs(600),
+    );
+    std::thread::sleep(Duration::from_secs(3)); // commits (and their checkpoints) of the tail
+    rill_tests::send_signal(child.id(), libc::SIGKILL);
+    let _ = child.wait();
+    let spawned = Instant::now();
+    let mut child = spec("large-a", false).spawn(bin, b, &s.t, state_a.path());
+    let rx = lines_of(&mut child);
+    loop {
+        let l = rx
+            .recv_timeout(Duration::from_secs(3600))
+            .unwrap_or_else(|_| panic!("{}: no RUNNING after the crash restart", s.label));
+        if let Some(n) = l.strip_prefix("RESTORED ") {
+            row.crash_restored += n.trim().parse::<u64>().unwrap_or(0);
+        } else if l == "RUNNING" {
+            row.crash_running_s = spawned.elapsed().as_secs_f64();
+            break;
+        }
+    }
+
+    // 3. A second instance with an empty state directory: its copies
+    // (standby tasks, or active ones the assignor moves) catch up.
+    let end = changelog_end(&a);
+    let state_b = tempfile::tempdir().unwrap();
+    let spawned = Instant::now();
+    let mut second = spec("large-b", true).spawn(bin, b, &s.t, state_b.path());
+    let rx_b = lines_of(&mut second);
+    loop {
+        let l = rx_b
+            .recv_timeout(Duration::from_secs(3600))
+            .unwrap_or_else(|_| panic!("{}: the second instance did not catch up", s.label));
+        let Some(f) = l.strip_prefix("LAGS ") else {
+            continue;
+        };
+        let f: Vec<i64> = f
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        if let [n, position, _lag] = f[..] {
+            if n >= i64::from(partitions()) && position >= end {
+                row.standby_s = spawned.elapsed().as_secs_f64();
+                row.standby_records = position;
+                break;
+            }
+        }
+    }
+    row.standby_rss_mib = peak_rss_kib(second.id()) as f64 / 1024.0;
+    stop(&mut second);
+    stop(&mut child);
+    drop(rx);
+    row
+}
+
+/// Part 7 (issue 46 part 4): a store of `LARGE_KEYS` (20 M) keys.
+fn large_part(bin: &Path, b: &str, broker: &str, suffix: &str) {
+    let keys: u64 = env_or("LARGE_KEYS", 20_000_000);
+    let value_bytes: usize = env_or("LARGE_VALUE_BYTES", 200);
+    let tail: u64 = env_or("LARGE_TAIL", 240_000);
+    let rounds: usize = env_or("LARGE_ROUNDS", 3);
+    let rill_only = std::env::var("APPS").is_ok_and(|a| a == "rill");
+    PARTITIONS.store(env_or("LARGE_PARTITIONS", 12), Ordering::Relaxed);
+    let mut setups = vec![large_setup(b, "Rill", Runtime::Rill, keys, value_bytes)];
+    if !rill_only {
+        setups.push(large_setup(
+            b,
+            "Kafka Streams",
+            Runtime::KafkaStreams,
+            keys,
+            value_bytes,
+        ));
+    }
+    let mut rows: Vec<Vec<LargeRow>> = vec![Vec::new(); setups.len()];
+    for round in 0..rounds {
+        // Alternate which app goes first.
+        let mut order: Vec<usize> = (0..setups.len()).collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for i in order {
+            let r = large_round(bin, b, &setups[i], tail, keys);
+            println!(
+                "round {round} {}: restored {} in {:.1} s (RUNNING {:.1} s, {:.0} MiB RSS, {:.0} MiB on disk); crash restart RUNNING {:.1} s, {} restored; second instance caught up in {:.1} s ({:.0} MiB RSS)",
+                setups[i].label, r.restored, r.restore_s, r.running_s, r.restore_rss_mib, r.disk_mib,
+                r.crash_running_s, r.crash_restored, r.standby_s, r.standby_rss_mib
+            );
+            rows[i].push(r);
+            // The static members' sessions (10 s) end before the app's next round.
+            std::thread::sleep(Duration::from_secs(12));
+        }
+    }
+    let m = |v: &[LargeRow], f: fn(&LargeRow) -> f64| {
+        rill_benches::spread(&v.iter().map(f).collect::<Vec<_>>())
+    };
+    println!("\n## Large state on {broker}: a table store of {keys} keys ({value_bytes}-byte values, {} partitions, 2 threads, RocksDB, num.standby.replicas=1), {rounds} rounds, medians (min–max)", partitions());
+    println!("| app | restore records/s | restore MB/s | restore s | spawn→RUNNING s | peak RSS MiB | state on disk MiB | crash restart→RUNNING s | records restored after the crash | standby catch-up s | standby records/s | standby RSS MiB |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let fmt = |(med, min, max): (f64, f64, f64), digits: usize| {
+        format!("{med:.digits$} ({min:.digits$}–{max:.digits$})")
+    };
+    let mut chart: Vec<(String, f64, f64)> = Vec::new();
+    for (s, v) in setups.iter().zip(&rows) {
+        let rate = m(v, |r| r.restored as f64 / r.restore_s);
+        let bytes_per = s.record_bytes as f64;
+        let mb = {
+            let x: Vec<f64> = v
+                .iter()
+                .map(|r| r.restored as f64 * bytes_per / r.restore_s / 1e6)
+                .collect();
+            rill_benches::spread(&x)
+        };
+        let standby_rate = m(v, |r| r.standby_records as f64 / r.standby_s);
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            s.label,
+            fmt(rate, 0),
+            fmt(mb, 1),
+            fmt(m(v, |r| r.restore_s), 1),
+            fmt(m(v, |r| r.running_s), 1),
+            fmt(m(v, |r| r.restore_rss_mib), 0),
+            fmt(m(v, |r| r.disk_mib), 0),
+            fmt(m(v, |r| r.crash_running_s), 2),
+            fmt(m(v, |r| r.crash_restored as f64), 0),
+            fmt(m(v, |r| r.standby_s), 1),
+            fmt(standby_rate, 0),
+            fmt(m(v, |r| r.standby_rss_mib), 0),
+        );
+        chart.push((s.label.to_string(), rate.0, standby_rate.0));
+    }
+    if setups.len() == 2 {
+        let rate = |v: &[LargeRow]| {
+            v.iter()
+                .map(|r| r.restored as f64 / r.restore_s)
+                .collect::<Vec<_>>()
+        };
+        let standby = |v: &[LargeRow]| {
+            v.iter()
+                .map(|r| r.standby_records as f64 / r.standby_s)
+                .collect::<Vec<_>>()
+        };
+        let (r, rmin, rmax) = rill_benches::ratio_stats(&rate(&rows[0]), &rate(&rows[1]));
+        let (sb, smin, smax) = rill_benches::ratio_stats(&standby(&rows[0]), &standby(&rows[1]));
+        println!("\nRill / Kafka Streams, pairwise by round: restore rate {r:.2}× ({rmin:.2}–{rmax:.2}), standby catch-up rate {sb:.2}× ({smin:.2}–{smax:.2})");
+    }
+    let path = repo_root().join(format!("docs/img/large-state{suffix}.png"));
+    bar_chart(
+        &path,
+        &format!("{keys}-key store on {broker}: changelog records/s restored"),
+        &chart.iter().map(|c| c.0.as_str()).collect::<Vec<_>>(),
+        &[
+            (
+                "restore into an empty state directory",
+                chart.iter().map(|c| c.1).collect(),
+            ),
+            ("standby catch-up", chart.iter().map(|c| c.2).collect()),
+        ],
+        false,
+    );
+    println!("chart: {}", path.display());
+    PARTITIONS.store(6, Ordering::Relaxed);
 }

@@ -8,6 +8,7 @@
 //       [--table T] [--threads N] \
 //       [--group-instance-id ID] [--session-ms MS] [--commit-ms MS]
 //       [--processing-guarantee exactly_once_v2] [--config FILE]
+//       [--print-lags-ms MS]
 //
 // `--config FILE` adds Java properties (the harness's app properties).
 // `passthrough` copies input to output; `wordcount` splits values on
@@ -15,6 +16,8 @@
 // changelog (Kafka Streams' defaults, including its 10 MiB record cache;
 // `windowed` counts words per 10 s tumbling window (1 h grace); `join`
 // joins each record with its key's value in the table read from --table;
+// `table` reads the input as a table in the RocksDB store "table" and
+// forwards every update (the large-state benchmark's store);
 // `poison` upper-cases values and throws on "poison" (the error handlers'
 // and dead-letter queue's reference, configured through --config);
 // `enrich` replaces each value with what `GET <--service>/lookup/<value>`
@@ -25,7 +28,9 @@
 // thread is the static member `<ID>-<n>` (Kafka Streams appends the thread
 // index itself). Prints `RUNNING` when the app reaches RUNNING,
 // `RESTORING <n>` when a store restoration starts and `RESTORED <n>` when
-// it ends; SIGTERM closes it (static
+// it ends, and with --print-lags-ms `LAGS <store partitions> <sum of
+// positions> <sum of lags>` over every local store partition (active or
+// standby) at that period; SIGTERM closes it (static
 // members stay in the group, Kafka's default) and prints `CLOSED true`.
 
 import java.net.URI;
@@ -50,6 +55,7 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.streams.KafkaStreams;
+import org.apache.kafka.streams.LagInfo;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.kstream.Consumed;
@@ -173,6 +179,13 @@ public class StreamsApp {
                 .join(table, (v, t) -> t + ":" + v,
                       Joined.with(Serdes.String(), Serdes.String(), Serdes.String()))
                 .to(output, Produced.with(Serdes.String(), Serdes.String()));
+        } else if (topology.equals("table")) {
+            // The large-state benchmark's store: the input as a table in
+            // the RocksDB store "table" (changelog <app>-table-changelog),
+            // every update forwarded to the output.
+            b.table(input, Consumed.with(Serdes.String(), Serdes.String()), Materialized.as("table"))
+                .toStream()
+                .to(output, Produced.with(Serdes.String(), Serdes.String()));
         } else if (topology.equals("poison")) {
             // The error handlers' reference: upper-cases each value and
             // throws on "poison" (what the processing.exception.handler and
@@ -212,7 +225,7 @@ public class StreamsApp {
             return;
         } else {
             System.err.println("unknown --topology " + topology
-                + " (passthrough, wordcount, windowed, join, poison, enrich, raw)");
+                + " (passthrough, wordcount, windowed, join, table, poison, enrich, raw)");
             System.exit(2);
         }
         Properties p = new Properties();
@@ -273,6 +286,33 @@ public class StreamsApp {
             done.countDown();
         }));
         streams.start();
+        if (a.containsKey("--print-lags-ms")) {
+            // Every local store partition's changelog position and lag,
+            // summed (the standby catch-up benchmark), as rill-streams-app.
+            long every = Long.parseLong(a.get("--print-lags-ms"));
+            Thread lags = new Thread(() -> {
+                while (true) {
+                    try {
+                        Thread.sleep(every);
+                        long n = 0, position = 0, lag = 0;
+                        for (Map<Integer, LagInfo> parts : streams.allLocalStorePartitionLags().values()) {
+                            for (LagInfo l : parts.values()) {
+                                n++;
+                                position += l.currentOffsetPosition();
+                                lag += l.offsetLag();
+                            }
+                        }
+                        emit("LAGS " + n + " " + position + " " + lag);
+                    } catch (InterruptedException e) {
+                        return;
+                    } catch (RuntimeException e) {
+                        // Not queryable in this state yet (CREATED, PENDING_*).
+                    }
+                }
+            });
+            lags.setDaemon(true);
+            lags.start();
+        }
         done.await();
     }
 }

@@ -211,12 +211,23 @@ pub(crate) struct Standbys {
     /// Changelog partition → the standby it feeds, as of the last
     /// assignment (built there, not on every update).
     owner: BTreeMap<TopicPartition, TaskId>,
+    /// Whether some standby's changelog held records it had not applied
+    /// at the last update (a known lag above 0).
+    behind: bool,
 }
 
 impl Standbys {
     /// Every standby task id this thread was given (open or pending).
     pub fn ids(&self) -> BTreeSet<TaskId> {
         self.tasks.keys().chain(&self.pending).copied().collect()
+    }
+
+    /// Whether some standby is behind its changelog (as of the last
+    /// update): the stream thread then waits for the restore consumer, not
+    /// in its main poll, so a catching-up standby is not paced by
+    /// `poll.ms` (Kafka Streams' state updater gives it a thread instead).
+    pub fn behind(&self) -> bool {
+        self.behind
     }
 
     /// The restore consumer was used for a restoration: read the
@@ -296,11 +307,17 @@ impl Standbys {
 
     /// Applies what the changelogs brought to the standbys' stores; the
     /// number of records applied.
-    pub fn update(&mut self, ctx: &ThreadContext, consumer: &mut Consumer) -> Result<u64> {
+    pub fn update(
+        &mut self,
+        ctx: &ThreadContext,
+        consumer: &mut Consumer,
+        wait: Duration,
+    ) -> Result<u64> {
         if !self.pending.is_empty() {
             self.open_pending(ctx)?;
         }
         if self.tasks.is_empty() {
+            self.behind = false;
             if self.reading {
                 self.reading = false;
                 consumer
@@ -330,9 +347,9 @@ impl Standbys {
             self.reading = true;
         }
         let mut applied = 0u64;
-        for _ in 0..POLLS_PER_UPDATE {
+        for i in 0..POLLS_PER_UPDATE {
             let records = consumer
-                .poll(Duration::ZERO)
+                .poll(if i == 0 { wait } else { Duration::ZERO })
                 .map_err(|e| StreamsError::client("standby: polling the changelogs", e))?;
             if records.is_empty() {
                 break;
@@ -367,6 +384,10 @@ impl Standbys {
                 }
             }
         }
+        self.behind = self
+            .tasks
+            .values()
+            .any(|t| t.lag.values().any(|&lag| lag > 0));
         if applied > 0 {
             ctx.shared
                 .metrics

@@ -41,7 +41,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rill_client::{Consumer, ConsumerRecord, OffsetAndMetadata, Producer, TopicPartition};
 use rill_state::cache::CacheBudget;
@@ -550,10 +550,15 @@ impl TaskManager {
     }
 
     /// Applies what the changelogs brought to the standby tasks.
-    pub fn update_standbys(&mut self) -> Result<()> {
+    pub fn update_standbys(&mut self, wait: Duration) -> Result<()> {
         self.standbys
-            .update(&self.ctx, &mut self.restore_consumer)
+            .update(&self.ctx, &mut self.restore_consumer, wait)
             .map(|_| ())
+    }
+
+    /// Whether a standby is behind its changelog (`Standbys::behind`).
+    pub fn standbys_behind(&self) -> bool {
+        self.standbys.behind()
     }
 
     /// What opens a task's stores, on the stream thread or an opener's

@@ -42,6 +42,10 @@ use crate::user_code::guard;
 /// How long an idle thread polls before it sends its lingering records.
 const IDLE_PROBE: Duration = Duration::from_millis(2);
 
+/// Longest an otherwise idle thread waits for a behind standby's changelog
+/// records in one loop (its main consumer is polled between waits).
+const STANDBY_WAIT: Duration = Duration::from_millis(20);
+
 /// Longest a thread waiting only on futures of async nodes sleeps before
 /// it polls again (an ending future wakes it sooner).
 const ASYNC_WAIT: Duration = Duration::from_millis(10);
@@ -264,7 +268,14 @@ impl StreamThread {
             self.ctx.shared.set_state(ThreadState::Running);
         }
         tm.add_records(records, &mut self.consumer)?;
-        tm.update_standbys()?;
+        // An otherwise idle thread with a standby behind its changelog
+        // waits for the restore consumer's records, not in its main poll.
+        let standby_wait = if tm.standbys_behind() && tm.is_idle() {
+            STANDBY_WAIT.min(self.ctx.config.poll_timeout)
+        } else {
+            Duration::ZERO
+        };
+        tm.update_standbys(standby_wait)?;
         if Instant::now() >= self.next_task_lag_refresh {
             self.next_task_lag_refresh = Instant::now() + TASK_LAG_REFRESH;
             tm.refresh_lags();
@@ -301,9 +312,9 @@ impl StreamThread {
     /// sent now. Under load the short poll finds records and batching is
     /// unchanged.
     fn poll(&mut self) -> Result<Option<Vec<ConsumerRecord>>> {
-        let (idle, waits_on_async) = {
+        let (idle, waits_on_async, standbys_behind) = {
             let tm = lock(&self.tasks);
-            (tm.is_idle(), tm.waits_on_async())
+            (tm.is_idle(), tm.waits_on_async(), tm.standbys_behind())
         };
         if waits_on_async {
             // Only futures of async nodes can make progress: what was
@@ -313,7 +324,9 @@ impl StreamThread {
             std::thread::park_timeout(ASYNC_WAIT.min(self.ctx.config.poll_timeout));
         }
         let timeout = self.ctx.config.poll_timeout;
-        let first = if idle {
+        // A standby behind its changelog: no waiting here, the standby
+        // update waits for the restore consumer instead.
+        let first = if idle && !standbys_behind {
             IDLE_PROBE.min(timeout)
         } else {
             Duration::ZERO
@@ -323,7 +336,9 @@ impl StreamThread {
         // may have started it), back to the loop to create their tasks.
         if idle && polled.as_ref().is_ok_and(|r| r.is_empty()) && !lock(&self.tasks).is_opening() {
             lock(&self.tasks).collector().send_buffered_now();
-            polled = self.consumer.poll(timeout.saturating_sub(first));
+            if !standbys_behind {
+                polled = self.consumer.poll(timeout.saturating_sub(first));
+            }
         }
         let records = match polled {
             Ok(r) => r,

@@ -15,6 +15,9 @@
 //! `enrich-async` / `enrich-sync` (each value replaced by what
 //! `GET <--service>/lookup/<value>` answers: reqwest's async client in
 //! `try_map_values_async`, or its blocking client in `try_map_values`),
+//! `table` (the input as a table materialized in the RocksDB store
+//! `table`, every update forwarded to the output: the large-state
+//! benchmark's store),
 //! `raw` (no stream runtime: `--threads` plain consumer → producer loops
 //! in one group, each committing every `--commit-ms`, the ceiling the
 //! runtime is compared with).
@@ -28,6 +31,11 @@
 //! `--processing-guarantee G` sets `processing.guarantee` (`exactly_once_v2`).
 //! `--cache-bytes N` sets `statestore.cache.max.bytes` (default 10 MiB, 0:
 //! every count update reaches the output).
+//! `--print-lags-ms MS` prints `LAGS <store partitions> <sum of positions>
+//! <sum of lags>` every MS ms from the start, over every local store
+//! partition, active or standby (`all_local_store_partition_lags`), for the
+//! standby catch-up benchmark. `--start-timeout-s S` (60) is how long the
+//! app may take to reach RUNNING (a large restore takes longer).
 //! `--application-server HOST:PORT` (port 0: any) starts the REST server
 //! and prints `REST <host:port>` first; `--rest-token T` enables its
 //! mutating endpoints.
@@ -266,6 +274,40 @@ impl rill_streams::StateRestoreListener for PrintRestored {
     }
 }
 
+/// `--print-lags-ms`: every local store partition's changelog position and
+/// lag, summed, on one line at that period.
+struct LagPrinter {
+    every: Option<Duration>,
+    next: std::cell::Cell<Instant>,
+}
+
+impl LagPrinter {
+    fn from_args() -> Self {
+        Self {
+            every: arg("--print-lags-ms")
+                .map(|ms| Duration::from_millis(ms.parse().expect("--print-lags-ms"))),
+            next: std::cell::Cell::new(Instant::now()),
+        }
+    }
+
+    fn tick(&self, streams: &KafkaStreams) {
+        let Some(every) = self.every else { return };
+        if Instant::now() < self.next.get() {
+            return;
+        }
+        self.next.set(Instant::now() + every);
+        let lags = streams.all_local_store_partition_lags();
+        let all = lags.values().flat_map(|p| p.values());
+        let (mut n, mut position, mut lag) = (0, 0i64, 0i64);
+        for l in all {
+            n += 1;
+            position += l.current_offset_position;
+            lag += l.offset_lag;
+        }
+        println!("LAGS {n} {position} {lag}");
+    }
+}
+
 fn main() {
     return_freed_memory_at_once();
     // Logs go to stderr: stdout carries the lines the harness reads
@@ -402,8 +444,19 @@ fn main() {
             )
             .to_with(&output, Produced::with(Serdes::string(), Serdes::string()))
         }
+        // The large-state benchmark's store: the input read as a table
+        // materialized in RocksDB (changelog `<app>-table-changelog`), each
+        // update forwarded to the output.
+        "table" => b
+            .table_with(
+                &input,
+                Consumed::with(Serdes::string(), Serdes::string()),
+                Materialized::as_store("table"),
+            )
+            .to_upsert_stream()
+            .to_with(&output, Produced::with(Serdes::string(), Serdes::string())),
         other => {
-            eprintln!("unknown --topology {other} (passthrough, async, enrich-async, enrich-sync, wordcount, aggregate, windowed, join, raw)");
+            eprintln!("unknown --topology {other} (passthrough, async, enrich-async, enrich-sync, wordcount, aggregate, windowed, join, table, raw)");
             std::process::exit(2);
         }
     }
@@ -475,9 +528,13 @@ fn main() {
     if let Some(addr) = streams.rest_address() {
         println!("REST {addr}");
     }
-    // Running within 60 s, or out as soon as the instance fails.
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let print_lags = LagPrinter::from_args();
+    // Running within --start-timeout-s, or out as soon as the instance fails.
+    let start_timeout =
+        arg("--start-timeout-s").map_or(60, |s| s.parse().expect("--start-timeout-s"));
+    let deadline = Instant::now() + Duration::from_secs(start_timeout);
     while !streams.wait_for_state(State::Running, Duration::from_millis(100)) {
+        print_lags.tick(&streams);
         if streams.state() == State::Error {
             eprintln!("application failed");
             std::process::exit(1);
@@ -489,6 +546,7 @@ fn main() {
     }
     println!("RUNNING");
     while !rill_tests::stop_requested() {
+        print_lags.tick(&streams);
         if streams.state() == State::Error {
             eprintln!("application failed");
             std::process::exit(1);
