@@ -82,7 +82,7 @@ pub use memory::InMemoryStore;
 pub use rocks::RocksDbStore;
 pub use rocks_shared::{
     raise_open_files_limit, RocksDbConfigSetter, RocksDbMemory, RocksDbShared, StoreContext,
-    StoreMemory, MIN_MEMORY_BOUND,
+    StoreMemory, CACHE_SHARE, MIN_MEMORY_BOUND,
 };
 /// The RocksDB crate Rill's stores are built on, for [`RocksDbConfigSetter`]s
 /// (its `Options` and `BlockBasedOptions`; Kafka exposes `org.rocksdb` too).

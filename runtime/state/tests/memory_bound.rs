@@ -5,11 +5,15 @@
 //! memtables within their share, every read returns what was written, and
 //! nothing fails. It prints what the process's resident memory did: the
 //! floor per open, empty store (each RocksDB instance's own structures,
-//! outside any cache) and the growth under the writes, which is the bound
-//! plus what RocksDB keeps outside it (table readers of open files, and
-//! allocator fragmentation). On the 2-core machine of 2026-12-06: 124 KiB per
-//! store, and 325 MiB of growth for the 256 MiB bound (1.27×; 21 MiB of it
-//! table readers), so issue 46's "bound + 20 %" is not met yet.
+//! outside any cache) and the growth under the writes: the cache (with the
+//! memtables charged to it, `CACHE_SHARE` of the bound) plus what RocksDB
+//! keeps outside it (table readers of open files, flush buffers, allocator
+//! slack), which the rest of the bound is for. On the 2-core machine of
+//! 2026-12-06: 124 KiB per store, and 272–286 MiB of growth for the 256 MiB
+//! bound (1.06–1.12×, issue 46's "bound + 20 %"; 19–21 MiB of it table
+//! readers); with the cache taking the whole bound it was 322–331 MiB
+//! (1.26–1.29×). `MEMORY_BOUND_STORES` opens another number of stores (100:
+//! 254–268 MiB). Resident memory is printed, not asserted (a measurement).
 //!
 //! As Kafka Streams users do for many stores, a config setter caps each
 //! store's open table files (RocksDB keeps every one open by default, and a
@@ -41,7 +45,13 @@ impl RocksDbConfigSetter for FewOpenFiles {
     }
 }
 
-const STORES: usize = 1_000;
+/// Stores opened: `MEMORY_BOUND_STORES`, 1,000 by default.
+fn store_count() -> usize {
+    std::env::var("MEMORY_BOUND_STORES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1_000)
+}
 const BOUND: u64 = 256 << 20;
 const SECS: u64 = 20;
 
@@ -83,11 +93,12 @@ fn a_thousand_stores_under_sustained_writes_keep_cache_and_memtables_within_the_
         return;
     }
     limit_malloc_arenas();
+    let stores_n = store_count();
     let dir = tempfile::tempdir().unwrap();
     let (base, _) = rss_kib();
     let shared = RocksDbShared::new(BOUND, 0.5, Some(std::sync::Arc::new(FewOpenFiles)));
     let opening = Instant::now();
-    let stores: Vec<RocksDbStore> = (0..STORES)
+    let stores: Vec<RocksDbStore> = (0..stores_n)
         .map(|i| {
             RocksDbStore::open_with(
                 format!("s{i}"),
@@ -101,8 +112,8 @@ fn a_thousand_stores_under_sustained_writes_keep_cache_and_memtables_within_the_
     let open_ms = opening.elapsed().as_millis();
     let (opened, _) = rss_kib();
     println!(
-        "{STORES} stores opened in {open_ms} ms; {} KiB per store before any write",
-        (opened.saturating_sub(base)) / STORES as u64
+        "{stores_n} stores opened in {open_ms} ms; {} KiB per store before any write",
+        (opened.saturating_sub(base)) / stores_n as u64
     );
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -174,7 +185,7 @@ fn a_thousand_stores_under_sustained_writes_keep_cache_and_memtables_within_the_
     let peak_kib = peak.load(Ordering::Relaxed).max(hwm);
     let over = peak_kib.saturating_sub(opened) * 1024;
     println!(
-        "{} MiB written to {STORES} stores in {SECS} s ({rounds:?} rounds per thread); \
+        "{} MiB written to {stores_n} stores in {SECS} s ({rounds:?} rounds per thread); \
          peak RSS {} MiB above the {} MiB the open stores held (bound {} MiB); \
          cache {} MiB used, memtables {} MiB of {} MiB, table readers {} MiB outside the cache",
         written >> 20,
@@ -194,7 +205,7 @@ fn a_thousand_stores_under_sustained_writes_keep_cache_and_memtables_within_the_
         written > 2 * BOUND,
         "the test must write well over the bound"
     );
-    assert_eq!(m.stores.len(), STORES);
+    assert_eq!(m.stores.len(), stores_n);
     assert!(
         m.block_cache_usage as f64 <= 1.05 * BOUND as f64,
         "the cache outgrew its capacity: {m:?}"

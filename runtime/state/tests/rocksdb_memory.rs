@@ -42,8 +42,12 @@ fn stores_share_one_cache_and_their_memtables_are_charged_to_it() {
     write(&mut b, 0, 20_000);
     let m = shared.memory();
     assert_eq!(m.bound, 64 * MIB);
-    assert_eq!(m.block_cache_capacity, 64 * MIB);
-    assert_eq!(m.memtable_limit, 32 * MIB);
+    // The cache takes CACHE_SHARE of the bound (the rest is for what RocksDB
+    // allocates outside it), the memtables half of the cache.
+    let capacity = (64.0 * MIB as f64 * rill_state::CACHE_SHARE) as u64;
+    assert_eq!(m.block_cache_capacity, capacity);
+    assert!((48 * MIB..64 * MIB).contains(&capacity), "{capacity}");
+    assert_eq!(m.memtable_limit, capacity / 2);
     // ~2 × 2.3 MiB of memtables, counted by the manager and reserved in the cache.
     assert!(m.memtable_usage >= 4 * MIB, "{m:?}");
     assert!(m.block_cache_usage >= m.memtable_usage, "{m:?}");
@@ -156,7 +160,10 @@ fn the_setter_is_asked_for_every_store_cannot_break_the_bound_and_hears_each_clo
     }
     // The blocks just read went to the shared cache, none to the setter's.
     let m = shared.memory();
-    assert_eq!(m.block_cache_capacity, 32 * MIB);
+    assert_eq!(
+        m.block_cache_capacity,
+        (32.0 * MIB as f64 * rill_state::CACHE_SHARE) as u64
+    );
     assert!(m.block_cache_usage > 0, "{m:?}");
     assert_eq!(rec.own.get_usage(), 0, "the setter's cache was used");
     // `clear` reopens with the same options, without asking again.

@@ -288,7 +288,7 @@ impl App {
                 tracing::info!(
                     bound_mib = c.rocksdb_memory_bound >> 20,
                     memtables = c.rocksdb_write_buffer_ratio,
-                    "RocksDB stores share a block cache and memtables of at most the bound (rocksdb.memory.bound.bytes)"
+                    "RocksDB stores share one bound (rocksdb.memory.bound.bytes): a block cache with the memtables charged to it, and room for what RocksDB keeps outside any cache"
                 );
             }
             rill_state::RocksDbShared::new(

@@ -516,11 +516,13 @@ pub struct StreamsConfig {
     /// `statestore.cache.max.bytes`: the record caches' budget per instance.
     pub cache_max_bytes: usize,
     /// `rocksdb.memory.bound.bytes` resolved (default `auto`: a quarter of the host's or
-    /// cgroup's memory, clamped to 64 MiB–1 GiB): the block cache and memtables of every
-    /// RocksDB store of the instance together; 0 leaves each store unbounded.
+    /// cgroup's memory, clamped to 64 MiB–1 GiB): the RocksDB memory of every store of the
+    /// instance together, its block cache and memtables taking `rill_state::CACHE_SHARE`
+    /// (85 %) of it and the rest left for what RocksDB allocates outside any cache; 0 leaves
+    /// each store unbounded.
     pub rocksdb_memory_bound: u64,
     /// `rocksdb.memory.write.buffer.ratio` (default 0.5, in (0, 1]): the memtables' share of
-    /// that bound.
+    /// that block cache.
     pub rocksdb_write_buffer_ratio: f64,
     /// `num.standby.replicas` (default 0): how many other instances keep a warm copy of each
     /// stateful task's stores, read from its changelogs (never on the active's instance).
