@@ -1892,6 +1892,23 @@ struct LargeRow {
     standby_rss_mib: f64,
 }
 
+impl LargeRow {
+    fn restore_rate(&self) -> f64 {
+        self.restored as f64 / self.restore_s
+    }
+
+    fn standby_rate(&self) -> f64 {
+        self.standby_records as f64 / self.standby_s
+    }
+}
+
+/// The app's next stdout line, or a panic naming what did not happen
+/// within the part's hour.
+fn next_line(rx: &crossbeam_channel::Receiver<String>, label: &str, waiting_for: &str) -> String {
+    rx.recv_timeout(Duration::from_secs(3600))
+        .unwrap_or_else(|_| panic!("{label}: {waiting_for} did not happen"))
+}
+
 fn du_mib(dir: &Path) -> f64 {
     let out = Command::new("du")
         .arg("-sb")
@@ -1951,9 +1968,7 @@ fn large_round(bin: &Path, b: &str, s: &LargeSetup, tail: u64, keys: u64) -> Lar
     let mut restored = 0u64;
     let mut running = false;
     while restored < end as u64 || !running {
-        let l = rx
-            .recv_timeout(Duration::from_secs(3600))
-            .unwrap_or_else(|_| panic!("{}: the restore of {end} records did not finish", s.label));
+        let l = next_line(&rx, s.label, &format!("the restore of {end} records"));
         if l.starts_with("RESTORING ") {
             started.get_or_insert_with(Instant::now);
         } else if let Some(n) = l.strip_prefix("RESTORED ") {
@@ -1996,9 +2011,7 @@ fn large_round(bin: &Path, b: &str, s: &LargeSetup, tail: u64, keys: u64) -> Lar
     let mut child = spec("large-a", false).spawn(bin, b, &s.t, state_a.path());
     let rx = lines_of(&mut child);
     loop {
-        let l = rx
-            .recv_timeout(Duration::from_secs(3600))
-            .unwrap_or_else(|_| panic!("{}: no RUNNING after the crash restart", s.label));
+        let l = next_line(&rx, s.label, "RUNNING after the crash restart");
         if let Some(n) = l.strip_prefix("RESTORED ") {
             row.crash_restored += n.trim().parse::<u64>().unwrap_or(0);
         } else if l == "RUNNING" {
@@ -2015,9 +2028,7 @@ fn large_round(bin: &Path, b: &str, s: &LargeSetup, tail: u64, keys: u64) -> Lar
     let mut second = spec("large-b", true).spawn(bin, b, &s.t, state_b.path());
     let rx_b = lines_of(&mut second);
     loop {
-        let l = rx_b
-            .recv_timeout(Duration::from_secs(3600))
-            .unwrap_or_else(|_| panic!("{}: the second instance did not catch up", s.label));
+        let l = next_line(&rx_b, s.label, "the second instance's catch-up");
         let Some(f) = l.strip_prefix("LAGS ") else {
             continue;
         };
@@ -2036,7 +2047,6 @@ fn large_round(bin: &Path, b: &str, s: &LargeSetup, tail: u64, keys: u64) -> Lar
     row.standby_rss_mib = peak_rss_kib(second.id()) as f64 / 1024.0;
     stop(&mut second);
     stop(&mut child);
-    drop(rx);
     row
 }
 
@@ -2077,7 +2087,7 @@ fn large_part(bin: &Path, b: &str, broker: &str, suffix: &str) {
             std::thread::sleep(Duration::from_secs(12));
         }
     }
-    let m = |v: &[LargeRow], f: fn(&LargeRow) -> f64| {
+    let m = |v: &[LargeRow], f: &dyn Fn(&LargeRow) -> f64| {
         rill_benches::spread(&v.iter().map(f).collect::<Vec<_>>())
     };
     println!("\n## Large state on {broker}: a table store of {keys} keys ({value_bytes}-byte values, {} partitions, 2 threads, RocksDB, num.standby.replicas=1), {rounds} rounds, medians (min–max)", partitions());
@@ -2088,44 +2098,29 @@ fn large_part(bin: &Path, b: &str, broker: &str, suffix: &str) {
     };
     let mut chart: Vec<(String, f64, f64)> = Vec::new();
     for (s, v) in setups.iter().zip(&rows) {
-        let rate = m(v, |r| r.restored as f64 / r.restore_s);
-        let bytes_per = s.record_bytes as f64;
-        let mb = {
-            let x: Vec<f64> = v
-                .iter()
-                .map(|r| r.restored as f64 * bytes_per / r.restore_s / 1e6)
-                .collect();
-            rill_benches::spread(&x)
-        };
-        let standby_rate = m(v, |r| r.standby_records as f64 / r.standby_s);
+        let rate = m(v, &LargeRow::restore_rate);
+        let mb = m(v, &|r| r.restore_rate() * s.record_bytes as f64 / 1e6);
+        let standby_rate = m(v, &LargeRow::standby_rate);
         println!(
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             s.label,
             fmt(rate, 0),
             fmt(mb, 1),
-            fmt(m(v, |r| r.restore_s), 1),
-            fmt(m(v, |r| r.running_s), 1),
-            fmt(m(v, |r| r.restore_rss_mib), 0),
-            fmt(m(v, |r| r.disk_mib), 0),
-            fmt(m(v, |r| r.crash_running_s), 2),
-            fmt(m(v, |r| r.crash_restored as f64), 0),
-            fmt(m(v, |r| r.standby_s), 1),
+            fmt(m(v, &|r| r.restore_s), 1),
+            fmt(m(v, &|r| r.running_s), 1),
+            fmt(m(v, &|r| r.restore_rss_mib), 0),
+            fmt(m(v, &|r| r.disk_mib), 0),
+            fmt(m(v, &|r| r.crash_running_s), 2),
+            fmt(m(v, &|r| r.crash_restored as f64), 0),
+            fmt(m(v, &|r| r.standby_s), 1),
             fmt(standby_rate, 0),
-            fmt(m(v, |r| r.standby_rss_mib), 0),
+            fmt(m(v, &|r| r.standby_rss_mib), 0),
         );
         chart.push((s.label.to_string(), rate.0, standby_rate.0));
     }
     if setups.len() == 2 {
-        let rate = |v: &[LargeRow]| {
-            v.iter()
-                .map(|r| r.restored as f64 / r.restore_s)
-                .collect::<Vec<_>>()
-        };
-        let standby = |v: &[LargeRow]| {
-            v.iter()
-                .map(|r| r.standby_records as f64 / r.standby_s)
-                .collect::<Vec<_>>()
-        };
+        let rate = |v: &[LargeRow]| v.iter().map(LargeRow::restore_rate).collect::<Vec<_>>();
+        let standby = |v: &[LargeRow]| v.iter().map(LargeRow::standby_rate).collect::<Vec<_>>();
         let (r, rmin, rmax) = rill_benches::ratio_stats(&rate(&rows[0]), &rate(&rows[1]));
         let (sb, smin, smax) = rill_benches::ratio_stats(&standby(&rows[0]), &standby(&rows[1]));
         println!("\nRill / Kafka Streams, pairwise by round: restore rate {r:.2}× ({rmin:.2}–{rmax:.2}), standby catch-up rate {sb:.2}× ({smin:.2}–{smax:.2})");

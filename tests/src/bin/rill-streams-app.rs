@@ -278,7 +278,7 @@ impl rill_streams::StateRestoreListener for PrintRestored {
 /// lag, summed, on one line at that period.
 struct LagPrinter {
     every: Option<Duration>,
-    next: std::cell::Cell<Instant>,
+    next: Instant,
 }
 
 impl LagPrinter {
@@ -286,16 +286,16 @@ impl LagPrinter {
         Self {
             every: arg("--print-lags-ms")
                 .map(|ms| Duration::from_millis(ms.parse().expect("--print-lags-ms"))),
-            next: std::cell::Cell::new(Instant::now()),
+            next: Instant::now(),
         }
     }
 
-    fn tick(&self, streams: &KafkaStreams) {
+    fn tick(&mut self, streams: &KafkaStreams) {
         let Some(every) = self.every else { return };
-        if Instant::now() < self.next.get() {
+        if Instant::now() < self.next {
             return;
         }
-        self.next.set(Instant::now() + every);
+        self.next = Instant::now() + every;
         let lags = streams.all_local_store_partition_lags();
         let all = lags.values().flat_map(|p| p.values());
         let (mut n, mut position, mut lag) = (0, 0i64, 0i64);
@@ -528,7 +528,7 @@ fn main() {
     if let Some(addr) = streams.rest_address() {
         println!("REST {addr}");
     }
-    let print_lags = LagPrinter::from_args();
+    let mut print_lags = LagPrinter::from_args();
     // Running within --start-timeout-s, or out as soon as the instance fails.
     let start_timeout =
         arg("--start-timeout-s").map_or(60, |s| s.parse().expect("--start-timeout-s"));
