@@ -306,6 +306,14 @@ impl StreamTask {
         self.queues.iter().map(|q| &q.tp)
     }
 
+    /// Queue `qi`'s partition if it holds more than `limit` records.
+    pub fn queue_over(&self, qi: usize, limit: usize) -> Option<&TopicPartition> {
+        self.queues
+            .get(qi)
+            .filter(|q| q.records.len() > limit)
+            .map(|q| &q.tp)
+    }
+
     pub fn buffered(&self, tp: &TopicPartition) -> usize {
         self.queues
             .iter()

@@ -1,10 +1,11 @@
 //! The task executor (Kafka Streams' `TaskExecutor`): runs the stream
 //! thread's process and punctuate phases over its running tasks.
 //!
-//! - Processing is budgeted: each round gives every task an equal share of
+//! - Processing is budgeted: each round gives every task with work (buffered
+//!   input, futures of async nodes, a requested commit) an equal share of
 //!   the thread's per-round budget, so one busy partition cannot starve the
 //!   others (and the thread gets back to polling, committing and answering
-//!   rebalances in bounded time).
+//!   rebalances in bounded time); tasks without work are not visited.
 //! - A task processes only when it is ready (KIP-695,
 //!   [`StreamTask::ready`](crate::task::StreamTask::ready)): every partition
 //!   has records or is known to be caught up.
@@ -50,8 +51,18 @@ impl TaskExecutor {
         let Running { tasks, collector } = running;
         let mut commit_requested = false;
         let now = now_ms();
-        let per_task = (self.budget / tasks.len().max(1)).max(1);
-        for t in tasks.values_mut() {
+        // Only tasks with work: buffered input, futures of async nodes, or a
+        // commit a punctuation asked for. The budget is shared among them,
+        // so a thread of 1,000 tasks of which a few have input gives those
+        // a full share instead of a thousandth each.
+        let mut busy: Vec<_> = tasks
+            .values_mut()
+            .filter(|t| {
+                t.task.has_buffered() || t.task.in_flight() > 0 || t.task.shared.commit_requested
+            })
+            .collect();
+        let per_task = (self.budget / busy.len().max(1)).max(1);
+        for t in busy.iter_mut() {
             let _span = tracing::debug_span!("task", task = %t.task.id).entered();
             let dropped_before = t.task.dropped_records();
             collector.lend(t.task.out_buffer());
