@@ -1437,6 +1437,111 @@ pub fn client_splits_a_batch_too_large_for_the_topic(bootstrap: &str) {
     );
 }
 
+/// Fetch sessions (KIP-227; Apache Kafka keeps one per consumer and broker,
+/// the embedded broker declines them and gets full requests): a consumer of
+/// 6 partitions reads every record exactly once, in order, across what an
+/// incremental request leaves out or names — idle rounds naming nothing, a
+/// partition silent since the session began getting records, a seek back
+/// (an offset the session must be told), a pause (the partition leaves the
+/// session) and a resume — and its lags read 0 at the end.
+pub fn client_fetch_session_reads_every_record(bootstrap: &str) {
+    let topic = unique_topic("client-fetch-session");
+    create_topic(bootstrap, &topic, 6);
+    let p = producer(bootstrap, &[("linger.ms", "0")]);
+    // Values "p<partition>-<offset>", offsets counted here.
+    let mut next: BTreeMap<i32, i64> = BTreeMap::new();
+    // One batch per record and partition: with max.partition.fetch.bytes
+    // at 1 each fetch brings one batch of a partition (KIP-74), so the
+    // consumer moves on only by telling the session each new offset.
+    let mut send = |parts: &[i32], n: i64| {
+        for _ in 0..n {
+            let mut records = Vec::new();
+            for &part in parts {
+                let o = next.entry(part).or_default();
+                records.push(
+                    ProducerRecord::new(&topic)
+                        .partition(part)
+                        .value(format!("p{part}-{o}")),
+                );
+                *o += 1;
+            }
+            send_and_wait(&p, records);
+        }
+    };
+    let tps: Vec<TopicPartition> = (0..6).map(|i| TopicPartition::new(&topic, i)).collect();
+    let mut c = Consumer::new(&config(
+        bootstrap,
+        &[
+            ("auto.offset.reset", "earliest"),
+            ("fetch.max.wait.ms", "100"),
+            ("max.partition.fetch.bytes", "1"),
+        ],
+    ))
+    .unwrap();
+    c.assign(&tps).unwrap();
+    // What the consumer returned: per partition, the values in order.
+    let mut got: BTreeMap<i32, Vec<String>> = BTreeMap::new();
+    let mut take = |c: &mut Consumer, n: usize| {
+        for r in poll_n(c, n, Duration::from_secs(30)) {
+            got.entry(r.partition)
+                .or_default()
+                .push(String::from_utf8(r.value.as_deref().unwrap_or_default().to_vec()).unwrap());
+        }
+    };
+    let values = |part: i32, range: std::ops::Range<i64>| -> Vec<String> {
+        range.map(|i| format!("p{part}-{i}")).collect()
+    };
+    send(&[0, 1, 2, 3], 10);
+    take(&mut c, 40);
+    // Idle rounds: incremental requests with nothing changed.
+    for _ in 0..5 {
+        assert!(c.poll(Duration::from_millis(150)).unwrap().is_empty());
+    }
+    // Partition 5, in the session since it began and never named again.
+    send(&[5], 5);
+    take(&mut c, 5);
+    // A seek back: the session's offset for partition 0 must change.
+    c.seek(&tps[0], 3).unwrap();
+    take(&mut c, 7);
+    // Paused: partition 1 leaves the session; resumed, it comes back.
+    c.pause(std::slice::from_ref(&tps[1])).unwrap();
+    send(&[1, 2], 5);
+    take(&mut c, 5);
+    assert!(
+        c.poll(Duration::from_millis(500)).unwrap().is_empty(),
+        "nothing from the paused partition"
+    );
+    c.resume(std::slice::from_ref(&tps[1])).unwrap();
+    take(&mut c, 5);
+    let mut p0 = values(0, 0..10);
+    p0.extend(values(0, 3..10));
+    let want: BTreeMap<i32, Vec<String>> = [
+        (0, p0),
+        (1, values(1, 0..15)),
+        (2, values(2, 0..15)),
+        (3, values(3, 0..10)),
+        (5, values(5, 0..5)),
+    ]
+    .into();
+    assert_eq!(
+        got, want,
+        "every record once, in order (partition 0 again from 3)"
+    );
+    assert!(
+        c.poll(Duration::from_millis(500)).unwrap().is_empty(),
+        "no duplicate"
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let _ = c.poll(Duration::from_millis(50));
+            c.caught_up()
+        }),
+        "never caught up: lags {:?}",
+        c.lags()
+    );
+    c.close().unwrap();
+}
+
 /// Lists every client scenario; `$m!(names...)` generates one test per name.
 #[macro_export]
 macro_rules! for_each_client_scenario {
@@ -1461,6 +1566,7 @@ macro_rules! for_each_client_scenario {
             client_producer_and_consumer_controls,
             client_group_configs,
             client_splits_a_batch_too_large_for_the_topic,
+            client_fetch_session_reads_every_record,
         );
     };
 }

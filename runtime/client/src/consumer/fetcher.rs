@@ -39,19 +39,20 @@
 //! read). read_uncommitted returns aborted records, as Kafka does.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
 use crossbeam_channel::{Receiver, Sender};
 use rill_protocol::kafka_protocol::messages::{
-    fetch_request::{FetchPartition, FetchTopic},
+    fetch_request::{FetchPartition, FetchTopic, ForgottenTopic},
     BrokerId, FetchRequest,
 };
 use rill_protocol::records::{validate_batch, BatchError, BatchHeader, BatchIter, BatchRecords};
 use rill_protocol::{ApiKey, ErrorCode, RequestKind, ResponseKind};
 use tracing::debug;
 
+use super::fetch_session::{FetchSessions, SessionRequest, Wanted};
 use super::{ConsumerRecord, Subscriptions};
 use crate::cluster::Cluster;
 use crate::config::ConsumerConfig;
@@ -86,6 +87,10 @@ pub struct PartitionFetch {
 pub struct FetchAnswer {
     pub node: i32,
     pub result: Result<Vec<PartitionFetch>>,
+    /// The fetch session the answer leaves (KIP-227), when it was sent
+    /// through one: whether the request was full, the id the broker
+    /// answered, and every partition the request fetched.
+    session: Option<(bool, i32, Wanted)>,
 }
 
 /// What processing an answer asks the consumer to do.
@@ -103,6 +108,8 @@ pub struct Fetcher {
     tx: Sender<FetchAnswer>,
     rx: Receiver<FetchAnswer>,
     in_flight: HashSet<i32>,
+    /// Fetch sessions by broker (KIP-227).
+    sessions: FetchSessions,
     /// Fetched answers per partition, in fetch order.
     buffered: VecDeque<BufferedFetch>,
     /// The last high watermark (last stable offset with read_committed)
@@ -293,6 +300,7 @@ impl Default for Fetcher {
             tx,
             rx,
             in_flight: HashSet::new(),
+            sessions: FetchSessions::default(),
             buffered: VecDeque::new(),
             high_watermarks: Default::default(),
             last_taken: 0,
@@ -343,8 +351,16 @@ impl Fetcher {
         self.in_flight.remove(&answer.node);
         let mut fx = FetchEffects::default();
         let parts = match answer.result {
-            Ok(p) => p,
+            Ok(p) => {
+                if let Some((full, id, wanted)) = answer.session {
+                    self.sessions.answered(answer.node, full, id, wanted);
+                }
+                p
+            }
             Err(e) => {
+                // The broker may have lost or refused the session (or the
+                // connection broke): the next request is a full one.
+                self.sessions.reset(answer.node);
                 debug!(node = answer.node, error = %e, "fetch failed");
                 fx.refresh_metadata = true;
                 return fx;
@@ -354,6 +370,18 @@ impl Fetcher {
             let Some(state) = subs.assignment.get(&pf.tp) else {
                 continue;
             };
+            // The mark is the partition's whatever offset the answer is for:
+            // in a fetch session (KIP-227) the broker names it again only
+            // once it moves, so even an answer not used below keeps it.
+            if pf.high_watermark >= 0 && pf.error == 0 {
+                match self.high_watermarks.get_mut(&pf.tp) {
+                    Some(hw) => *hw = pf.high_watermark,
+                    None => {
+                        self.high_watermarks
+                            .insert(pf.tp.clone(), pf.high_watermark);
+                    }
+                }
+            }
             let Some(position) = state.position else {
                 continue;
             };
@@ -380,10 +408,6 @@ impl Fetcher {
                     ));
                 }
                 continue;
-            }
-            if pf.high_watermark >= 0 {
-                self.high_watermarks
-                    .insert(pf.tp.clone(), pf.high_watermark);
             }
             match whole_batches(&pf) {
                 Ok(Some((end, next_offset))) if next_offset > pf.fetch_offset => {
@@ -512,14 +536,21 @@ impl Fetcher {
         });
         for p in planned {
             self.in_flight.insert(p.node);
+            let req = self.sessions.request(p.node, p.parts);
             let tx = self.tx.clone();
             let cluster = cluster.clone();
             let cfg = cfg.clone();
             io_handle().spawn(async move {
-                let result = fetch(&cluster, p.node, &p.parts, &cfg, p.max_wait).await;
+                let full = req.is_full();
+                let (result, session) = match fetch(&cluster, p.node, &req, &cfg, p.max_wait).await
+                {
+                    Ok((parts, id)) => (Ok(parts), Some((full, id, req.wanted))),
+                    Err(e) => (Err(e), None),
+                };
                 let _ = tx.send(FetchAnswer {
                     node: p.node,
                     result,
+                    session,
                 });
             });
         }
@@ -600,16 +631,20 @@ struct PlannedFetch {
     max_wait: std::time::Duration,
 }
 
+/// Sends one Fetch request (`req`: full, or the changes to the broker's
+/// fetch session) and reads its answer: the partitions it carries, each
+/// with the offset it was fetched from, and the session id the broker
+/// answered (0: none).
 async fn fetch(
     cluster: &Cluster,
     node: i32,
-    parts: &[(TopicPartition, i64, i32)],
+    req: &SessionRequest,
     cfg: &ConsumerConfig,
     max_wait: std::time::Duration,
-) -> Result<Vec<PartitionFetch>> {
+) -> Result<(Vec<PartitionFetch>, i32)> {
     let conn = cluster.connection(node).await?;
     let mut topics: BTreeMap<&str, Vec<FetchPartition>> = BTreeMap::new();
-    for (tp, offset, epoch) in parts {
+    for (tp, offset, epoch) in &req.send {
         topics.entry(&tp.topic).or_default().push(
             FetchPartition::default()
                 .with_partition(tp.partition)
@@ -620,14 +655,14 @@ async fn fetch(
                 .with_partition_max_bytes(cfg.max_partition_fetch_bytes),
         );
     }
-    let req = FetchRequest::default()
+    let request = FetchRequest::default()
         .with_replica_id(BrokerId(-1))
         .with_max_wait_ms(max_wait.as_millis().min(i32::MAX as u128) as i32)
         .with_min_bytes(cfg.fetch_min_bytes)
         .with_max_bytes(cfg.fetch_max_bytes)
         .with_isolation_level(i8::from(cfg.read_committed))
-        .with_session_id(0)
-        .with_session_epoch(-1)
+        .with_session_id(req.session_id)
+        .with_session_epoch(req.epoch)
         .with_rack_id(rill_protocol::StrBytes::from_string(
             cfg.common.client_rack.clone().unwrap_or_default(),
         ))
@@ -640,9 +675,19 @@ async fn fetch(
                         .with_partitions(ps)
                 })
                 .collect(),
+        )
+        .with_forgotten_topics_data(
+            req.forgotten
+                .iter()
+                .map(|(t, ps)| {
+                    ForgottenTopic::default()
+                        .with_topic(topic_name(t))
+                        .with_partitions(ps.clone())
+                })
+                .collect(),
         );
     let (_, resp) = conn
-        .call(ApiKey::Fetch, 4, 12, RequestKind::Fetch(req))
+        .call(ApiKey::Fetch, 4, 12, RequestKind::Fetch(request))
         .await?;
     let ResponseKind::Fetch(resp) = resp else {
         return Err(Error::Protocol {
@@ -656,14 +701,15 @@ async fn fetch(
             format!("Fetch from {}", conn.broker()),
         ));
     }
-    let offsets: HashMap<(&str, i32), i64> = parts
-        .iter()
-        .map(|(tp, o, _)| ((tp.topic.as_str(), tp.partition), *o))
-        .collect();
     let mut out = Vec::new();
     for t in resp.responses {
+        // An incremental answer may carry any partition of the session,
+        // named in this request or not: its offset is the session's.
+        let Some(offsets) = req.wanted.get(t.topic.0.as_str()) else {
+            continue;
+        };
         for p in t.partitions {
-            let Some(fetch_offset) = offsets.get(&(t.topic.0.as_str(), p.partition_index)) else {
+            let Some((fetch_offset, _)) = offsets.get(&p.partition_index) else {
                 continue;
             };
             out.push(PartitionFetch {
@@ -690,7 +736,7 @@ async fn fetch(
             });
         }
     }
-    Ok(out)
+    Ok((out, resp.session_id))
 }
 
 /// The length of the whole batches at the start of a partition's answer
@@ -735,6 +781,7 @@ mod tests {
 
     fn answer(tp: &TopicPartition, fetch_offset: i64, records: Bytes) -> FetchAnswer {
         FetchAnswer {
+            session: None,
             node: 1,
             result: Ok(vec![PartitionFetch {
                 tp: tp.clone(),

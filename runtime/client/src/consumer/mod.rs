@@ -22,6 +22,7 @@
 
 pub mod assignor;
 mod classic;
+mod fetch_session;
 mod fetcher;
 mod modern;
 pub mod streams;
