@@ -33,7 +33,9 @@
 //!    whose fastest app ran < 20 s is flagged. `WORKLOADS=raw,join,…`
 //!    picks workloads, `APPS=rill` runs Rill only (no tables: with
 //!    `RILL_BENCH_PERF=<dir>`, for profiles; `RILL_BENCH_PERF_JVM=1`
-//!    profiles Kafka Streams' runs too). Chart:
+//!    profiles Kafka Streams' runs too; `RILL_BENCH_PEER=<rill-streams-app>`
+//!    runs that Rill build in the peer's place, for two builds side by
+//!    side). Chart:
 //!    docs/img/throughput[-embedded].png.
 //!    `latency`: passthrough and the uncached word count at fractions
 //!    `LATENCY_LOADS` (`0.5,0.25`) of Kafka Streams' steady-state maximum
@@ -881,6 +883,13 @@ fn throughput_part(
     let workloads: Vec<Workload> = WORKLOADS
         .into_iter()
         .filter(|w| only.is_empty() || only.split(',').any(|o| w.topology == o.trim()))
+        .map(|mut w| {
+            // The tables and charts name the peer build for what it is.
+            if std::env::var_os("RILL_BENCH_PEER").is_some() {
+                w.apps[1].0 = "Rill (peer build)";
+            }
+            w
+        })
         .collect();
     let counts = partition_counts();
     let mut peak = BTreeMap::new();
@@ -945,6 +954,18 @@ fn throughput_at(
     let warmup: usize = env_or("WARMUP", 0);
     // APPS=rill: Rill's runs only (profiling with RILL_BENCH_PERF); no tables.
     let rill_only = std::env::var("APPS").is_ok_and(|a| a == "rill");
+    let peer = std::env::var_os("RILL_BENCH_PEER").map(std::path::PathBuf::from);
+    if let Some(p) = &peer {
+        assert!(
+            p.is_file(),
+            "RILL_BENCH_PEER: {} is not a file",
+            p.display()
+        );
+        println!(
+            "RILL_BENCH_PEER: the peer runs are Rill built as {}",
+            p.display()
+        );
+    }
     let inputs = Inputs::load(bootstrap, workloads);
     // (workload, app index) → runs
     let mut out: BTreeMap<(usize, usize), Vec<Run>> = BTreeMap::new();
@@ -957,6 +978,12 @@ fn throughput_at(
                 }
                 let (app, runtime) = w.apps[ai];
                 let tag = format!("{}-{wi}-{ai}-{round}-{}", w.topology, inputs.tag);
+                // RILL_BENCH_PEER=<rill-streams-app>: the peer is that Rill
+                // build (two builds side by side in one invocation).
+                let (bin, runtime, app) = match (&peer, runtime) {
+                    (Some(p), Runtime::KafkaStreams) => (p.as_path(), Runtime::Rill, app),
+                    _ => (bin, runtime, app),
+                };
                 let r = throughput_run(bin, bootstrap, broker_pid, &inputs, w, runtime, &tag);
                 println!(
                     "{} {round} {} / {app}: steady {:.0}/s, end-to-end {:.0}/s in {:.1} s, {:.0} per CPU-s, broker {:.2} CPU-µs per record, first output {:.0} ms, peak RSS {:.1} MiB, {:.0} fds, {:.0} threads ({} partitions)",
