@@ -813,6 +813,9 @@ impl TaskManager {
         type Target = Option<(TaskId, Option<usize>)>;
         let mut last: Option<(Arc<str>, i32, Target)> = None;
         let limit = self.ctx.config.buffered_records_per_partition;
+        // Candidates of a loop that ended before its back-pressure step
+        // (an error) come back with their partitions' next records.
+        self.over_limit.clear();
         for rec in records {
             let target = match &last {
                 Some((topic, p, target))

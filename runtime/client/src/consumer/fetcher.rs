@@ -370,9 +370,10 @@ impl Fetcher {
             let Some(state) = subs.assignment.get(&pf.tp) else {
                 continue;
             };
-            // The mark is the partition's whatever offset the answer is for:
-            // in a fetch session (KIP-227) the broker names it again only
-            // once it moves, so even an answer not used below keeps it.
+            // The high watermark is the partition's, whatever offset the
+            // answer was fetched from: in a fetch session (KIP-227) the
+            // broker sends it again only once it moves, so it is kept even
+            // from an answer not used below.
             if pf.high_watermark >= 0 && pf.error == 0 {
                 match self.high_watermarks.get_mut(&pf.tp) {
                     Some(hw) => *hw = pf.high_watermark,
