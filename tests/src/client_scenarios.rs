@@ -102,6 +102,19 @@ pub fn poll_n(c: &mut Consumer, n: usize, within: Duration) -> Vec<ConsumerRecor
     out
 }
 
+/// Polls until every assigned partition is read to its high watermark
+/// (within 10 s), or fails with the lags.
+fn assert_caught_up(c: &mut Consumer) {
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let _ = c.poll(Duration::from_millis(50));
+            c.caught_up()
+        }),
+        "never caught up: lags {:?}",
+        c.lags()
+    );
+}
+
 /// Rebalance callbacks, in order: ("revoked" | "assigned" | "lost", partitions).
 #[derive(Clone, Default)]
 pub struct Events(pub Arc<Mutex<Vec<Event>>>);
@@ -1320,14 +1333,7 @@ pub fn client_producer_and_consumer_controls(bootstrap: &str) {
     }));
     assert!(done.lock().unwrap().as_ref().unwrap().is_ok());
     // Every record read: caught up, each partition at its high watermark.
-    assert!(
-        wait_until(Duration::from_secs(10), || {
-            let _ = c.poll(Duration::from_millis(50));
-            c.caught_up()
-        }),
-        "never caught up: lags {:?}",
-        c.lags()
-    );
+    assert_caught_up(&mut c);
     assert_eq!(c.lag(&tp0), Some(0));
     c.close().unwrap();
 }
@@ -1531,14 +1537,7 @@ pub fn client_fetch_session_reads_every_record(bootstrap: &str) {
         c.poll(Duration::from_millis(500)).unwrap().is_empty(),
         "no duplicate"
     );
-    assert!(
-        wait_until(Duration::from_secs(10), || {
-            let _ = c.poll(Duration::from_millis(50));
-            c.caught_up()
-        }),
-        "never caught up: lags {:?}",
-        c.lags()
-    );
+    assert_caught_up(&mut c);
     c.close().unwrap();
 }
 
