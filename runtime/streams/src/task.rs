@@ -321,6 +321,12 @@ impl StreamTask {
             .map_or(0, |q| q.records.len())
     }
 
+    /// Whether the task has something to process: buffered input or
+    /// futures of async nodes still in flight.
+    pub fn has_work(&self) -> bool {
+        self.has_buffered() || self.in_flight() > 0
+    }
+
     pub fn has_buffered(&self) -> bool {
         self.queues.iter().any(|q| !q.records.is_empty())
     }

@@ -57,9 +57,7 @@ impl TaskExecutor {
         // a full share instead of a thousandth each.
         let mut busy: Vec<_> = tasks
             .values_mut()
-            .filter(|t| {
-                t.task.has_buffered() || t.task.in_flight() > 0 || t.task.shared.commit_requested
-            })
+            .filter(|t| t.task.has_work() || t.task.shared.commit_requested)
             .collect();
         let per_task = (self.budget / busy.len().max(1)).max(1);
         for t in busy.iter_mut() {

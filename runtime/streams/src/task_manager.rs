@@ -251,10 +251,7 @@ impl TaskManager {
 
     /// Whether no task has a record buffered or parked at an async node.
     pub fn is_idle(&self) -> bool {
-        !self
-            .tasks
-            .values()
-            .any(|t| t.task.has_buffered() || t.task.in_flight() > 0)
+        !self.tasks.values().any(|t| t.task.has_work())
     }
 
     /// Whether the thread can only wait for futures of async nodes: some
