@@ -1541,6 +1541,89 @@ pub fn client_fetch_session_reads_every_record(bootstrap: &str) {
     c.close().unwrap();
 }
 
+/// A fetch buffer limit (what `input.buffer.max.bytes`, KIP-770, sets on
+/// a stream thread's consumer) holds however many partitions have data: 40
+/// partitions of 256 KiB each (10 MiB), read 100 records a poll, never
+/// buffer more than the 8 MiB limit, and every record comes once, in order.
+/// The same reading without the limit buffers more than 8 MiB (one answer
+/// holds nearly every partition whole), so the bound is what holds it.
+pub fn client_fetch_buffer_limit_bounds_what_is_buffered(bootstrap: &str) {
+    const PARTS: i32 = 40;
+    const PER_PART: usize = 256;
+    const LIMIT: usize = 8 << 20;
+    let topic = unique_topic("client-fetch-buffer");
+    create_topic(bootstrap, &topic, PARTS);
+    let p = producer(bootstrap, &[("linger.ms", "5"), ("batch.size", "16384")]);
+    let value = |part: i32, i: usize| format!("p{part}-{i:05}-{}", "x".repeat(1000));
+    let mut records = Vec::new();
+    for part in 0..PARTS {
+        for i in 0..PER_PART {
+            records.push(
+                ProducerRecord::new(topic.clone())
+                    .partition(part)
+                    .value(value(part, i)),
+            );
+        }
+    }
+    send_and_wait(&p, records);
+    let tps: Vec<TopicPartition> = (0..PARTS).map(|i| TopicPartition::new(&topic, i)).collect();
+    // Reads everything with `limit`; the most bytes buffered after a poll.
+    let read = |limit: Option<usize>| -> usize {
+        let mut c = Consumer::new(&config(
+            bootstrap,
+            &[
+                ("auto.offset.reset", "earliest"),
+                ("max.poll.records", "100"),
+            ],
+        ))
+        .unwrap();
+        c.set_fetch_buffer_limit(limit);
+        c.assign(&tps).unwrap();
+        let mut next = vec![0usize; PARTS as usize];
+        let (mut most, mut total) = (0, 0);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while total < PARTS as usize * PER_PART {
+            assert!(
+                Instant::now() < deadline,
+                "read {total} of {} records in 60 s (limit {limit:?})",
+                PARTS as usize * PER_PART
+            );
+            for r in c.poll(Duration::from_millis(100)).expect("poll") {
+                let n = &mut next[r.partition as usize];
+                assert_eq!(
+                    r.value.as_deref(),
+                    Some(value(r.partition, *n).as_bytes()),
+                    "partition {}: record {} out of order or again (limit {limit:?})",
+                    r.partition,
+                    *n
+                );
+                *n += 1;
+                total += 1;
+            }
+            most = most.max(c.fetch_buffer_bytes());
+        }
+        assert!(
+            c.poll(Duration::from_millis(300)).unwrap().is_empty(),
+            "no duplicate"
+        );
+        assert_caught_up(&mut c);
+        c.close().unwrap();
+        most
+    };
+    let bounded = read(Some(LIMIT));
+    assert!(
+        bounded > 0 && bounded <= LIMIT,
+        "with the limit the consumer buffered at most {bounded} bytes, limit {LIMIT}"
+    );
+    let unbounded = read(None);
+    eprintln!("most bytes buffered: {bounded} with an {LIMIT}-byte limit, {unbounded} without");
+    assert!(
+        unbounded > LIMIT,
+        "without the limit the consumer buffered at most {unbounded} bytes (more than {LIMIT} \
+         expected: the control shows the bound is what holds)"
+    );
+}
+
 /// Lists every client scenario; `$m!(names...)` generates one test per name.
 #[macro_export]
 macro_rules! for_each_client_scenario {
@@ -1566,6 +1649,7 @@ macro_rules! for_each_client_scenario {
             client_group_configs,
             client_splits_a_batch_too_large_for_the_topic,
             client_fetch_session_reads_every_record,
+            client_fetch_buffer_limit_bounds_what_is_buffered,
         );
     };
 }

@@ -49,6 +49,11 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("default.timestamp.extractor", "FailOnInvalidTimestamp"),
     ("max.task.idle.ms", "0"),
     ("buffered.records.per.partition", "1000"),
+    // KIP-770 (512 MiB per instance, split over the stream threads): in
+    // Rill it bounds the fetched input each thread's consumer buffers ahead
+    // of processing (per-partition fetch sizes shrink as partitions grow);
+    // `buffered.records.per.partition` still bounds each task's queue.
+    ("input.buffer.max.bytes", "536870912"),
     ("restore.batch.size", "1000"),
     // Async processing (Rill's; no Kafka equivalent): futures of async
     // nodes running at once per task and per stream thread, and how long
@@ -138,6 +143,7 @@ impl std::fmt::Debug for StreamsConfig {
             )
             .field("async_timeout", &self.async_timeout)
             .field("cache_max_bytes", &self.cache_max_bytes)
+            .field("input_buffer_max_bytes", &self.input_buffer_max_bytes)
             .field("rocksdb_memory_bound", &self.rocksdb_memory_bound)
             .field(
                 "rocksdb_write_buffer_ratio",
@@ -515,6 +521,13 @@ pub struct StreamsConfig {
     pub async_timeout: Duration,
     /// `statestore.cache.max.bytes`: the record caches' budget per instance.
     pub cache_max_bytes: usize,
+    /// `input.buffer.max.bytes` (KIP-770, default 512 MiB): the fetched input buffered ahead of
+    /// processing per instance, split evenly over the stream threads; each thread's main
+    /// consumer fetches each partition with at most half its share over its partitions (at
+    /// least 64 KiB, at most `max.partition.fetch.bytes`) and reads ahead only while under
+    /// half its share, so the buffer does not grow with the partition count. 0 lifts the bound (one answer of `max.partition.fetch.bytes` ahead per
+    /// partition).
+    pub input_buffer_max_bytes: usize,
     /// `rocksdb.memory.bound.bytes` resolved (default `auto`: a quarter of the host's or
     /// cgroup's memory, clamped to 64 MiB–1 GiB): the RocksDB memory of every store of the
     /// instance together, its block cache and memtables taking `rill_state::CACHE_SHARE`
@@ -1379,6 +1392,11 @@ fn parse(mut flat: BTreeMap<String, String>) -> Result<StreamsConfig> {
             take("statestore.cache.max.bytes"),
             0usize,
         )?,
+        input_buffer_max_bytes: num(
+            "input.buffer.max.bytes",
+            take("input.buffer.max.bytes"),
+            0usize,
+        )?,
         rocksdb_memory_bound,
         rocksdb_write_buffer_ratio,
         num_standby_replicas,
@@ -1428,6 +1446,7 @@ mod tests {
         assert_eq!(c.default_store, StoreBackend::RocksDb);
         assert_eq!(c.group_instance_id, None);
         assert_eq!(c.application_server, None);
+        assert_eq!(c.input_buffer_max_bytes, 512 << 20);
     }
 
     #[test]

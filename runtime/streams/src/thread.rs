@@ -199,6 +199,10 @@ impl StreamThread {
         )
         .map_err(|e| StreamsError::client("creating the stream thread's consumer", e))?;
         consumer.set_rebalance_listener(Listener(tasks.clone(), ctx.clone()));
+        // KIP-770: this thread's share of `input.buffer.max.bytes` bounds
+        // what its consumer buffers ahead (0: no bound).
+        let input_buffer = ctx.config.input_buffer_max_bytes / ctx.config.num_stream_threads.max(1);
+        consumer.set_fetch_buffer_limit((input_buffer > 0).then_some(input_buffer));
         if ctx.config.streams_protocol {
             let spec = crate::streams_group::group_spec(&ctx)?;
             consumer

@@ -7,13 +7,13 @@
 //!   An answer with a session id ≠ 0 opens the session at epoch 1; id 0
 //!   (the broker keeps none, e.g. Rill's embedded broker) keeps requests full.
 //! - With a session a request is *incremental*: the partitions that are new
-//!   or whose fetch offset or leader epoch differ from what the session
-//!   holds, and those it should drop (`forgotten_topics_data`); the rest
+//!   or whose fetch offset, leader epoch or byte limit differ from what the
+//!   session holds, and those it should drop (`forgotten_topics_data`); the rest
 //!   the broker fetches from the offsets it keeps. So a partition fetched
 //!   again from an unchanged offset (its answer was not used) gets the same
 //!   records again, as in a full request.
 //! - Invariant: after an answer the session holds exactly the partitions
-//!   of the request's *wanted* set (with their offsets and epochs), and the
+//!   of the request's *wanted* set (with their offsets, epochs and limits), and the
 //!   next epoch is the answered one + 1 (wrapping to 1). One request per
 //!   broker is in flight at a time (the fetcher's rule), so answers come
 //!   in epoch order.
@@ -24,8 +24,15 @@ use std::collections::HashMap;
 
 use crate::TopicPartition;
 
-/// A partition's fetch offset and current leader epoch, as a request names it.
-pub(crate) type FetchPosition = (i64, i32);
+/// What a request names for one partition: where to fetch from, the
+/// leader epoch the consumer knows, and the most bytes to answer with
+/// (`partition_max_bytes`; the broker's session keeps all three).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FetchPosition {
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub max_bytes: i32,
+}
 
 /// Partitions by topic, then partition index (looked up by `&str` while
 /// an answer is read, without building a `TopicPartition`).
@@ -52,7 +59,7 @@ pub(crate) struct SessionRequest {
     pub session_id: i32,
     pub epoch: i32,
     /// The partitions to name in the request.
-    pub send: Vec<(TopicPartition, i64, i32)>,
+    pub send: Vec<(TopicPartition, FetchPosition)>,
     /// Partitions the broker's session drops.
     pub forgotten: Vec<(String, Vec<i32>)>,
     /// Every partition fetched from the broker: the session afterwards.
@@ -66,15 +73,19 @@ impl SessionRequest {
 }
 
 impl FetchSessions {
-    /// The request for `node` fetching `parts` (partition, offset, leader
-    /// epoch): full without a session, else only what changed.
-    pub fn request(&self, node: i32, parts: Vec<(TopicPartition, i64, i32)>) -> SessionRequest {
+    /// The request for `node` fetching `parts`: full without a session,
+    /// else only what changed.
+    pub fn request(
+        &self,
+        node: i32,
+        parts: Vec<(TopicPartition, FetchPosition)>,
+    ) -> SessionRequest {
         let mut wanted: Wanted = HashMap::new();
-        for (tp, offset, epoch) in &parts {
+        for (tp, at) in &parts {
             wanted
                 .entry(tp.topic.clone())
                 .or_default()
-                .insert(tp.partition, (*offset, *epoch));
+                .insert(tp.partition, *at);
         }
         let Some(s) = self.by_node.get(&node).filter(|s| s.id != 0) else {
             return SessionRequest {
@@ -87,11 +98,11 @@ impl FetchSessions {
         };
         let send = parts
             .into_iter()
-            .filter(|(tp, offset, epoch)| {
+            .filter(|(tp, at)| {
                 s.parts
                     .get(tp.topic.as_str())
                     .and_then(|t| t.get(&tp.partition))
-                    != Some(&(*offset, *epoch))
+                    != Some(at)
             })
             .collect();
         let mut forgotten = Vec::new();
@@ -158,18 +169,31 @@ mod tests {
         TopicPartition::new(t, p)
     }
 
+    /// `tp` fetched from `offset` at leader epoch `epoch`, up to 1 MiB.
+    fn at(tp: TopicPartition, offset: i64, epoch: i32) -> (TopicPartition, FetchPosition) {
+        let max_bytes = 1 << 20;
+        (
+            tp,
+            FetchPosition {
+                offset,
+                leader_epoch: epoch,
+                max_bytes,
+            },
+        )
+    }
+
     fn names(req: &SessionRequest) -> Vec<String> {
         let mut v: Vec<String> = req
             .send
             .iter()
-            .map(|(tp, o, _)| format!("{tp}@{o}"))
+            .map(|(tp, at)| format!("{tp}@{}", at.offset))
             .collect();
         v.sort();
         v
     }
 
     /// Opens a session with id 7 holding `parts`.
-    fn open(parts: Vec<(TopicPartition, i64, i32)>) -> FetchSessions {
+    fn open(parts: Vec<(TopicPartition, FetchPosition)>) -> FetchSessions {
         let mut s = FetchSessions::default();
         let req = s.request(1, parts);
         assert!(req.is_full());
@@ -180,7 +204,7 @@ mod tests {
     #[test]
     fn without_a_session_a_request_is_full_and_asks_for_one() {
         let s = FetchSessions::default();
-        let req = s.request(1, vec![(tp("a", 0), 5, 0), (tp("a", 1), 9, 0)]);
+        let req = s.request(1, vec![at(tp("a", 0), 5, 0), at(tp("a", 1), 9, 0)]);
         assert_eq!((req.session_id, req.epoch), (0, 0));
         assert_eq!(names(&req), ["a-0@5", "a-1@9"]);
         assert!(req.forgotten.is_empty());
@@ -189,15 +213,19 @@ mod tests {
     #[test]
     fn an_incremental_request_names_only_what_changed_and_forgets_what_left() {
         let mut s = open(vec![
-            (tp("a", 0), 5, 0),
-            (tp("a", 1), 9, 0),
-            (tp("b", 0), 1, 0),
+            at(tp("a", 0), 5, 0),
+            at(tp("a", 1), 9, 0),
+            at(tp("b", 0), 1, 0),
         ]);
         // a-0 advanced, a-1 unchanged, b-0 no longer fetched, c-0 new, and
         // a-1's leader epoch moved on another round.
         let req = s.request(
             1,
-            vec![(tp("a", 0), 8, 0), (tp("a", 1), 9, 0), (tp("c", 0), 0, 0)],
+            vec![
+                at(tp("a", 0), 8, 0),
+                at(tp("a", 1), 9, 0),
+                at(tp("c", 0), 0, 0),
+            ],
         );
         assert_eq!((req.session_id, req.epoch), (7, 1));
         assert_eq!(names(&req), ["a-0@8", "c-0@0"]);
@@ -205,7 +233,11 @@ mod tests {
         s.answered(1, false, 7, req.wanted);
         let req = s.request(
             1,
-            vec![(tp("a", 0), 8, 0), (tp("a", 1), 9, 3), (tp("c", 0), 0, 0)],
+            vec![
+                at(tp("a", 0), 8, 0),
+                at(tp("a", 1), 9, 3),
+                at(tp("c", 0), 0, 0),
+            ],
         );
         assert_eq!(req.epoch, 2);
         assert_eq!(names(&req), ["a-1@9"]);
@@ -215,7 +247,11 @@ mod tests {
         s.answered(1, false, 7, req.wanted);
         let req = s.request(
             1,
-            vec![(tp("a", 0), 8, 0), (tp("a", 1), 9, 3), (tp("c", 0), 0, 0)],
+            vec![
+                at(tp("a", 0), 8, 0),
+                at(tp("a", 1), 9, 3),
+                at(tp("c", 0), 0, 0),
+            ],
         );
         assert!(req.send.is_empty() && req.forgotten.is_empty());
         assert_eq!(req.epoch, 3);
@@ -225,44 +261,54 @@ mod tests {
     fn an_unused_answer_is_fetched_again_from_the_same_offset() {
         // The session's offset for a-0 is still 5 (the consumer dropped the
         // answer): a-0 is not named and the broker reads from 5 again.
-        let s = open(vec![(tp("a", 0), 5, 0)]);
-        let req = s.request(1, vec![(tp("a", 0), 5, 0)]);
+        let s = open(vec![at(tp("a", 0), 5, 0)]);
+        let req = s.request(1, vec![at(tp("a", 0), 5, 0)]);
         assert!(req.send.is_empty());
-        assert_eq!(req.wanted["a"][&0], (5, 0));
+        assert_eq!(req.wanted["a"][&0], at(tp("a", 0), 5, 0).1);
+    }
+
+    #[test]
+    fn a_changed_byte_limit_is_sent_again() {
+        let s = open(vec![at(tp("a", 0), 5, 0), at(tp("a", 1), 5, 0)]);
+        let (a1, mut smaller) = at(tp("a", 1), 5, 0);
+        smaller.max_bytes = 64 * 1024;
+        let req = s.request(1, vec![at(tp("a", 0), 5, 0), (a1, smaller)]);
+        assert_eq!(names(&req), ["a-1@5"]);
+        assert_eq!(req.send[0].1.max_bytes, 64 * 1024);
     }
 
     #[test]
     fn a_broker_without_sessions_gets_full_requests() {
         let mut s = FetchSessions::default();
-        let req = s.request(1, vec![(tp("a", 0), 5, 0)]);
+        let req = s.request(1, vec![at(tp("a", 0), 5, 0)]);
         s.answered(1, true, 0, req.wanted);
-        let req = s.request(1, vec![(tp("a", 0), 6, 0)]);
+        let req = s.request(1, vec![at(tp("a", 0), 6, 0)]);
         assert!(req.is_full());
         assert_eq!(names(&req), ["a-0@6"]);
     }
 
     #[test]
     fn a_failure_or_a_stale_session_id_starts_over_with_a_full_request() {
-        let mut s = open(vec![(tp("a", 0), 5, 0)]);
+        let mut s = open(vec![at(tp("a", 0), 5, 0)]);
         s.reset(1);
-        assert!(s.request(1, vec![(tp("a", 0), 5, 0)]).is_full());
-        let mut s = open(vec![(tp("a", 0), 5, 0)]);
-        let req = s.request(1, vec![(tp("a", 0), 6, 0)]);
+        assert!(s.request(1, vec![at(tp("a", 0), 5, 0)]).is_full());
+        let mut s = open(vec![at(tp("a", 0), 5, 0)]);
+        let req = s.request(1, vec![at(tp("a", 0), 6, 0)]);
         s.answered(1, false, 8, req.wanted);
-        assert!(s.request(1, vec![(tp("a", 0), 6, 0)]).is_full());
+        assert!(s.request(1, vec![at(tp("a", 0), 6, 0)]).is_full());
         // Sessions are per broker.
-        let s = open(vec![(tp("a", 0), 5, 0)]);
-        assert!(s.request(2, vec![(tp("a", 1), 5, 0)]).is_full());
-        assert!(!s.request(1, vec![(tp("a", 0), 5, 0)]).is_full());
+        let s = open(vec![at(tp("a", 0), 5, 0)]);
+        assert!(s.request(2, vec![at(tp("a", 1), 5, 0)]).is_full());
+        assert!(!s.request(1, vec![at(tp("a", 0), 5, 0)]).is_full());
     }
 
     #[test]
     fn the_epoch_wraps_to_one() {
-        let mut s = open(vec![(tp("a", 0), 5, 0)]);
+        let mut s = open(vec![at(tp("a", 0), 5, 0)]);
         s.by_node.get_mut(&1).unwrap().epoch = i32::MAX;
-        let req = s.request(1, vec![(tp("a", 0), 5, 0)]);
+        let req = s.request(1, vec![at(tp("a", 0), 5, 0)]);
         assert_eq!(req.epoch, i32::MAX);
         s.answered(1, false, 7, req.wanted);
-        assert_eq!(s.request(1, vec![(tp("a", 0), 5, 0)]).epoch, 1);
+        assert_eq!(s.request(1, vec![at(tp("a", 0), 5, 0)]).epoch, 1);
     }
 }

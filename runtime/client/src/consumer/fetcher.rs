@@ -18,6 +18,17 @@
 //!   (memory stays bounded by two `max.partition.fetch.bytes` per
 //!   partition). An answer is used only if it starts where the buffered
 //!   records, or the position, end;
+//! - with a buffer limit (a stream thread's share of `input.buffer.max.bytes`,
+//!   KIP-770) each partition is fetched with at most half the limit over
+//!   the assigned partitions (at least [`MIN_PARTITION_FETCH_BYTES`], at
+//!   most `max.partition.fetch.bytes`), and only partitions with nothing
+//!   buffered are fetched once the buffered answers hold half the limit:
+//!   the answers of one round of fetches add at most half the limit to a
+//!   buffer under half of it, so the buffer stays under the limit however
+//!   many partitions are assigned (while the share is above the floor).
+//!   A partition whose answer held only part of a batch (a batch larger
+//!   than its share) is fetched with `max.partition.fetch.bytes` until an
+//!   answer of it is buffered: a small share never stalls a partition;
 //! - a request whose partitions are all at their high watermark (it can only
 //!   long-poll) waits at most `HELD_BACK_FETCH_WAIT` while another partition
 //!   of the same leader is held back by a full buffer, so that partition's
@@ -52,7 +63,7 @@ use rill_protocol::records::{validate_batch, BatchError, BatchHeader, BatchIter,
 use rill_protocol::{ApiKey, ErrorCode, RequestKind, ResponseKind};
 use tracing::debug;
 
-use super::fetch_session::{FetchSessions, SessionRequest, Wanted};
+use super::fetch_session::{FetchPosition, FetchSessions, SessionRequest, Wanted};
 use super::{ConsumerRecord, Subscriptions};
 use crate::cluster::Cluster;
 use crate::config::ConsumerConfig;
@@ -67,6 +78,11 @@ use crate::TopicPartition;
 /// follows within it; not zero, so an application working through a long
 /// buffer sends at most ~100 empty fetches a second.
 const HELD_BACK_FETCH_WAIT: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// The least a partition is fetched with under a buffer limit: with very
+/// many partitions the limit yields to this (a fetch of a few KiB per
+/// partition would cost the broker more than the memory it saves).
+pub const MIN_PARTITION_FETCH_BYTES: usize = 64 * 1024;
 
 /// One partition's part of a fetch answer.
 pub struct PartitionFetch {
@@ -112,6 +128,12 @@ pub struct Fetcher {
     sessions: FetchSessions,
     /// Fetched answers per partition, in fetch order.
     buffered: VecDeque<BufferedFetch>,
+    /// The most bytes of answers to buffer (see the module header); `None`:
+    /// one answer ahead per partition, each up to `max.partition.fetch.bytes`.
+    buffer_limit: Option<usize>,
+    /// Partitions whose last answer held only part of a batch: fetched with
+    /// `max.partition.fetch.bytes` until an answer is buffered.
+    oversized: HashSet<TopicPartition>,
     /// The last high watermark (last stable offset with read_committed)
     /// each partition's leader reported (for lag, Kafka's `records-lag`
     /// metric). Looked up per record by a stream thread's readiness check;
@@ -302,6 +324,8 @@ impl Default for Fetcher {
             in_flight: HashSet::new(),
             sessions: FetchSessions::default(),
             buffered: VecDeque::new(),
+            buffer_limit: None,
+            oversized: HashSet::new(),
             high_watermarks: Default::default(),
             last_taken: 0,
         }
@@ -312,6 +336,17 @@ impl Fetcher {
     /// The last high watermark fetched for `tp`.
     pub fn high_watermark(&self, tp: &TopicPartition) -> Option<i64> {
         self.high_watermarks.get(tp).copied()
+    }
+
+    /// Bounds the buffered answers to about `limit` bytes (see the module
+    /// header); `None` lifts the bound.
+    pub fn set_buffer_limit(&mut self, limit: Option<usize>) {
+        self.buffer_limit = limit;
+    }
+
+    /// Bytes of fetched answers not yet returned.
+    pub fn buffered_bytes(&self) -> usize {
+        self.buffered.iter().map(|b| b.raw.len()).sum()
     }
 
     /// Where the next fetch of `tp` starts (after its buffered records, else
@@ -332,7 +367,10 @@ impl Fetcher {
     pub fn clear(&mut self, tp: Option<&TopicPartition>) {
         match tp {
             Some(tp) => self.buffered.retain(|b| &b.tp != tp),
-            None => self.buffered.clear(),
+            None => {
+                self.buffered.clear();
+                self.oversized.clear();
+            }
         }
     }
 
@@ -412,6 +450,9 @@ impl Fetcher {
             }
             match whole_batches(&pf) {
                 Ok(Some((end, next_offset))) if next_offset > pf.fetch_offset => {
+                    if !self.oversized.is_empty() {
+                        self.oversized.remove(&pf.tp);
+                    }
                     self.buffered.push_back(BufferedFetch {
                         topic: Arc::from(pf.tp.topic.as_str()),
                         raw: pf.records.slice(..end),
@@ -426,6 +467,11 @@ impl Fetcher {
                             .collect(),
                         aborted_producers: HashSet::new(),
                     })
+                }
+                // Bytes but no whole batch: the next batch is larger than
+                // what the partition was fetched with.
+                Ok(None) if !pf.records.is_empty() => {
+                    self.oversized.insert(pf.tp);
                 }
                 Ok(_) => {}
                 Err(e) => fx.error = Some(e),
@@ -566,7 +612,19 @@ impl Fetcher {
         cfg: &ConsumerConfig,
         leader_of: impl Fn(&TopicPartition) -> Option<(i32, i32)>,
     ) -> Vec<PlannedFetch> {
-        let mut by_node: BTreeMap<i32, Vec<(TopicPartition, i64, i32)>> = BTreeMap::new();
+        let mut by_node: BTreeMap<i32, Vec<(TopicPartition, FetchPosition)>> = BTreeMap::new();
+        let full_size = cfg.max_partition_fetch_bytes;
+        // Under a buffer limit: each partition's share of it, and whether
+        // partitions with an answer buffered may be fetched ahead.
+        let (share, read_ahead) = match self.buffer_limit {
+            None => (full_size, true),
+            Some(limit) => {
+                let share = (limit / 2 / subs.assignment.len().max(1))
+                    .max(MIN_PARTITION_FETCH_BYTES)
+                    .min(full_size.max(0) as usize);
+                (share as i32, self.buffered_bytes() < limit / 2)
+            }
+        };
         // Leaders with a partition held back only by its full buffer: it
         // needs a fetch as soon as the application takes an answer.
         let mut held_back: HashSet<i32> = HashSet::new();
@@ -585,14 +643,23 @@ impl Fetcher {
                 continue;
             }
             let (pos, chunks) = self.next_fetch(tp, position);
-            if chunks >= 2 {
+            if chunks >= 2 || (chunks == 1 && !read_ahead) {
                 held_back.insert(leader);
                 continue;
             }
-            by_node
-                .entry(leader)
-                .or_default()
-                .push((tp.clone(), pos, epoch));
+            let max_bytes = if share < full_size && self.oversized.contains(tp) {
+                full_size
+            } else {
+                share
+            };
+            by_node.entry(leader).or_default().push((
+                tp.clone(),
+                FetchPosition {
+                    offset: pos,
+                    leader_epoch: epoch,
+                    max_bytes,
+                },
+            ));
         }
         by_node
             .into_iter()
@@ -606,9 +673,11 @@ impl Fetcher {
                 // request waits briefly instead; once nothing is held back
                 // it long-polls as usual. (With read_committed the mark is
                 // the last stable offset, the end this consumer can read.)
-                let caught_up = parts
-                    .iter()
-                    .all(|(tp, pos, _)| self.high_watermarks.get(tp).is_some_and(|hw| *pos >= *hw));
+                let caught_up = parts.iter().all(|(tp, at)| {
+                    self.high_watermarks
+                        .get(tp)
+                        .is_some_and(|hw| at.offset >= *hw)
+                });
                 let max_wait = if caught_up && held_back.contains(&node) {
                     cfg.fetch_max_wait.min(HELD_BACK_FETCH_WAIT)
                 } else {
@@ -625,10 +694,11 @@ impl Fetcher {
 }
 
 /// One Fetch request to send: its leader, partitions (with the offset to
-/// fetch from and the leader epoch) and the broker's maximum wait.
+/// fetch from, the leader epoch and the byte limit) and the broker's
+/// maximum wait.
 struct PlannedFetch {
     node: i32,
-    parts: Vec<(TopicPartition, i64, i32)>,
+    parts: Vec<(TopicPartition, FetchPosition)>,
     max_wait: std::time::Duration,
 }
 
@@ -645,15 +715,15 @@ async fn fetch(
 ) -> Result<(Vec<PartitionFetch>, i32)> {
     let conn = cluster.connection(node).await?;
     let mut topics: BTreeMap<&str, Vec<FetchPartition>> = BTreeMap::new();
-    for (tp, offset, epoch) in &req.send {
+    for (tp, at) in &req.send {
         topics.entry(&tp.topic).or_default().push(
             FetchPartition::default()
                 .with_partition(tp.partition)
-                .with_current_leader_epoch(*epoch)
-                .with_fetch_offset(*offset)
+                .with_current_leader_epoch(at.leader_epoch)
+                .with_fetch_offset(at.offset)
                 .with_last_fetched_epoch(-1)
                 .with_log_start_offset(-1)
-                .with_partition_max_bytes(cfg.max_partition_fetch_bytes),
+                .with_partition_max_bytes(at.max_bytes),
         );
     }
     let request = FetchRequest::default()
@@ -710,12 +780,12 @@ async fn fetch(
             continue;
         };
         for p in t.partitions {
-            let Some((fetch_offset, _)) = offsets.get(&p.partition_index) else {
+            let Some(at) = offsets.get(&p.partition_index) else {
                 continue;
             };
             out.push(PartitionFetch {
                 tp: TopicPartition::new(t.topic.0.to_string(), p.partition_index),
-                fetch_offset: *fetch_offset,
+                fetch_offset: at.offset,
                 error: p.error_code,
                 high_watermark: if cfg.read_committed && p.last_stable_offset >= 0 {
                     p.last_stable_offset
@@ -881,26 +951,109 @@ mod tests {
         f.process(answer(&full, 3, batch(3, 3)), &subs);
         let plan = f.plan_fetches(&subs, &cfg, on_one);
         assert_eq!(plan.len(), 1);
-        let parts: Vec<_> = plan[0].parts.iter().map(|(tp, o, _)| (tp, *o)).collect();
+        let parts: Vec<_> = plan[0]
+            .parts
+            .iter()
+            .map(|(tp, at)| (tp, at.offset))
+            .collect();
         assert_eq!(parts, vec![(&idle, 0)]);
         assert_eq!(plan[0].max_wait, HELD_BACK_FETCH_WAIT);
         // One answer taken: `full` is fetched again (from 6) with `idle`; it
         // has data, so the usual wait applies (the broker answers at once).
         assert_eq!(f.take(3, &mut subs, &cfg).unwrap().len(), 3);
         let plan = f.plan_fetches(&subs, &cfg, on_one);
-        let parts: Vec<_> = plan[0].parts.iter().map(|(tp, o, _)| (tp, *o)).collect();
+        let parts: Vec<_> = plan[0]
+            .parts
+            .iter()
+            .map(|(tp, at)| (tp, at.offset))
+            .collect();
         assert_eq!(parts, vec![(&full, 6), (&idle, 0)]);
         assert_eq!(plan[0].max_wait, cfg.fetch_max_wait);
         // Nothing held back (a paused partition is not waiting to be
         // fetched): the caught-up partition long-polls.
         subs.assignment.get_mut(&full).unwrap().paused = true;
         let plan = f.plan_fetches(&subs, &cfg, on_one);
-        let parts: Vec<_> = plan[0].parts.iter().map(|(tp, o, _)| (tp, *o)).collect();
+        let parts: Vec<_> = plan[0]
+            .parts
+            .iter()
+            .map(|(tp, at)| (tp, at.offset))
+            .collect();
         assert_eq!(parts, vec![(&idle, 0)]);
         assert_eq!(plan[0].max_wait, cfg.fetch_max_wait);
         // A leader with a request in flight gets no second one.
         f.in_flight.insert(1);
         assert!(f.plan_fetches(&subs, &cfg, on_one).is_empty());
+    }
+
+    #[test]
+    fn a_buffer_limit_sizes_fetches_and_stops_reading_ahead() {
+        let tps: Vec<_> = (0..4).map(|p| TopicPartition::new("t", p)).collect();
+        let (mut subs, cfg) = assigned(&tps[0]);
+        for tp in &tps[1..] {
+            subs.assignment.insert(
+                tp.clone(),
+                PartitionState {
+                    position: Some(0),
+                    ..Default::default()
+                },
+            );
+        }
+        let on_one = |_: &TopicPartition| Some((1, 0));
+        let plan_of = |f: &Fetcher| -> Vec<(i32, i64, i32)> {
+            let plan = f.plan_fetches(&subs, &cfg, on_one);
+            plan.iter()
+                .flat_map(|p| &p.parts)
+                .map(|(tp, at)| (tp.partition, at.offset, at.max_bytes))
+                .collect()
+        };
+        let full = cfg.max_partition_fetch_bytes;
+        let mut f = Fetcher::default();
+        // No limit: every partition with max.partition.fetch.bytes.
+        assert!(plan_of(&f).iter().all(|p| p.2 == full));
+        // Half of 1 MiB over 4 partitions: 128 KiB each.
+        f.set_buffer_limit(Some(1 << 20));
+        assert_eq!(
+            plan_of(&f),
+            (0..4).map(|p| (p, 0, 128 << 10)).collect::<Vec<_>>()
+        );
+        // A smaller share is raised to the floor.
+        f.set_buffer_limit(Some(200 << 10));
+        assert!(plan_of(&f)
+            .iter()
+            .all(|p| p.2 == MIN_PARTITION_FETCH_BYTES as i32));
+        // t-0 has an answer buffered: fetched ahead while the buffer holds
+        // less than half the limit, not once it holds more.
+        f.process(answer(&tps[0], 0, batch(0, 50)), &subs);
+        assert_eq!(plan_of(&f)[0], (0, 50, MIN_PARTITION_FETCH_BYTES as i32));
+        f.set_buffer_limit(Some(f.buffered_bytes()));
+        assert_eq!(
+            plan_of(&f).iter().map(|p| p.0).collect::<Vec<_>>(),
+            vec![1, 2, 3]
+        );
+        // t-1's answer held only part of a batch: fetched with the full
+        // size until an answer of it is buffered.
+        let whole = batch(0, 50);
+        f.process(answer(&tps[1], 0, whole.slice(..20)), &subs);
+        let plan = plan_of(&f);
+        assert_eq!(plan[0], (1, 0, full));
+        assert!(plan[1..]
+            .iter()
+            .all(|p| p.2 == MIN_PARTITION_FETCH_BYTES as i32));
+        f.process(answer(&tps[1], 0, whole), &subs);
+        assert_eq!(
+            plan_of(&f).iter().map(|p| p.0).collect::<Vec<_>>(),
+            vec![2, 3]
+        );
+        f.set_buffer_limit(None);
+        assert_eq!(
+            plan_of(&f)
+                .iter()
+                .map(|p| (p.0, p.1, p.2))
+                .collect::<Vec<_>>(),
+            vec![(0, 50, full), (1, 50, full), (2, 0, full), (3, 0, full)]
+        );
+        assert_eq!(f.take(100, &mut subs, &cfg).unwrap().len(), 100);
+        assert_eq!(f.buffered_bytes(), 0);
     }
 
     #[test]

@@ -1255,6 +1255,26 @@ impl Consumer {
         Some((hw - st.position?).max(0))
     }
 
+    /// Bounds the fetched records this consumer buffers ahead of `poll` to
+    /// about `bytes` however many partitions are assigned (Rill's; Kafka
+    /// Streams' `input.buffer.max.bytes`, KIP-770, sets it on each stream
+    /// thread's consumer): each partition is fetched with at most half of
+    /// `bytes` over the assigned partitions (at least 64 KiB, at most
+    /// `max.partition.fetch.bytes`, or that in full for a partition whose
+    /// next batch is larger), and partitions with records buffered are not
+    /// fetched ahead once the buffer holds half of `bytes`, so the buffer
+    /// stays under `bytes` while the share is above 64 KiB. `None` (the
+    /// default): one answer ahead per partition, each up to
+    /// `max.partition.fetch.bytes`, as without a bound.
+    pub fn set_fetch_buffer_limit(&mut self, bytes: Option<usize>) {
+        self.fetcher.set_buffer_limit(bytes);
+    }
+
+    /// Bytes of fetched records buffered and not yet returned by `poll`.
+    pub fn fetch_buffer_bytes(&self) -> usize {
+        self.fetcher.buffered_bytes()
+    }
+
     /// Stops fetching from partitions (they stay assigned).
     pub fn pause(&mut self, partitions: &[TopicPartition]) -> Result<()> {
         for tp in partitions {
