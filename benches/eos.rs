@@ -194,29 +194,6 @@ fn await_running_rest(
     }
 }
 
-/// Seconds spent committing and commits made so far by all of a Rill app's
-/// stream threads (the `rill_streams_commit_latency_seconds` histogram's
-/// sum and count in its `/metrics`); `None` if it cannot be read.
-fn commit_totals(rest: &str) -> Option<(f64, f64)> {
-    let text = ureq::get(&format!("http://{rest}/metrics"))
-        .timeout(Duration::from_secs(5))
-        .call()
-        .ok()?
-        .into_string()
-        .ok()?;
-    let total = |name: &str| -> f64 {
-        text.lines()
-            .filter_map(|l| l.strip_prefix(name))
-            .filter(|rest| rest.starts_with(['{', ' ']))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
-    };
-    Some((
-        total("rill_streams_commit_latency_seconds_sum"),
-        total("rill_streams_commit_latency_seconds_count"),
-    ))
-}
-
 /// A `read_committed` reader of the output.
 struct Output {
     consumer: Consumer,
@@ -326,7 +303,7 @@ fn throughput_run(
     let pid = child.id();
     let rx = lines_of(&mut child);
     let (_, rest) = await_running_rest(&rx, Duration::from_secs(300));
-    let commits = || rest.as_deref().and_then(commit_totals);
+    let commits = || rest.as_deref().and_then(rill_benches::commit_totals);
     let commits0 = commits();
     let broker_cpu = || broker_pid.map_or(f64::NAN, cpu_seconds);
     let me = std::process::id();

@@ -56,8 +56,15 @@
 //!    that many partitions; inputs get 10 keys per partition past 100) and
 //!    adds a table of each app's steady rate against its own at the first
 //!    count, per CPU-second, peak RSS, first output, open file descriptors
-//!    and threads (the most seen, sampled every second), the Rill / peer
-//!    ratio per count, and the chart docs/img/scale[-embedded].png.
+//!    and threads (the most seen, sampled every second), the mean commit
+//!    latency in the steady interval (Rill: its commit histogram in
+//!    `/metrics`; Kafka Streams: its `commit-latency-avg` each second), the
+//!    Rill / peer ratio per count, and the chart
+//!    docs/img/scale[-embedded].png. `RUN_CAP_SECS` stops a run that long
+//!    after RUNNING even if its output is not complete (Kafka Streams at
+//!    1,000 partitions runs ~6 k lines/s): its figures are over what it did
+//!    by then (the steady interval between 10 % and 90 % of that), marked
+//!    `*` and noted under the table.
 //!
 //! 6. Many members (issue 46 part 3), `PARTS=members`: `MEMBER_INSTANCES`
 //!    (50) instances × 2 threads of the word count as static members, input
@@ -665,6 +672,14 @@ struct Run {
     /// (sampled every second).
     max_fds: f64,
     max_threads: f64,
+    /// Mean commit latency in the same interval, ms (Rill: its commit
+    /// histogram's sum over count between the interval's ends; Kafka
+    /// Streams: the mean of its `commit-latency-avg` read each second in
+    /// the interval); NaN for the raw loops.
+    commit_ms: f64,
+    /// The run stopped at `RUN_CAP_SECS` before its output was complete:
+    /// its figures are over what it did by then.
+    capped: bool,
 }
 
 /// One run: a fresh output topic and application id, the app spawned,
@@ -689,10 +704,18 @@ fn throughput_run(
         .unwrap();
     let n = inputs.count(w.input);
     let state = tempfile::tempdir().unwrap();
+    // Commit latency: Rill's from its /metrics (REST on a free port),
+    // Kafka Streams' printed each second (the raw loops commit no tasks).
+    let args = match (w.topology, runtime) {
+        ("raw", _) => vec![],
+        (_, Runtime::Rill) => vec!["--application-server".into(), "127.0.0.1:0".into()],
+        (_, Runtime::KafkaStreams) => vec!["--print-commits-ms".into(), "1000".into()],
+    };
     let spec = AppSpec {
         topology: w.topology,
         cache_bytes: w.cache,
         table: (w.input == Input::JoinStream).then(|| inputs.table()),
+        args,
         ..AppSpec::new(runtime)
     };
     let spawned = Instant::now();
@@ -700,12 +723,29 @@ fn throughput_run(
     let pid = child.id();
     let lines = lines_of(&mut child);
     let deadline = Instant::now() + Duration::from_secs(1800);
-    while lines
-        .recv_deadline(deadline)
-        .unwrap_or_else(|_| panic!("{tag}: the app never printed RUNNING"))
-        != "RUNNING"
-    {}
+    let mut rest = None;
+    loop {
+        let l = lines
+            .recv_deadline(deadline)
+            .unwrap_or_else(|_| panic!("{tag}: the app never printed RUNNING"));
+        if let Some(a) = l.strip_prefix("REST ") {
+            rest = Some(a.trim().to_string());
+        }
+        if l == "RUNNING" {
+            break;
+        }
+    }
     let running = Instant::now();
+    // RUN_CAP_SECS: a run stops that long after RUNNING even if its output
+    // is not complete (Kafka Streams at 1,000 partitions would take hours).
+    let cap = std::env::var("RUN_CAP_SECS")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|c| *c > 0.0);
+    // (seconds since RUNNING, commit seconds, commits) for Rill; (seconds
+    // since RUNNING, commit-latency-avg ms) for Kafka Streams.
+    let mut rill_commits: Vec<(f64, f64, f64)> = Vec::new();
+    let mut ks_commits: Vec<(f64, f64)> = Vec::new();
     // RILL_BENCH_PERF=<dir>: a profile of Rill's runs; with
     // RILL_BENCH_PERF_JVM=1 of Kafka Streams' too, for where its CPU goes
     // by library (RocksDB's JNI library, the JVM, the kernel, libc): its
@@ -724,11 +764,23 @@ fn throughput_run(
     let mut first_output = None;
     let (mut max_fds, mut max_threads) = (0u64, 0u64);
     let mut next_proc_sample = Instant::now();
+    let mut capped = false;
     loop {
         if Instant::now() >= next_proc_sample {
             max_fds = max_fds.max(rill_benches::open_fds(pid));
             max_threads = max_threads.max(rill_benches::thread_count(pid));
             next_proc_sample += Duration::from_secs(1);
+            if let Some((sum, count)) = rest.as_deref().and_then(rill_benches::commit_totals) {
+                rill_commits.push((running.elapsed().as_secs_f64(), sum, count));
+            }
+        }
+        while let Ok(l) = lines.try_recv() {
+            let mut f = l.split(' ');
+            if f.next() == Some("COMMITS") {
+                if let Some(avg) = f.next().and_then(|v| v.parse::<f64>().ok()) {
+                    ks_commits.push((running.elapsed().as_secs_f64(), avg));
+                }
+            }
         }
         assert!(
             Instant::now() < deadline,
@@ -754,6 +806,10 @@ fn throughput_run(
         if done >= n as f64 {
             break;
         }
+        if cap.is_some_and(|c| running.elapsed().as_secs_f64() >= c) && done > 0.0 {
+            capped = true;
+            break;
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
     let rss = peak_rss_kib(pid) as f64 / 1024.0;
@@ -762,23 +818,49 @@ fn throughput_run(
     // The output and the app's internal topics go: 20 M records per run
     // would fill the broker's disk over a bench.
     delete_run_topics(&a, &t.app, &[&t.output]);
+    let last = samples[samples.len() - 1];
+    // What the run did: all of its input, or what it had done at the cap.
+    let total = if capped { last.1 } else { n as f64 };
     let at = |f: f64| {
         *samples
             .iter()
-            .find(|s| s.1 >= f * n as f64)
+            .find(|s| s.1 >= f * total)
             .expect("a sample past the fraction")
     };
-    let (lo, hi, last) = (at(0.1), at(0.9), samples[samples.len() - 1]);
+    let (lo, hi) = (at(0.1), at(0.9));
+    let in_window = |t: f64| t >= lo.0 && t <= hi.0;
+    let commit_ms = if runtime == Runtime::Rill {
+        // The samples nearest the window's ends.
+        let first = rill_commits.iter().find(|c| c.0 >= lo.0);
+        let end = rill_commits.iter().rev().find(|c| c.0 <= hi.0);
+        match (first, end) {
+            (Some(a), Some(b)) if b.2 > a.2 => (b.1 - a.1) / (b.2 - a.2) * 1000.0,
+            _ => f64::NAN,
+        }
+    } else {
+        let v: Vec<f64> = ks_commits
+            .iter()
+            .filter(|c| in_window(c.0))
+            .map(|c| c.1)
+            .collect();
+        if v.is_empty() {
+            f64::NAN
+        } else {
+            v.iter().sum::<f64>() / v.len() as f64
+        }
+    };
     Run {
         steady_rate: (hi.1 - lo.1) / (hi.0 - lo.0).max(1e-3),
         steady_per_cpu_s: (hi.1 - lo.1) / (hi.2 - lo.2).max(1e-3),
         broker_us: (hi.3 - lo.3) * 1e6 / (hi.1 - lo.1).max(1.0),
-        e2e_rate: n as f64 / last.0,
+        e2e_rate: total / last.0,
         secs: last.0,
         first_output_ms: first_output.map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0),
         rss_mib: rss,
         max_fds: max_fds as f64,
         max_threads: max_threads as f64,
+        commit_ms,
+        capped,
     }
 }
 
@@ -909,6 +991,15 @@ fn throughput_part(
     peak
 }
 
+/// `*` after a run time when a run of `runs` stopped at `RUN_CAP_SECS`.
+fn capped_mark(runs: &[Run]) -> &'static str {
+    if runs.iter().any(|r| r.capped) {
+        "*"
+    } else {
+        ""
+    }
+}
+
 /// The median of `f` over `runs`.
 fn median_of(runs: &[Run], f: fn(&Run) -> f64) -> f64 {
     median(&runs.iter().map(f).collect::<Vec<_>>())
@@ -986,18 +1077,20 @@ fn throughput_at(
                 };
                 let r = throughput_run(bin, bootstrap, broker_pid, &inputs, w, runtime, &tag);
                 println!(
-                    "{} {round} {} / {app}: steady {:.0}/s, end-to-end {:.0}/s in {:.1} s, {:.0} per CPU-s, broker {:.2} CPU-µs per record, first output {:.0} ms, peak RSS {:.1} MiB, {:.0} fds, {:.0} threads ({} partitions)",
+                    "{} {round} {} / {app}: steady {:.0}/s, end-to-end {:.0}/s in {:.1} s{}, {:.0} per CPU-s, broker {:.2} CPU-µs per record, first output {:.0} ms, peak RSS {:.1} MiB, {:.0} fds, {:.0} threads, commit {:.1} ms ({} partitions)",
                     if round < warmup { "warm-up" } else { "round" },
                     w.name,
                     r.steady_rate,
                     r.e2e_rate,
                     r.secs,
+                    if r.capped { " (capped by RUN_CAP_SECS)" } else { "" },
                     r.steady_per_cpu_s,
                     r.broker_us,
                     r.first_output_ms,
                     r.rss_mib,
                     r.max_fds,
                     r.max_threads,
+                    r.commit_ms,
                     partitions()
                 );
                 if round >= warmup {
@@ -1020,13 +1113,13 @@ fn throughput_at(
         thousands(inputs.join_records as f64),
         thousands(inputs.table_keys as f64)
     );
-    println!("| workload | app | steady-state rate /s | end-to-end rate /s | per CPU-second (steady) | broker CPU µs per record | peak RSS MiB | first output ms | run s |");
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("| workload | app | steady-state rate /s | end-to-end rate /s | per CPU-second (steady) | broker CPU µs per record | peak RSS MiB | first output ms | commit ms (mean) | run s |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for (wi, w) in workloads.iter().enumerate() {
         for (ai, (app, _)) in w.apps.iter().enumerate() {
             let r = &out[&(wi, ai)];
             println!(
-                "| {} | {app} | {} | {} | {} | {:.2} | {:.1} | {:.0} | {:.1} |",
+                "| {} | {app} | {} | {} | {} | {:.2} | {:.1} | {:.0} | {:.1} | {:.1}{} |",
                 w.name,
                 spread(r, |r| r.steady_rate),
                 spread(r, |r| r.e2e_rate),
@@ -1034,7 +1127,9 @@ fn throughput_at(
                 median(&r.iter().map(|r| r.broker_us).collect::<Vec<_>>()),
                 median(&r.iter().map(|r| r.rss_mib).collect::<Vec<_>>()),
                 median(&r.iter().map(|r| r.first_output_ms).collect::<Vec<_>>()),
+                median_of(r, |r| r.commit_ms),
                 median(&r.iter().map(|r| r.secs).collect::<Vec<_>>()),
+                capped_mark(r),
             );
         }
     }
@@ -1074,6 +1169,12 @@ fn throughput_at(
             .enumerate()
             .map(|(ai, _)| median(&out[&(wi, ai)].iter().map(|r| r.secs).collect::<Vec<_>>()))
             .fold(f64::INFINITY, f64::min);
+        for (ai, (app, _)) in w.apps.iter().enumerate() {
+            let capped = out[&(wi, ai)].iter().filter(|r| r.capped).count();
+            if capped > 0 {
+                println!("NOTE: {}: {capped} run(s) of {app} stopped at RUN_CAP_SECS before the end of their input (marked *): their rates are over what they did by then", w.name);
+            }
+        }
         if fastest < 20.0 {
             println!("WARNING: {}: the fastest app ran {fastest:.1} s (< 20 s, not steady state): raise RECORDS / LINES / CACHED_LINES / JOIN_RECORDS", w.name);
         }
@@ -1119,8 +1220,8 @@ fn throughput_at(
 fn scale_tables(workloads: &[Workload], scale: &[(i32, RunsByApp)], broker: &str, suffix: &str) {
     let (first, first_runs) = &scale[0];
     println!("\n## Many tasks on one instance ({broker}): 2 stream threads, commit.interval.ms 1000, the throughput part's inputs at each partition count; medians of ROUNDS rounds");
-    println!("| workload | partitions | app | steady rate /s | vs its own at {first} | per CPU-second | peak RSS MiB | first output ms | open fds (max) | threads (max) | run s |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| workload | partitions | app | steady rate /s | vs its own at {first} | per CPU-second | peak RSS MiB | first output ms | commit ms (mean) | open fds (max) | threads (max) | run s |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     // (workload name, app label) → [(partitions, median steady rate)]
     let mut lines: BTreeMap<(String, String), Vec<(f64, f64)>> = BTreeMap::new();
     for (p, out) in scale {
@@ -1134,16 +1235,18 @@ fn scale_tables(workloads: &[Workload], scale: &[(i32, RunsByApp)], broker: &str
                     .map_or(f64::NAN, |b| median_of(b, |r| r.steady_rate));
                 let rate = median_of(runs, |r| r.steady_rate);
                 println!(
-                    "| {} | {p} | {app} | {} | {:.2}× | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.1} |",
+                    "| {} | {p} | {app} | {} | {:.2}× | {} | {:.0} | {:.0} | {:.1} | {:.0} | {:.0} | {:.1}{} |",
                     w.name,
                     thousands(rate),
                     rate / base,
                     thousands(median_of(runs, |r| r.steady_per_cpu_s)),
                     median_of(runs, |r| r.rss_mib),
                     median_of(runs, |r| r.first_output_ms),
+                    median_of(runs, |r| r.commit_ms),
                     median_of(runs, |r| r.max_fds),
                     median_of(runs, |r| r.max_threads),
                     median_of(runs, |r| r.secs),
+                    capped_mark(runs),
                 );
                 lines
                     .entry((w.name.to_string(), app.to_string()))

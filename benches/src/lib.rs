@@ -351,6 +351,29 @@ pub fn lines_of(child: &mut Child) -> crossbeam_channel::Receiver<String> {
     rx
 }
 
+/// Seconds spent committing and commits made so far by all of a Rill app's
+/// stream threads (the `rill_streams_commit_latency_seconds` histogram's
+/// sum and count in its `/metrics`); `None` if it cannot be read.
+pub fn commit_totals(rest: &str) -> Option<(f64, f64)> {
+    let text = ureq::get(&format!("http://{rest}/metrics"))
+        .timeout(std::time::Duration::from_secs(5))
+        .call()
+        .ok()?
+        .into_string()
+        .ok()?;
+    let total = |name: &str| -> f64 {
+        text.lines()
+            .filter_map(|l| l.strip_prefix(name))
+            .filter(|rest| rest.starts_with(['{', ' ']))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    Some((
+        total("rill_streams_commit_latency_seconds_sum"),
+        total("rill_streams_commit_latency_seconds_count"),
+    ))
+}
+
 /// The sum of the end offsets of `topic`'s partitions `0..partitions` (0 on error).
 pub fn total_end_offset(admin: &rill_client::Admin, topic: &str, partitions: i32) -> i64 {
     use rill_client::OffsetSpec;

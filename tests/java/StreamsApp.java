@@ -8,7 +8,7 @@
 //       [--table T] [--threads N] \
 //       [--group-instance-id ID] [--session-ms MS] [--commit-ms MS]
 //       [--processing-guarantee exactly_once_v2] [--config FILE]
-//       [--print-lags-ms MS]
+//       [--print-lags-ms MS] [--print-commits-ms MS]
 //
 // `--config FILE` adds Java properties (the harness's app properties).
 // `passthrough` copies input to output; `wordcount` splits values on
@@ -30,7 +30,9 @@
 // `RESTORING <n>` when a store restoration starts and `RESTORED <n>` when
 // it ends, and with --print-lags-ms `LAGS <store partitions> <sum of
 // positions> <sum of lags>` over every local store partition (active or
-// standby) at that period; SIGTERM closes it (static
+// standby) at that period, with --print-commits-ms `COMMITS <ms> <ms>`:
+// Kafka Streams' commit-latency-avg (mean over the stream threads) and
+// commit-latency-max (the largest) at that period; SIGTERM closes it (static
 // members stay in the group, Kafka's default) and prints `CLOSED true`.
 
 import java.net.URI;
@@ -312,6 +314,34 @@ public class StreamsApp {
             });
             lags.setDaemon(true);
             lags.start();
+        }
+        if (a.containsKey("--print-commits-ms")) {
+            long every = Long.parseLong(a.get("--print-commits-ms"));
+            Thread commits = new Thread(() -> {
+                while (true) {
+                    try {
+                        Thread.sleep(every);
+                    } catch (InterruptedException e) {
+                        return;
+                    }
+                    double sum = 0, max = Double.NaN;
+                    int n = 0;
+                    for (var m : streams.metrics().entrySet()) {
+                        if (!"stream-thread-metrics".equals(m.getKey().group())) continue;
+                        Object v = m.getValue().metricValue();
+                        if (!(v instanceof Double d) || d.isNaN()) continue;
+                        if ("commit-latency-avg".equals(m.getKey().name())) {
+                            sum += d;
+                            n++;
+                        } else if ("commit-latency-max".equals(m.getKey().name())) {
+                            max = Double.isNaN(max) ? d : Math.max(max, d);
+                        }
+                    }
+                    if (n > 0) emit("COMMITS " + (sum / n) + " " + max);
+                }
+            });
+            commits.setDaemon(true);
+            commits.start();
         }
         done.await();
     }
