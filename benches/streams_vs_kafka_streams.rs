@@ -65,7 +65,12 @@
 //!    1,000 partitions runs ~6 k lines/s): its figures are over what it did
 //!    by then (the steady interval between 10 % and 90 % of that), marked
 //!    `*` and noted under the table; the cap counts from the run's first
-//!    output, so a slow start does not shorten the steady interval.
+//!    output (or at 4 × the cap after RUNNING when there is none yet), so a
+//!    slow start does not shorten the steady interval. A run
+//!    whose app exits on its own is marked `†` and warned about.
+//!    `RILL_BENCH_KS_HEAP` (default `512m`) is Kafka Streams' `-Xmx`: at
+//!    300+ partitions its consumers' buffered fetches (up to 1 MiB per
+//!    partition, in the heap) need more.
 //!
 //! 6. Many members (issue 46 part 3), `PARTS=members`: `MEMBER_INSTANCES`
 //!    (50) instances × 2 threads of the word count as static members, input
@@ -681,6 +686,9 @@ struct Run {
     /// The run stopped at `RUN_CAP_SECS` before its output was complete:
     /// its figures are over what it did by then.
     capped: bool,
+    /// The app exited on its own before its output was complete (its
+    /// figures are over what it did until then): how it exited.
+    exited: Option<std::process::ExitStatus>,
 }
 
 /// One run: a fresh output topic and application id, the app spawned,
@@ -768,6 +776,7 @@ fn throughput_run(
     let (mut max_fds, mut max_threads) = (0u64, 0u64);
     let mut next_proc_sample = Instant::now();
     let mut capped = false;
+    let mut exited = None;
     loop {
         if Instant::now() >= next_proc_sample {
             max_fds = max_fds.max(rill_benches::open_fds(pid));
@@ -810,13 +819,21 @@ fn throughput_run(
         if done >= n as f64 {
             break;
         }
-        if cap.is_some_and(|c| since_first_output >= c) {
+        // With a cap, an app with no output 4 caps after RUNNING stops too.
+        let no_output_yet = first_output.is_none()
+            && cap.is_some_and(|c| running.elapsed().as_secs_f64() >= 4.0 * c);
+        if no_output_yet || cap.is_some_and(|c| since_first_output >= c) {
             capped = true;
+            break;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            exited = Some(status);
             break;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
     let rss = peak_rss_kib(pid) as f64 / 1024.0;
+    let rss = if exited.is_some() { f64::NAN } else { rss };
     drop(perf);
     stop(&mut child);
     // The output and the app's internal topics go: 20 M records per run
@@ -824,7 +841,11 @@ fn throughput_run(
     delete_run_topics(&a, &t.app, &[&t.output]);
     let last = samples[samples.len() - 1];
     // What the run did: all of its input, or what it had done at the cap.
-    let total = if capped { last.1 } else { n as f64 };
+    let total = if capped || exited.is_some() {
+        last.1
+    } else {
+        n as f64
+    };
     let at = |f: f64| {
         *samples
             .iter()
@@ -865,6 +886,7 @@ fn throughput_run(
         max_threads: max_threads as f64,
         commit_ms,
         capped,
+        exited,
     }
 }
 
@@ -997,7 +1019,9 @@ fn throughput_part(
 
 /// `*` after a run time when a run of `runs` stopped at `RUN_CAP_SECS`.
 fn capped_mark(runs: &[Run]) -> &'static str {
-    if runs.iter().any(|r| r.capped) {
+    if runs.iter().any(|r| r.exited.is_some()) {
+        "†"
+    } else if runs.iter().any(|r| r.capped) {
         "*"
     } else {
         ""
@@ -1087,7 +1111,11 @@ fn throughput_at(
                     r.steady_rate,
                     r.e2e_rate,
                     r.secs,
-                    if r.capped { " (capped by RUN_CAP_SECS)" } else { "" },
+                    match (&r.exited, r.capped) {
+                        (Some(how), _) => format!(" (the app EXITED before its output was complete: {how})"),
+                        (None, true) => " (capped by RUN_CAP_SECS)".to_string(),
+                        _ => String::new(),
+                    },
                     r.steady_per_cpu_s,
                     r.broker_us,
                     r.first_output_ms,
@@ -1177,6 +1205,9 @@ fn throughput_at(
             let capped = out[&(wi, ai)].iter().filter(|r| r.capped).count();
             if capped > 0 {
                 println!("NOTE: {}: {capped} run(s) of {app} stopped at RUN_CAP_SECS before the end of their input (marked *): their rates are over what they did by then", w.name);
+            }
+            for r in out[&(wi, ai)].iter().filter(|r| r.exited.is_some()) {
+                println!("WARNING: {}: a run of {app} EXITED before its output was complete ({}; marked †): its figures are over what it did until then", w.name, r.exited.map(|s| s.to_string()).unwrap_or_default());
             }
         }
         if fastest < 20.0 {

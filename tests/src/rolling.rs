@@ -410,8 +410,13 @@ pub fn app_command(runtime: Runtime, rill_app: &Path) -> Command {
                 classes.display(),
                 crate::backend::kafka_classpath().expect("Kafka jars")
             );
+            // `RILL_BENCH_KS_HEAP` (default 512m): the JVM's heap; at
+            // hundreds of partitions Kafka Streams' consumers buffer up to
+            // max.partition.fetch.bytes (1 MiB) per partition in the heap.
+            let heap = std::env::var("RILL_BENCH_KS_HEAP").unwrap_or_else(|_| "512m".into());
             let mut c = Command::new("java");
-            c.args(["-Xmx512m", "-cp", &cp, "StreamsApp"]);
+            c.arg(format!("-Xmx{heap}"))
+                .args(["-cp", &cp, "StreamsApp"]);
             c
         }
     }
