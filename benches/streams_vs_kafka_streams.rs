@@ -809,7 +809,8 @@ fn throughput_run(
         if done > 0.0 && first_output.is_none() {
             first_output = Some(spawned.elapsed());
         }
-        let since_first_output = first_output.map_or(0.0, |f| (spawned.elapsed() - f).as_secs_f64());
+        let since_first_output =
+            first_output.map_or(0.0, |f| (spawned.elapsed() - f).as_secs_f64());
         samples.push((
             running.elapsed().as_secs_f64(),
             done,
