@@ -170,28 +170,7 @@ fn start(
 }
 
 fn await_running(rx: &crossbeam_channel::Receiver<String>, within: Duration) -> u64 {
-    await_running_rest(rx, within).0
-}
-
-/// As [`await_running`], with the REST address a Rill app prints first.
-fn await_running_rest(
-    rx: &crossbeam_channel::Receiver<String>,
-    within: Duration,
-) -> (u64, Option<String>) {
-    let deadline = Instant::now() + within;
-    let (mut restored, mut rest) = (0, None);
-    loop {
-        let l = rx.recv_deadline(deadline).expect("the app reaches RUNNING");
-        if l == "RUNNING" {
-            return (restored, rest);
-        }
-        if let Some(n) = l.strip_prefix("RESTORED ") {
-            restored += n.trim().parse::<u64>().unwrap_or(0);
-        }
-        if let Some(a) = l.strip_prefix("REST ") {
-            rest = Some(a.trim().to_string());
-        }
-    }
+    rill_benches::await_running_rest(rx, within, "the app").0
 }
 
 /// A `read_committed` reader of the output.
@@ -302,7 +281,7 @@ fn throughput_run(
     );
     let pid = child.id();
     let rx = lines_of(&mut child);
-    let (_, rest) = await_running_rest(&rx, Duration::from_secs(300));
+    let (_, rest) = rill_benches::await_running_rest(&rx, Duration::from_secs(300), "the app");
     let commits = || rest.as_deref().and_then(rill_benches::commit_totals);
     let commits0 = commits();
     let broker_cpu = || broker_pid.map_or(f64::NAN, cpu_seconds);

@@ -61,12 +61,12 @@
 //!    `/metrics`; Kafka Streams: its `commit-latency-avg` each second), the
 //!    Rill / peer ratio per count, and the chart
 //!    docs/img/scale[-embedded].png. `RUN_CAP_SECS` stops a run that long
-//!    after its first output even if its output is not complete (Kafka Streams at
-//!    1,000 partitions runs ~6 k lines/s): its figures are over what it did
-//!    by then (the steady interval between 10 % and 90 % of that), marked
-//!    `*` and noted under the table; the cap counts from the run's first
-//!    output (or at 4 × the cap after RUNNING when there is none yet), so a
-//!    slow start does not shorten the steady interval. A run
+//!    after its first output (so a slow start does not shorten the steady
+//!    interval), or 4 caps after RUNNING with no output yet, even if its
+//!    input is not done (Kafka Streams at 1,000 partitions runs ~6 k
+//!    lines/s): its figures are over what it did by then (the steady
+//!    interval between 10 % and 90 % of that), marked `*` and noted under
+//!    the table. A run
 //!    whose app exits on its own is marked `†` and warned about.
 //!    `RILL_BENCH_KS_HEAP` (default `512m`) is Kafka Streams' `-Xmx`: at
 //!    300+ partitions its consumers' buffered fetches (up to 1 MiB per
@@ -732,18 +732,7 @@ fn throughput_run(
     let pid = child.id();
     let lines = lines_of(&mut child);
     let deadline = Instant::now() + Duration::from_secs(1800);
-    let mut rest = None;
-    loop {
-        let l = lines
-            .recv_deadline(deadline)
-            .unwrap_or_else(|_| panic!("{tag}: the app never printed RUNNING"));
-        if let Some(a) = l.strip_prefix("REST ") {
-            rest = Some(a.trim().to_string());
-        }
-        if l == "RUNNING" {
-            break;
-        }
-    }
+    let (_, rest) = rill_benches::await_running_rest(&lines, Duration::from_secs(1800), tag);
     let running = Instant::now();
     // RUN_CAP_SECS: a run stops that long after its first output even if
     // its output is not complete (Kafka Streams at 1,000 partitions would
@@ -1018,7 +1007,8 @@ fn throughput_part(
     peak
 }
 
-/// `*` after a run time when a run of `runs` stopped at `RUN_CAP_SECS`.
+/// The mark after a run time: `†` when a run of `runs` exited on its own,
+/// else `*` when one stopped at `RUN_CAP_SECS`.
 fn capped_mark(runs: &[Run]) -> &'static str {
     if runs.iter().any(|r| r.exited.is_some()) {
         "†"

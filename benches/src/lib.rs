@@ -351,6 +351,32 @@ pub fn lines_of(child: &mut Child) -> crossbeam_channel::Receiver<String> {
     rx
 }
 
+/// Waits until an app prints `RUNNING` (panics naming `label` after
+/// `within`): the changelog records its `RESTORED <n>` lines add up to, and
+/// the REST address a Rill app prints first (`REST <host:port>`).
+pub fn await_running_rest(
+    rx: &crossbeam_channel::Receiver<String>,
+    within: std::time::Duration,
+    label: &str,
+) -> (u64, Option<String>) {
+    let deadline = std::time::Instant::now() + within;
+    let (mut restored, mut rest) = (0, None);
+    loop {
+        let l = rx
+            .recv_deadline(deadline)
+            .unwrap_or_else(|_| panic!("{label}: the app never printed RUNNING"));
+        if l == "RUNNING" {
+            return (restored, rest);
+        }
+        if let Some(n) = l.strip_prefix("RESTORED ") {
+            restored += n.trim().parse::<u64>().unwrap_or(0);
+        }
+        if let Some(a) = l.strip_prefix("REST ") {
+            rest = Some(a.trim().to_string());
+        }
+    }
+}
+
 /// Seconds spent committing and commits made so far by all of a Rill app's
 /// stream threads (the `rill_streams_commit_latency_seconds` histogram's
 /// sum and count in its `/metrics`); `None` if it cannot be read.
