@@ -1594,7 +1594,7 @@ fn wait_output(admin: &Admin, topic: &str, at_least: i64, within: Duration) {
             Instant::now() < deadline,
             "output of {topic} stuck below {at_least}"
         );
-        std::thread::sleep(Duration::from_millis(2));
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

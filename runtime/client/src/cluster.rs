@@ -446,12 +446,16 @@ impl Cluster {
         within: Duration,
     ) -> Result<TopicMetadata> {
         self.add_interest([topic]);
-        let deadline = Instant::now() + within;
+        let started = Instant::now();
+        let deadline = started + within;
         let mut last_error = None;
         loop {
             let meta = self.metadata();
             if let Some(t) = meta.topic(topic) {
                 if !t.partitions.is_empty() && t.partitions.iter().all(|p| p.leader >= 0) {
+                    if started.elapsed() >= Duration::from_millis(100) {
+                        tracing::debug!(%topic, ms = started.elapsed().as_millis() as u64, "waited for a topic's metadata");
+                    }
                     return Ok(t.clone());
                 }
             }
@@ -459,6 +463,9 @@ impl Cluster {
                 Ok(m) => {
                     if let Some(t) = m.topic(topic) {
                         if !t.partitions.is_empty() && t.partitions.iter().all(|p| p.leader >= 0) {
+                            if started.elapsed() >= Duration::from_millis(100) {
+                                tracing::debug!(%topic, ms = started.elapsed().as_millis() as u64, "waited for a topic's metadata");
+                            }
                             return Ok(t.clone());
                         }
                     }

@@ -50,6 +50,9 @@ const STANDBY_WAIT: Duration = Duration::from_millis(20);
 /// it polls again (an ending future wakes it sooner).
 const ASYNC_WAIT: Duration = Duration::from_millis(10);
 
+/// A loop at least this long logs its phases' times (debug).
+const SLOW_LOOP: Duration = Duration::from_millis(200);
+
 /// Records processed per loop over all tasks, before the thread polls,
 /// punctuates and considers a commit again.
 const PROCESS_BUDGET: usize = 10_000;
@@ -251,9 +254,11 @@ impl StreamThread {
         if self.ctx.shared.shutdown.load(Ordering::Acquire) {
             return Ok(Next::Stop);
         }
+        let t_poll = Instant::now();
         let Some(records) = self.poll()? else {
             return Ok(Next::Continue);
         };
+        let t_dispatch = Instant::now();
         if self.maybe_rebalance()? {
             return Ok(Next::Continue);
         }
@@ -285,9 +290,22 @@ impl StreamThread {
             tm.refresh_lags();
             self.log_progress(&tm);
         }
+        let t_process = Instant::now();
         let step = self.process(&mut tm).and_then(|()| self.punctuate(&mut tm));
         tm.update_back_pressure(&mut self.consumer);
+        let t_commit = Instant::now();
         let step = step.and_then(|()| self.maybe_commit(&mut tm));
+        let end = Instant::now();
+        if end - t_poll >= SLOW_LOOP {
+            let ms = |a: Instant, b: Instant| (b - a).as_millis() as u64;
+            tracing::debug!(
+                poll_ms = ms(t_poll, t_dispatch),
+                dispatch_ms = ms(t_dispatch, t_process),
+                process_ms = ms(t_process, t_commit),
+                commit_ms = ms(t_commit, end),
+                "a slow loop"
+            );
+        }
         match step {
             Ok(()) => {}
             Err(e) => match e.recovery() {

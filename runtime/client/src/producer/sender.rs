@@ -442,7 +442,13 @@ async fn complete_request(inner: &Inner, request: InFlightRequest) {
         pending,
         batches: ready,
     } = request;
-    let resp = match conn.answer(pending, inner.cfg.common.request_timeout).await {
+    let asked = std::time::Instant::now();
+    let answer = conn.answer(pending, inner.cfg.common.request_timeout).await;
+    let waited = asked.elapsed();
+    if waited >= std::time::Duration::from_millis(200) {
+        debug!(broker = %conn.broker(), batches = ready.len(), ms = waited.as_millis() as u64, "a slow Produce answer");
+    }
+    let resp = match answer {
         Ok(ResponseKind::Produce(r)) => r,
         Ok(_) => {
             let e = Error::Protocol {
