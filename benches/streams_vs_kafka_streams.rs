@@ -679,6 +679,8 @@ struct Run {
     e2e_rate: f64,
     /// Seconds from RUNNING to the complete output.
     secs: f64,
+    /// Seconds between the steady interval's ends.
+    steady_secs: f64,
     /// Spawn → the first output record, ms.
     first_output_ms: f64,
     rss_mib: f64,
@@ -902,6 +904,7 @@ fn throughput_run(
         broker_us: (hi.3 - lo.3) * 1e6 / (hi.1 - lo.1).max(1.0),
         e2e_rate: total / last.0,
         secs: last.0,
+        steady_secs: hi.0 - lo.0,
         first_output_ms: first_output.map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0),
         rss_mib: rss,
         max_fds: max_fds as f64,
@@ -1129,10 +1132,11 @@ fn throughput_at(
                 };
                 let r = throughput_run(bin, bootstrap, broker_pid, &inputs, w, runtime, &tag);
                 println!(
-                    "{} {round} {} / {app}: steady {:.0}/s, end-to-end {:.0}/s in {:.1} s{}, {:.0} per CPU-s, broker {:.2} CPU-µs per record, first output {:.0} ms, peak RSS {:.1} MiB, {:.0} fds, {:.0} threads, commit {:.1} ms ({} partitions)",
+                    "{} {round} {} / {app}: steady {:.0}/s over {:.1} s, end-to-end {:.0}/s in {:.1} s{}, {:.0} per CPU-s, broker {:.2} CPU-µs per record, first output {:.0} ms, peak RSS {:.1} MiB, {:.0} fds, {:.0} threads, commit {:.1} ms ({} partitions)",
                     if round < warmup { "warm-up" } else { "round" },
                     w.name,
                     r.steady_rate,
+                    r.steady_secs,
                     r.e2e_rate,
                     r.secs,
                     match (&r.exited, r.capped) {

@@ -707,13 +707,18 @@ fn draw_lines<'a, X, Y>(
     X: Ranged<ValueType = f64>,
     Y: Ranged<ValueType = f64>,
 {
+    // Eight distinct colours (the many-tasks chart draws 8 series: 4
+    // workloads × 2 apps): the bars' three, then red, purple, brown, pink
+    // and grey as in matplotlib's `tab10`.
     let colors = [
         COLORS[0],
         COLORS[1],
         COLORS[2],
-        RGBColor(180, 60, 60),
-        RGBColor(120, 80, 170),
-        RGBColor(90, 90, 90),
+        RGBColor(214, 39, 40),
+        RGBColor(148, 103, 189),
+        RGBColor(140, 86, 75),
+        RGBColor(227, 119, 194),
+        RGBColor(127, 127, 127),
     ];
     for (si, (name, points)) in series.iter().enumerate() {
         let c = colors[si % colors.len()];

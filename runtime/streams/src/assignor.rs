@@ -377,7 +377,8 @@ fn clients_of(members: &[Member]) -> Vec<Client> {
 ///    those already holding the task (KIP-708), then the previous standby
 ///    (or any state on disk), then the fewest standbys per thread.
 /// 4. Within an instance, each thread keeps what it ran when its share
-///    allows; the rest go to its least loaded threads.
+///    allows, of the instance's tasks and of each sub-topology's; the rest
+///    go to its least loaded threads.
 pub(crate) fn assign_tasks(
     tasks: &[TaskId],
     stateful: &BTreeSet<TaskId>,
@@ -570,16 +571,25 @@ pub(crate) fn assign_tasks(
             }
         }
     }
-    // Threads within each instance.
+    // Threads within each instance: a thread keeps what it ran up to its
+    // share of the instance's tasks and of each sub-topology's (a thread
+    // that ran every task alone keeps half of each sub-topology, not all
+    // of the first one).
     for (c, client) in clients.iter().enumerate() {
         let ms = &client.members;
+        active[c].sort();
         let share = active[c].len().div_ceil(ms.len());
+        let sub_share = |st: u32| in_sub(&active[c], st).div_ceil(ms.len());
         let mut mine: BTreeMap<usize, Vec<TaskId>> = ms.iter().map(|&m| (m, Vec::new())).collect();
         let mut left = Vec::new();
-        active[c].sort();
         for &t in &active[c] {
             match ms.iter().find(|&&m| members[m].prev_active.contains(&t)) {
-                Some(m) if mine[m].len() < share => mine.get_mut(m).expect("listed").push(t),
+                Some(m)
+                    if mine[m].len() < share
+                        && in_sub(&mine[m], t.subtopology) < sub_share(t.subtopology) =>
+                {
+                    mine.get_mut(m).expect("listed").push(t)
+                }
                 _ => left.push(t),
             }
         }
@@ -1024,6 +1034,33 @@ mod tests {
         c.lags.insert(t(0, 5), 3);
         let placed = assign_tasks(&[t(0, 5), t(0, 0)], &none, &[member("a", "a"), c], &ha(0));
         assert_eq!(placed.active["c"], vec![t(0, 5)]);
+    }
+
+    /// One thread of an instance ran every task alone (it joined first);
+    /// with its second thread in, each thread gets half of each
+    /// sub-topology, and the first keeps what it ran within that.
+    #[test]
+    fn threads_of_an_instance_share_each_subtopology() {
+        let all: Vec<TaskId> = (0..2).flat_map(|s| (0..10).map(move |p| t(s, p))).collect();
+        let stateful: BTreeSet<TaskId> = (0..10).map(|p| t(1, p)).collect();
+        let mut first = member("a-1", "a");
+        first.prev_active = all.iter().copied().collect();
+        let members = [first, member("a-2", "a")];
+        let placed = assign_tasks(&all, &stateful, &members, &ha(0)).active;
+        for (m, v) in &placed {
+            assert_eq!(v.len(), 10, "{m}: {v:?}");
+            for st in 0..2 {
+                assert_eq!(
+                    v.iter().filter(|t| t.subtopology == st).count(),
+                    5,
+                    "{m}, sub-topology {st}: {v:?}"
+                );
+            }
+        }
+        // What the first thread keeps, it ran: it gives up none it could keep.
+        assert!(placed["a-1"]
+            .iter()
+            .all(|t| members[0].prev_active.contains(t)));
     }
 
     /// Two threads per instance: a fourth instance joining three gets its

@@ -10,12 +10,12 @@
 //!
 //! The openers of all stream threads together number about the cores
 //! ([`openers_per_thread`]): the work is the kernel's and the file system
-//! journal's, so more of them only queue behind each other and behind
+//! journal's, so more of them do not open the stores sooner, and they slow
 //! everything else writing to the disk. A checkpointed restart of 1,000
 //! partitions (2 threads, 2 cores, the broker on the same disk) opened its
-//! 1,000 stores in 3.5–5.0 s with one opener per thread and 6.7–7.9 s with
-//! eight, and with eight the broker's answers to the first produce slowed
-//! to 2 s, past the 2 s target to the first count in 8 of 15 runs (0 of 9
+//! 1,000 stores in 2.5–8.9 s with one, two or eight openers per thread
+//! alike, but with eight the broker answered the app's first produce in up
+//! to 2.4 s, and the first count came past 2 s in 9 of 15 runs (0 of 12
 //! with one).
 //!
 //! Invariants:
