@@ -448,26 +448,26 @@ impl Cluster {
         self.add_interest([topic]);
         let started = Instant::now();
         let deadline = started + within;
+        // Known with a leader for every partition: the answer (a wait of
+        // 100 ms or more logged, for where a send's time went).
+        let ready = |t: &TopicMetadata| {
+            if t.partitions.is_empty() || t.partitions.iter().any(|p| p.leader < 0) {
+                return None;
+            }
+            if started.elapsed() >= Duration::from_millis(100) {
+                tracing::debug!(%topic, ms = started.elapsed().as_millis() as u64, "waited for a topic's metadata");
+            }
+            Some(t.clone())
+        };
         let mut last_error = None;
         loop {
-            let meta = self.metadata();
-            if let Some(t) = meta.topic(topic) {
-                if !t.partitions.is_empty() && t.partitions.iter().all(|p| p.leader >= 0) {
-                    if started.elapsed() >= Duration::from_millis(100) {
-                        tracing::debug!(%topic, ms = started.elapsed().as_millis() as u64, "waited for a topic's metadata");
-                    }
-                    return Ok(t.clone());
-                }
+            if let Some(t) = self.metadata().topic(topic).and_then(ready) {
+                return Ok(t);
             }
             match self.refresh(Some(&[topic.to_string()]), auto_create).await {
                 Ok(m) => {
-                    if let Some(t) = m.topic(topic) {
-                        if !t.partitions.is_empty() && t.partitions.iter().all(|p| p.leader >= 0) {
-                            if started.elapsed() >= Duration::from_millis(100) {
-                                tracing::debug!(%topic, ms = started.elapsed().as_millis() as u64, "waited for a topic's metadata");
-                            }
-                            return Ok(t.clone());
-                        }
+                    if let Some(t) = m.topic(topic).and_then(ready) {
+                        return Ok(t);
                     }
                     last_error = m.topic_errors.get(topic).copied();
                     // Refused, not pending: fail now, as the Java client
