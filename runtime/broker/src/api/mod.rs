@@ -73,7 +73,7 @@ pub(crate) mod resource_type {
     pub const GROUP: i8 = 32;
 }
 
-/// API keys and version ranges this broker serves: Kafka 4.1's ranges,
+/// API keys and version ranges this broker serves: Kafka 4.4's ranges,
 /// capped by what `kafka-protocol` can encode.
 pub const SUPPORTED: &[(Api, i16, i16)] = &[
     (Api::Kafka(ApiKey::Produce), 3, 13),
