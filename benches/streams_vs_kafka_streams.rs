@@ -1251,9 +1251,10 @@ fn throughput_at(
         .enumerate()
         .map(|(wi, w)| (w.name, median_of(&out[&(wi, 1)], |r| r.steady_rate)))
         .collect();
-    // The chart docs/benchmarks.md shows is the 6-partition one; the scale
-    // runs draw their own (scale_tables).
-    if parts != 6 {
+    // The chart docs/benchmarks.md shows is the 6-partition one; a run over
+    // several partition counts draws its own (scale_tables) and leaves this
+    // one, which shows the throughput part's workloads, as it is.
+    if parts != 6 || partition_counts().len() > 1 {
         return (peer, out);
     }
     let labels: Vec<String> = workloads
